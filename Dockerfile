@@ -1,0 +1,19 @@
+# syntax=docker/dockerfile:1
+# Build a static switchyard binary, then ship it alone in a distroless
+# non-root image with an example config as the default.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/switchyard ./cmd/switchyard
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/switchyard /usr/local/bin/switchyard
+COPY examples/policies/dgx-spark-8node.yaml /etc/switchyard/switchyard.yaml
+ENV SWITCHYARD_CONFIG=/etc/switchyard/switchyard.yaml
+USER nonroot:nonroot
+EXPOSE 8080 9090
+ENTRYPOINT ["/usr/local/bin/switchyard"]
+CMD ["serve", "--admin-listen", "0.0.0.0:9090"]

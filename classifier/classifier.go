@@ -1,0 +1,401 @@
+package classifier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Input is what a classifier reads of a request. The router fills it from
+// the body; Truncate bounds it before it is sent or hashed.
+type Input struct {
+	// System is the system (or developer) prompt.
+	System string
+	// LastUser is the last user turn's text.
+	LastUser string
+	// Tools are the names of the tools offered.
+	Tools []string
+	// Turns is the number of messages.
+	Turns int
+	// Prompt is the prompt of a /v1/completions request.
+	Prompt string
+}
+
+// Result is one classification.
+type Result struct {
+	Label  string
+	Scores map[string]float64
+	// Outcome is how it was obtained: ok, cache_hit, timeout or error (the
+	// last two carry the on_error label).
+	Outcome string
+	Err     error
+}
+
+// Outcomes, as counted in switchyard_classifier_requests_total{result}.
+const (
+	OutcomeOK       = "ok"
+	OutcomeCacheHit = "cache_hit"
+	OutcomeSticky   = "sticky"
+	OutcomeTimeout  = "timeout"
+	OutcomeError    = "error"
+)
+
+// Options configures a Classifier.
+type Options struct {
+	Kind   string
+	Labels []string
+	// Descriptions say what each label means (used in the model prompt).
+	Descriptions  map[string]string
+	MaxInputChars int
+	Timeout       time.Duration
+	OnError       string
+	CacheSize     int
+	CacheTTL      time.Duration
+	Concurrency   int
+	// Model is the classifier pool's served model name.
+	Model        string
+	GuidedChoice bool
+	// Prompt overrides the default system prompt template (text/template
+	// over .Labels, .Descriptions).
+	Prompt string
+	// Transport sends the classifier's chat request (kind model).
+	Transport Transport
+	// Metrics, when non-nil, receives the classifier's series.
+	Metrics *Metrics
+}
+
+// Transport sends one chat completion request body to the classifier pool
+// and returns the response body. The router implements it with the same
+// pools machinery as client requests (balanced, counted, health-aware).
+type Transport interface {
+	ChatCompletion(ctx context.Context, body []byte) ([]byte, error)
+}
+
+// backend is one classifier kind.
+type backend interface {
+	classify(ctx context.Context, in *Input) (label string, scores map[string]float64, err error)
+}
+
+// kinds is the one registry of classifier kinds.
+var kinds = map[string]func(o *Options) (backend, error){
+	"model":     newModelBackend,
+	"heuristic": func(o *Options) (backend, error) { return newHeuristic(o.Labels), nil },
+}
+
+// Kinds lists the valid classifier kinds, sorted.
+func Kinds() []string {
+	out := make([]string, 0, len(kinds))
+	for k := range kinds {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Classifier classifies requests with caching, a shared call per key, a
+// concurrency cap and a timeout. Safe for concurrent use.
+type Classifier struct {
+	opts    Options
+	backend backend
+	cache   *expirable.LRU[uint64, cached]
+	sem     chan struct{}
+	flights flightGroup
+	seed    maphash.Seed
+}
+
+type cached struct {
+	label  string
+	scores map[string]float64
+}
+
+// New builds a classifier; an unknown kind is an error listing the kinds.
+func New(o Options) (*Classifier, error) {
+	mk, ok := kinds[o.Kind]
+	if !ok {
+		return nil, fmt.Errorf("classifier: unknown kind %q (known: %s)", o.Kind, strings.Join(Kinds(), ", "))
+	}
+	if len(o.Labels) < 2 {
+		return nil, errors.New("classifier: at least two labels are required")
+	}
+	if o.OnError == "" {
+		o.OnError = o.Labels[len(o.Labels)-1]
+	}
+	if !slices.Contains(o.Labels, o.OnError) {
+		return nil, fmt.Errorf("classifier: on_error %q is not a label", o.OnError)
+	}
+	if o.MaxInputChars <= 0 {
+		o.MaxInputChars = 4000
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 300 * time.Millisecond
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 64
+	}
+	b, err := mk(&o)
+	if err != nil {
+		return nil, err
+	}
+	c := &Classifier{opts: o, backend: b, sem: make(chan struct{}, o.Concurrency), seed: maphash.MakeSeed()}
+	if o.CacheSize > 0 {
+		c.cache = expirable.NewLRU[uint64, cached](o.CacheSize, nil, o.CacheTTL)
+	}
+	c.flights.calls = map[uint64]*flight{}
+	return c, nil
+}
+
+// Labels returns the configured labels.
+func (c *Classifier) Labels() []string { return c.opts.Labels }
+
+// Kind returns the classifier kind.
+func (c *Classifier) Kind() string { return c.opts.Kind }
+
+// Classify returns the class of in. It never fails: a timeout or error
+// yields the on_error label with Outcome timeout or error. ctx is the
+// client's request context: when every request waiting on a shared call has
+// gone, the call is cancelled.
+func (c *Classifier) Classify(ctx context.Context, in Input) Result {
+	start := time.Now()
+	in.truncate(c.opts.MaxInputChars)
+	key := in.hash(c.seed)
+	if c.cache != nil {
+		if v, ok := c.cache.Get(key); ok {
+			return c.record(Result{Label: v.label, Scores: v.scores, Outcome: OutcomeCacheHit}, start)
+		}
+	}
+	res := c.flights.do(ctx, key, func(callCtx context.Context) Result {
+		return c.call(callCtx, &in, key)
+	})
+	if res.Label == "" {
+		// This request's client went away while the shared call ran.
+		res = c.fail(res.Err)
+	}
+	return c.record(res, start)
+}
+
+// call runs one backend classification under the concurrency cap and the
+// timeout, and caches a good answer.
+func (c *Classifier) call(ctx context.Context, in *Input, key uint64) Result {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+	defer cancel()
+	select {
+	case c.sem <- struct{}{}:
+		defer func() { <-c.sem }()
+	case <-ctx.Done():
+		return c.fail(ctx.Err())
+	}
+	label, scores, err := c.backend.classify(ctx, in)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return c.fail(err)
+	}
+	if c.cache != nil {
+		c.cache.Add(key, cached{label: label, scores: scores})
+	}
+	return Result{Label: label, Scores: scores, Outcome: OutcomeOK}
+}
+
+func (c *Classifier) fail(err error) Result {
+	outcome := OutcomeError
+	if errors.Is(err, context.DeadlineExceeded) {
+		outcome = OutcomeTimeout
+	}
+	return Result{Label: c.opts.OnError, Scores: map[string]float64{c.opts.OnError: 1}, Outcome: outcome, Err: err}
+}
+
+func (c *Classifier) record(r Result, start time.Time) Result {
+	if m := c.opts.Metrics; m != nil {
+		m.requests.WithLabelValues(r.Label, r.Outcome).Inc()
+		if r.Outcome != OutcomeCacheHit {
+			m.duration.Observe(time.Since(start).Seconds())
+		}
+		if p, ok := r.Scores[r.Label]; ok && r.Outcome == OutcomeOK {
+			m.confidence.Observe(p)
+		}
+	}
+	return r
+}
+
+// CountSticky records a class reused from a sticky session.
+func (c *Classifier) CountSticky(label string) {
+	if m := c.opts.Metrics; m != nil {
+		m.requests.WithLabelValues(label, OutcomeSticky).Inc()
+	}
+}
+
+// truncate keeps the system prompt's first part and the head and tail of
+// the last user turn within max characters in total.
+func (in *Input) truncate(max int) {
+	sysBudget := max / 4
+	in.System = head(in.System, sysBudget)
+	rest := max - len(in.System)
+	in.LastUser = headTail(in.LastUser, rest)
+	in.Prompt = headTail(in.Prompt, max)
+	if len(in.Tools) > 32 {
+		in.Tools = in.Tools[:32]
+	}
+}
+
+func head(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return validUTF8Prefix(s[:n])
+}
+
+func headTail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const sep = "\n…\n"
+	if n <= len(sep)+2 {
+		return head(s, n)
+	}
+	h := (n - len(sep)) / 2
+	t := n - len(sep) - h
+	return validUTF8Prefix(s[:h]) + sep + validUTF8Suffix(s[len(s)-t:])
+}
+
+func validUTF8Prefix(s string) string {
+	for len(s) > 0 && !utf8ValidEnd(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func validUTF8Suffix(s string) string {
+	for len(s) > 0 && s[0]&0xC0 == 0x80 {
+		s = s[1:]
+	}
+	return s
+}
+
+func utf8ValidEnd(s string) bool {
+	// Walk back over continuation bytes to the last rune start.
+	i := len(s) - 1
+	for i > 0 && s[i]&0xC0 == 0x80 && len(s)-i < 4 {
+		i--
+	}
+	r := s[i:]
+	need := 1
+	switch b := r[0]; {
+	case b >= 0xF0:
+		need = 4
+	case b >= 0xE0:
+		need = 3
+	case b >= 0xC0:
+		need = 2
+	}
+	return len(r) >= need
+}
+
+// hash identifies what would be sent, for the cache and shared calls.
+func (in *Input) hash(seed maphash.Seed) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	h.WriteString(in.System)
+	h.WriteByte(0)
+	h.WriteString(in.LastUser)
+	h.WriteByte(0)
+	h.WriteString(in.Prompt)
+	h.WriteByte(0)
+	for _, t := range in.Tools {
+		h.WriteString(t)
+		h.WriteByte(1)
+	}
+	var n [8]byte
+	for i := range n {
+		n[i] = byte(in.Turns >> (8 * i))
+	}
+	h.Write(n[:])
+	return h.Sum64()
+}
+
+// flightGroup shares one backend call among concurrent identical requests.
+// Unlike x/sync/singleflight, the shared call's context is cancelled when
+// every waiting request has gone, so a client disconnect cancels the
+// classifier call without failing others still waiting on it.
+type flightGroup struct {
+	mu    sync.Mutex
+	calls map[uint64]*flight
+}
+
+type flight struct {
+	done    chan struct{}
+	res     Result
+	waiters int
+	cancel  context.CancelFunc
+}
+
+func (g *flightGroup) do(ctx context.Context, key uint64, fn func(context.Context) Result) Result {
+	g.mu.Lock()
+	f, ok := g.calls[key]
+	if !ok {
+		callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		f = &flight{done: make(chan struct{}), cancel: cancel}
+		g.calls[key] = f
+		go func() {
+			f.res = fn(callCtx)
+			g.mu.Lock()
+			delete(g.calls, key)
+			g.mu.Unlock()
+			cancel()
+			close(f.done)
+		}()
+	}
+	f.waiters++
+	g.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.res
+	case <-ctx.Done():
+		g.mu.Lock()
+		f.waiters--
+		if f.waiters == 0 {
+			f.cancel()
+		}
+		g.mu.Unlock()
+		return Result{Outcome: OutcomeError, Err: ctx.Err()}
+	}
+}
+
+// Metrics are the classifier's series, registered once and shared by every
+// classifier built across reloads.
+type Metrics struct {
+	requests   *prometheus.CounterVec
+	duration   prometheus.Histogram
+	confidence prometheus.Histogram
+}
+
+// NewMetrics registers the classifier series on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_classifier_requests_total",
+			Help: "Classifications by label and result (ok, cache_hit, sticky, timeout, error).",
+		}, []string{"label", "result"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "switchyard_classifier_duration_seconds",
+			Help:    "Time to classify a request that missed the cache.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}),
+		confidence: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "switchyard_classifier_confidence",
+			Help:    "Probability the classifier gave its chosen label.",
+			Buckets: []float64{.5, .6, .7, .8, .9, .95, .99, 1},
+		}),
+	}
+	reg.MustRegister(m.requests, m.duration, m.confidence)
+	return m
+}

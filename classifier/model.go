@@ -1,0 +1,230 @@
+package classifier
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"text/template"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// DefaultPrompt is the classifier's system prompt template. It states each
+// label's meaning; the labels are also enforced by constrained decoding.
+const DefaultPrompt = `You route requests for an AI gateway. Read the request summary and answer with exactly one label, nothing else.
+Labels:
+{{- range .Labels}}
+- {{.}}{{with index $.Descriptions .}}: {{.}}{{end}}
+{{- end}}`
+
+// modelBackend asks a small model for a constrained choice among the labels
+// in one decode step and reads a probability per label from the logprobs.
+type modelBackend struct {
+	o        *Options
+	prompt   string
+	maxToks  int
+	topProbs int
+}
+
+func newModelBackend(o *Options) (backend, error) {
+	if o.Transport == nil {
+		return nil, errors.New("classifier: kind model needs a transport to its pool")
+	}
+	text := o.Prompt
+	if text == "" {
+		text = DefaultPrompt
+	}
+	tmpl, err := template.New("classifier").Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("classifier: prompt template: %w", err)
+	}
+	var buf bytes.Buffer
+	descs := o.Descriptions
+	if descs == nil {
+		descs = map[string]string{}
+	}
+	if err := tmpl.Execute(&buf, map[string]any{"Labels": o.Labels, "Descriptions": descs}); err != nil {
+		return nil, fmt.Errorf("classifier: prompt template: %w", err)
+	}
+	longest := 0
+	for _, l := range o.Labels {
+		longest = max(longest, len(l))
+	}
+	return &modelBackend{
+		o:      o,
+		prompt: buf.String(),
+		// A label is at most one token per byte; constrained decoding stops
+		// at the end of the label, so this only bounds a misbehaving server.
+		maxToks:  max(longest, 1),
+		topProbs: min(max(len(o.Labels), 5), 20),
+	}, nil
+}
+
+// chatRequest is go-openai's request plus the vLLM fields it lacks.
+// Temperature shadows the embedded field so that 0 is sent rather than
+// omitted (go-openai tags it omitempty).
+type chatRequest struct {
+	openai.ChatCompletionRequest
+	Temperature       float32            `json:"temperature"`
+	StructuredOutputs *structuredOutputs `json:"structured_outputs,omitempty"`
+}
+
+type structuredOutputs struct {
+	Choice []string `json:"choice"`
+}
+
+// Request builds the exact request body sent to the classifier pool.
+func (b *modelBackend) Request(in *Input) ([]byte, error) {
+	req := chatRequest{
+		ChatCompletionRequest: openai.ChatCompletionRequest{
+			Model: b.o.Model,
+			Messages: []openai.ChatCompletionMessage{
+				{Role: openai.ChatMessageRoleSystem, Content: b.prompt},
+				{Role: openai.ChatMessageRoleUser, Content: summary(in)},
+			},
+			MaxTokens:          b.maxToks,
+			LogProbs:           true,
+			TopLogProbs:        b.topProbs,
+			ChatTemplateKwargs: map[string]any{"enable_thinking": false},
+		},
+		Temperature: 0,
+	}
+	if b.o.GuidedChoice {
+		req.GuidedChoice = b.o.Labels
+	} else {
+		req.StructuredOutputs = &structuredOutputs{Choice: b.o.Labels}
+	}
+	return json.Marshal(req)
+}
+
+// summary is the user turn the classifier reads.
+func summary(in *Input) string {
+	var sb strings.Builder
+	if in.Prompt != "" {
+		sb.WriteString("Completion prompt:\n")
+		sb.WriteString(in.Prompt)
+		return sb.String()
+	}
+	fmt.Fprintf(&sb, "Turns: %d\n", in.Turns)
+	if len(in.Tools) > 0 {
+		fmt.Fprintf(&sb, "Tools (%d): %s\n", len(in.Tools), strings.Join(in.Tools, ", "))
+	} else {
+		sb.WriteString("Tools: none\n")
+	}
+	if in.System != "" {
+		sb.WriteString("System prompt (start):\n")
+		sb.WriteString(in.System)
+		sb.WriteString("\n")
+	}
+	sb.WriteString("Last user message:\n")
+	sb.WriteString(in.LastUser)
+	return sb.String()
+}
+
+func (b *modelBackend) classify(ctx context.Context, in *Input) (string, map[string]float64, error) {
+	body, err := b.Request(in)
+	if err != nil {
+		return "", nil, err
+	}
+	raw, err := b.o.Transport.ChatCompletion(ctx, body)
+	if err != nil {
+		return "", nil, err
+	}
+	return Parse(raw, b.o.Labels)
+}
+
+// Parse reads a classifier answer. The label is the reply matched exactly,
+// then case-insensitively; anything else is an error (the caller uses
+// on_error). Scores come from the first token's top logprobs, renormalised
+// over the labels; without logprobs the chosen label gets probability 1.
+func Parse(raw []byte, labels []string) (string, map[string]float64, error) {
+	var resp openai.ChatCompletionResponse
+	if err := json.Unmarshal(raw, &resp); err != nil {
+		return "", nil, fmt.Errorf("classifier: decode response: %w", err)
+	}
+	if len(resp.Choices) == 0 {
+		return "", nil, errors.New("classifier: response has no choices")
+	}
+	ch := resp.Choices[0]
+	label := matchLabel(ch.Message.Content, labels)
+	if label == "" {
+		return "", nil, fmt.Errorf("classifier: reply %q is not a label", truncateForError(ch.Message.Content))
+	}
+	scores := make(map[string]float64, len(labels))
+	for _, l := range labels {
+		scores[l] = 0
+	}
+	if ch.LogProbs != nil && len(ch.LogProbs.Content) > 0 {
+		first := ch.LogProbs.Content[0]
+		tops := first.TopLogProbs
+		if len(tops) == 0 {
+			tops = []openai.TopLogProbs{{Token: first.Token, LogProb: first.LogProb}}
+		}
+		total := 0.0
+		for _, t := range tops {
+			p := math.Exp(t.LogProb)
+			if math.IsNaN(p) || p <= 0 {
+				continue
+			}
+			matched := tokenLabels(t.Token, labels)
+			for _, l := range matched {
+				scores[l] += p / float64(len(matched))
+				total += p / float64(len(matched))
+			}
+		}
+		if total > 0 {
+			for l := range scores {
+				scores[l] /= total
+			}
+			return label, scores, nil
+		}
+	}
+	scores[label] = 1
+	return label, scores, nil
+}
+
+// tokenLabels are the labels a first token stands for: the label it equals,
+// else every label it is a prefix of (split evenly between them).
+func tokenLabels(token string, labels []string) []string {
+	t := strings.ToLower(strings.TrimSpace(token))
+	if t == "" {
+		return nil
+	}
+	var out []string
+	for _, l := range labels {
+		ll := strings.ToLower(l)
+		if ll == t {
+			return []string{l}
+		}
+		if strings.HasPrefix(ll, t) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func matchLabel(reply string, labels []string) string {
+	for _, l := range labels {
+		if reply == l {
+			return l
+		}
+	}
+	r := strings.TrimSpace(strings.Trim(strings.TrimSpace(reply), `"'.`))
+	for _, l := range labels {
+		if strings.EqualFold(r, l) {
+			return l
+		}
+	}
+	return ""
+}
+
+func truncateForError(s string) string {
+	if len(s) > 64 {
+		return validUTF8Prefix(s[:64]) + "…"
+	}
+	return s
+}

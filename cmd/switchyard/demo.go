@@ -1,0 +1,36 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/switchyard/switchyard/demo"
+)
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("demo", "[--duration D] [--listen ADDR] [--admin-listen ADDR] [--no-load]", stderr)
+	duration := fs.Duration("duration", 0, "stop after this long and print the summary (default: run until interrupted)")
+	listen := fs.String("listen", "127.0.0.1:8080", "gateway client API address")
+	adminListen := fs.String("admin-listen", "127.0.0.1:9090", "gateway admin address (/metrics, /admin/*)")
+	noLoad := fs.Bool("no-load", false, "start the cluster and gateway only, without the built-in load")
+	speedUp := fs.Float64("speedup", 10, "divide simulated model time by this")
+	workers := fs.Int("workers", 16, "concurrent sessions of the built-in load")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	s, err := demo.Run(ctx, demo.Options{Listen: *listen, AdminListen: *adminListen, Duration: *duration,
+		NoLoad: *noLoad, SpeedUp: *speedUp, Workers: *workers, Out: stdout})
+	if err != nil {
+		fmt.Fprintln(stderr, "switchyard demo:", err)
+		return exitRuntime
+	}
+	if s.Errors > 0 {
+		return exitRuntime
+	}
+	return exitOK
+}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/router"
+)
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("serve", "[--config FILE] [--listen ADDR] [--admin-listen ADDR]", stderr)
+	configPath := fs.String("config", "", "config file (default $SWITCHYARD_CONFIG, then ./switchyard.yaml)")
+	listen := fs.String("listen", "", "client API address (overrides server.listen)")
+	adminListen := fs.String("admin-listen", "", "admin API address (overrides server.admin_listen)")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	noWatch := fs.Bool("no-watch", false, "do not reload when the config file changes (SIGHUP and POST /admin/reload still do)")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	path := *configPath
+	if path == "" {
+		path = os.Getenv("SWITCHYARD_CONFIG")
+	}
+	if path == "" {
+		path = "switchyard.yaml"
+	}
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "switchyard serve:", err)
+		return exitUsage
+	}
+	cfg, err := router.LoadConfig(path)
+	if err != nil {
+		printConfigErr(stderr, path, err)
+		return exitInvalid
+	}
+	shutdownTracing, err := setupTracing(ctx)
+	if err != nil {
+		log.Error("tracing setup failed", "error", err.Error())
+		return exitRuntime
+	}
+	defer shutdownTracing()
+	g, err := router.New(cfg, router.Options{ConfigPath: path, Logger: log, Version: version})
+	if err != nil {
+		log.Error("cannot start", "error", err.Error())
+		return exitRuntime
+	}
+	defer g.Close()
+	if *listen != "" {
+		cfg.Server.Listen = *listen
+	}
+	if *adminListen != "" {
+		cfg.Server.AdminListen = *adminListen
+	}
+	srv := &Server{Gateway: g, Log: log, Listen: cfg.Server.Listen, AdminListen: cfg.Server.AdminListen}
+	if !*noWatch {
+		go watchConfig(ctx, path, g, log)
+	}
+	go reloadOnHUP(ctx, g, log)
+	if err := srv.Run(ctx, nil); err != nil {
+		log.Error("server failed", "error", err.Error())
+		return exitRuntime
+	}
+	return exitOK
+}
+
+// Server runs a gateway's two listeners and drains on shutdown.
+type Server struct {
+	Gateway     *router.Gateway
+	Log         *slog.Logger
+	Listen      string
+	AdminListen string
+}
+
+// Run serves until ctx ends, then drains in-flight requests (streams
+// included) for server.shutdown_grace. ready, if non-nil, receives the bound
+// addresses once both listeners are up.
+func (s *Server) Run(ctx context.Context, ready func(api, admin net.Addr)) error {
+	sc := s.Gateway.Snapshot().Config.Server
+	apiLn, err := net.Listen("tcp", s.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.Listen, err)
+	}
+	adminLn, err := net.Listen("tcp", s.AdminListen)
+	if err != nil {
+		apiLn.Close()
+		return fmt.Errorf("admin listen %s: %w", s.AdminListen, err)
+	}
+	api := &http.Server{
+		Handler:           s.Gateway.Handler(),
+		ReadHeaderTimeout: sc.ReadHeaderTimeout.Std(),
+		IdleTimeout:       sc.IdleTimeout.Std(),
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn),
+	}
+	admin := &http.Server{
+		Handler:           s.Gateway.AdminHandler(),
+		ReadHeaderTimeout: sc.ReadHeaderTimeout.Std(),
+		IdleTimeout:       sc.IdleTimeout.Std(),
+		ErrorLog:          slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- api.Serve(apiLn) }()
+	go func() { errc <- admin.Serve(adminLn) }()
+	s.Log.Info("switchyard serving", "listen", apiLn.Addr().String(), "admin_listen", adminLn.Addr().String(),
+		"generation", s.Gateway.Snapshot().Generation, "version", version)
+	if ready != nil {
+		ready(apiLn.Addr(), adminLn.Addr())
+	}
+	select {
+	case err := <-errc:
+		api.Close()
+		admin.Close()
+		return err
+	case <-ctx.Done():
+	}
+	grace := s.Gateway.Snapshot().Config.Server.ShutdownGrace.Std()
+	s.Log.Info("shutting down; draining in-flight requests", "grace", grace.String())
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err = api.Shutdown(sctx)
+	_ = admin.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		s.Log.Warn("shutdown grace expired; closing remaining connections")
+		api.Close()
+	}
+	return nil
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("bad --log-level %q: use debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func printConfigErr(w io.Writer, path string, err error) {
+	var errs policy.Errors
+	if errors.As(err, &errs) {
+		for _, e := range errs {
+			fmt.Fprintln(w, e.Error())
+		}
+		return
+	}
+	fmt.Fprintf(w, "%s: %v\n", path, err)
+}
+
+func reloadOnHUP(ctx context.Context, g *router.Gateway, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			log.Info("SIGHUP: reloading config")
+			_, _ = g.Reload()
+		}
+	}
+}
+
+// watchConfig reloads when the config file changes. It watches the file's
+// directory, since editors and Kubernetes ConfigMaps replace files rather
+// than write them in place, and debounces bursts of events.
+func watchConfig(ctx context.Context, path string, g *router.Gateway, log *slog.Logger) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		log.Warn("config watch unavailable; reload with SIGHUP or POST /admin/reload", "error", err.Error())
+		return
+	}
+	defer w.Close()
+	abs, _ := filepath.Abs(path)
+	if err := w.Add(filepath.Dir(abs)); err != nil {
+		log.Warn("config watch unavailable; reload with SIGHUP or POST /admin/reload", "error", err.Error())
+		return
+	}
+	var timer *time.Timer
+	fire := make(chan struct{}, 1)
+	for {
+		select {
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			return
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			if filepath.Clean(ev.Name) != abs && filepath.Base(ev.Name) != "..data" {
+				continue
+			}
+			if timer != nil {
+				timer.Stop()
+			}
+			timer = time.AfterFunc(200*time.Millisecond, func() {
+				select {
+				case fire <- struct{}{}:
+				default:
+				}
+			})
+		case <-fire:
+			log.Info("config file changed: reloading", "file", path)
+			_, _ = g.Reload()
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			log.Warn("config watch error", "error", err.Error())
+		}
+	}
+}

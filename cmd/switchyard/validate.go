@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/router"
+)
+
+// runValidate checks each file and prints `FILE: ok` or one
+// `FILE:LINE:COL: message` line per problem. It never contacts a backend.
+func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("validate", "FILE...", stderr)
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	code := exitOK
+	for _, file := range fs.Args() {
+		if _, err := router.LoadConfig(file); err != nil {
+			code = exitInvalid
+			var errs policy.Errors
+			if errors.As(err, &errs) {
+				for _, e := range errs {
+					fmt.Fprintln(stderr, e.Error())
+				}
+			} else {
+				fmt.Fprintf(stderr, "%s: %v\n", file, err)
+			}
+			continue
+		}
+		fmt.Fprintf(stdout, "%s: ok\n", file)
+	}
+	return code
+}

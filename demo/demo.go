@@ -1,0 +1,142 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/switchyard/switchyard/examples"
+	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/router"
+)
+
+// DefaultPolicy is the embedded config the demo runs.
+const DefaultPolicy = "policies/dgx-spark-8node.yaml"
+
+// Options configures a demo run.
+type Options struct {
+	Listen      string // default 127.0.0.1:8080
+	AdminListen string // default 127.0.0.1:9090
+	// Duration ends the run; 0 runs until ctx ends.
+	Duration time.Duration
+	// NoLoad starts the cluster and gateway only.
+	NoLoad bool
+	// SpeedUp divides simulated model time (default 10).
+	SpeedUp float64
+	// Workers is the load's concurrency (default 16).
+	Workers int
+	// Tick is the live table interval (default 1s; negative disables).
+	Tick   time.Duration
+	Out    io.Writer
+	Logger *slog.Logger
+}
+
+// Run starts the simulated 8-node cluster from the embedded reference
+// policy, the gateway and (unless NoLoad) the built-in load, prints a live
+// table each Tick and a summary at the end.
+func Run(ctx context.Context, o Options) (Summary, error) {
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:8080"
+	}
+	if o.AdminListen == "" {
+		o.AdminListen = "127.0.0.1:9090"
+	}
+	if o.SpeedUp <= 0 {
+		o.SpeedUp = 10
+	}
+	if o.Tick == 0 {
+		o.Tick = time.Second
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
+	data, err := fs.ReadFile(examples.Policies, DefaultPolicy)
+	if err != nil {
+		return Summary{}, err
+	}
+	fmt.Fprintf(o.Out, "switchyard demo: loading %s (embedded)…\n", "examples/"+DefaultPolicy)
+	cfg, err := policy.Load("examples/"+DefaultPolicy, data, router.Registry())
+	if err != nil {
+		return Summary{}, err
+	}
+	cfg.Server.Listen, cfg.Server.AdminListen = o.Listen, o.AdminListen
+	cl, err := StartCluster(cfg, nil, o.SpeedUp)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer cl.Close()
+	fmt.Fprintf(o.Out, "switchyard demo: started %d simulated vLLM replicas on loopback (model time ÷%g)\n", len(cl.Replicas), o.SpeedUp)
+	g, err := router.New(cfg, router.Options{Logger: o.Logger, Version: "demo"})
+	if err != nil {
+		return Summary{}, err
+	}
+	defer g.Close()
+	apiLn, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return Summary{}, fmt.Errorf("listen %s: %w (is another switchyard running?)", o.Listen, err)
+	}
+	adminLn, err := net.Listen("tcp", o.AdminListen)
+	if err != nil {
+		apiLn.Close()
+		return Summary{}, fmt.Errorf("admin listen %s: %w", o.AdminListen, err)
+	}
+	api := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	admin := &http.Server{Handler: g.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = api.Serve(apiLn) }()
+	go func() { _ = admin.Serve(adminLn) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = api.Shutdown(sctx)
+		_ = admin.Shutdown(sctx)
+	}()
+	base := "http://" + apiLn.Addr().String()
+	fmt.Fprintf(o.Out, "switchyard demo: gateway on %s (admin on http://%s)\n\n", base, adminLn.Addr())
+	fmt.Fprintf(o.Out, "Point any OpenAI client at it, e.g.\n  OPENAI_BASE_URL=%s/v1 OPENAI_API_KEY=unused, model \"auto\" (or pin \"qwen\" / \"minicpm\")\n", base)
+	fmt.Fprintf(o.Out, "  curl -s %s/v1/chat/completions -d '{\"model\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n", base)
+	fmt.Fprintf(o.Out, "  curl -s http://%s/metrics | grep switchyard_requests_total\n", adminLn.Addr())
+
+	runCtx := ctx
+	if o.Duration > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(ctx, o.Duration)
+		defer cancel()
+	}
+	rec := NewRecorder()
+	done := make(chan struct{})
+	if !o.NoLoad {
+		fmt.Fprintf(o.Out, "\nRunning a mixed agent-like load (%d concurrent sessions); Ctrl-C to stop.\n", max(o.Workers, 16))
+		load := &Load{BaseURL: base, Workers: o.Workers, OnResult: rec.Add, Seed: 1}
+		go func() { load.Run(runCtx); close(done) }()
+	} else {
+		fmt.Fprintln(o.Out, "\nNo load (--no-load); Ctrl-C to stop.")
+		close(done)
+	}
+	var tick <-chan time.Time
+	if o.Tick > 0 && !o.NoLoad {
+		t := time.NewTicker(o.Tick)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-tick:
+			PrintTick(o.Out, rec, g, o.Tick)
+		case <-runCtx.Done():
+			<-done
+			s := rec.Summarize()
+			if !o.NoLoad {
+				PrintSummary(o.Out, s)
+			}
+			return s, nil
+		}
+	}
+}

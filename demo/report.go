@@ -1,0 +1,229 @@
+package demo
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/router"
+)
+
+// Recorder collects load results for the live table and the summary.
+type Recorder struct {
+	mu      sync.Mutex
+	window  []Result
+	total   []Result
+	started time.Time
+}
+
+// NewRecorder starts a recorder.
+func NewRecorder() *Recorder { return &Recorder{started: time.Now()} }
+
+// Add records a result; safe for concurrent use.
+func (r *Recorder) Add(res Result) {
+	r.mu.Lock()
+	r.window = append(r.window, res)
+	r.total = append(r.total, res)
+	r.mu.Unlock()
+}
+
+// take returns the window's results and starts a new window.
+func (r *Recorder) take() []Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.window
+	r.window = nil
+	return w
+}
+
+// All returns every result so far.
+func (r *Recorder) All() []Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.total)
+}
+
+// Summary is the outcome of a load run.
+type Summary struct {
+	Requests   int
+	Errors     int
+	Duration   time.Duration
+	ByPool     map[string]int
+	ByRoute    map[string]int
+	ByClass    map[string]int
+	FirstError string
+}
+
+// Summarize aggregates every result.
+func (r *Recorder) Summarize() Summary {
+	all := r.All()
+	s := Summary{Requests: len(all), Duration: time.Since(r.started),
+		ByPool: map[string]int{}, ByRoute: map[string]int{}, ByClass: map[string]int{}}
+	for _, res := range all {
+		if res.Err != "" || res.Status != 200 {
+			s.Errors++
+			if s.FirstError == "" {
+				s.FirstError = fmt.Sprintf("status %d: %s", res.Status, res.Err)
+			}
+		}
+		s.ByPool[orDash(res.Pool)]++
+		s.ByRoute[orDash(res.Route)]++
+		s.ByClass[orDash(res.Class)]++
+	}
+	return s
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// PrintTick writes one live table for the last interval.
+func PrintTick(w io.Writer, rec *Recorder, g *router.Gateway, interval time.Duration) {
+	res := rec.take()
+	elapsed := time.Since(rec.started).Round(time.Second)
+	fmt.Fprintf(w, "\n── t=%-5s %6.1f req/s ", elapsed, float64(len(res))/interval.Seconds())
+	errs := 0
+	for _, r := range res {
+		if r.Err != "" || r.Status != 200 {
+			errs++
+		}
+	}
+	fmt.Fprintf(w, "  errors %d  classifier cache hits %s ──\n", errs, cacheHitRate(g.Registry()))
+	fmt.Fprintf(w, "  %-9s %6s %5s %9s %9s %9s %9s\n", "pool", "share", "req", "p50", "p99", "ttft p50", "ttft p99")
+	byPool := groupBy(res, func(r Result) string { return r.Pool })
+	for _, pool := range sortedKeys(byPool) {
+		rs := byPool[pool]
+		lat, ttft := latencies(rs)
+		fmt.Fprintf(w, "  %-9s %5.0f%% %5d %9s %9s %9s %9s\n", orDash(pool), 100*float64(len(rs))/float64(max(len(res), 1)), len(rs),
+			pct(lat, 0.5), pct(lat, 0.99), pct(ttft, 0.5), pct(ttft, 0.99))
+	}
+	fmt.Fprintf(w, "  routes:  %s\n", shares(groupBy(res, func(r Result) string { return r.Route }), len(res)))
+	fmt.Fprintf(w, "  classes: %s\n", shares(groupBy(res, func(r Result) string { return r.Class }), len(res)))
+	var reps []string
+	for _, p := range g.Snapshot().Config.Pools {
+		ps := g.Snapshot().Pool(p.Name)
+		for _, r := range ps.Replicas() {
+			state := "up"
+			if !r.Available(time.Now()) {
+				state = "DOWN"
+			}
+			reps = append(reps, fmt.Sprintf("%s %d %s", r.Name, r.Inflight(), state))
+		}
+	}
+	fmt.Fprintf(w, "  in flight: %s\n", strings.Join(reps, " │ "))
+}
+
+// PrintSummary writes the end-of-run summary.
+func PrintSummary(w io.Writer, s Summary) {
+	fmt.Fprintf(w, "\n══ summary: %d requests in %s (%.1f req/s), %d errors ══\n", s.Requests, s.Duration.Round(100*time.Millisecond),
+		float64(s.Requests)/max(s.Duration.Seconds(), 0.001), s.Errors)
+	fmt.Fprintf(w, "  pools:   %s\n", countShares(s.ByPool, s.Requests))
+	fmt.Fprintf(w, "  routes:  %s\n", countShares(s.ByRoute, s.Requests))
+	fmt.Fprintf(w, "  classes: %s\n", countShares(s.ByClass, s.Requests))
+	if s.FirstError != "" {
+		fmt.Fprintf(w, "  first error: %s\n", s.FirstError)
+	}
+}
+
+func groupBy(rs []Result, key func(Result) string) map[string][]Result {
+	out := map[string][]Result{}
+	for _, r := range rs {
+		out[key(r)] = append(out[key(r)], r)
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func shares(m map[string][]Result, total int) string {
+	counts := map[string]int{}
+	for k, v := range m {
+		counts[k] = len(v)
+	}
+	return countShares(counts, total)
+}
+
+func countShares(m map[string]int, total int) string {
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", orDash(k), 100*float64(m[k])/float64(max(total, 1))))
+	}
+	return strings.Join(parts, "  ")
+}
+
+func latencies(rs []Result) (lat, ttft []time.Duration) {
+	for _, r := range rs {
+		if r.Err != "" {
+			continue
+		}
+		lat = append(lat, r.Latency)
+		if r.TTFT > 0 {
+			ttft = append(ttft, r.TTFT)
+		}
+	}
+	slices.Sort(lat)
+	slices.Sort(ttft)
+	return lat, ttft
+}
+
+func pct(sorted []time.Duration, q float64) string {
+	if len(sorted) == 0 {
+		return "-"
+	}
+	d := sorted[min(int(q*float64(len(sorted))), len(sorted)-1)]
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	case d < time.Second:
+		return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000)
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+// cacheHitRate reads the classifier counters from the registry.
+func cacheHitRate(reg prometheus.Gatherer) string {
+	fams, err := reg.Gather()
+	if err != nil {
+		return "-"
+	}
+	var hits, all float64
+	for _, f := range fams {
+		if f.GetName() != "switchyard_classifier_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			v := m.GetCounter().GetValue()
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" {
+					switch l.GetValue() {
+					case "cache_hit":
+						hits += v
+						all += v
+					case "ok", "timeout", "error":
+						all += v
+					}
+				}
+			}
+		}
+	}
+	if all == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*hits/all)
+}

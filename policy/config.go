@@ -1,0 +1,419 @@
+package policy
+
+import (
+	"log/slog"
+	"net/url"
+	"time"
+)
+
+// Config is a validated Switchyard configuration file (CONTRACT §7). It is
+// immutable once Load returns it.
+type Config struct {
+	// File is the path the config was read from ("" for embedded data).
+	File    string `yaml:"-"`
+	Version int    `yaml:"version"`
+
+	Server     Server      `yaml:"server"`
+	Topology   *Topology   `yaml:"topology,omitempty"`
+	Pools      Pools       `yaml:"pools"`
+	Classifier *Classifier `yaml:"classifier,omitempty"`
+	Models     []Model     `yaml:"models,omitempty"`
+	Session    *Session    `yaml:"session,omitempty"`
+	Routes     []*Route    `yaml:"routes"`
+}
+
+// Server is the listener, limits and authentication section.
+type Server struct {
+	// Listen is the client-facing address. Default 0.0.0.0:8080.
+	Listen string `yaml:"listen,omitempty"`
+	// AdminListen serves /metrics and /admin/*. Default 127.0.0.1:9090.
+	AdminListen string `yaml:"admin_listen,omitempty"`
+	// MaxBodyBytes caps a request body. Default 8MiB.
+	MaxBodyBytes ByteSize `yaml:"max_body_bytes,omitempty"`
+	// ShutdownGrace is how long SIGTERM waits for in-flight requests. Default 30s.
+	ShutdownGrace Duration `yaml:"shutdown_grace,omitempty"`
+	// ReadHeaderTimeout bounds how long a client may take to send headers. Default 10s.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout,omitempty"`
+	// IdleTimeout closes idle client keep-alive connections. Default 120s.
+	IdleTimeout Duration `yaml:"idle_timeout,omitempty"`
+	// LogBodies logs prompts and completions. Default false.
+	LogBodies bool `yaml:"log_bodies,omitempty"`
+	// APIKeys enables bearer authentication when non-empty.
+	APIKeys []*APIKey `yaml:"api_keys,omitempty"`
+}
+
+// APIKey is one client credential. The key itself is read from KeyEnv.
+type APIKey struct {
+	Name   string     `yaml:"name"`
+	KeyEnv string     `yaml:"key_env"`
+	Models StringList `yaml:"models,omitempty"`
+	Rate   *Rate      `yaml:"rate,omitempty"`
+	// Secret is the key read from the environment; never printed.
+	Secret Secret `yaml:"-"`
+}
+
+// Rate is a token-bucket rate limit.
+type Rate struct {
+	RPS   float64 `yaml:"rps"`
+	Burst int     `yaml:"burst"`
+}
+
+// Secret is a string that redacts itself in logs and printed output.
+type Secret string
+
+func (Secret) String() string { return "<redacted>" }
+
+// LogValue implements slog.LogValuer.
+func (Secret) LogValue() slog.Value { return slog.StringValue("<redacted>") }
+
+// MarshalYAML implements yaml.InterfaceMarshaler so a secret never leaks
+// through /admin/config.
+func (Secret) MarshalYAML() (any, error) { return "<redacted>", nil }
+
+// Topology says where replicas run (fabric, nodes, partitions).
+type Topology struct {
+	Fabric     string       `yaml:"fabric"`
+	Nodes      []string     `yaml:"nodes"`
+	Partitions []*Partition `yaml:"partitions,omitempty"`
+	// SharedNodes lets one node serve several replicas.
+	SharedNodes bool `yaml:"shared_nodes,omitempty"`
+}
+
+// Partition is a group of nodes on a switch.
+type Partition struct {
+	Name  string   `yaml:"name"`
+	Nodes []string `yaml:"nodes"`
+}
+
+// Pools are the pools in the order the file declares them.
+type Pools []*Pool
+
+// Get returns the pool called name, or nil.
+func (ps Pools) Get(name string) *Pool {
+	for _, p := range ps {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Names returns the pool names in file order.
+func (ps Pools) Names() []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Name
+	}
+	return out
+}
+
+// Pool is a set of interchangeable replicas serving one model.
+type Pool struct {
+	Name string `yaml:"-"`
+	// Model is the name the backends serve; the request's model is rewritten to it.
+	Model string `yaml:"model"`
+	// Balance names the balancer. Default least_outstanding.
+	Balance string `yaml:"balance,omitempty"`
+	// MaxInflight caps requests per replica (0 = unlimited). Beyond it,
+	// requests wait up to QueueTimeout for a slot, then get 503.
+	MaxInflight int `yaml:"max_inflight,omitempty"`
+	// QueueTimeout is the bounded wait for a slot. Default 5s.
+	QueueTimeout Duration `yaml:"queue_timeout,omitempty"`
+	// ConnectTimeout bounds the TCP dial to a replica. Default 2s.
+	ConnectTimeout Duration `yaml:"connect_timeout,omitempty"`
+	// ResponseHeaderTimeout bounds the wait for a replica's response headers
+	// (vLLM sends them once the request is scheduled). Default 5m.
+	ResponseHeaderTimeout Duration `yaml:"response_header_timeout,omitempty"`
+	// Retries is how many other replicas are tried before the first byte
+	// reached the client. Default 2.
+	Retries *int `yaml:"retries,omitempty"`
+	// APIKeyEnv names a variable holding the bearer key vLLM was started with.
+	APIKeyEnv string `yaml:"api_key_env,omitempty"`
+	APIKey    Secret `yaml:"-"`
+
+	Health   *Health    `yaml:"health,omitempty"`
+	Scrape   *Scrape    `yaml:"scrape,omitempty"`
+	Affinity *Affinity  `yaml:"affinity,omitempty"`
+	Replicas []*Replica `yaml:"replicas"`
+}
+
+// Health configures active health checks.
+type Health struct {
+	Path           string   `yaml:"path,omitempty"`
+	Interval       Duration `yaml:"interval,omitempty"`
+	Timeout        Duration `yaml:"timeout,omitempty"`
+	UnhealthyAfter int      `yaml:"unhealthy_after,omitempty"`
+	HealthyAfter   int      `yaml:"healthy_after,omitempty"`
+	// EjectBase is the first passive ejection's length; it doubles per
+	// repeated ejection up to EjectMax.
+	EjectBase Duration `yaml:"eject_base,omitempty"`
+	EjectMax  Duration `yaml:"eject_max,omitempty"`
+	// Disabled turns active probes off.
+	Disabled bool `yaml:"disabled,omitempty"`
+}
+
+// Scrape configures the vLLM /metrics scraping used by kv_aware and p2c.
+type Scrape struct {
+	Path      string   `yaml:"path,omitempty"`
+	Interval  Duration `yaml:"interval,omitempty"`
+	Timeout   Duration `yaml:"timeout,omitempty"`
+	Staleness Duration `yaml:"staleness,omitempty"`
+}
+
+// Affinity tunes the affinity balancer.
+type Affinity struct {
+	// Depth is how many leading messages form the prefix key. Default 2.
+	Depth int `yaml:"depth,omitempty"`
+	// LoadFactor: a replica above LoadFactor × fair share passes the key on. Default 1.25.
+	LoadFactor float64 `yaml:"load_factor,omitempty"`
+}
+
+// Replica is one vLLM server (possibly spanning several nodes).
+type Replica struct {
+	Name  string   `yaml:"name"`
+	URL   string   `yaml:"url"`
+	Nodes []string `yaml:"nodes,omitempty"`
+	// Parsed is URL, parsed during validation.
+	Parsed *url.URL `yaml:"-"`
+}
+
+// Classifier configures request classification.
+type Classifier struct {
+	Kind string `yaml:"kind"`
+	Pool string `yaml:"pool,omitempty"`
+	// Labels are the classes, in order; LabelInfo carries descriptions.
+	Labels       []string          `yaml:"-"`
+	Descriptions map[string]string `yaml:"-"`
+	RawLabels    []LabelSpec       `yaml:"labels"`
+	// MaxInputChars truncates what the classifier reads (head and tail). Default 4000.
+	MaxInputChars int `yaml:"max_input_chars,omitempty"`
+	// Timeout bounds one classifier call. Default 300ms.
+	Timeout Duration `yaml:"timeout,omitempty"`
+	// OnError is the label used when the classifier fails. Default: the last label.
+	OnError string `yaml:"on_error,omitempty"`
+	// Cache holds results keyed on a hash of what was sent.
+	Cache *Cache `yaml:"cache,omitempty"`
+	// Concurrency caps concurrent classifier calls. Default 64.
+	Concurrency int `yaml:"concurrency,omitempty"`
+	// GuidedChoice sends the older `guided_choice` field instead of
+	// `structured_outputs.choice` (vLLM before structured_outputs).
+	GuidedChoice bool `yaml:"guided_choice,omitempty"`
+	// Prompt replaces the default system prompt (Go text/template).
+	Prompt string `yaml:"prompt,omitempty"`
+}
+
+// LabelSpec is a label, written either as a string or as {name: description}.
+type LabelSpec struct {
+	Name        string
+	Description string
+}
+
+// MarshalYAML writes a label back as it was given.
+func (l LabelSpec) MarshalYAML() (any, error) {
+	if l.Description == "" {
+		return l.Name, nil
+	}
+	return map[string]string{l.Name: l.Description}, nil
+}
+
+// Cache configures the classifier's result cache.
+type Cache struct {
+	Size int      `yaml:"size,omitempty"`
+	TTL  Duration `yaml:"ttl,omitempty"`
+}
+
+// Model is a client-visible model name.
+type Model struct {
+	Name  string `yaml:"name"`
+	Route string `yaml:"route"`
+}
+
+// Session keeps a conversation on its first decision.
+type Session struct {
+	Header string   `yaml:"header,omitempty"`
+	TTL    Duration `yaml:"ttl,omitempty"`
+	// Size caps the number of remembered sessions. Default 100000.
+	Size int `yaml:"size,omitempty"`
+}
+
+// Route is one ordered policy rule.
+type Route struct {
+	Name     string   `yaml:"name"`
+	When     *When    `yaml:"when,omitempty"`
+	To       string   `yaml:"to,omitempty"`
+	Split    Split    `yaml:"split,omitempty"`
+	Fallback []string `yaml:"fallback,omitempty"`
+	Spill    *Spill   `yaml:"spill,omitempty"`
+	// Sticky=false keeps this rule's choice out of the session store.
+	Sticky *bool `yaml:"sticky,omitempty"`
+}
+
+// Split is a weighted choice among pools, in file order.
+type Split []SplitEntry
+
+// SplitEntry is one weighted target of a split.
+type SplitEntry struct {
+	Pool   string
+	Weight int
+}
+
+// Spill sends requests to another pool when every replica of the chosen one
+// is saturated.
+type Spill struct {
+	To            string `yaml:"to"`
+	WhenQueueOver int    `yaml:"when_queue_over"`
+}
+
+// When is a route condition; all given fields must hold.
+type When struct {
+	Class        StringList            `yaml:"class,omitempty"`
+	Score        map[string]*NumCmp    `yaml:"score,omitempty"`
+	Model        StringList            `yaml:"model,omitempty"`
+	Tools        *NumCmp               `yaml:"tools,omitempty"`
+	Messages     *NumCmp               `yaml:"messages,omitempty"`
+	PromptTokens *NumCmp               `yaml:"prompt_tokens,omitempty"`
+	Stream       *bool                 `yaml:"stream,omitempty"`
+	Header       map[string]StringList `yaml:"header,omitempty"`
+	Key          StringList            `yaml:"key,omitempty"`
+	Any          []*When               `yaml:"any,omitempty"`
+	Not          *When                 `yaml:"not,omitempty"`
+}
+
+// defaults, in one place.
+const (
+	DefaultListen            = "0.0.0.0:8080"
+	DefaultAdminListen       = "127.0.0.1:9090"
+	DefaultMaxBodyBytes      = 8 << 20
+	DefaultShutdownGrace     = 30 * time.Second
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultBalance           = "least_outstanding"
+	DefaultQueueTimeout      = 5 * time.Second
+	DefaultConnectTimeout    = 2 * time.Second
+	DefaultHeaderTimeout     = 5 * time.Minute
+	DefaultRetries           = 2
+)
+
+func (c *Config) applyDefaults() {
+	s := &c.Server
+	if s.Listen == "" {
+		s.Listen = DefaultListen
+	}
+	if s.AdminListen == "" {
+		s.AdminListen = DefaultAdminListen
+	}
+	if s.MaxBodyBytes == 0 {
+		s.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if s.ShutdownGrace == 0 {
+		s.ShutdownGrace = Duration(DefaultShutdownGrace)
+	}
+	if s.ReadHeaderTimeout == 0 {
+		s.ReadHeaderTimeout = Duration(DefaultReadHeaderTimeout)
+	}
+	if s.IdleTimeout == 0 {
+		s.IdleTimeout = Duration(DefaultIdleTimeout)
+	}
+	for _, p := range c.Pools {
+		if p.Balance == "" {
+			p.Balance = DefaultBalance
+		}
+		if p.QueueTimeout == 0 {
+			p.QueueTimeout = Duration(DefaultQueueTimeout)
+		}
+		if p.ConnectTimeout == 0 {
+			p.ConnectTimeout = Duration(DefaultConnectTimeout)
+		}
+		if p.ResponseHeaderTimeout == 0 {
+			p.ResponseHeaderTimeout = Duration(DefaultHeaderTimeout)
+		}
+		if p.Retries == nil {
+			r := DefaultRetries
+			p.Retries = &r
+		}
+		if p.Health == nil {
+			p.Health = &Health{}
+		}
+		h := p.Health
+		if h.Path == "" {
+			h.Path = "/health"
+		}
+		if h.Interval == 0 {
+			h.Interval = Duration(5 * time.Second)
+		}
+		if h.Timeout == 0 {
+			h.Timeout = Duration(time.Second)
+		}
+		if h.UnhealthyAfter == 0 {
+			h.UnhealthyAfter = 3
+		}
+		if h.HealthyAfter == 0 {
+			h.HealthyAfter = 2
+		}
+		if h.EjectBase == 0 {
+			h.EjectBase = Duration(5 * time.Second)
+		}
+		if h.EjectMax == 0 {
+			h.EjectMax = Duration(2 * time.Minute)
+		}
+		if p.Scrape == nil {
+			p.Scrape = &Scrape{}
+		}
+		sc := p.Scrape
+		if sc.Path == "" {
+			sc.Path = "/metrics"
+		}
+		if sc.Interval == 0 {
+			sc.Interval = Duration(50 * time.Millisecond)
+		}
+		if sc.Timeout == 0 {
+			sc.Timeout = Duration(200 * time.Millisecond)
+		}
+		if sc.Staleness == 0 {
+			sc.Staleness = Duration(500 * time.Millisecond)
+		}
+		if p.Affinity == nil {
+			p.Affinity = &Affinity{}
+		}
+		if p.Affinity.Depth == 0 {
+			p.Affinity.Depth = 2
+		}
+		if p.Affinity.LoadFactor == 0 {
+			p.Affinity.LoadFactor = 1.25
+		}
+	}
+	if cl := c.Classifier; cl != nil {
+		if cl.MaxInputChars == 0 {
+			cl.MaxInputChars = 4000
+		}
+		if cl.Timeout == 0 {
+			cl.Timeout = Duration(300 * time.Millisecond)
+		}
+		if cl.OnError == "" && len(cl.Labels) > 0 {
+			cl.OnError = cl.Labels[len(cl.Labels)-1]
+		}
+		if cl.Cache == nil {
+			cl.Cache = &Cache{}
+		}
+		if cl.Cache.Size == 0 {
+			cl.Cache.Size = 50000
+		}
+		if cl.Cache.TTL == 0 {
+			cl.Cache.TTL = Duration(10 * time.Minute)
+		}
+		if cl.Concurrency == 0 {
+			cl.Concurrency = 64
+		}
+	}
+	if len(c.Models) == 0 {
+		c.Models = []Model{{Name: "auto", Route: "policy"}}
+	}
+	if se := c.Session; se != nil {
+		if se.TTL == 0 {
+			se.TTL = Duration(30 * time.Minute)
+		}
+		if se.Size == 0 {
+			se.Size = 100000
+		}
+	}
+}

@@ -1,0 +1,447 @@
+package policy
+
+import (
+	"fmt"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+)
+
+// Registry names the strategies other packages provide, so that one
+// registry per family decides what a config may name.
+type Registry struct {
+	// Balancers are the valid pools.*.balance values.
+	Balancers []string
+	// Classifiers are the valid classifier.kind values.
+	Classifiers []string
+	// Getenv reads key_env variables; nil means os.Getenv.
+	Getenv func(string) string
+}
+
+// LoadFile reads and validates the config at path.
+func LoadFile(path string, reg Registry) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Load(path, data, reg)
+}
+
+// Load decodes data strictly, applies defaults and validates it. A non-nil
+// error is an Errors value listing every problem found, each as
+// FILE:LINE:COL: message.
+func Load(file string, data []byte, reg Registry) (*Config, error) {
+	c := &collector{file: file}
+	// Duplicate keys are left to the decoder, which reports each one in
+	// context without stopping at the first.
+	f, err := parser.ParseBytes(data, 0, parser.AllowDuplicateMapKey())
+	if err != nil {
+		c.decodeErr(err, nil, "")
+		return nil, c.result()
+	}
+	var docs []ast.Node
+	for _, doc := range f.Docs {
+		switch doc.Body.(type) {
+		case nil, *ast.DirectiveNode:
+			// An empty document (a trailing ---) or a %YAML directive, which
+			// goccy/go-yaml returns as a document of its own.
+			continue
+		}
+		docs = append(docs, doc.Body)
+	}
+	var root ast.Node
+	if len(docs) > 0 {
+		root = docs[0]
+	}
+	if len(docs) > 1 {
+		c.at(docs[1], "only one YAML document is allowed")
+	}
+	cfg := &Config{File: file}
+	d := &decoder{c: c}
+	if d.tags(root); len(c.errs) > 0 {
+		return nil, c.result()
+	}
+	d.root(root, cfg)
+	if len(c.errs) > 0 {
+		// Structural errors make semantic checks unreliable.
+		return nil, c.result()
+	}
+	cfg.applyDefaults()
+	v := &validator{c: c, root: root, cfg: cfg, reg: reg}
+	v.validate()
+	if err := c.result(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+type decoder struct{ c *collector }
+
+var topLevelKeys = []string{"version", "server", "topology", "pools", "classifier", "models", "session", "routes"}
+
+func mappingPairs(node ast.Node) ([]*ast.MappingValueNode, bool) {
+	switch n := node.(type) {
+	case *ast.MappingNode:
+		return n.Values, true
+	case *ast.MappingValueNode:
+		return []*ast.MappingValueNode{n}, true
+	}
+	return nil, false
+}
+
+func keyString(kv *ast.MappingValueNode) string {
+	if s, ok := scalarString(kv.Key); ok {
+		return s
+	}
+	return kv.Key.String()
+}
+
+// pairs returns a mapping's entries, reporting duplicate keys.
+func (d *decoder) pairs(node ast.Node, what string) ([]*ast.MappingValueNode, bool) {
+	kvs, ok := mappingPairs(node)
+	if !ok {
+		d.c.at(node, "%s: expected a mapping, got %s", what, describe(node))
+		return nil, false
+	}
+	first := map[string]*ast.MappingValueNode{}
+	out := kvs[:0:0]
+	for _, kv := range kvs {
+		k := keyString(kv)
+		if f, dup := first[k]; dup {
+			line, _ := position(f.Key)
+			d.c.at(kv.Key, "%s: duplicate key %q (first at line %d)", what, k, line)
+			continue
+		}
+		first[k] = kv
+		out = append(out, kv)
+	}
+	return out, true
+}
+
+var nodeUnmarshalerType = reflect.TypeFor[yaml.NodeUnmarshaler]()
+
+// shape checks node against the YAML shape of t before it is decoded: every
+// mapping key must be one t declares, no key may repeat, and a list of
+// structs may not hold empty entries. goccy/go-yaml alone stops at one
+// unknown field per struct, picks it at random when there are several, and
+// never says which keys are valid. Type mismatches are left to the decoder.
+func (d *decoder) shape(node ast.Node, t reflect.Type, what string) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(nodeUnmarshalerType) {
+		return true // the type reads its own node
+	}
+	ok := true
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		all, isMap := mappingPairs(node)
+		if !isMap {
+			return true
+		}
+		kvs, _ := d.pairs(node, what)
+		ok = len(kvs) == len(all)
+		var names []string
+		var fields map[string]reflect.Type
+		if t.Kind() == reflect.Struct {
+			names, fields = yamlFields(t)
+		}
+		for _, kv := range kvs {
+			if kv.Key.Type() == ast.MergeKeyType {
+				continue // `<<: *alias` is resolved by the decoder
+			}
+			k := keyString(kv)
+			ft := t
+			if t.Kind() == reflect.Struct {
+				var known bool
+				if ft, known = fields[k]; !known {
+					d.c.at(kv.Key, "%s: unknown key %q (known: %s)", what, k, strings.Join(names, ", "))
+					ok = false
+					continue
+				}
+			} else {
+				ft = t.Elem()
+			}
+			ok = d.shape(kv.Value, ft, what+": "+k) && ok
+		}
+	case reflect.Slice:
+		seq, isSeq := node.(*ast.SequenceNode)
+		if !isSeq {
+			return true
+		}
+		elem := t.Elem()
+		for elem.Kind() == reflect.Pointer {
+			elem = elem.Elem()
+		}
+		structs := elem.Kind() == reflect.Struct && !reflect.PointerTo(elem).Implements(nodeUnmarshalerType)
+		for i, item := range seq.Values {
+			at := fmt.Sprintf("%s[%d]", what, i)
+			if _, null := item.(*ast.NullNode); null && structs {
+				d.c.at(item, "%s: expected a mapping, got nothing", at)
+				ok = false
+				continue
+			}
+			ok = d.shape(item, t.Elem(), at) && ok
+		}
+	}
+	return ok
+}
+
+// yamlFields lists the keys a struct accepts, in declaration order, with
+// the type each one decodes into.
+func yamlFields(t reflect.Type) ([]string, map[string]reflect.Type) {
+	var names []string
+	fields := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		names = append(names, name)
+		fields[name] = f.Type
+	}
+	return names, fields
+}
+
+func (d *decoder) value(node ast.Node, dst any, what string) bool {
+	if _, null := node.(*ast.NullNode); null || node == nil {
+		return true
+	}
+	if !d.shape(node, reflect.TypeOf(dst), what) {
+		return false
+	}
+	if err := decodeNode(node, dst); err != nil {
+		d.c.decodeErr(err, node, what)
+		return false
+	}
+	return true
+}
+
+// decodeNode decodes node into dst. A panic inside goccy/go-yaml becomes an
+// error at node: a bad file must not take down a running gateway on reload.
+func decodeNode(node ast.Node, dst any) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = nodeErrorf(node, "cannot decode this value: %v", r)
+		}
+	}()
+	return yaml.NodeToValue(node, dst, yaml.DisallowUnknownField())
+}
+
+// tags reports every YAML tag (!foo, !!str). Nothing in the config needs
+// one, the loader's own readers do not look through them, and goccy/go-yaml
+// v1.19 panics decoding some (`nodes: !!seq`).
+func (d *decoder) tags(node ast.Node) {
+	switch n := node.(type) {
+	case *ast.TagNode:
+		d.c.at(n, "YAML tags such as %s are not supported", scalarText(n))
+	case *ast.MappingNode:
+		for _, kv := range n.Values {
+			d.tags(kv)
+		}
+	case *ast.MappingValueNode:
+		d.tags(n.Key)
+		d.tags(n.Value)
+	case *ast.MappingKeyNode:
+		d.tags(n.Value)
+	case *ast.SequenceNode:
+		for _, v := range n.Values {
+			d.tags(v)
+		}
+	case *ast.AnchorNode:
+		d.tags(n.Value)
+	}
+}
+
+func (d *decoder) root(root ast.Node, cfg *Config) {
+	if root == nil {
+		d.c.at(nil, "empty config: expected a mapping with version, pools and routes")
+		return
+	}
+	kvs, ok := d.pairs(root, "config")
+	if !ok {
+		return
+	}
+	for _, kv := range kvs {
+		val := kv.Value
+		switch k := keyString(kv); k {
+		case "version":
+			d.value(val, &cfg.Version, "version")
+		case "server":
+			d.value(val, &cfg.Server, "server")
+		case "topology":
+			cfg.Topology = &Topology{}
+			d.value(val, cfg.Topology, "topology")
+		case "pools":
+			d.pools(val, cfg)
+		case "classifier":
+			cfg.Classifier = &Classifier{}
+			if d.value(val, cfg.Classifier, "classifier") {
+				for _, l := range cfg.Classifier.RawLabels {
+					cfg.Classifier.Labels = append(cfg.Classifier.Labels, l.Name)
+					if l.Description != "" {
+						if cfg.Classifier.Descriptions == nil {
+							cfg.Classifier.Descriptions = map[string]string{}
+						}
+						cfg.Classifier.Descriptions[l.Name] = l.Description
+					}
+				}
+			}
+		case "models":
+			d.value(val, &cfg.Models, "models")
+		case "session":
+			cfg.Session = &Session{}
+			d.value(val, cfg.Session, "session")
+		case "routes":
+			seq, ok := val.(*ast.SequenceNode)
+			if !ok {
+				d.c.at(val, "routes: expected a list of routes, got %s", describe(val))
+				continue
+			}
+			for i, item := range seq.Values {
+				r := &Route{}
+				if d.value(item, r, routeContext(i, item)) {
+					cfg.Routes = append(cfg.Routes, r)
+				}
+			}
+		default:
+			d.c.at(kv.Key, "unknown key %q (known: %s)", k, strings.Join(topLevelKeys, ", "))
+		}
+	}
+}
+
+// routeContext names a route in decode errors as the validator does:
+// routes[2] "hard".
+func routeContext(i int, item ast.Node) string {
+	what := fmt.Sprintf("routes[%d]", i)
+	kvs, _ := mappingPairs(item)
+	for _, kv := range kvs {
+		if keyString(kv) == "name" {
+			if name, ok := scalarString(kv.Value); ok {
+				what += fmt.Sprintf(" %q", name)
+			}
+			break
+		}
+	}
+	return what
+}
+
+func (d *decoder) pools(node ast.Node, cfg *Config) {
+	kvs, ok := d.pairs(node, "pools")
+	if !ok {
+		return
+	}
+	for _, kv := range kvs {
+		name := keyString(kv)
+		p := &Pool{Name: name}
+		if d.value(kv.Value, p, fmt.Sprintf("pool %q", name)) {
+			cfg.Pools = append(cfg.Pools, p)
+		}
+	}
+}
+
+// UnmarshalYAML reads {pool: weight, ...} keeping the file's order.
+func (s *Split) UnmarshalYAML(node ast.Node) error {
+	kvs, ok := mappingPairs(node)
+	if !ok {
+		return nodeErrorf(node, "split: expected a mapping of pool: weight, got %s", describe(node))
+	}
+	out := make(Split, 0, len(kvs))
+	seen := map[string]bool{}
+	for _, kv := range kvs {
+		name := keyString(kv)
+		if seen[name] {
+			return nodeErrorf(kv.Key, "split: duplicate pool %q", name)
+		}
+		seen[name] = true
+		w, ok := scalarNumber(kv.Value)
+		if !ok || w != float64(int(w)) {
+			return nodeErrorf(kv.Value, "split: weight of %q must be a whole number, got %s", name, describe(kv.Value))
+		}
+		if w <= 0 {
+			return nodeErrorf(kv.Value, "split: weight of %q must be positive, got %s", name, strconv.FormatFloat(w, 'g', -1, 64))
+		}
+		out = append(out, SplitEntry{Pool: name, Weight: int(w)})
+	}
+	*s = out
+	return nil
+}
+
+// MarshalYAML writes the split back as a mapping.
+func (s Split) MarshalYAML() (any, error) {
+	ms := make(yaml.MapSlice, len(s))
+	for i, e := range s {
+		ms[i] = yaml.MapItem{Key: e.Pool, Value: e.Weight}
+	}
+	return ms, nil
+}
+
+// UnmarshalYAML reads a label as `name` or `{name: description}`.
+func (l *LabelSpec) UnmarshalYAML(node ast.Node) error {
+	if s, ok := scalarString(node); ok {
+		*l = LabelSpec{Name: s}
+		return nil
+	}
+	kvs, ok := mappingPairs(node)
+	if !ok || len(kvs) != 1 {
+		return nodeErrorf(node, "label: expected a name or {name: description}, got %s", describe(node))
+	}
+	desc, ok := scalarString(kvs[0].Value)
+	if !ok {
+		return nodeErrorf(kvs[0].Value, "label %q: description must be a string", keyString(kvs[0]))
+	}
+	*l = LabelSpec{Name: keyString(kvs[0]), Description: desc}
+	return nil
+}
+
+// lookup walks root along path (string keys and int indexes) and returns the
+// deepest node it reached, so an error points as close as possible to the
+// offending text. A trailing key that is absent points at its parent.
+func lookup(root ast.Node, path ...any) ast.Node {
+	cur := root
+	for _, step := range path {
+		var next ast.Node
+		switch s := step.(type) {
+		case string:
+			kvs, _ := mappingPairs(cur)
+			for _, kv := range kvs {
+				if keyString(kv) == s {
+					next = kv.Value
+					if _, null := next.(*ast.NullNode); null {
+						next = kv.Key
+					}
+					break
+				}
+			}
+		case int:
+			if seq, ok := cur.(*ast.SequenceNode); ok && s >= 0 && s < len(seq.Values) {
+				next = seq.Values[s]
+			}
+		case keyOf:
+			kvs, _ := mappingPairs(cur)
+			for _, kv := range kvs {
+				if keyString(kv) == string(s) {
+					next = kv.Key
+					break
+				}
+			}
+		}
+		if next == nil {
+			return cur
+		}
+		cur = next
+	}
+	return cur
+}
+
+// keyOf in a lookup path selects a mapping key itself rather than its value.
+type keyOf string

@@ -1,0 +1,420 @@
+package policy_test
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/switchyard/switchyard/policy"
+)
+
+// testEnv is the environment key_env and api_key_env read in tests.
+var testEnv = map[string]string{
+	"SWITCHYARD_KEY_AGENTS": "sk-agents",
+	"SWITCHYARD_KEY_CI":     "sk-ci",
+	"VLLM_KEY":              "sk-vllm",
+}
+
+var testRegistry = policy.Registry{
+	Balancers:   []string{"round_robin", "least_outstanding", "p2c", "kv_aware", "affinity"},
+	Classifiers: []string{"model", "heuristic"},
+	Getenv:      func(k string) string { return testEnv[k] },
+}
+
+// TestLoadBad maps every testdata/*.bad.yaml to the exact problems the
+// loader reports, in file order.
+func TestLoadBad(t *testing.T) {
+	tests := []struct {
+		name string // testdata/<name>.bad.yaml
+		want []string
+	}{
+		{"api-key-env-unset", []string{
+			`../testdata/api-key-env-unset.bad.yaml:5:27: api key "ci": environment variable SWITCHYARD_KEY_MISSING is not set or empty`,
+		}},
+		{"api-key-model-unroutable", []string{
+			`../testdata/api-key-model-unroutable.bad.yaml:6:22: api key "agents": model "gpt-4" is not routable (give "*", a models[] name, a pool or a served model)`,
+		}},
+		{"bad-duration", []string{
+			`../testdata/bad-duration.bad.yaml:3:19: server: invalid duration "30 seconds" (use Go durations such as 250ms, 30s, 5m)`,
+		}},
+		{"bad-size", []string{
+			`../testdata/bad-size.bad.yaml:3:19: server: invalid size "8MB" (use a positive integer with an optional B, KiB, MiB or GiB suffix)`,
+		}},
+		{"bad-url", []string{
+			`../testdata/bad-url.bad.yaml:6:30: pool "small": replica "small-a": url "10.0.0.1:8000" must be an absolute http:// or https:// URL`,
+		}},
+		{"class-label-unknown", []string{
+			`../testdata/class-label-unknown.bad.yaml:17:24: routes[0] "complex": "hard" is not a classifier label (labels: simple, complex)`,
+		}},
+		{"class-without-classifier", []string{
+			`../testdata/class-without-classifier.bad.yaml:13:19: routes[0] "complex": class conditions need a classifier section`,
+		}},
+		{"duplicate-key", []string{
+			`../testdata/duplicate-key.bad.yaml:7:5: pool "small": duplicate key "model" (first at line 4)`,
+		}},
+		{"duplicate-pool", []string{
+			`../testdata/duplicate-pool.bad.yaml:7:3: pools: duplicate key "small" (first at line 3)`,
+		}},
+		{"duplicate-replica", []string{
+			`../testdata/duplicate-replica.bad.yaml:7:16: pool "small": duplicate replica name "small-a"`,
+		}},
+		{"duplicate-route", []string{
+			`../testdata/duplicate-route.bad.yaml:11:11: routes[1] "default": duplicate route name`,
+		}},
+		{"empty-list-entry", []string{
+			`../testdata/empty-list-entry.bad.yaml:7:8: pool "small": replicas[1]: expected a mapping, got nothing`,
+		}},
+		{"fallback-cycle", []string{
+			`../testdata/fallback-cycle.bad.yaml:14:23: routes[0] "default": fallback cycle: "small" is the route's own target`,
+		}},
+		{"fallback-twice", []string{
+			`../testdata/fallback-twice.bad.yaml:16:9: routes[0] "default": fallback cycle: "large" is listed twice`,
+		}},
+		{"indentation", []string{
+			`../testdata/indentation.bad.yaml:5:14: mapping value is not allowed in this context (check the indentation of this line)`,
+		}},
+		{"last-route-when", []string{
+			`../testdata/last-route-when.bad.yaml:12:5: routes[1] "default": the last route must match every request (remove its when, or add a catch-all route after it)`,
+		}},
+		{"model-name-collides", []string{
+			`../testdata/model-name-collides.bad.yaml:9:12: models[1]: "small" is already a pool or served model name`,
+		}},
+		{"no-routes", []string{
+			`../testdata/no-routes.bad.yaml:7:9: at least one route is required`,
+		}},
+		{"replica-without-url", []string{
+			`../testdata/replica-without-url.bad.yaml:8:9: pool "small": replica "small-b": url is required`,
+		}},
+		{"score-out-of-range", []string{
+			`../testdata/score-out-of-range.bad.yaml:18:19: routes[0] "complex": score "complex": bounds are probabilities between 0 and 1, got >= 70`,
+		}},
+		{"score-without-comparison", []string{
+			`../testdata/score-without-comparison.bad.yaml:18:9: routes[0] "complex": score "complex" needs a comparison such as {gte: 0.8}`,
+		}},
+		{"several", []string{
+			`../testdata/several.bad.yaml:5:14: pool "small": unknown balancer "fastest" (known: round_robin, least_outstanding, p2c, kv_aware, affinity)`,
+			`../testdata/several.bad.yaml:15:9: routes[0] "hard": pool "huge" is not defined (known: large, small)`,
+			`../testdata/several.bad.yaml:18:16: routes[1] "experiment": fallback cycle: "large" is the route's own target`,
+		}},
+		{"split-weight-negative", []string{
+			`../testdata/split-weight-negative.bad.yaml:15:14: routes[0] "default": split: weight of "large" must be positive, got -5`,
+		}},
+		{"split-weight-zero", []string{
+			`../testdata/split-weight-zero.bad.yaml:13:32: routes[0] "default": split: weight of "large" must be positive, got 0`,
+		}},
+		{"syntax", []string{
+			`../testdata/syntax.bad.yaml:7:1: ',' or '}' must be specified`,
+		}},
+		{"topology-node-shared", []string{
+			`../testdata/topology-node-shared.bad.yaml:13:58: pool "large": replica "large-a": node "node-1" already serves replica small/small-a (set topology.shared_nodes: true to allow sharing)`,
+		}},
+		{"topology-ring-not-contiguous", []string{
+			`../testdata/topology-ring-not-contiguous.bad.yaml:11:16: pool "large": replica "large-a": nodes [node-1 node-3] are not contiguous on the ring (ring order: node-1 → node-2 → node-3 → node-4)`,
+		}},
+		{"topology-ring-partitions", []string{
+			`../testdata/topology-ring-partitions.bad.yaml:5:3: topology: a ring cannot be split into independent partitions; use fabric: switch`,
+		}},
+		{"topology-switch-spans-partitions", []string{
+			`../testdata/topology-switch-spans-partitions.bad.yaml:14:16: pool "large": replica "large-a": nodes [node-2 node-3] span partitions ("a" and "b"); a replica's nodes must sit in one partition`,
+		}},
+		{"topology-undeclared-node", []string{
+			`../testdata/topology-undeclared-node.bad.yaml:10:58: pool "small": replica "small-b": node "node-3" is not declared in topology.nodes`,
+		}},
+		{"undefined-pool-fallback", []string{
+			`../testdata/undefined-pool-fallback.bad.yaml:14:23: routes[0] "default": pool "huge" is not defined (known: large, small)`,
+		}},
+		{"undefined-pool-split", []string{
+			`../testdata/undefined-pool-split.bad.yaml:15:7: routes[0] "default": pool "larg" is not defined (known: large, small)`,
+		}},
+		{"undefined-pool-to", []string{
+			`../testdata/undefined-pool-to.bad.yaml:14:9: routes[0] "hard": pool "huge" is not defined (known: large, small)`,
+		}},
+		{"unknown-balancer", []string{
+			`../testdata/unknown-balancer.bad.yaml:5:14: pool "small": unknown balancer "fastest" (known: round_robin, least_outstanding, p2c, kv_aware, affinity)`,
+		}},
+		{"unknown-classifier-kind", []string{
+			`../testdata/unknown-classifier-kind.bad.yaml:8:9: classifier: unknown kind "oracle" (known: model, heuristic)`,
+		}},
+		{"unknown-nested-keys", []string{
+			`../testdata/unknown-nested-keys.bad.yaml:6:7: pool "small": health: unknown key "intervall" (known: path, interval, timeout, unhealthy_after, healthy_after, eject_base, eject_max, disabled)`,
+			`../testdata/unknown-nested-keys.bad.yaml:8:7: pool "small": health: unknown key "timout" (known: path, interval, timeout, unhealthy_after, healthy_after, eject_base, eject_max, disabled)`,
+		}},
+		{"unknown-pool-key", []string{
+			`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, retries, api_key_env, health, scrape, affinity, replicas)`,
+		}},
+		{"unknown-route-key", []string{
+			`../testdata/unknown-route-key.bad.yaml:10:5: routes[0] "default": unknown key "fallbacks" (known: name, when, to, split, fallback, spill, sticky)`,
+		}},
+		{"unknown-top-level-key", []string{
+			`../testdata/unknown-top-level-key.bad.yaml:7:1: unknown key "routez" (known: version, server, topology, pools, classifier, models, session, routes)`,
+		}},
+		{"unknown-when-key", []string{
+			`../testdata/unknown-when-key.bad.yaml:14:7: routes[0] "tools": when: unknown key "tool_count" (known: class, score, model, tools, messages, prompt_tokens, stream, header, key, any, not)`,
+		}},
+		{"version", []string{
+			`../testdata/version.bad.yaml:1:10: version must be 1, got 2`,
+		}},
+		{"wrong-type-nested", []string{
+			`../testdata/wrong-type-nested.bad.yaml:10:15: routes[0] "streaming": when: stream: expected true or false, got "yes"`,
+		}},
+		{"wrong-type", []string{
+			`../testdata/wrong-type.bad.yaml:5:19: pool "small": max_inflight: expected an integer, got "lots"`,
+		}},
+	}
+	covered := map[string]bool{}
+	for _, tc := range tests {
+		covered[tc.name] = true
+		t.Run(tc.name, func(t *testing.T) {
+			path := "../testdata/" + tc.name + ".bad.yaml"
+			cfg, err := policy.LoadFile(path, testRegistry)
+			if err == nil {
+				t.Fatalf("LoadFile(%s) = %+v, want errors", path, cfg)
+			}
+			if diff := cmp.Diff(strings.Join(tc.want, "\n"), err.Error()); diff != "" {
+				t.Errorf("LoadFile(%s) errors (-want +got):\n%s", path, diff)
+			}
+			var es policy.Errors
+			if !errors.As(err, &es) || len(es) != len(tc.want) {
+				t.Fatalf("LoadFile(%s) = %T with %d entries, want policy.Errors with %d", path, err, len(es), len(tc.want))
+			}
+			for _, e := range es {
+				if e.File != path {
+					t.Errorf("Error.File = %q, want %q", e.File, path)
+				}
+			}
+		})
+	}
+
+	// Every fixture is in the table, so none is silently untested.
+	files, err := filepath.Glob("../testdata/*.bad.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if name := strings.TrimSuffix(filepath.Base(f), ".bad.yaml"); !covered[name] {
+			t.Errorf("%s has no entry in the table", f)
+		}
+	}
+}
+
+func TestLoadGood(t *testing.T) {
+	files, err := filepath.Glob("../testdata/*.good.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 2 {
+		t.Fatalf("found %d good fixtures, want at least minimal and full", len(files))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			cfg, err := policy.LoadFile(f, testRegistry)
+			if err != nil {
+				t.Fatalf("LoadFile(%s):\n%v", f, err)
+			}
+			if cfg.File != f {
+				t.Errorf("Config.File = %q, want %q", cfg.File, f)
+			}
+			// A loaded config always compiles into a policy that decides.
+			d := policy.New(cfg).Decide(&policy.Request{}, func() policy.Classification {
+				return policy.Classification{Label: "simple"}
+			}, false)
+			if d.Route == "" || len(d.Pools) == 0 {
+				t.Errorf("Decide on an empty request = %+v, want a route and a pool", d)
+			}
+		})
+	}
+}
+
+func TestLoadDefaults(t *testing.T) {
+	cfg := loadFile(t, "../testdata/minimal.good.yaml")
+
+	type server struct {
+		Listen, AdminListen                           string
+		MaxBodyBytes                                  int64
+		ShutdownGrace, ReadHeaderTimeout, IdleTimeout time.Duration
+		APIKeys                                       int
+	}
+	s := cfg.Server
+	if diff := cmp.Diff(server{
+		Listen:            "0.0.0.0:8080",
+		AdminListen:       "127.0.0.1:9090",
+		MaxBodyBytes:      8388608, // 8MiB
+		ShutdownGrace:     30 * time.Second,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+	}, server{
+		s.Listen, s.AdminListen, int64(s.MaxBodyBytes),
+		s.ShutdownGrace.Std(), s.ReadHeaderTimeout.Std(), s.IdleTimeout.Std(), len(s.APIKeys),
+	}); diff != "" {
+		t.Errorf("server defaults (-want +got):\n%s", diff)
+	}
+
+	type pool struct {
+		Name, Balance, ReplicaName, ReplicaURL      string
+		QueueTimeout, ConnectTimeout, HeaderTimeout time.Duration
+		Retries                                     int
+		HealthPath                                  string
+		HealthInterval, HealthTimeout               time.Duration
+		UnhealthyAfter, HealthyAfter, AffinityDepth int
+		LoadFactor                                  float64
+	}
+	if len(cfg.Pools) != 1 || len(cfg.Pools[0].Replicas) != 1 {
+		t.Fatalf("pools = %v, want one pool with one replica", cfg.Pools.Names())
+	}
+	p, r := cfg.Pools[0], cfg.Pools[0].Replicas[0]
+	if diff := cmp.Diff(pool{
+		Name: "small", Balance: "least_outstanding",
+		ReplicaName: "small-0", ReplicaURL: "http://10.0.0.1:8000",
+		QueueTimeout: 5 * time.Second, ConnectTimeout: 2 * time.Second, HeaderTimeout: 5 * time.Minute,
+		Retries:    2,
+		HealthPath: "/health", HealthInterval: 5 * time.Second, HealthTimeout: time.Second,
+		UnhealthyAfter: 3, HealthyAfter: 2, AffinityDepth: 2, LoadFactor: 1.25,
+	}, pool{
+		p.Name, p.Balance, r.Name, r.Parsed.String(),
+		p.QueueTimeout.Std(), p.ConnectTimeout.Std(), p.ResponseHeaderTimeout.Std(),
+		*p.Retries,
+		p.Health.Path, p.Health.Interval.Std(), p.Health.Timeout.Std(),
+		p.Health.UnhealthyAfter, p.Health.HealthyAfter, p.Affinity.Depth, p.Affinity.LoadFactor,
+	}); diff != "" {
+		t.Errorf("pool defaults (-want +got):\n%s", diff)
+	}
+
+	if diff := cmp.Diff([]policy.Model{{Name: "auto", Route: "policy"}}, cfg.Models); diff != "" {
+		t.Errorf("models default (-want +got):\n%s", diff)
+	}
+	if cfg.Classifier != nil || cfg.Session != nil || cfg.Topology != nil {
+		t.Errorf("optional sections = %+v, %+v, %+v, want nil", cfg.Classifier, cfg.Session, cfg.Topology)
+	}
+}
+
+func TestLoadFull(t *testing.T) {
+	cfg := loadFile(t, "../testdata/full.good.yaml")
+
+	if got, want := int64(cfg.Server.MaxBodyBytes), int64(16<<20); got != want {
+		t.Errorf("max_body_bytes = %d, want %d", got, want)
+	}
+	if got, want := cfg.Server.ShutdownGrace.Std(), 45*time.Second; got != want {
+		t.Errorf("shutdown_grace = %v, want %v", got, want)
+	}
+	if got, want := cfg.Server.IdleTimeout.Std(), 2*time.Minute; got != want {
+		t.Errorf("idle_timeout = %v, want %v", got, want)
+	}
+
+	type key struct {
+		Name, Secret string
+		Models       []string
+		RPS          float64
+		Burst        int
+	}
+	var keys []key
+	for _, k := range cfg.Server.APIKeys {
+		kk := key{Name: k.Name, Secret: string(k.Secret), Models: k.Models}
+		if k.Rate != nil {
+			kk.RPS, kk.Burst = k.Rate.RPS, k.Rate.Burst
+		}
+		keys = append(keys, kk)
+	}
+	if diff := cmp.Diff([]key{
+		{Name: "agents", Secret: "sk-agents", Models: []string{"*"}, RPS: 50, Burst: 100},
+		{Name: "ci", Secret: "sk-ci", Models: []string{"auto", "minicpm"}},
+	}, keys); diff != "" {
+		t.Errorf("api keys (-want +got):\n%s", diff)
+	}
+	if s := cfg.Server.APIKeys[0].Secret.String(); s != "<redacted>" {
+		t.Errorf("Secret.String() = %q, want it redacted", s)
+	}
+
+	if diff := cmp.Diff([]string{"minicpm", "qwen"}, cfg.Pools.Names()); diff != "" {
+		t.Errorf("pool order (-want +got):\n%s", diff)
+	}
+	mini, qwen := cfg.Pools.Get("minicpm"), cfg.Pools.Get("qwen")
+	if *mini.Retries != 0 {
+		t.Errorf("minicpm retries = %d, want an explicit 0 kept", *mini.Retries)
+	}
+	if got, want := mini.ConnectTimeout.Std(), 500*time.Millisecond; got != want {
+		t.Errorf("minicpm connect_timeout = %v, want %v", got, want)
+	}
+	if got, want := mini.Scrape.Interval.Std(), 100*time.Millisecond; got != want {
+		t.Errorf("minicpm scrape.interval = %v, want %v", got, want)
+	}
+	if got := string(mini.APIKey); got != "sk-vllm" {
+		t.Errorf("minicpm api key = %q, want the value of VLLM_KEY", got)
+	}
+	if got, want := mini.Replicas[1].Parsed.String(), "http://spark-08:8000"; got != want {
+		t.Errorf("replica url = %q, want %q (trailing slash trimmed)", got, want)
+	}
+	if got, want := qwen.Affinity.LoadFactor, 1.5; got != want {
+		t.Errorf("qwen affinity.load_factor = %v, want %v", got, want)
+	}
+	if diff := cmp.Diff([]string{"spark-05", "spark-06"}, qwen.Replicas[2].Nodes); diff != "" {
+		t.Errorf("qwen-c nodes (-want +got):\n%s", diff)
+	}
+
+	cl := cfg.Classifier
+	if diff := cmp.Diff([]string{"simple", "complex"}, cl.Labels); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"complex": "hard multi-step"}, cl.Descriptions); diff != "" {
+		t.Errorf("label descriptions (-want +got):\n%s", diff)
+	}
+	if got, want := cl.Timeout.Std(), 250*time.Millisecond; got != want {
+		t.Errorf("classifier timeout = %v, want %v", got, want)
+	}
+	if got, want := cl.Cache.TTL.Std(), 5*time.Minute; got != want {
+		t.Errorf("classifier cache.ttl = %v, want %v", got, want)
+	}
+	if cl.OnError != "complex" || !cl.GuidedChoice || cl.Concurrency != 8 {
+		t.Errorf("classifier = %+v, want on_error complex, guided_choice, concurrency 8", cl)
+	}
+	if got, want := cfg.Session.TTL.Std(), 15*time.Minute; got != want || cfg.Session.Header != "X-Session-Id" {
+		t.Errorf("session = %+v, want header X-Session-Id and ttl %v", cfg.Session, want)
+	}
+
+	var routes []string
+	for _, r := range cfg.Routes {
+		routes = append(routes, r.Name)
+	}
+	if diff := cmp.Diff([]string{"tool-heavy", "long", "ci", "confident-complex", "complex", "experiment", "default"}, routes); diff != "" {
+		t.Errorf("route order (-want +got):\n%s", diff)
+	}
+	exp := cfg.Routes[5]
+	if diff := cmp.Diff(policy.Split{{Pool: "qwen", Weight: 25}, {Pool: "minicpm", Weight: 75}}, exp.Split); diff != "" {
+		t.Errorf("experiment split (-want +got):\n%s", diff)
+	}
+	if exp.Sticky == nil || *exp.Sticky {
+		t.Errorf("experiment sticky = %v, want false", exp.Sticky)
+	}
+	if diff := cmp.Diff([]string{"b", "c"}, []string(exp.When.Header["X-Experiment"])); diff != "" {
+		t.Errorf("experiment header values (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(&policy.Spill{To: "minicpm", WhenQueueOver: 8}, cfg.Routes[4].Spill); diff != "" {
+		t.Errorf("complex spill (-want +got):\n%s", diff)
+	}
+	long := cfg.Routes[1].When
+	if len(long.Any) != 2 || long.Not == nil || long.Not.Stream == nil || *long.Not.Stream {
+		t.Errorf("long when = %+v, want any of two and not stream: false", long)
+	}
+}
+
+func loadFile(t *testing.T, path string) *policy.Config {
+	t.Helper()
+	cfg, err := policy.LoadFile(path, testRegistry)
+	if err != nil {
+		t.Fatalf("LoadFile(%s):\n%v", path, err)
+	}
+	return cfg
+}
+
+// load decodes an inline config, failing the test on any problem.
+func load(t testing.TB, yaml string) *policy.Config {
+	t.Helper()
+	cfg, err := policy.Load("inline.yaml", []byte(yaml), testRegistry)
+	if err != nil {
+		t.Fatalf("Load:\n%v\nconfig:\n%s", err, yaml)
+	}
+	return cfg
+}

@@ -1,0 +1,305 @@
+package policy
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Request is what the policy reads of one request. The router fills it from
+// the body's few routing fields and the headers; the policy never sees the
+// body itself.
+type Request struct {
+	Model        string
+	Stream       bool
+	Tools        int
+	Messages     int
+	PromptTokens int
+	Header       http.Header
+	// Key is the authenticated API key's name ("" without auth).
+	Key string
+	// Session is the session id (configured header, else the `user` field).
+	Session string
+}
+
+// Classification is the classifier's answer for one request.
+type Classification struct {
+	Label string
+	// Scores holds a probability per label (they sum to 1 when known).
+	Scores map[string]float64
+}
+
+// Decision is the outcome of evaluating the routes for one request.
+type Decision struct {
+	Route string
+	// Pools are tried in order: the chosen target, then the route's fallbacks.
+	Pools []string
+	Spill *Spill
+	// Classified is true when the classifier's answer was used (or a sticky
+	// session reused a class); Class and Scores are then set.
+	Classified bool
+	Class      string
+	Scores     map[string]float64
+	// Sticky is true when the decision was reused from the session store.
+	Sticky bool
+	// Matched and Skipped are filled only when explaining.
+	Matched []string `json:"matched"`
+	Skipped []Skip   `json:"skipped"`
+}
+
+// Skip records why a route did not match (explain only).
+type Skip struct {
+	Route  string `json:"route"`
+	Reason string `json:"reason"`
+}
+
+// ClassifyFunc returns the classification of the request being decided. The
+// policy calls it at most once per decision, and only when evaluation reaches
+// a class or score condition.
+type ClassifyFunc func() Classification
+
+// Policy is the compiled, immutable routes section.
+type Policy struct {
+	routes   []*Route
+	sessions *Sessions
+	rand     func() uint64
+}
+
+// Option configures a Policy.
+type Option func(*Policy)
+
+// WithSessions enables sticky decisions kept in s.
+func WithSessions(s *Sessions) Option { return func(p *Policy) { p.sessions = s } }
+
+// WithRand injects the randomness used by weighted splits.
+func WithRand(f func() uint64) Option { return func(p *Policy) { p.rand = f } }
+
+// New compiles cfg's routes.
+func New(cfg *Config, opts ...Option) *Policy {
+	p := &Policy{routes: cfg.Routes, rand: rand.Uint64}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// Routes returns the route names in order.
+func (p *Policy) Routes() []string {
+	out := make([]string, len(p.routes))
+	for i, r := range p.routes {
+		out[i] = r.Name
+	}
+	return out
+}
+
+type evalState struct {
+	req      *Request
+	classify ClassifyFunc
+	done     bool
+	cls      Classification
+	explain  bool
+}
+
+func (s *evalState) class() Classification {
+	if !s.done {
+		s.cls, s.done = s.classify(), true
+	}
+	return s.cls
+}
+
+// Decide evaluates the routes in order for req; the first match wins. With
+// explain, Matched and Skipped record the reasons. A session's earlier
+// decision is reused while it lives.
+func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decision {
+	if p.sessions != nil && req.Session != "" {
+		if d, ok := p.sessions.Get(req.Session); ok && p.hasRoute(d.Route) {
+			d.Sticky = true
+			if explain {
+				d.Matched = []string{d.Route}
+				d.Skipped = nil
+			}
+			return d
+		}
+	}
+	st := evalState{req: req, classify: classify, explain: explain}
+	var d Decision
+	for _, r := range p.routes {
+		ok, reason := st.match(r.When)
+		if !ok {
+			if explain {
+				d.Skipped = append(d.Skipped, Skip{Route: r.Name, Reason: reason})
+			}
+			continue
+		}
+		d.Route = r.Name
+		if explain {
+			d.Matched = append(d.Matched, r.Name)
+		}
+		target := r.To
+		if len(r.Split) > 0 {
+			target = p.pick(r.Split)
+		}
+		d.Pools = make([]string, 0, 1+len(r.Fallback))
+		d.Pools = append(d.Pools, target)
+		for _, fb := range r.Fallback {
+			// A split may list its own pools as fallbacks; skip the one chosen.
+			if fb != target {
+				d.Pools = append(d.Pools, fb)
+			}
+		}
+		d.Spill = r.Spill
+		if st.done {
+			d.Classified, d.Class, d.Scores = true, st.cls.Label, st.cls.Scores
+		}
+		// Explaining never stores: it must not change what later requests get.
+		if p.sessions != nil && req.Session != "" && !explain && (r.Sticky == nil || *r.Sticky) {
+			keep := d
+			keep.Matched, keep.Skipped = nil, nil
+			p.sessions.Put(req.Session, keep)
+		}
+		return d
+	}
+	// Validation guarantees a catch-all last route; reaching here means the
+	// policy was built from an unvalidated config.
+	panic("policy: no route matched; the config was not validated")
+}
+
+func (p *Policy) hasRoute(name string) bool {
+	for _, r := range p.routes {
+		if r.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Policy) pick(split Split) string {
+	total := 0
+	for _, e := range split {
+		total += e.Weight
+	}
+	n := int(p.rand() % uint64(total))
+	for _, e := range split {
+		if n < e.Weight {
+			return e.Pool
+		}
+		n -= e.Weight
+	}
+	return split[len(split)-1].Pool
+}
+
+// match reports whether w holds; reason says why not (explain only).
+func (s *evalState) match(w *When) (bool, string) {
+	if w == nil {
+		return true, ""
+	}
+	req := s.req
+	if len(w.Model) > 0 && !w.Model.Has(req.Model) {
+		return false, s.why("model %q not in %v", req.Model, []string(w.Model))
+	}
+	if w.Stream != nil && *w.Stream != req.Stream {
+		return false, s.why("stream is %t", req.Stream)
+	}
+	if w.Tools != nil && !w.Tools.Match(float64(req.Tools)) {
+		return false, s.why("tools %d not %s", req.Tools, w.Tools)
+	}
+	if w.Messages != nil && !w.Messages.Match(float64(req.Messages)) {
+		return false, s.why("messages %d not %s", req.Messages, w.Messages)
+	}
+	if w.PromptTokens != nil && !w.PromptTokens.Match(float64(req.PromptTokens)) {
+		return false, s.why("prompt_tokens %d not %s", req.PromptTokens, w.PromptTokens)
+	}
+	for name, values := range w.Header {
+		got := req.Header.Get(name)
+		if !values.Has(got) {
+			return false, s.why("header %s is %q, want %v", name, got, []string(values))
+		}
+	}
+	if len(w.Key) > 0 && !w.Key.Has(req.Key) {
+		return false, s.why("key %q not in %v", req.Key, []string(w.Key))
+	}
+	if len(w.Any) > 0 {
+		matched := false
+		var reasons []string
+		for _, sub := range w.Any {
+			ok, r := s.match(sub)
+			if ok {
+				matched = true
+				break
+			}
+			if s.explain {
+				reasons = append(reasons, r)
+			}
+		}
+		if !matched {
+			return false, s.why("none of any matched (%s)", strings.Join(reasons, "; "))
+		}
+	}
+	if w.Not != nil {
+		if ok, _ := s.match(w.Not); ok {
+			return false, s.why("not: the negated condition matched")
+		}
+	}
+	// Classifier conditions last, so a rule that fails on a cheap condition
+	// never triggers a classifier call.
+	if len(w.Class) > 0 {
+		c := s.class()
+		if !w.Class.Has(c.Label) {
+			return false, s.why("class is %q, want %v", c.Label, []string(w.Class))
+		}
+	}
+	if len(w.Score) > 0 {
+		c := s.class()
+		for _, label := range sortedKeys(w.Score) {
+			v := c.Scores[label]
+			if !w.Score[label].Match(v) {
+				return false, s.why("score[%s] %s not %s", label, strconv.FormatFloat(v, 'f', 3, 64), w.Score[label])
+			}
+		}
+	}
+	return true, ""
+}
+
+func (s *evalState) why(format string, args ...any) string {
+	if !s.explain {
+		return ""
+	}
+	return fmt.Sprintf(format, args...)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// NeedsClassifier reports whether any route has a class or score condition.
+func (p *Policy) NeedsClassifier() bool {
+	for _, r := range p.routes {
+		if r.When.needsClassifier() {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *When) needsClassifier() bool {
+	if w == nil {
+		return false
+	}
+	if len(w.Class) > 0 || len(w.Score) > 0 || w.Not.needsClassifier() {
+		return true
+	}
+	for _, a := range w.Any {
+		if a.needsClassifier() {
+			return true
+		}
+	}
+	return false
+}

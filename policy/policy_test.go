@@ -1,0 +1,472 @@
+package policy_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/switchyard/switchyard/policy"
+)
+
+// header is the start of every inline test config: three pools, two API
+// keys and a heuristic classifier with labels simple and complex.
+const header = `version: 1
+server:
+  api_keys:
+    - {name: agents, key_env: SWITCHYARD_KEY_AGENTS}
+    - {name: ci, key_env: SWITCHYARD_KEY_CI}
+pools:
+  a:
+    model: org/a
+    replicas: [{url: "http://10.0.0.1:8000"}]
+  b:
+    model: org/b
+    replicas: [{url: "http://10.0.0.2:8000"}]
+  c:
+    model: org/c
+    replicas: [{url: "http://10.0.0.3:8000"}]
+classifier:
+  kind: heuristic
+  labels: [simple, complex]
+`
+
+// classifier is a ClassifyFunc that counts its calls.
+type classifier struct {
+	cls   policy.Classification
+	calls int
+}
+
+func (c *classifier) classify() policy.Classification {
+	c.calls++
+	return c.cls
+}
+
+func label(l string, scores ...float64) *classifier {
+	c := &classifier{cls: policy.Classification{Label: l}}
+	if len(scores) == 2 {
+		c.cls.Scores = map[string]float64{"simple": scores[0], "complex": scores[1]}
+	}
+	return c
+}
+
+func headers(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Set(kv[i], kv[i+1])
+	}
+	return h
+}
+
+func TestDecideConditions(t *testing.T) {
+	tests := []struct {
+		name  string
+		when  string // the flow mapping under the first route's when
+		req   policy.Request
+		cls   *classifier
+		match bool
+	}{
+		{"model in list", `{model: [auto, agent]}`, policy.Request{Model: "agent"}, nil, true},
+		{"model not in list", `{model: [auto, agent]}`, policy.Request{Model: "gpt-4"}, nil, false},
+		{"model scalar", `{model: auto}`, policy.Request{Model: "auto"}, nil, true},
+		{"header value", `{header: {X-Experiment: [b, c]}}`, policy.Request{Header: headers("X-Experiment", "c")}, nil, true},
+		{"header other value", `{header: {X-Experiment: [b, c]}}`, policy.Request{Header: headers("X-Experiment", "a")}, nil, false},
+		{"header absent", `{header: {X-Experiment: b}}`, policy.Request{}, nil, false},
+		{"header name case", `{header: {x-experiment: b}}`, policy.Request{Header: headers("X-EXPERIMENT", "b")}, nil, true},
+		{"stream true", `{stream: true}`, policy.Request{Stream: true}, nil, true},
+		{"stream false", `{stream: true}`, policy.Request{}, nil, false},
+		{"tools gte", `{tools: {gte: 4}}`, policy.Request{Tools: 4}, nil, true},
+		{"tools below", `{tools: {gte: 4}}`, policy.Request{Tools: 3}, nil, false},
+		{"tools bare number is eq", `{tools: 2}`, policy.Request{Tools: 2}, nil, true},
+		{"tools bare number other", `{tools: 2}`, policy.Request{Tools: 3}, nil, false},
+		{"messages in range", `{messages: {gt: 2, lte: 5}}`, policy.Request{Messages: 5}, nil, true},
+		{"messages above range", `{messages: {gt: 2, lte: 5}}`, policy.Request{Messages: 6}, nil, false},
+		{"messages at exclusive bound", `{messages: {gt: 2, lte: 5}}`, policy.Request{Messages: 2}, nil, false},
+		{"prompt_tokens lt", `{prompt_tokens: {lt: 1000}}`, policy.Request{PromptTokens: 999}, nil, true},
+		{"prompt_tokens at bound", `{prompt_tokens: {lt: 1000}}`, policy.Request{PromptTokens: 1000}, nil, false},
+		{"key", `{key: ci}`, policy.Request{Key: "ci"}, nil, true},
+		{"key other", `{key: ci}`, policy.Request{Key: "agents"}, nil, false},
+		{"key without auth", `{key: [ci, agents]}`, policy.Request{}, nil, false},
+		{"any first", `{any: [{stream: true}, {tools: {gte: 1}}]}`, policy.Request{Stream: true}, nil, true},
+		{"any second", `{any: [{stream: true}, {tools: {gte: 1}}]}`, policy.Request{Tools: 2}, nil, true},
+		{"any none", `{any: [{stream: true}, {tools: {gte: 1}}]}`, policy.Request{}, nil, false},
+		{"not", `{not: {model: auto}}`, policy.Request{Model: "gpt-4"}, nil, true},
+		{"not negated", `{not: {model: auto}}`, policy.Request{Model: "auto"}, nil, false},
+		{"all must hold", `{stream: true, tools: {gte: 1}}`, policy.Request{Stream: true, Tools: 1}, nil, true},
+		{"all must hold, one fails", `{stream: true, tools: {gte: 1}}`, policy.Request{Stream: true}, nil, false},
+		{"class", `{class: complex}`, policy.Request{}, label("complex"), true},
+		{"class other", `{class: complex}`, policy.Request{}, label("simple"), false},
+		{"class list", `{class: [simple, complex]}`, policy.Request{}, label("simple"), true},
+		{"class under not", `{not: {class: simple}}`, policy.Request{}, label("complex"), true},
+		{"class under any", `{any: [{stream: true}, {class: complex}]}`, policy.Request{}, label("complex"), true},
+		{"score", `{score: {complex: {gte: 0.8}}}`, policy.Request{}, label("complex", 0.15, 0.85), true},
+		{"score below", `{score: {complex: {gte: 0.8}}}`, policy.Request{}, label("complex", 0.5, 0.5), false},
+		{"score unknown is 0", `{score: {simple: {lt: 0.1}}}`, policy.Request{}, label("simple"), true},
+		{"score all labels", `{score: {simple: {lt: 0.3}, complex: {gt: 0.6}}}`, policy.Request{}, label("complex", 0.2, 0.8), true},
+		{"score one label fails", `{score: {simple: {lt: 0.3}, complex: {gt: 0.9}}}`, policy.Request{}, label("complex", 0.2, 0.8), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := load(t, header+`routes:
+  - {name: rule, when: `+tc.when+`, to: a}
+  - {name: default, to: b}
+`)
+			cls := tc.cls
+			if cls == nil {
+				cls = label("simple")
+			}
+			d := policy.New(cfg).Decide(&tc.req, cls.classify, false)
+			want := "default"
+			if tc.match {
+				want = "rule"
+			}
+			if d.Route != want {
+				t.Errorf("route = %q, want %q", d.Route, want)
+			}
+			if tc.cls == nil && cls.calls != 0 {
+				t.Errorf("classifier called %d times for a rule without class or score", cls.calls)
+			}
+		})
+	}
+}
+
+func TestDecideFirstMatchWins(t *testing.T) {
+	cfg := load(t, header+`routes:
+  - {name: tools, when: {tools: {gte: 4}}, to: a}
+  - {name: stream, when: {stream: true}, to: b}
+  - {name: also-tools, when: {tools: {gte: 1}}, to: c}
+  - {name: default, to: c}
+`)
+	pol := policy.New(cfg)
+	if diff := cmp.Diff([]string{"tools", "stream", "also-tools", "default"}, pol.Routes()); diff != "" {
+		t.Errorf("Routes() (-want +got):\n%s", diff)
+	}
+	tests := []struct {
+		name  string
+		req   policy.Request
+		route string
+	}{
+		{"both first and second match", policy.Request{Tools: 5, Stream: true}, "tools"},
+		{"second and third match", policy.Request{Tools: 2, Stream: true}, "stream"},
+		{"only third", policy.Request{Tools: 2}, "also-tools"},
+		{"none", policy.Request{}, "default"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := pol.Decide(&tc.req, label("simple").classify, false); d.Route != tc.route {
+				t.Errorf("route = %q, want %q", d.Route, tc.route)
+			}
+		})
+	}
+}
+
+func TestDecideClassifierIsLazy(t *testing.T) {
+	pol := policy.New(load(t, header+`routes:
+  - {name: stream, when: {stream: true}, to: a}
+  - {name: tools-complex, when: {tools: {gte: 4}, class: complex}, to: b}
+  - {name: complex, when: {class: complex}, to: b}
+  - {name: confident-simple, when: {score: {simple: {gte: 0.9}}}, to: a}
+  - {name: not-simple, when: {not: {class: simple}}, to: c}
+  - {name: default, to: a}
+`))
+	tests := []struct {
+		name       string
+		req        policy.Request
+		cls        *classifier
+		route      string
+		calls      int
+		classified bool
+	}{
+		// An earlier rule without class conditions matched.
+		{"earlier cheap rule matches", policy.Request{Stream: true}, label("complex"), "stream", 0, false},
+		// tools-complex fails on tools before reaching its class condition,
+		// then complex needs the classifier.
+		{"cheap condition fails first", policy.Request{Tools: 1}, label("complex"), "complex", 1, true},
+		// Several class and score rules: one call serves them all.
+		{"one call for many rules", policy.Request{Tools: 5}, label("simple", 0.6, 0.4), "default", 1, true},
+		{"score rule", policy.Request{}, label("simple", 0.95, 0.05), "confident-simple", 1, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := pol.Decide(&tc.req, tc.cls.classify, false)
+			if d.Route != tc.route {
+				t.Errorf("route = %q, want %q", d.Route, tc.route)
+			}
+			if tc.cls.calls != tc.calls {
+				t.Errorf("classifier called %d times, want %d", tc.cls.calls, tc.calls)
+			}
+			if d.Classified != tc.classified {
+				t.Errorf("Classified = %t, want %t", d.Classified, tc.classified)
+			}
+			if tc.classified && (d.Class != tc.cls.cls.Label || !cmp.Equal(d.Scores, tc.cls.cls.Scores)) {
+				t.Errorf("Class, Scores = %q, %v, want %q, %v", d.Class, d.Scores, tc.cls.cls.Label, tc.cls.cls.Scores)
+			}
+		})
+	}
+
+	// A rule failing on a cheap condition never calls the classifier, even
+	// when the decision ends without any class rule being reached.
+	pol = policy.New(load(t, header+`routes:
+  - {name: r, when: {model: agent, score: {complex: {gte: 0.5}}}, to: b}
+  - {name: default, to: a}
+`))
+	cls := label("complex", 0, 1)
+	if d := pol.Decide(&policy.Request{Model: "auto"}, cls.classify, false); d.Route != "default" || d.Classified || cls.calls != 0 {
+		t.Errorf("Decide = route %q, classified %t after %d calls; want default, not classified, no call", d.Route, d.Classified, cls.calls)
+	}
+}
+
+func TestDecideSplitWeights(t *testing.T) {
+	cfg := load(t, header+`routes:
+  - {name: experiment, split: {a: 25, b: 75}}
+`)
+	rng := rand.New(rand.NewPCG(1, 2))
+	pol := policy.New(cfg, policy.WithRand(rng.Uint64))
+	const n = 10000
+	counts := map[string]int{}
+	for range n {
+		counts[pol.Decide(&policy.Request{}, nil, false).Pools[0]]++
+	}
+	if got := 100 * float64(counts["a"]) / n; got < 23 || got > 27 {
+		t.Errorf("a got %.1f%% of %d decisions (%v), want 25 ± 2", got, n, counts)
+	}
+	if counts["a"]+counts["b"] != n {
+		t.Errorf("counts = %v, want only a and b", counts)
+	}
+
+	// The weights partition rand's range in file order: [0,25) → a, [25,100) → b.
+	for _, tc := range []struct {
+		r    uint64
+		want string
+	}{{0, "a"}, {24, "a"}, {25, "b"}, {99, "b"}, {100, "a"}, {124, "a"}, {125, "b"}} {
+		pol := policy.New(cfg, policy.WithRand(func() uint64 { return tc.r }))
+		if got := pol.Decide(&policy.Request{}, nil, false).Pools[0]; got != tc.want {
+			t.Errorf("rand %d picked %q, want %q", tc.r, got, tc.want)
+		}
+	}
+}
+
+func TestDecidePools(t *testing.T) {
+	cfg := load(t, header+`routes:
+  - name: spill
+    when: {stream: true}
+    to: a
+    fallback: [c, b]
+    spill: {to: c, when_queue_over: 8}
+  - name: split
+    when: {tools: {gte: 1}}
+    split: {b: 1, c: 1}
+    fallback: [a]
+  - {name: default, to: a}
+`)
+	pol := policy.New(cfg, policy.WithRand(func() uint64 { return 1 })) // picks c
+	tests := []struct {
+		name  string
+		req   policy.Request
+		pools []string
+		spill *policy.Spill
+	}{
+		{"target then fallbacks in order", policy.Request{Stream: true}, []string{"a", "c", "b"}, &policy.Spill{To: "c", WhenQueueOver: 8}},
+		{"split pick then fallbacks", policy.Request{Tools: 1}, []string{"c", "a"}, nil},
+		{"no fallback", policy.Request{}, []string{"a"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := pol.Decide(&tc.req, nil, false)
+			if diff := cmp.Diff(tc.pools, d.Pools); diff != "" {
+				t.Errorf("Pools (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.spill, d.Spill); diff != "" {
+				t.Errorf("Spill (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDecideExplain(t *testing.T) {
+	pol := policy.New(load(t, header+`routes:
+  - {name: stream, when: {stream: true}, to: a}
+  - {name: tools, when: {tools: {gte: 4}}, to: b}
+  - {name: complex, when: {class: complex}, to: b}
+  - {name: either, when: {any: [{model: agent}, {header: {X-Tier: gold}}]}, to: c}
+  - {name: not-auto, when: {not: {model: auto}}, to: c}
+  - {name: default, to: a}
+`))
+	req := &policy.Request{Model: "auto", Tools: 1}
+	d := pol.Decide(req, label("simple").classify, true)
+	want := policy.Decision{
+		Route:      "default",
+		Pools:      []string{"a"},
+		Classified: true,
+		Class:      "simple",
+		Matched:    []string{"default"},
+		Skipped: []policy.Skip{
+			{Route: "stream", Reason: "stream is false"},
+			{Route: "tools", Reason: "tools 1 not >= 4"},
+			{Route: "complex", Reason: `class is "simple", want [complex]`},
+			{Route: "either", Reason: `none of any matched (model "auto" not in [agent]; header X-Tier is "", want [gold])`},
+			{Route: "not-auto", Reason: "not: the negated condition matched"},
+		},
+	}
+	if diff := cmp.Diff(want, d); diff != "" {
+		t.Errorf("explained decision (-want +got):\n%s", diff)
+	}
+
+	d = pol.Decide(req, label("simple").classify, false)
+	if d.Matched != nil || d.Skipped != nil {
+		t.Errorf("without explain Matched, Skipped = %#v, %#v, want nil", d.Matched, d.Skipped)
+	}
+	if d.Route != "default" {
+		t.Errorf("route = %q, want default", d.Route)
+	}
+}
+
+// clock is a hand-driven clock for session TTLs.
+type clock struct{ now time.Time }
+
+func (c *clock) Now() time.Time          { return c.now }
+func (c *clock) Advance(d time.Duration) { c.now = c.now.Add(d) }
+
+// seq is injected randomness that counts its draws and returns 0, 1, 2, ...
+type seq struct{ n uint64 }
+
+func (s *seq) next() uint64 { s.n++; return s.n - 1 }
+
+func TestDecideSticky(t *testing.T) {
+	cfg := load(t, header+`session: {header: X-Session-Id, ttl: 1m}
+routes:
+  - name: experiment
+    when: {header: {X-Experiment: b}}
+    split: {a: 1, b: 1}
+    sticky: false
+  - {name: complex, when: {class: complex}, split: {b: 1, c: 1}}
+  - {name: default, split: {a: 1, b: 1, c: 1}}
+`)
+	simple := label("simple").classify
+	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	newPolicy := func() (*policy.Policy, *seq) {
+		r := &seq{}
+		return policy.New(cfg, policy.WithRand(r.next), policy.WithSessions(policy.NewSessions(100, time.Minute, clk.Now))), r
+	}
+
+	t.Run("split decided once per session", func(t *testing.T) {
+		pol, r := newPolicy()
+		first := pol.Decide(&policy.Request{Session: "s1"}, simple, false)
+		if first.Sticky {
+			t.Fatalf("first decision is Sticky")
+		}
+		for i := range 20 {
+			d := pol.Decide(&policy.Request{Session: "s1"}, simple, false)
+			if !d.Sticky || d.Route != first.Route || !cmp.Equal(d.Pools, first.Pools) {
+				t.Fatalf("decision %d = %+v, want the sticky %v", i, d, first.Pools)
+			}
+		}
+		if r.n != 1 {
+			t.Errorf("split drew %d random numbers, want 1", r.n)
+		}
+		// Another session is decided on its own.
+		if d := pol.Decide(&policy.Request{Session: "s2"}, simple, false); d.Sticky || r.n != 2 {
+			t.Errorf("other session: Sticky = %t after %d draws, want a fresh decision", d.Sticky, r.n)
+		}
+		// No session id, no stickiness.
+		pol.Decide(&policy.Request{}, simple, false)
+		if d := pol.Decide(&policy.Request{}, simple, false); d.Sticky {
+			t.Errorf("request without a session id got a sticky decision")
+		}
+	})
+
+	t.Run("sticky false is not kept", func(t *testing.T) {
+		pol, r := newPolicy()
+		exp := &policy.Request{Session: "s1", Header: headers("X-Experiment", "b")}
+		var pools []string
+		for range 4 {
+			d := pol.Decide(exp, simple, false)
+			if d.Sticky || d.Route != "experiment" {
+				t.Fatalf("decision = %+v, want a fresh experiment decision", d)
+			}
+			pools = append(pools, d.Pools[0])
+		}
+		if diff := cmp.Diff([]string{"a", "b", "a", "b"}, pools); diff != "" {
+			t.Errorf("experiment picks (-want +got):\n%s", diff)
+		}
+		// The session is still free: its first sticky route is kept.
+		d := pol.Decide(&policy.Request{Session: "s1"}, simple, false)
+		if d.Sticky || d.Route != "default" {
+			t.Fatalf("decision = %+v, want a fresh default decision", d)
+		}
+		d = pol.Decide(exp, simple, false)
+		if !d.Sticky || d.Route != "default" || r.n != 5 {
+			t.Errorf("decision = %+v after %d draws, want the kept default decision", d, r.n)
+		}
+	})
+
+	t.Run("class is kept without calling the classifier", func(t *testing.T) {
+		pol, _ := newPolicy()
+		cls := label("complex", 0.1, 0.9)
+		first := pol.Decide(&policy.Request{Session: "s1"}, cls.classify, false)
+		d := pol.Decide(&policy.Request{Session: "s1"}, cls.classify, true)
+		if cls.calls != 1 {
+			t.Errorf("classifier called %d times, want 1", cls.calls)
+		}
+		want := first
+		want.Sticky, want.Matched = true, []string{"complex"}
+		if diff := cmp.Diff(want, d); diff != "" {
+			t.Errorf("sticky explained decision (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("ttl expiry", func(t *testing.T) {
+		pol, r := newPolicy()
+		pol.Decide(&policy.Request{Session: "s1"}, simple, false)
+		clk.Advance(59 * time.Second)
+		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); !d.Sticky {
+			t.Errorf("decision within the ttl is not sticky")
+		}
+		clk.Advance(time.Second)
+		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); d.Sticky || r.n != 2 {
+			t.Errorf("decision at the ttl: Sticky = %t after %d draws, want a fresh decision", d.Sticky, r.n)
+		}
+		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); !d.Sticky {
+			t.Errorf("the fresh decision was not kept")
+		}
+	})
+
+	t.Run("kept route gone after reload", func(t *testing.T) {
+		sessions := policy.NewSessions(100, time.Minute, clk.Now)
+		old := policy.New(load(t, header+"routes:\n  - {name: old, to: c}\n"), policy.WithSessions(sessions))
+		old.Decide(&policy.Request{Session: "s1"}, simple, false)
+		pol := policy.New(cfg, policy.WithSessions(sessions), policy.WithRand((&seq{}).next))
+		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); d.Sticky || d.Route != "default" {
+			t.Errorf("decision = %+v, want a fresh default decision", d)
+		}
+	})
+}
+
+// TestDecideConcurrent gives the race detector concurrent decisions sharing
+// one session store.
+func TestDecideConcurrent(t *testing.T) {
+	cfg := load(t, header+`session: {ttl: 1m}
+routes:
+  - {name: complex, when: {class: complex}, split: {b: 1, c: 1}}
+  - {name: default, split: {a: 1, b: 1}}
+`)
+	pol := policy.New(cfg, policy.WithSessions(policy.NewSessions(64, time.Minute, nil)))
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 200 {
+				req := &policy.Request{Session: fmt.Sprintf("s%d", (g*200+i)%100)}
+				cls := label([]string{"simple", "complex"}[i%2])
+				if d := pol.Decide(req, cls.classify, i%3 == 0); len(d.Pools) != 1 {
+					t.Errorf("Decide = %+v, want one pool", d)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,65 @@
+package policy
+
+import (
+	"sync"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+)
+
+// Sessions keeps the first routing decision of each session for a TTL, so an
+// agent's multi-step task stays on one model. Safe for concurrent use; it
+// outlives config reloads (a reused decision whose route is gone is ignored).
+type Sessions struct {
+	ttl   time.Duration
+	now   func() time.Time
+	mu    sync.Mutex // guards cache's Get+expiry check
+	cache *lru.Cache[string, sessionEntry]
+}
+
+type sessionEntry struct {
+	d       Decision
+	expires time.Time
+}
+
+// NewSessions returns a store of at most size sessions kept for ttl. now is
+// the clock (nil means time.Now).
+func NewSessions(size int, ttl time.Duration, now func() time.Time) *Sessions {
+	if now == nil {
+		now = time.Now
+	}
+	c, err := lru.New[string, sessionEntry](max(size, 1))
+	if err != nil {
+		panic(err) // only for size <= 0, excluded above
+	}
+	return &Sessions{ttl: ttl, now: now, cache: c}
+}
+
+// Get returns the live decision kept for id.
+func (s *Sessions) Get(id string) (Decision, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.cache.Get(id)
+	if !ok {
+		return Decision{}, false
+	}
+	if !s.now().Before(e.expires) {
+		s.cache.Remove(id)
+		return Decision{}, false
+	}
+	return e.d, true
+}
+
+// Put keeps d for id unless a live decision is already kept (the first
+// decision wins).
+func (s *Sessions) Put(id string, d Decision) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.cache.Peek(id); ok && s.now().Before(e.expires) {
+		return
+	}
+	s.cache.Add(id, sessionEntry{d: d, expires: s.now().Add(s.ttl)})
+}
+
+// Len is the number of sessions kept (live or not yet evicted).
+func (s *Sessions) Len() int { return s.cache.Len() }

@@ -1,0 +1,119 @@
+package policy
+
+import (
+	"slices"
+	"strings"
+)
+
+// Fabrics are the valid topology.fabric values (CLUSTER.md: a ring of direct
+// cables, or a switch).
+var Fabrics = []string{"switch", "ring"}
+
+// topology checks replica placement against the declared nodes and fabric:
+//   - every replica node is declared, and serves one replica unless
+//     shared_nodes is set;
+//   - ring: a replica's nodes are contiguous on the ring (the order of
+//     topology.nodes), and no partitions are declared, since a ring cannot
+//     express independent groups;
+//   - switch: a replica's nodes sit in one partition when partitions exist.
+func (v *validator) topology() {
+	t := v.cfg.Topology
+	if t == nil {
+		for _, pool := range v.cfg.Pools {
+			for i, r := range pool.Replicas {
+				if len(r.Nodes) > 0 {
+					v.errf(p("pools", pool.Name, "replicas", i, "nodes"), "pool %q: replica %q names nodes but there is no topology section declaring them", pool.Name, r.Name)
+				}
+			}
+		}
+		return
+	}
+	at := p("topology")
+	if !slices.Contains(Fabrics, t.Fabric) {
+		v.errf(appendCopy(at, "fabric"), "topology: unknown fabric %q (known: %s)", t.Fabric, strings.Join(Fabrics, ", "))
+	}
+	index := map[string]int{}
+	for i, n := range t.Nodes {
+		if _, dup := index[n]; dup {
+			v.errf(p("topology", "nodes", i), "topology: duplicate node %q", n)
+		}
+		index[n] = i
+	}
+	if len(t.Nodes) == 0 {
+		v.errf(at, "topology: nodes must list at least one node")
+	}
+	partOf := map[string]string{}
+	if t.Fabric == "ring" && len(t.Partitions) > 0 {
+		v.errf(appendCopy(at, keyOf("partitions")), "topology: a ring cannot be split into independent partitions; use fabric: switch")
+	}
+	for i, part := range t.Partitions {
+		for j, n := range part.Nodes {
+			path := p("topology", "partitions", i, "nodes", j)
+			if _, ok := index[n]; !ok {
+				v.errf(path, "topology: partition %q: node %q is not declared in topology.nodes", part.Name, n)
+			} else if other, dup := partOf[n]; dup {
+				v.errf(path, "topology: node %q is in partitions %q and %q", n, other, part.Name)
+			}
+			partOf[n] = part.Name
+		}
+	}
+	owner := map[string]string{}
+	for _, pool := range v.cfg.Pools {
+		for i, r := range pool.Replicas {
+			rat := p("pools", pool.Name, "replicas", i, "nodes")
+			declared := true
+			for j, n := range r.Nodes {
+				if _, ok := index[n]; !ok {
+					v.errf(appendCopy(rat, j), "pool %q: replica %q: node %q is not declared in topology.nodes", pool.Name, r.Name, n)
+					declared = false
+					continue
+				}
+				if o, taken := owner[n]; taken && !t.SharedNodes {
+					v.errf(appendCopy(rat, j), "pool %q: replica %q: node %q already serves replica %s (set topology.shared_nodes: true to allow sharing)", pool.Name, r.Name, n, o)
+				}
+				owner[n] = pool.Name + "/" + r.Name
+			}
+			if !declared || len(r.Nodes) < 2 {
+				continue
+			}
+			switch t.Fabric {
+			case "ring":
+				if !contiguousOnRing(r.Nodes, index, len(t.Nodes)) {
+					v.errf(rat, "pool %q: replica %q: nodes %v are not contiguous on the ring (ring order: %s)", pool.Name, r.Name, r.Nodes, strings.Join(t.Nodes, " → "))
+				}
+			case "switch":
+				if len(t.Partitions) == 0 {
+					continue
+				}
+				first := partOf[r.Nodes[0]]
+				for _, n := range r.Nodes[1:] {
+					if partOf[n] != first {
+						v.errf(rat, "pool %q: replica %q: nodes %v span partitions (%q and %q); a replica's nodes must sit in one partition", pool.Name, r.Name, r.Nodes, first, partOf[n])
+						break
+					}
+				}
+			}
+		}
+	}
+}
+
+// contiguousOnRing reports whether nodes occupy consecutive ring positions
+// (in any order, wrapping around).
+func contiguousOnRing(nodes []string, index map[string]int, size int) bool {
+	if len(nodes) >= size {
+		return true
+	}
+	on := make([]bool, size)
+	for _, n := range nodes {
+		on[index[n]] = true
+	}
+	// Contiguous (cyclically) iff there is exactly one place where an
+	// occupied position follows an empty one.
+	starts := 0
+	for i := range size {
+		if on[i] && !on[(i+size-1)%size] {
+			starts++
+		}
+	}
+	return starts == 1
+}

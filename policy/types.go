@@ -1,0 +1,237 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml/ast"
+)
+
+// Duration is a time.Duration written as a Go duration string ("250ms", "5m").
+type Duration time.Duration
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// UnmarshalYAML implements yaml.NodeUnmarshaler so that a bad duration points
+// at the user's text.
+func (d *Duration) UnmarshalYAML(node ast.Node) error {
+	s, ok := scalarString(node)
+	if !ok {
+		return nodeErrorf(node, "expected a duration such as 250ms or 5m, got %s", describe(node))
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return nodeErrorf(node, "invalid duration %q (use Go durations such as 250ms, 30s, 5m)", s)
+	}
+	if v < 0 {
+		return nodeErrorf(node, "duration %q must not be negative", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration back as a string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// ByteSize is a size in bytes; YAML accepts plain integers or a number with a
+// B, KiB, MiB or GiB suffix ("8MiB").
+type ByteSize int64
+
+var sizeUnits = []struct {
+	suffix string
+	mult   int64
+}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+
+// UnmarshalYAML implements yaml.NodeUnmarshaler.
+func (b *ByteSize) UnmarshalYAML(node ast.Node) error {
+	s, ok := scalarString(node)
+	if !ok {
+		return nodeErrorf(node, "expected a size such as 8MiB, got %s", describe(node))
+	}
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64/mult {
+		return nodeErrorf(node, "invalid size %q (use a positive integer with an optional B, KiB, MiB or GiB suffix)", scalarText(node))
+	}
+	*b = ByteSize(n * mult)
+	return nil
+}
+
+// MarshalYAML writes the size in the largest exact unit.
+func (b ByteSize) MarshalYAML() (any, error) { return b.String(), nil }
+
+func (b ByteSize) String() string {
+	for _, u := range sizeUnits {
+		if int64(b)%u.mult == 0 && int64(b) >= u.mult && u.mult > 1 {
+			return fmt.Sprintf("%d%s", int64(b)/u.mult, u.suffix)
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+// StringList is a YAML scalar or sequence of scalars ("a" or [a, b]).
+type StringList []string
+
+// UnmarshalYAML implements yaml.NodeUnmarshaler.
+func (l *StringList) UnmarshalYAML(node ast.Node) error {
+	if seq, ok := node.(*ast.SequenceNode); ok {
+		out := make(StringList, 0, len(seq.Values))
+		for _, v := range seq.Values {
+			s, ok := scalarString(v)
+			if !ok {
+				return nodeErrorf(v, "expected a string, got %s", describe(v))
+			}
+			out = append(out, s)
+		}
+		*l = out
+		return nil
+	}
+	s, ok := scalarString(node)
+	if !ok {
+		return nodeErrorf(node, "expected a string or a list of strings, got %s", describe(node))
+	}
+	*l = StringList{s}
+	return nil
+}
+
+// Has reports whether s is in the list.
+func (l StringList) Has(s string) bool {
+	for _, v := range l {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// NumCmp is a numeric comparison: {gt|gte|lt|lte|eq: N}, all given must hold.
+// A bare number means eq.
+type NumCmp struct {
+	GT  *float64 `yaml:"gt,omitempty"`
+	GTE *float64 `yaml:"gte,omitempty"`
+	LT  *float64 `yaml:"lt,omitempty"`
+	LTE *float64 `yaml:"lte,omitempty"`
+	EQ  *float64 `yaml:"eq,omitempty"`
+}
+
+// UnmarshalYAML implements yaml.NodeUnmarshaler.
+func (c *NumCmp) UnmarshalYAML(node ast.Node) error {
+	if n, ok := scalarNumber(node); ok {
+		*c = NumCmp{EQ: &n}
+		return nil
+	}
+	m, ok := node.(*ast.MappingNode)
+	if !ok {
+		return nodeErrorf(node, "expected a number or {gt|gte|lt|lte|eq: N}, got %s", describe(node))
+	}
+	var out NumCmp
+	for _, kv := range m.Values {
+		key := kv.Key.String()
+		n, ok := scalarNumber(kv.Value)
+		if !ok {
+			return nodeErrorf(kv.Value, "%s: expected a number, got %s", key, describe(kv.Value))
+		}
+		var dst **float64
+		switch key {
+		case "gt":
+			dst = &out.GT
+		case "gte":
+			dst = &out.GTE
+		case "lt":
+			dst = &out.LT
+		case "lte":
+			dst = &out.LTE
+		case "eq":
+			dst = &out.EQ
+		default:
+			return nodeErrorf(kv.Key, "unknown comparison %q (known: gt, gte, lt, lte, eq)", key)
+		}
+		if *dst != nil {
+			return nodeErrorf(kv.Key, "duplicate key %q", key)
+		}
+		*dst = &n
+	}
+	if out == (NumCmp{}) {
+		return nodeErrorf(node, "empty comparison: give at least one of gt, gte, lt, lte, eq")
+	}
+	*c = out
+	return nil
+}
+
+// Match reports whether v satisfies every bound given.
+func (c *NumCmp) Match(v float64) bool {
+	if c == nil {
+		return true
+	}
+	return (c.GT == nil || v > *c.GT) && (c.GTE == nil || v >= *c.GTE) &&
+		(c.LT == nil || v < *c.LT) && (c.LTE == nil || v <= *c.LTE) &&
+		(c.EQ == nil || v == *c.EQ)
+}
+
+func (c *NumCmp) String() string {
+	var parts []string
+	add := func(op string, p *float64) {
+		if p != nil {
+			parts = append(parts, op+" "+strconv.FormatFloat(*p, 'g', -1, 64))
+		}
+	}
+	add(">", c.GT)
+	add(">=", c.GTE)
+	add("<", c.LT)
+	add("<=", c.LTE)
+	add("==", c.EQ)
+	return strings.Join(parts, " and ")
+}
+
+func scalarString(node ast.Node) (string, bool) {
+	switch n := node.(type) {
+	case *ast.StringNode:
+		return n.Value, true
+	case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode, *ast.LiteralNode:
+		return scalarText(n), true
+	}
+	return "", false
+}
+
+func scalarText(node ast.Node) string {
+	if tk := node.GetToken(); tk != nil {
+		return tk.Value
+	}
+	return node.String()
+}
+
+func scalarNumber(node ast.Node) (float64, bool) {
+	switch n := node.(type) {
+	case *ast.IntegerNode, *ast.FloatNode:
+		f, err := strconv.ParseFloat(scalarText(n), 64)
+		return f, err == nil
+	}
+	return 0, false
+}
+
+func describe(node ast.Node) string {
+	switch node.(type) {
+	case *ast.MappingNode, *ast.MappingValueNode:
+		return "a mapping"
+	case *ast.SequenceNode:
+		return "a list"
+	case *ast.NullNode, nil:
+		return "nothing"
+	case *ast.BoolNode:
+		return "a boolean"
+	case *ast.IntegerNode, *ast.FloatNode:
+		return "a number"
+	}
+	return fmt.Sprintf("%q", scalarText(node))
+}

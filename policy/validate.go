@@ -1,0 +1,361 @@
+package policy
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/goccy/go-yaml/ast"
+)
+
+type validator struct {
+	c    *collector
+	root ast.Node
+	cfg  *Config
+	reg  Registry
+}
+
+func (v *validator) errf(path []any, format string, args ...any) {
+	v.c.at(lookup(v.root, path...), format, args...)
+}
+
+func p(path ...any) []any { return path }
+
+func (v *validator) getenv(name string) string {
+	if v.reg.Getenv != nil {
+		return v.reg.Getenv(name)
+	}
+	return os.Getenv(name)
+}
+
+func (v *validator) validate() {
+	cfg := v.cfg
+	if cfg.Version != 1 {
+		v.errf(p("version"), "version must be 1, got %d", cfg.Version)
+	}
+	v.server()
+	v.pools()
+	v.topology()
+	v.classifier()
+	v.models()
+	v.session()
+	v.routes()
+}
+
+func (v *validator) server() {
+	s := &v.cfg.Server
+	names := map[string]bool{}
+	for i, k := range s.APIKeys {
+		at := p("server", "api_keys", i)
+		switch {
+		case k.Name == "":
+			v.errf(at, "api_keys[%d]: name is required", i)
+		case names[k.Name]:
+			v.errf(appendCopy(at, "name"), "api_keys[%d]: duplicate key name %q", i, k.Name)
+		}
+		names[k.Name] = true
+		if k.KeyEnv == "" {
+			v.errf(at, "api key %q: key_env is required (keys are never written inline)", k.Name)
+		} else if val := v.getenv(k.KeyEnv); val == "" {
+			v.errf(appendCopy(at, "key_env"), "api key %q: environment variable %s is not set or empty", k.Name, k.KeyEnv)
+		} else {
+			k.Secret = Secret(val)
+		}
+		if len(k.Models) == 0 {
+			k.Models = StringList{"*"}
+		}
+		if r := k.Rate; r != nil {
+			if r.RPS <= 0 {
+				v.errf(appendCopy(at, "rate", "rps"), "api key %q: rate.rps must be positive", k.Name)
+			}
+			if r.Burst < 1 {
+				v.errf(appendCopy(at, "rate"), "api key %q: rate.burst must be at least 1", k.Name)
+			}
+		}
+	}
+}
+
+func (v *validator) pools() {
+	cfg := v.cfg
+	if len(cfg.Pools) == 0 {
+		v.errf(p("pools"), "at least one pool is required")
+	}
+	for _, pool := range cfg.Pools {
+		at := p("pools", pool.Name)
+		if pool.Model == "" {
+			v.errf(at, "pool %q: model is required (the name its backends serve)", pool.Name)
+		}
+		if !slices.Contains(v.reg.Balancers, pool.Balance) {
+			v.errf(appendCopy(at, "balance"), "pool %q: unknown balancer %q (known: %s)", pool.Name, pool.Balance, strings.Join(v.reg.Balancers, ", "))
+		}
+		if pool.MaxInflight < 0 {
+			v.errf(appendCopy(at, "max_inflight"), "pool %q: max_inflight must not be negative", pool.Name)
+		}
+		if *pool.Retries < 0 {
+			v.errf(appendCopy(at, "retries"), "pool %q: retries must not be negative", pool.Name)
+		}
+		if pool.APIKeyEnv != "" {
+			if val := v.getenv(pool.APIKeyEnv); val == "" {
+				v.errf(appendCopy(at, "api_key_env"), "pool %q: environment variable %s is not set or empty", pool.Name, pool.APIKeyEnv)
+			} else {
+				pool.APIKey = Secret(val)
+			}
+		}
+		if h := pool.Health; h.UnhealthyAfter < 0 || h.HealthyAfter < 0 {
+			v.errf(appendCopy(at, "health"), "pool %q: health thresholds must be positive", pool.Name)
+		}
+		if pool.Affinity.LoadFactor < 1 {
+			v.errf(appendCopy(at, "affinity", "load_factor"), "pool %q: affinity.load_factor must be at least 1", pool.Name)
+		}
+		if len(pool.Replicas) == 0 {
+			v.errf(at, "pool %q: at least one replica is required", pool.Name)
+		}
+		seen := map[string]bool{}
+		for i, r := range pool.Replicas {
+			rat := appendCopy(at, "replicas", i)
+			if r.Name == "" {
+				r.Name = fmt.Sprintf("%s-%d", pool.Name, i)
+			} else if seen[r.Name] {
+				v.errf(appendCopy(rat, "name"), "pool %q: duplicate replica name %q", pool.Name, r.Name)
+			}
+			seen[r.Name] = true
+			if r.URL == "" {
+				v.errf(rat, "pool %q: replica %q: url is required", pool.Name, r.Name)
+				continue
+			}
+			u, err := url.Parse(r.URL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				v.errf(appendCopy(rat, "url"), "pool %q: replica %q: url %q must be an absolute http:// or https:// URL", pool.Name, r.Name, r.URL)
+				continue
+			}
+			u.Path = strings.TrimSuffix(u.Path, "/")
+			r.Parsed = u
+		}
+	}
+}
+
+// poolNames lists the known pools for error messages.
+func (v *validator) poolNames() string {
+	names := v.cfg.Pools.Names()
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+func (v *validator) checkPool(path []any, what, name string) bool {
+	if v.cfg.Pools.Get(name) == nil {
+		v.errf(path, "%s: pool %q is not defined (known: %s)", what, name, v.poolNames())
+		return false
+	}
+	return true
+}
+
+func (v *validator) classifier() {
+	cl := v.cfg.Classifier
+	if cl == nil {
+		return
+	}
+	at := p("classifier")
+	if !slices.Contains(v.reg.Classifiers, cl.Kind) {
+		v.errf(appendCopy(at, "kind"), "classifier: unknown kind %q (known: %s)", cl.Kind, strings.Join(v.reg.Classifiers, ", "))
+	}
+	if cl.Kind == "model" {
+		if cl.Pool == "" {
+			v.errf(at, "classifier: kind model needs a pool")
+		} else {
+			v.checkPool(appendCopy(at, "pool"), "classifier", cl.Pool)
+		}
+	}
+	if len(cl.Labels) < 2 {
+		v.errf(appendCopy(at, "labels"), "classifier: at least two labels are required")
+	}
+	seen := map[string]bool{}
+	for i, l := range cl.Labels {
+		if l == "" {
+			v.errf(appendCopy(at, "labels", i), "classifier: empty label")
+		} else if seen[l] {
+			v.errf(appendCopy(at, "labels", i), "classifier: duplicate label %q", l)
+		}
+		seen[l] = true
+	}
+	if cl.OnError != "" && !seen[cl.OnError] {
+		v.errf(appendCopy(at, "on_error"), "classifier: on_error %q is not a label (labels: %s)", cl.OnError, strings.Join(cl.Labels, ", "))
+	}
+	if cl.MaxInputChars < 64 {
+		v.errf(appendCopy(at, "max_input_chars"), "classifier: max_input_chars must be at least 64")
+	}
+	if cl.Cache.Size < 0 {
+		v.errf(appendCopy(at, "cache", "size"), "classifier: cache.size must not be negative")
+	}
+}
+
+func (v *validator) models() {
+	seen := map[string]bool{}
+	served := map[string]bool{}
+	for _, pool := range v.cfg.Pools {
+		served[pool.Name], served[pool.Model] = true, true
+	}
+	for i, m := range v.cfg.Models {
+		at := p("models", i)
+		switch {
+		case m.Name == "":
+			v.errf(at, "models[%d]: name is required", i)
+		case seen[m.Name]:
+			v.errf(appendCopy(at, "name"), "models[%d]: duplicate model name %q", i, m.Name)
+		case served[m.Name]:
+			v.errf(appendCopy(at, "name"), "models[%d]: %q is already a pool or served model name", i, m.Name)
+		}
+		seen[m.Name] = true
+		if m.Route != "policy" {
+			v.errf(appendCopy(at, "route"), "models[%d]: route must be \"policy\", got %q", i, m.Route)
+		}
+	}
+	for i, k := range v.cfg.Server.APIKeys {
+		for j, name := range k.Models {
+			if name != "*" && !seen[name] && !served[name] {
+				v.errf(p("server", "api_keys", i, "models", j), "api key %q: model %q is not routable (give \"*\", a models[] name, a pool or a served model)", k.Name, name)
+			}
+		}
+	}
+}
+
+func (v *validator) session() {
+	if s := v.cfg.Session; s != nil && s.Size < 0 {
+		v.errf(p("session", "size"), "session: size must not be negative")
+	}
+}
+
+func (v *validator) routes() {
+	routes := v.cfg.Routes
+	if len(routes) == 0 {
+		v.errf(p("routes"), "at least one route is required")
+		return
+	}
+	names := map[string]bool{}
+	for i, r := range routes {
+		at := p("routes", i)
+		what := fmt.Sprintf("routes[%d] %q", i, r.Name)
+		switch {
+		case r.Name == "":
+			v.errf(at, "routes[%d]: name is required", i)
+		case names[r.Name]:
+			v.errf(appendCopy(at, "name"), "%s: duplicate route name", what)
+		}
+		names[r.Name] = true
+		targets := map[string]bool{}
+		switch {
+		case r.To != "" && len(r.Split) > 0:
+			v.errf(appendCopy(at, "split"), "%s: give either to or split, not both", what)
+		case r.To == "" && len(r.Split) == 0:
+			v.errf(at, "%s: needs to or split", what)
+		case r.To != "":
+			v.checkPool(appendCopy(at, "to"), what, r.To)
+			targets[r.To] = true
+		default:
+			for _, e := range r.Split {
+				v.checkPool(appendCopy(at, "split", keyOf(e.Pool)), what, e.Pool)
+				targets[e.Pool] = true
+			}
+		}
+		seen := map[string]bool{}
+		for j, fb := range r.Fallback {
+			fat := appendCopy(at, "fallback", j)
+			if !v.checkPool(fat, what, fb) {
+				continue
+			}
+			if targets[fb] && r.To != "" {
+				v.errf(fat, "%s: fallback cycle: %q is the route's own target", what, fb)
+			} else if seen[fb] {
+				v.errf(fat, "%s: fallback cycle: %q is listed twice", what, fb)
+			}
+			seen[fb] = true
+		}
+		if s := r.Spill; s != nil {
+			if v.checkPool(appendCopy(at, "spill", "to"), what, s.To) && targets[s.To] {
+				v.errf(appendCopy(at, "spill", "to"), "%s: spill.to %q is the route's own target", what, s.To)
+			}
+			if s.WhenQueueOver < 0 {
+				v.errf(appendCopy(at, "spill", "when_queue_over"), "%s: spill.when_queue_over must not be negative", what)
+			}
+		}
+		if r.When != nil {
+			v.when(appendCopy(at, "when"), what, r.When)
+		}
+	}
+	if last := routes[len(routes)-1]; !last.When.empty() {
+		v.errf(p("routes", len(routes)-1, keyOf("when")), "routes[%d] %q: the last route must match every request (remove its when, or add a catch-all route after it)", len(routes)-1, last.Name)
+	}
+}
+
+func (w *When) empty() bool {
+	return w == nil || (len(w.Class) == 0 && len(w.Score) == 0 && len(w.Model) == 0 && w.Tools == nil &&
+		w.Messages == nil && w.PromptTokens == nil && w.Stream == nil && len(w.Header) == 0 &&
+		len(w.Key) == 0 && len(w.Any) == 0 && w.Not == nil)
+}
+
+func (v *validator) when(at []any, what string, w *When) {
+	cl := v.cfg.Classifier
+	labelOK := func(path []any, label string) {
+		if cl == nil {
+			v.errf(path, "%s: class conditions need a classifier section", what)
+		} else if !slices.Contains(cl.Labels, label) {
+			v.errf(path, "%s: %q is not a classifier label (labels: %s)", what, label, strings.Join(cl.Labels, ", "))
+		}
+	}
+	for i, c := range w.Class {
+		path := appendCopy(at, "class")
+		if len(w.Class) > 1 {
+			path = appendCopy(path, i)
+		}
+		labelOK(path, c)
+	}
+	for label, cmp := range w.Score {
+		labelOK(appendCopy(at, "score", keyOf(label)), label)
+		if cmp == nil { // `score: {label: }` decodes to a nil comparison
+			v.errf(appendCopy(at, "score", keyOf(label)), "%s: score %q needs a comparison such as {gte: 0.8}", what, label)
+			continue
+		}
+		for _, b := range []*float64{cmp.GT, cmp.GTE, cmp.LT, cmp.LTE, cmp.EQ} {
+			if b != nil && (*b < 0 || *b > 1) {
+				v.errf(appendCopy(at, "score", label), "%s: score %q: bounds are probabilities between 0 and 1, got %s", what, label, cmp)
+				break
+			}
+		}
+	}
+	for name, values := range w.Header {
+		switch {
+		case name == "":
+			v.errf(appendCopy(at, "header"), "%s: empty header name", what)
+		case len(values) == 0: // `header: {X-A: }` would never match
+			v.errf(appendCopy(at, "header", keyOf(name)), "%s: header %q needs a value or a list of values", what, name)
+		}
+	}
+	for i, k := range w.Key {
+		found := false
+		for _, ak := range v.cfg.Server.APIKeys {
+			found = found || ak.Name == k
+		}
+		if !found {
+			v.errf(appendCopy(at, "key"), "%s: key condition %q (entry %d) names no server.api_keys entry", what, k, i)
+		}
+	}
+	for i, sub := range w.Any {
+		if sub.empty() {
+			v.errf(appendCopy(at, "any", i), "%s: empty condition in any", what)
+			continue
+		}
+		v.when(appendCopy(at, "any", i), what, sub)
+	}
+	if w.Not != nil {
+		if w.Not.empty() {
+			v.errf(appendCopy(at, "not"), "%s: empty condition in not", what)
+		} else {
+			v.when(appendCopy(at, "not"), what, w.Not)
+		}
+	}
+}
+
+// appendCopy extends a lookup path without sharing its backing array.
+func appendCopy(a []any, more ...any) []any { return append(slices.Clip(a), more...) }

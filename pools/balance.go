@@ -1,0 +1,215 @@
+package pools
+
+import (
+	"math"
+	"sort"
+	"sync/atomic"
+	"time"
+)
+
+// Selector picks one replica among candidates that can take the request
+// (healthy, not ejected, under max_inflight). It never sees an empty slice.
+type Selector interface {
+	Select(req *Request, candidates []*Replica) *Replica
+}
+
+// Request is what a balancer may know about the request being placed.
+type Request struct {
+	// Key groups requests that share a prompt prefix (session id, or a hash
+	// of the leading messages); used by affinity.
+	Key string
+}
+
+// Env is what balancers get from their pool: injected randomness and clock,
+// the scrape staleness limit and tuning.
+type Env struct {
+	Rand       func() uint64
+	Now        func() time.Time
+	Staleness  time.Duration
+	LoadFactor float64
+	// All returns every replica of the pool (for rendezvous ranking).
+	All func() []*Replica
+	// MaxInflight is the per-replica cap (0 = none).
+	MaxInflight int64
+}
+
+// balancers is the one registry of named strategies.
+var balancers = map[string]func(env *Env) Selector{
+	"round_robin":       func(env *Env) Selector { return &RoundRobin{} },
+	"least_outstanding": func(env *Env) Selector { return &LeastOutstanding{env: env} },
+	"p2c":               func(env *Env) Selector { return &P2C{env: env} },
+	"kv_aware":          func(env *Env) Selector { return &KVAware{env: env} },
+	"affinity":          func(env *Env) Selector { return &Affinity{env: env} },
+}
+
+// Balancers lists the valid balance names, sorted.
+func Balancers() []string {
+	out := make([]string, 0, len(balancers))
+	for n := range balancers {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+var (
+	_ Selector = (*RoundRobin)(nil)
+	_ Selector = (*LeastOutstanding)(nil)
+	_ Selector = (*P2C)(nil)
+	_ Selector = (*KVAware)(nil)
+	_ Selector = (*Affinity)(nil)
+)
+
+// RoundRobin cycles through the candidates.
+type RoundRobin struct{ next atomic.Uint64 }
+
+// Select implements Selector.
+func (b *RoundRobin) Select(_ *Request, c []*Replica) *Replica {
+	return c[(b.next.Add(1)-1)%uint64(len(c))]
+}
+
+// LeastOutstanding picks the candidate with the fewest requests in flight
+// through this gateway; ties go to a random one of the tied.
+type LeastOutstanding struct{ env *Env }
+
+// Select implements Selector.
+func (b *LeastOutstanding) Select(_ *Request, c []*Replica) *Replica {
+	start := int(b.env.Rand() % uint64(len(c)))
+	best := c[start]
+	bestN := best.Inflight()
+	for i := 1; i < len(c); i++ {
+		r := c[(start+i)%len(c)]
+		if n := r.Inflight(); n < bestN {
+			best, bestN = r, n
+		}
+	}
+	return best
+}
+
+// P2C is the power of two random choices: sample two distinct candidates,
+// keep the one with less work (in-flight plus the replica's reported queue).
+type P2C struct{ env *Env }
+
+// Select implements Selector.
+func (b *P2C) Select(_ *Request, c []*Replica) *Replica {
+	if len(c) == 1 {
+		return c[0]
+	}
+	i := int(b.env.Rand() % uint64(len(c)))
+	j := int(b.env.Rand() % uint64(len(c)-1))
+	if j >= i {
+		j++
+	}
+	now := b.env.Now()
+	if b.cost(c[j], now) < b.cost(c[i], now) {
+		return c[j]
+	}
+	return c[i]
+}
+
+func (b *P2C) cost(r *Replica, now time.Time) float64 {
+	return float64(r.Inflight()) + r.Queue(now, b.env.Staleness)
+}
+
+// KVAware scores each candidate from its scraped vLLM metrics: queue depth
+// dominates, then running requests, then KV-cache pressure; a replica with a
+// stale or missing scrape is scored on in-flight alone.
+type KVAware struct{ env *Env }
+
+// Select implements Selector.
+func (b *KVAware) Select(_ *Request, c []*Replica) *Replica {
+	now := b.env.Now()
+	start := int(b.env.Rand() % uint64(len(c)))
+	var best *Replica
+	bestScore := math.Inf(1)
+	for i := range c {
+		r := c[(start+i)%len(c)]
+		if s := b.score(r, now); s < bestScore {
+			best, bestScore = r, s
+		}
+	}
+	return best
+}
+
+// score is lower for a replica with more room. Scraped numbers lag by up to
+// one scrape interval, so the gateway's own in-flight count is always added.
+func (b *KVAware) score(r *Replica, now time.Time) float64 {
+	in := float64(r.Inflight())
+	l := r.load.Load()
+	if l == nil || l.Err != "" || now.Sub(l.At) > b.env.Staleness {
+		return in
+	}
+	s := in
+	if l.HasQueue {
+		s += 4*l.Waiting + 0.5*l.Running
+	}
+	if l.HasKV {
+		// Above ~80% KV usage vLLM starts preempting; make that expensive.
+		s += 4 * l.KVUsage
+		if l.KVUsage > 0.8 {
+			s += 20 * (l.KVUsage - 0.8)
+		}
+	}
+	return s
+}
+
+// Affinity keeps requests that share a key on one replica so vLLM's prefix
+// cache hits. It ranks all replicas by rendezvous (highest-random-weight)
+// hashing of (key, replica name): instances with the same config agree with
+// no shared state, and removing a replica moves only its own keys. A replica
+// over LoadFactor × its fair share of in-flight requests, or at max_inflight,
+// passes the key to the next in its ranking (bounded load). Requests without
+// a key go to the least loaded candidate.
+type Affinity struct{ env *Env }
+
+// Select implements Selector.
+func (b *Affinity) Select(req *Request, c []*Replica) *Replica {
+	if req == nil || req.Key == "" {
+		return (&LeastOutstanding{env: b.env}).Select(req, c)
+	}
+	var total int64
+	for _, r := range c {
+		total += r.Inflight()
+	}
+	// Fair share counts the request being placed; ceil so a lone request
+	// always fits.
+	limit := math.Ceil(b.env.LoadFactor * float64(total+1) / float64(len(c)))
+	ranked := make([]rank, len(c))
+	for i, r := range c {
+		ranked[i] = rank{r, rendezvous(req.Key, r.Name)}
+	}
+	sort.Slice(ranked, func(i, j int) bool { return ranked[i].w > ranked[j].w })
+	for _, rk := range ranked {
+		if float64(rk.r.Inflight()+1) <= limit {
+			return rk.r
+		}
+	}
+	return ranked[0].r
+}
+
+type rank struct {
+	r *Replica
+	w uint64
+}
+
+// rendezvous weighs (key, replica) with a fixed hash so that separate
+// Switchyard processes rank replicas identically: maphash with a
+// process-random seed would not, so this is FNV-1a followed by a 64-bit
+// finaliser (splitmix64) for good bit mixing.
+func rendezvous(key, replica string) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint64(key[i])) * prime
+	}
+	h = (h ^ 0xff) * prime
+	for i := 0; i < len(replica); i++ {
+		h = (h ^ uint64(replica[i])) * prime
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}

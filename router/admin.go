@@ -1,0 +1,293 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/goccy/go-yaml"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/pools"
+)
+
+// Handler returns the client-facing API (CONTRACT §2).
+func (g *Gateway) Handler() http.Handler {
+	r := chi.NewRouter()
+	r.Post("/v1/chat/completions", g.chat)
+	r.Post("/v1/completions", g.completions)
+	r.Get("/v1/models", g.listModels)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", g.ready)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+			Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+			Message: "method " + r.Method + " is not allowed on " + r.URL.Path})
+	})
+	return r
+}
+
+// AdminHandler returns the admin API (CONTRACT §4).
+func (g *Gateway) AdminHandler() http.Handler {
+	r := chi.NewRouter()
+	r.Handle("/metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}))
+	r.Post("/admin/reload", g.adminReload)
+	r.Post("/admin/explain", g.adminExplain)
+	r.Get("/admin/pools", g.adminPools)
+	r.Get("/admin/config", g.adminConfig)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+			Message: "no such admin endpoint: " + r.Method + " " + r.URL.Path})
+	})
+	return r
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+type modelEntry struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+// listModels lists the routable names (CONTRACT §3), filtered by the API
+// key's allow-list when auth is on.
+func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request) {
+	s := g.snap.Load()
+	key, err := s.authenticate(r)
+	if err != nil {
+		writeError(w, toAPIError(err, ""))
+		return
+	}
+	names := make([]string, 0, len(s.models))
+	for n := range s.models {
+		if key.allows(n) {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	created := time.Now().Unix()
+	data := make([]modelEntry, len(names))
+	for i, n := range names {
+		data[i] = modelEntry{ID: n, Object: "model", Created: created, OwnedBy: "switchyard"}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func (g *Gateway) ready(w http.ResponseWriter, _ *http.Request) {
+	s := g.snap.Load()
+	if s == nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "no config loaded"})
+		return
+	}
+	if why := s.readiness(); why != "" {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "reason": why, "generation": s.Generation})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "generation": s.Generation})
+}
+
+func (g *Gateway) adminReload(w http.ResponseWriter, _ *http.Request) {
+	gen, err := g.Reload()
+	if err != nil {
+		var errs policy.Errors
+		list := []string{err.Error()}
+		if errors.As(err, &errs) {
+			list = list[:0]
+			for _, e := range errs {
+				list = append(list, e.Error())
+			}
+		}
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
+			"message": "config reload refused; the running config keeps serving", "type": "invalid_request_error",
+			"code": "invalid_config", "param": nil, "errors": list}, "generation": gen})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"generation": gen})
+}
+
+// Explanation is the answer of explain (CONTRACT §1).
+type Explanation struct {
+	Route    string             `json:"route"`
+	Pool     string             `json:"pool"`
+	Replica  string             `json:"replica,omitempty"`
+	Class    string             `json:"class,omitempty"`
+	Scores   map[string]float64 `json:"scores"`
+	Matched  []string           `json:"matched"`
+	Skipped  []policy.Skip      `json:"skipped"`
+	Fallback []string           `json:"fallback"`
+	Spill    *policy.Spill      `json:"spill,omitempty"`
+	Sticky   bool               `json:"sticky,omitempty"`
+}
+
+// Explain says which route, pool and replica a request body would get and
+// why. With class set, the classifier is not called. Nothing is counted or
+// stored.
+func (g *Gateway) Explain(ctx context.Context, header http.Header, body []byte, class string) (*Explanation, error) {
+	s := g.snap.Load()
+	ep := chatEndpoint
+	if !gjsonHas(body, "messages") && gjsonHas(body, "prompt") {
+		ep = completionsEndpoint
+	}
+	info, err := parseRequest(body, ep)
+	if err != nil {
+		return nil, err
+	}
+	x := &exchange{snap: s, info: info, body: body, id: "explain"}
+	tgt, ok := s.models[info.Model]
+	if !ok {
+		return nil, toAPIError(errModelNotFound, "the model `"+info.Model+"` does not exist")
+	}
+	var d policy.Decision
+	r := (&http.Request{Header: header}).WithContext(ctx)
+	if r.Header == nil {
+		r.Header = http.Header{}
+	}
+	switch {
+	case !tgt.policy:
+		d = policy.Decision{Route: "direct", Pools: []string{tgt.pool.Name}, Matched: []string{"direct"}}
+	case class != "":
+		preq := &policy.Request{Model: info.Model, Stream: info.Stream, Tools: info.Tools, Messages: info.Messages,
+			PromptTokens: info.PromptTokens, Header: r.Header}
+		d = s.Policy.Decide(preq, func() policy.Classification {
+			return policy.Classification{Label: class, Scores: map[string]float64{class: 1}}
+		}, true)
+	default:
+		d = g.decide(ctx, r, x, true)
+	}
+	e := &Explanation{Route: d.Route, Pool: d.Pools[0], Fallback: d.Pools[1:], Matched: d.Matched, Skipped: d.Skipped,
+		Spill: d.Spill, Sticky: d.Sticky, Scores: d.Scores}
+	if e.Scores == nil {
+		e.Scores = map[string]float64{}
+	}
+	if e.Matched == nil {
+		e.Matched = []string{}
+	}
+	if e.Skipped == nil {
+		e.Skipped = []policy.Skip{}
+	}
+	if d.Classified {
+		e.Class = d.Class
+	}
+	if ps := s.pools[e.Pool]; ps != nil {
+		preq := &pools.Request{}
+		if ps.Balance() == "affinity" {
+			preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
+		}
+		if rep := ps.Pick(preq); rep != nil {
+			e.Replica = rep.Name
+		}
+	}
+	return e, nil
+}
+
+func (g *Gateway) adminExplain(w http.ResponseWriter, r *http.Request) {
+	s := g.snap.Load()
+	body, err := readBody(r, int64(s.Config.Server.MaxBodyBytes))
+	if err != nil {
+		writeError(w, toAPIError(err, ""))
+		return
+	}
+	e, err := g.Explain(r.Context(), r.Header, body, r.URL.Query().Get("class"))
+	if err != nil {
+		writeError(w, toAPIError(err, ""))
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+type replicaView struct {
+	Name       string   `json:"name"`
+	URL        string   `json:"url"`
+	Nodes      []string `json:"nodes,omitempty"`
+	Healthy    bool     `json:"healthy"`
+	Ejected    bool     `json:"ejected"`
+	Why        string   `json:"why,omitempty"`
+	Inflight   int64    `json:"inflight"`
+	Queue      *float64 `json:"queue,omitempty"`
+	Running    *float64 `json:"running,omitempty"`
+	KVUsage    *float64 `json:"kv_cache_usage,omitempty"`
+	LastScrape string   `json:"last_scrape,omitempty"`
+	ScrapeErr  string   `json:"scrape_error,omitempty"`
+	Missing    []string `json:"missing_signals,omitempty"`
+	Ejections  int64    `json:"ejections"`
+	LastError  string   `json:"last_error,omitempty"`
+}
+
+type poolView struct {
+	Name        string        `json:"name"`
+	Model       string        `json:"model"`
+	Balance     string        `json:"balance"`
+	MaxInflight int           `json:"max_inflight"`
+	Healthy     int           `json:"healthy_replicas"`
+	Replicas    []replicaView `json:"replicas"`
+}
+
+func (g *Gateway) adminPools(w http.ResponseWriter, _ *http.Request) {
+	s := g.snap.Load()
+	now := time.Now()
+	out := make([]poolView, 0, len(s.poolOrder))
+	for _, ps := range s.poolOrder {
+		pv := poolView{Name: ps.Name, Model: ps.Model, Balance: ps.Balance(), MaxInflight: ps.MaxInflight(), Healthy: ps.HealthyCount()}
+		for _, rep := range ps.Replicas() {
+			lastErr, why := rep.LastError()
+			rv := replicaView{Name: rep.Name, URL: rep.URL.String(), Nodes: rep.Nodes, Healthy: rep.Healthy(),
+				Ejected: rep.Ejected(now), Why: why, Inflight: rep.Inflight(), Ejections: rep.Ejections(), LastError: lastErr}
+			if l := rep.CurrentLoad(); l != nil {
+				rv.LastScrape = l.At.UTC().Format(time.RFC3339Nano)
+				rv.ScrapeErr = l.Err
+				if l.Err == "" {
+					rv.Missing = l.Missing()
+					if l.HasQueue {
+						rv.Queue, rv.Running = &l.Waiting, &l.Running
+					}
+					if l.HasKV {
+						rv.KVUsage = &l.KVUsage
+					}
+				}
+			}
+			pv.Replicas = append(pv.Replicas, rv)
+		}
+		out = append(out, pv)
+	}
+	resp := map[string]any{"generation": s.Generation, "pools": out}
+	if t := s.Config.Topology; t != nil {
+		resp["topology"] = t
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// adminConfig prints the running config as YAML. Secrets are never in it:
+// keys are read from the environment and policy.Secret redacts itself.
+func (g *Gateway) adminConfig(w http.ResponseWriter, _ *http.Request) {
+	s := g.snap.Load()
+	out, err := yaml.MarshalWithOptions(s.Config, yaml.IndentSequence(true))
+	if err != nil {
+		writeError(w, toAPIError(err, "could not render config"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Header().Set("X-Switchyard-Generation", itoa(s.Generation))
+	_, _ = w.Write([]byte("# generation " + itoa(s.Generation) + "\n"))
+	_, _ = w.Write(out)
+}

@@ -1,0 +1,118 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+)
+
+// apiError is an error with its OpenAI shape and HTTP status. Every error
+// that reaches a client goes through status() and writeError().
+type apiError struct {
+	Status  int
+	Type    string
+	Code    string
+	Param   string
+	Message string
+	// RetryAfter, in seconds, is sent as Retry-After when > 0.
+	RetryAfter int
+	cause      error
+}
+
+func (e *apiError) Error() string { return e.Message }
+func (e *apiError) Unwrap() error { return e.cause }
+
+// Sentinel errors of the request path, mapped to statuses by toAPIError.
+var (
+	errUnauthorized   = errors.New("missing or unknown API key")
+	errForbidden      = errors.New("API key not allowed")
+	errModelNotFound  = errors.New("model not found")
+	errTooLarge       = errors.New("request body too large")
+	errRateLimited    = errors.New("rate limited")
+	errNoReplica      = errors.New("no replica available")
+	errUpstream       = errors.New("upstream failed")
+	errUpstreamTimout = errors.New("upstream timeout")
+	errUpstream429    = errors.New("upstream rate limited")
+)
+
+// badRequest is a 400 invalid_request_error about param.
+func badRequest(param, msg string) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: msg}
+}
+
+// toAPIError maps any error of the request path to its status and OpenAI
+// shape. It is the one place that decides statuses (CONTRACT §2).
+func toAPIError(err error, detail string) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	msg := err.Error()
+	if detail != "" {
+		msg = detail
+	}
+	switch {
+	case errors.Is(err, errUnauthorized):
+		return &apiError{Status: 401, Type: "authentication_error", Code: "invalid_api_key", Message: msg}
+	case errors.Is(err, errForbidden):
+		return &apiError{Status: 403, Type: "permission_error", Code: "model_not_allowed", Param: "model", Message: msg}
+	case errors.Is(err, errModelNotFound):
+		return &apiError{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model", Message: msg}
+	case errors.Is(err, errTooLarge):
+		return &apiError{Status: 413, Type: "invalid_request_error", Code: "request_too_large", Message: msg}
+	case errors.Is(err, errRateLimited):
+		return &apiError{Status: 429, Type: "rate_limit_error", Code: "rate_limit_exceeded", Message: msg, RetryAfter: 1}
+	case errors.Is(err, errUpstream429):
+		return &apiError{Status: 429, Type: "rate_limit_error", Code: "upstream_rate_limited", Message: msg, RetryAfter: 1}
+	case errors.Is(err, errNoReplica):
+		return &apiError{Status: 503, Type: "service_unavailable", Code: "no_replica_available", Message: msg, RetryAfter: 1}
+	case errors.Is(err, errUpstreamTimout), errors.Is(err, context.DeadlineExceeded), isTimeout(err):
+		return &apiError{Status: 504, Type: "upstream_error", Code: "upstream_timeout", Message: msg}
+	case errors.Is(err, errUpstream):
+		return &apiError{Status: 502, Type: "upstream_error", Code: "upstream_failed", Message: msg}
+	}
+	return &apiError{Status: 500, Type: "internal_error", Code: "internal_error", Message: msg}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+type errorBody struct {
+	Error errorFields `json:"error"`
+}
+
+type errorFields struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func (e *apiError) body() []byte {
+	f := errorFields{Message: e.Message, Type: e.Type}
+	if e.Param != "" {
+		f.Param = &e.Param
+	}
+	if e.Code != "" {
+		f.Code = &e.Code
+	}
+	b, _ := json.Marshal(errorBody{Error: f})
+	return b
+}
+
+// writeError writes err as an OpenAI-shaped JSON error.
+func writeError(w http.ResponseWriter, e *apiError) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	h.Del("Content-Length")
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(append(e.body(), '\n'))
+}

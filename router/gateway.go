@@ -1,0 +1,175 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/switchyard/switchyard/classifier"
+	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/pools"
+)
+
+// Options configures a Gateway. Zero values are production defaults.
+type Options struct {
+	// ConfigPath is re-read by Reload.
+	ConfigPath string
+	Logger     *slog.Logger
+	// Registry receives every metric; nil means a new registry.
+	Registry *prometheus.Registry
+	// Tracer is used for request spans; nil means otel's global provider.
+	Tracer trace.TracerProvider
+	// Propagator carries trace context to replicas; nil means W3C trace context.
+	Propagator propagation.TextMapPropagator
+	Version    string
+	// Rand and Now are injected into pools and policy (tests).
+	Rand func() uint64
+	Now  func() time.Time
+	// Transport overrides every pool's upstream transport (tests).
+	Transport http.RoundTripper
+	// Passive runs no health or scrape loops (one-shot tools like explain).
+	Passive bool
+}
+
+// Gateway serves the client API and the admin API from the current snapshot.
+type Gateway struct {
+	opts         Options
+	log          *slog.Logger
+	reg          *prometheus.Registry
+	metrics      *metrics
+	classMetrics *classifier.Metrics
+	tracer       trace.Tracer
+	prop         propagation.TextMapPropagator
+
+	snap     atomic.Pointer[Snapshot]
+	reloadMu sync.Mutex // serialises Reload/Apply
+	gen      atomic.Int64
+	ctx      context.Context // owns pool loops
+	stop     context.CancelFunc
+	reqSeq   atomic.Uint64
+}
+
+// New builds a gateway running cfg and starts its health and scrape loops.
+func New(cfg *policy.Config, o Options) (*Gateway, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	tp := o.Tracer
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if o.Propagator == nil {
+		o.Propagator = propagation.TraceContext{}
+	}
+	g := &Gateway{opts: o, log: o.Logger, reg: o.Registry, tracer: tp.Tracer("github.com/switchyard/switchyard/router"), prop: o.Propagator}
+	g.metrics = newMetrics(o.Registry, o.Version)
+	g.classMetrics = classifier.NewMetrics(o.Registry)
+	o.Registry.MustRegister(pools.NewCollector(func() []*pools.Pool {
+		if s := g.snap.Load(); s != nil {
+			return s.poolList()
+		}
+		return nil
+	}))
+	g.ctx, g.stop = context.WithCancel(context.Background())
+	s, err := g.build(cfg, nil)
+	if err != nil {
+		g.stop()
+		return nil, err
+	}
+	s.Generation = g.gen.Add(1)
+	g.metrics.generation.Set(float64(s.Generation))
+	g.snap.Store(s)
+	if !o.Passive {
+		s.start(g.ctx)
+	}
+	return g, nil
+}
+
+// Snapshot returns the running snapshot.
+func (g *Gateway) Snapshot() *Snapshot { return g.snap.Load() }
+
+// Registry returns the metrics registry.
+func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
+
+// Close stops health and scrape loops and idle upstream connections.
+func (g *Gateway) Close() {
+	g.stop()
+	if s := g.snap.Load(); s != nil {
+		for _, ps := range s.poolOrder {
+			ps.Close()
+		}
+	}
+}
+
+// Reload re-reads the config file and applies it. An invalid file leaves the
+// running config in place and returns the validation errors.
+func (g *Gateway) Reload() (int64, error) {
+	if g.opts.ConfigPath == "" {
+		return 0, errors.New("reload: no config file (the gateway runs an embedded config)")
+	}
+	cfg, err := LoadConfig(g.opts.ConfigPath)
+	if err != nil {
+		g.metrics.reloads.WithLabelValues("error").Inc()
+		g.log.Error("config reload refused; the running config keeps serving", "file", g.opts.ConfigPath, "error", err.Error())
+		return g.snap.Load().Generation, err
+	}
+	return g.Apply(cfg)
+}
+
+// Apply swaps in cfg: build → swap → retire. Requests in flight finish on
+// the snapshot they started with; pools whose replicas did not change keep
+// their state.
+func (g *Gateway) Apply(cfg *policy.Config) (int64, error) {
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	prev := g.snap.Load()
+	s, err := g.build(cfg, prev)
+	if err != nil {
+		g.metrics.reloads.WithLabelValues("error").Inc()
+		g.log.Error("config reload failed; the running config keeps serving", "error", err.Error())
+		return prev.Generation, err
+	}
+	s.Generation = g.gen.Add(1)
+	if !g.opts.Passive {
+		s.start(g.ctx)
+	}
+	g.snap.Store(s)
+	s.retire(prev)
+	g.metrics.reloads.WithLabelValues("ok").Inc()
+	g.metrics.generation.Set(float64(s.Generation))
+	g.log.Info("config reloaded", "file", cfg.File, "generation", s.Generation, "pools", len(s.poolOrder), "routes", len(cfg.Routes))
+	return s.Generation, nil
+}
+
+func (g *Gateway) onHealthChange(r *pools.Replica, healthy bool, why string) {
+	if healthy {
+		g.log.Info("replica healthy", "pool", r.Pool, "replica", r.Name, "why", why)
+	} else {
+		g.log.Warn("replica out of rotation", "pool", r.Pool, "replica", r.Name, "why", why)
+	}
+}
+
+func (g *Gateway) onMissingSignals(r *pools.Replica, missing []string) {
+	g.log.Warn("replica metrics lack load signals; balancing it on in-flight alone for those", "pool", r.Pool, "replica", r.Name, "missing", missing)
+}
+
+// newRequestID returns a short unique id for requests that brought none.
+func (g *Gateway) newRequestID() string {
+	return fmt.Sprintf("sy-%x-%x", time.Now().UnixNano()&0xffffffffff, g.reqSeq.Add(1))
+}

@@ -1,0 +1,74 @@
+package router
+
+import (
+	"runtime"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the gateway's own series (CONTRACT §6); replica gauges come
+// from pools.Collector and classifier series from the classifier package.
+type metrics struct {
+	requests   *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	ttft       *prometheus.HistogramVec
+	tokens     *prometheus.CounterVec
+	retries    *prometheus.CounterVec
+	fallbacks  *prometheus.CounterVec
+	reloads    *prometheus.CounterVec
+	generation prometheus.Gauge
+	inflight   *prometheus.GaugeVec
+	queueWait  *prometheus.HistogramVec
+}
+
+// latencyBuckets span a fast classifier hit to a long reasoning answer.
+var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+
+func newMetrics(reg prometheus.Registerer, version string) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_requests_total",
+			Help: "Requests answered, by route, pool, class and HTTP status code.",
+		}, []string{"route", "pool", "class", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "switchyard_request_duration_seconds", Help: "Time from request to the last byte of the answer.",
+			Buckets: latencyBuckets,
+		}, []string{"pool"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "switchyard_time_to_first_token_seconds", Help: "Time from request to the first content or tool-call delta of a stream.",
+			Buckets: latencyBuckets,
+		}, []string{"pool"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_tokens_total", Help: "Tokens reported in replica usage, by pool and kind (prompt or completion).",
+		}, []string{"pool", "kind"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_upstream_retries_total", Help: "Attempts retried on another replica, by pool and reason.",
+		}, []string{"pool", "reason"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_fallbacks_total", Help: "Requests sent to another pool than the route's target, by reason (fallback or spill).",
+		}, []string{"from", "to", "reason"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_config_reloads_total", Help: "Config reload attempts by result.",
+		}, []string{"result"}),
+		generation: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "switchyard_config_generation", Help: "Generation of the running config; increases on each successful reload.",
+		}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_route_inflight", Help: "Requests in flight per route.",
+		}, []string{"route"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "switchyard_queue_wait_seconds", Help: "Time spent waiting for a replica slot (max_inflight) before the upstream call.",
+			Buckets: []float64{.0001, .001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"pool"}),
+	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_build_info", Help: "Build information; always 1.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(version, runtime.Version()).Set(1)
+	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.retries, m.fallbacks,
+		m.reloads, m.generation, m.inflight, m.queueWait, build)
+	for _, r := range []string{"ok", "error"} {
+		m.reloads.WithLabelValues(r)
+	}
+	return m
+}

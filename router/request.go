@@ -1,0 +1,145 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/tidwall/gjson"
+)
+
+// endpoint is the OpenAI API a request came in on.
+type endpoint int
+
+const (
+	chatEndpoint endpoint = iota
+	completionsEndpoint
+)
+
+func (e endpoint) path() string {
+	if e == completionsEndpoint {
+		return "/v1/completions"
+	}
+	return "/v1/chat/completions"
+}
+
+// reqInfo holds the routing fields read from a request body. The body itself
+// travels on as bytes; nothing here is re-encoded.
+type reqInfo struct {
+	Model        string
+	Stream       bool
+	IncludeUsage bool
+	Tools        int
+	Messages     int
+	PromptTokens int
+	User         string
+	// messages and prompt are the raw fields, kept for the classifier and
+	// affinity keys (gjson results point into the body).
+	messages gjson.Result
+	prompt   gjson.Result
+	tools    gjson.Result
+}
+
+// readBody reads at most limit bytes; more is errTooLarge.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, fmt.Errorf("%w: %d bytes is over the %d-byte limit", errTooLarge, r.ContentLength, limit)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, fmt.Errorf("%w: over the %d-byte limit", errTooLarge, limit)
+		}
+		return nil, badRequest("", "could not read request body: "+err.Error())
+	}
+	return body, nil
+}
+
+// parseRequest validates the body's JSON and reads the routing fields in one
+// pass over the top-level keys.
+func parseRequest(body []byte, ep endpoint) (*reqInfo, error) {
+	if len(body) == 0 {
+		return nil, badRequest("", "request body is empty; expected a JSON object")
+	}
+	if !gjson.ValidBytes(body) {
+		return nil, badRequest("", "request body is not valid JSON")
+	}
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return nil, badRequest("", "request body must be a JSON object")
+	}
+	info := &reqInfo{}
+	var model gjson.Result
+	root.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "model":
+			model = v
+		case "stream":
+			info.Stream = v.Type == gjson.True
+		case "stream_options":
+			info.IncludeUsage = v.Get("include_usage").Type == gjson.True
+		case "messages":
+			info.messages = v
+		case "prompt":
+			info.prompt = v
+		case "tools":
+			info.tools = v
+		case "user":
+			info.User = v.Str
+		}
+		return true
+	})
+	if !model.Exists() || model.Type != gjson.String || model.Str == "" {
+		return nil, badRequest("model", "you must provide a model parameter (a non-empty string)")
+	}
+	info.Model = model.Str
+	switch ep {
+	case chatEndpoint:
+		if !info.messages.Exists() {
+			return nil, badRequest("messages", "missing required parameter: 'messages'")
+		}
+		if !info.messages.IsArray() {
+			return nil, badRequest("messages", "'messages' must be an array of message objects")
+		}
+		n := 0
+		bad := false
+		info.messages.ForEach(func(_, m gjson.Result) bool {
+			n++
+			bad = !m.IsObject()
+			return !bad
+		})
+		if bad {
+			return nil, badRequest("messages", "each entry of 'messages' must be an object")
+		}
+		if n == 0 {
+			return nil, badRequest("messages", "'messages' must not be empty")
+		}
+		info.Messages = n
+		info.PromptTokens = estimateTokens(len(info.messages.Raw))
+	case completionsEndpoint:
+		if !info.prompt.Exists() {
+			return nil, badRequest("prompt", "missing required parameter: 'prompt'")
+		}
+		if info.prompt.Type != gjson.String && !info.prompt.IsArray() {
+			return nil, badRequest("prompt", "'prompt' must be a string or an array")
+		}
+		info.Messages = 1
+		info.PromptTokens = estimateTokens(len(info.prompt.Raw))
+	}
+	if info.tools.IsArray() {
+		info.tools.ForEach(func(_, _ gjson.Result) bool { info.Tools++; return true })
+		info.PromptTokens += estimateTokens(len(info.tools.Raw))
+	}
+	return info, nil
+}
+
+// estimateTokens is the cheap prompt-size estimate used by the
+// prompt_tokens condition: about four bytes of JSON per token.
+func estimateTokens(n int) int { return (n + 3) / 4 }
+
+func gjsonHas(body []byte, key string) bool { return gjson.GetBytes(body, key).Exists() }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,177 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel/trace"
+)
+
+var streamBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// maxEvent bounds one SSE event held while looking for its end; a longer
+// event is passed through unparsed.
+const maxEvent = 4 << 20
+
+var (
+	doneEvent  = []byte("data: [DONE]")
+	usageKey   = []byte(`"usage":{`)
+	usageKeySp = []byte(`"usage": {`)
+)
+
+// errStreamCut: the replica's stream ended without its final [DONE].
+var errStreamCut = errors.New("replica closed the stream before [DONE]")
+
+// pumpStream copies SSE events from the replica to the client as they come:
+// each read's complete events are written and flushed at once; nothing waits
+// for more data. It notes the first content or tool-call delta (TTFT), reads
+// usage from the final chunk, and drops that chunk when Switchyard asked
+// for it on the client's behalf (injected). A stream that ends without
+// [DONE] gets an error event the OpenAI SDKs surface, and an error return.
+func (g *Gateway) pumpStream(ctx context.Context, w io.Writer, rc *http.ResponseController, x *exchange, ps *poolState, body io.Reader, injected bool, span trace.Span) error {
+	bp := streamBufPool.Get().(*[]byte)
+	defer streamBufPool.Put(bp)
+	buf := *bp
+	start, end := 0, 0
+	sawToken, sawDone := false, false
+	for {
+		if end == len(buf) {
+			if start > 0 {
+				end = copy(buf, buf[start:end])
+				start = 0
+			} else if len(buf) < maxEvent {
+				nb := make([]byte, 2*len(buf))
+				end = copy(nb, buf[:end])
+				buf = nb
+			} else {
+				// One event larger than maxEvent: pass it through as is.
+				if _, err := w.Write(buf[:end]); err != nil {
+					return ctxErrOr(ctx, err)
+				}
+				start, end = 0, 0
+			}
+		}
+		n, rerr := body.Read(buf[end:])
+		end += n
+		wrote := false
+		for {
+			ev, next := nextEvent(buf[start:end])
+			if ev == nil {
+				break
+			}
+			start += next
+			if !sawToken && hasToken(ev) {
+				sawToken = true
+				x.ttft = time.Since(x.start)
+				g.metrics.ttft.WithLabelValues(ps.Name).Observe(x.ttft.Seconds())
+			}
+			if bytes.HasPrefix(ev, doneEvent) {
+				sawDone = true
+			} else if bytes.Contains(ev, usageKey) || bytes.Contains(ev, usageKeySp) {
+				data := eventData(ev)
+				g.usage(x, ps, data, span)
+				if injected && gjson.GetBytes(data, "choices.#").Int() == 0 {
+					continue // the usage chunk the client did not ask for
+				}
+			}
+			if _, err := w.Write(ev); err != nil {
+				return ctxErrOr(ctx, err)
+			}
+			wrote = true
+		}
+		if wrote {
+			if err := rc.Flush(); err != nil {
+				return ctxErrOr(ctx, err)
+			}
+		}
+		if start == end {
+			start, end = 0, 0
+		}
+		if rerr == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if end > start {
+			// A trailing event without its blank line: pass it on.
+			_, _ = w.Write(buf[start:end])
+		}
+		if errors.Is(rerr, io.EOF) && sawDone {
+			return nil
+		}
+		cause := errStreamCut
+		if !errors.Is(rerr, io.EOF) {
+			cause = fmt.Errorf("%w: %v", errStreamCut, rerr)
+		}
+		ae := &apiError{Type: "upstream_error", Code: "stream_interrupted",
+			Message: fmt.Sprintf("the replica's stream was interrupted before it finished (pool %q): %v", ps.Name, rerr)}
+		_, _ = w.Write([]byte("data: "))
+		_, _ = w.Write(ae.body())
+		_, _ = w.Write([]byte("\n\n"))
+		_ = rc.Flush()
+		return cause
+	}
+}
+
+func ctxErrOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// nextEvent returns the first complete SSE event in b (including its
+// terminating blank line) and its length, or nil.
+func nextEvent(b []byte) ([]byte, int) {
+	for i := 0; i+1 < len(b); i++ {
+		if b[i] != '\n' {
+			continue
+		}
+		if b[i+1] == '\n' {
+			return b[:i+2], i + 2
+		}
+		if b[i+1] == '\r' && i+2 < len(b) && b[i+2] == '\n' {
+			return b[:i+3], i + 3
+		}
+	}
+	return nil, 0
+}
+
+// eventData returns the payload of an event's data line(s).
+func eventData(ev []byte) []byte {
+	i := bytes.Index(ev, []byte("data:"))
+	if i < 0 {
+		return nil
+	}
+	d := ev[i+5:]
+	if len(d) > 0 && d[0] == ' ' {
+		d = d[1:]
+	}
+	return bytes.TrimRight(d, "\r\n")
+}
+
+// hasToken reports whether an event carries the first generated content: a
+// non-empty content or text delta, or a tool-call delta.
+func hasToken(ev []byte) bool {
+	if !bytes.Contains(ev, []byte(`"content"`)) && !bytes.Contains(ev, []byte(`"tool_calls"`)) && !bytes.Contains(ev, []byte(`"text"`)) {
+		return false
+	}
+	data := eventData(ev)
+	c := gjson.GetBytes(data, "choices.0")
+	if d := c.Get("delta"); d.Exists() {
+		if s := d.Get("content"); s.Type == gjson.String && s.Str != "" {
+			return true
+		}
+		return d.Get("tool_calls").IsArray()
+	}
+	t := c.Get("text")
+	return t.Type == gjson.String && t.Str != ""
+}

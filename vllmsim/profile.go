@@ -1,0 +1,130 @@
+package vllmsim
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+)
+
+// fallbackMaxTokens is the completion length used when both the request and
+// Profile.DefaultMaxTokens leave it unset; it is vLLM's default for the legacy
+// completions API.
+const fallbackMaxTokens = 16
+
+// Profile is how a simulated model times its work. The zero value of every
+// numeric field means "instant" or "unlimited" as documented per field; only
+// Model is required.
+type Profile struct {
+	// Model is the served model name. Requests naming another model get vLLM's
+	// 404 error body; requests that omit the model field are served.
+	Model string
+	// PrefillTPS is the prompt tokens processed per second per request; 0 means
+	// prefill is instant.
+	PrefillTPS float64
+	// DecodeTPS is the output tokens per second per running request (one
+	// decode step per token); 0 means decoding is instant.
+	DecodeTPS float64
+	// MaxBatch is how many requests run at once; further requests wait in a
+	// FIFO queue. 0 means unlimited.
+	MaxBatch int
+	// SpeedUp divides every duration derived from the profile (prefill and
+	// decode, not the durations in Faults). 0 is treated as 1 (real time).
+	SpeedUp float64
+	// DefaultMaxTokens is the completion length when the request sets neither
+	// max_tokens nor max_completion_tokens; 0 means 16.
+	DefaultMaxTokens int
+	// MaxModelLen is the context length reported by /v1/models. A request whose
+	// prompt plus requested max_tokens exceeds it gets vLLM's 400
+	// context-length error; without an explicit max_tokens the completion is
+	// shortened to fit instead (finish_reason "length"). 0 means no limit.
+	MaxModelLen int
+	// KVCacheTokens is the KV-cache capacity in tokens. vllm:kv_cache_usage_perc
+	// reports the tokens held by running requests (prompt plus output so far)
+	// divided by it, capped at 1; 0 reports 0. It does not limit admission.
+	KVCacheTokens int
+	// LegacyMetrics exposes vllm:gpu_cache_usage_perc instead of
+	// vllm:kv_cache_usage_perc, as vLLM did before v0.10.
+	LegacyMetrics bool
+}
+
+// Validate reports every invalid field of p, joined.
+func (p Profile) Validate() error {
+	var errs []error
+	if p.Model == "" {
+		errs = append(errs, errors.New("profile: model is required"))
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"prefill-tps", p.PrefillTPS}, {"decode-tps", p.DecodeTPS}, {"speedup", p.SpeedUp}} {
+		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			errs = append(errs, fmt.Errorf("profile %q: %s %v: must be a finite number >= 0", p.Model, f.name, f.v))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max-batch", p.MaxBatch}, {"max-tokens", p.DefaultMaxTokens}, {"max-model-len", p.MaxModelLen}, {"kv-cache-tokens", p.KVCacheTokens}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("profile %q: %s %d: must be >= 0", p.Model, f.name, f.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RegisterFlags binds p's fields to flags on fs, using p's current values as
+// the defaults: --model --prefill-tps --decode-tps --max-batch --speedup
+// --max-tokens --max-model-len --kv-cache-tokens --legacy-metrics.
+func (p *Profile) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&p.Model, "model", p.Model, "served model name")
+	fs.Float64Var(&p.PrefillTPS, "prefill-tps", p.PrefillTPS, "prompt tokens per second per request (0 = instant)")
+	fs.Float64Var(&p.DecodeTPS, "decode-tps", p.DecodeTPS, "output tokens per second per running request (0 = instant)")
+	fs.IntVar(&p.MaxBatch, "max-batch", p.MaxBatch, "max requests running at once; more wait in a FIFO queue (0 = unlimited)")
+	fs.Float64Var(&p.SpeedUp, "speedup", p.SpeedUp, "divide every simulated duration by this (0 = 1, real time)")
+	fs.IntVar(&p.DefaultMaxTokens, "max-tokens", p.DefaultMaxTokens, "completion length when a request sets no max_tokens (0 = 16)")
+	fs.IntVar(&p.MaxModelLen, "max-model-len", p.MaxModelLen, "context length in tokens (0 = no limit)")
+	fs.IntVar(&p.KVCacheTokens, "kv-cache-tokens", p.KVCacheTokens, "KV-cache capacity in tokens for vllm:kv_cache_usage_perc (0 = report 0)")
+	fs.BoolVar(&p.LegacyMetrics, "legacy-metrics", p.LegacyMetrics, "expose vllm:gpu_cache_usage_perc instead of vllm:kv_cache_usage_perc")
+}
+
+// QwenFlashNext2Node is Qwen3.8 Flash Next served by one replica spread over
+// two DGX Spark nodes, the layout of the routed reference deployment.
+//
+// Decode is the published 21.71 tok/s for two directly connected nodes.
+// Prefill is interpolated linearly in the node count between the published
+// 2,635 tok/s on one node and 5,105 tok/s on eight: 2,635 + 2,470/7 ≈ 2,988.
+// The batch limit, context length, KV capacity and default completion length
+// (256, the published benchmark's output length) are this package's
+// assumptions, not published figures.
+func QwenFlashNext2Node() Profile {
+	return Profile{
+		Model:            "Qwen/Qwen3.8-Flash-Next",
+		PrefillTPS:       2988,
+		DecodeTPS:        21.71,
+		MaxBatch:         16,
+		SpeedUp:          1,
+		DefaultMaxTokens: 256,
+		MaxModelLen:      131072,
+		KVCacheTokens:    262144,
+	}
+}
+
+// MiniCPM5_2B is the MiniCPM5 2B classifier model on one DGX Spark node.
+//
+// No figures are published for it; these are plausible estimates for a 2B
+// model on one node, clearly faster than the Qwen replicas: decode 90 tok/s
+// per request, prefill 12,000 tok/s, up to 64 requests at once, a 32k context
+// and room for about a million KV tokens in 128 GB.
+func MiniCPM5_2B() Profile {
+	return Profile{
+		Model:            "openbmb/MiniCPM5-2B",
+		PrefillTPS:       12000,
+		DecodeTPS:        90,
+		MaxBatch:         64,
+		SpeedUp:          1,
+		DefaultMaxTokens: 256,
+		MaxModelLen:      32768,
+		KVCacheTokens:    1 << 20,
+	}
+}

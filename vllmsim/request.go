@@ -1,0 +1,591 @@
+package vllmsim
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// endpoint is the API a request came in on.
+type endpoint uint8
+
+const (
+	chatEndpoint       endpoint = iota // POST /v1/chat/completions
+	completionEndpoint                 // POST /v1/completions
+)
+
+// outputMode is what a request's choices contain.
+type outputMode uint8
+
+const (
+	modeText   outputMode = iota // words of the passage
+	modeTool                     // one tool call (chat only)
+	modeChoice                   // one label of a constrained choice
+)
+
+const (
+	// maxN bounds the n parameter so one request cannot ask for unbounded work.
+	maxN = 128
+	// maxTopLogprobs is vLLM's default --max-logprobs.
+	maxTopLogprobs = 20
+)
+
+// plan is a validated request: everything needed to produce its answer,
+// decided before the first byte of the response is written.
+type plan struct {
+	ep           endpoint
+	stream       bool
+	includeUsage bool // stream_options.include_usage
+	n            int  // choices per prompt
+	prompts      int  // prompts in the request (completions batches); 1 for chat
+	promptTokens int  // all prompts together
+	steps        int  // tokens per choice
+	finish       string
+	// engineFinish is vLLM's finished_reason metric label: "stop" or "length"
+	// (a tool call finishes with "stop" in the engine).
+	engineFinish string
+	mode         outputMode
+	// logprobs is set for chat "logprobs": true and for completions
+	// "logprobs": N; topLogprobs is chat's top_logprobs or completions' N.
+	logprobs    bool
+	topLogprobs int
+	tool        toolCall       // modeTool
+	answers     []choiceAnswer // modeChoice: one per prompt
+}
+
+// toolCall is the call a modeTool request answers with.
+type toolCall struct {
+	name   string
+	args   string
+	pieces []string // args cut into streamed tokens
+}
+
+// choiceAnswer is the label answered to one prompt of a modeChoice request.
+type choiceAnswer struct {
+	label   string
+	logprob float64
+	top     []labelLogprob // labels with probability > 0, most likely first
+}
+
+type labelLogprob struct {
+	label   string
+	logprob float64
+}
+
+// choices is the number of choices in the response.
+func (p *plan) choices() int { return p.n * p.prompts }
+
+// textStart is the passage token a text choice starts at: the beginning of a
+// sentence that depends on the prompt size and the choice index.
+func (p *plan) textStart(choice int) int {
+	return sentenceStarts[(p.promptTokens+choice)%len(sentenceStarts)]
+}
+
+// token is the text of token step of a choice ("" for a tool call's header).
+func (p *plan) token(choice, step int) string {
+	switch p.mode {
+	case modeChoice:
+		return p.answers[choice/p.n].label
+	case modeTool:
+		if step == 0 {
+			return ""
+		}
+		return p.tool.pieces[step-1]
+	}
+	return textToken(p.textStart(choice), step)
+}
+
+// tokenLogprob is the logprob of token step of a choice.
+func (p *plan) tokenLogprob(choice, step int) float64 {
+	if p.mode == modeChoice {
+		return p.answers[choice/p.n].logprob
+	}
+	return textLogprob(p.textStart(choice), step)
+}
+
+// topCount is the number of top_logprobs entries of each token. Completions
+// always list at least the sampled token, as vLLM does.
+func (p *plan) topCount(choice int) int {
+	k := p.topLogprobs
+	if p.ep == completionEndpoint && k < 1 {
+		k = 1
+	}
+	if p.mode == modeChoice {
+		k = min(k, len(p.answers[choice/p.n].top))
+	}
+	return k
+}
+
+// top is entry j of the top_logprobs of token step of a choice. Text lists the
+// sampled token first, then less likely alternatives; a choice lists the labels.
+func (p *plan) top(choice, step, j int) (string, float64) {
+	if p.mode == modeChoice {
+		t := p.answers[choice/p.n].top[j]
+		return t.label, t.logprob
+	}
+	tok, lp := p.token(choice, step), p.tokenLogprob(choice, step)
+	if j == 0 {
+		return tok, lp
+	}
+	return alternative(tok, lp, j-1)
+}
+
+// parseRoot checks that body is a JSON object and that it names the served
+// model (or none).
+func (s *Server) parseRoot(body []byte) (gjson.Result, *apiError) {
+	if !gjson.ValidBytes(body) {
+		return gjson.Result{}, badRequest("the request body is not valid JSON")
+	}
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return gjson.Result{}, badRequest("the request body must be a JSON object")
+	}
+	if m := root.Get("model"); m.Exists() && m.Type != gjson.Null {
+		if m.Type != gjson.String {
+			return gjson.Result{}, badRequest("model: must be a string")
+		}
+		if m.Str != s.profile.Model {
+			return gjson.Result{}, &apiError{status: http.StatusNotFound, message: fmt.Sprintf("The model `%s` does not exist.", m.Str)}
+		}
+	}
+	return root, nil
+}
+
+// parseCommon reads the fields chat and completions share: stream,
+// stream_options.include_usage and n.
+func parseCommon(root gjson.Result, p *plan) *apiError {
+	var e *apiError
+	if p.stream, e = boolField(root, "stream"); e != nil {
+		return e
+	}
+	if p.includeUsage, e = boolField(root, "stream_options.include_usage"); e != nil {
+		return e
+	}
+	n, set, e := intField(root, "n", 1, maxN)
+	if e != nil {
+		return e
+	}
+	p.n = 1
+	if set {
+		p.n = n
+	}
+	return nil
+}
+
+// parseChat validates a chat completion request.
+func (s *Server) parseChat(body []byte) (*plan, *apiError) {
+	root, e := s.parseRoot(body)
+	if e != nil {
+		return nil, e
+	}
+	p := &plan{ep: chatEndpoint, prompts: 1}
+	if e = parseCommon(root, p); e != nil {
+		return nil, e
+	}
+	maxTokens, explicit, e := intField(root, "max_completion_tokens", 1, math.MaxInt32)
+	if e == nil && !explicit {
+		maxTokens, explicit, e = intField(root, "max_tokens", 1, math.MaxInt32)
+	}
+	if e != nil {
+		return nil, e
+	}
+	if p.logprobs, e = boolField(root, "logprobs"); e != nil {
+		return nil, e
+	}
+	if p.topLogprobs, _, e = intField(root, "top_logprobs", 0, maxTopLogprobs); e != nil {
+		return nil, e
+	}
+	labels, e := choiceLabels(root)
+	if e != nil {
+		return nil, e
+	}
+
+	msgs := root.Get("messages")
+	if !msgs.IsArray() {
+		return nil, badRequest("messages: field required (a non-empty array)")
+	}
+	var (
+		chars, count int
+		lastRole     string
+		messages     []Message // collected only for a Chooser
+	)
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		role := m.Get("role")
+		if !m.IsObject() || role.Type != gjson.String {
+			e = badRequest("messages[%d]: role: field required", count)
+			return false
+		}
+		text, n, ok := contentText(m.Get("content"), labels != nil)
+		if !ok {
+			e = badRequest("messages[%d]: content: must be a string, an array of content parts or null", count)
+			return false
+		}
+		chars += n
+		m.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+			chars += len(tc.Get("function.name").Str) + len(tc.Get("function.arguments").Str)
+			return true
+		})
+		if labels != nil {
+			messages = append(messages, Message{Role: role.Str, Content: text})
+		}
+		lastRole = role.Str
+		count++
+		return true
+	})
+	if e != nil {
+		return nil, e
+	}
+	if count == 0 {
+		return nil, badRequest("messages: field required (a non-empty array)")
+	}
+
+	tools, e := parseTools(root)
+	if e != nil {
+		return nil, e
+	}
+	chars += tools.chars
+	p.promptTokens = estimateTokens(chars)
+	if e = s.fitContext(p, p.promptTokens, maxTokens, explicit); e != nil {
+		return nil, e
+	}
+
+	switch {
+	case labels != nil:
+		a, e := s.choose(ChoiceRequest{Choices: labels, Messages: messages, ToolsCount: tools.count})
+		if e != nil {
+			return nil, e
+		}
+		p.setChoice([]choiceAnswer{a})
+	case tools.call.Exists() && lastRole != "tool":
+		p.mode = modeTool
+		p.tool.name = tools.call.Get("name").Str
+		p.tool.args = exampleArguments(tools.call.Get("parameters"))
+		p.tool.pieces = splitArguments(p.tool.args)
+		// The header (id and name) is one token, each argument piece another.
+		// A tool call is not cut at max_tokens: its arguments stay valid JSON.
+		p.steps = 1 + len(p.tool.pieces)
+		p.finish, p.engineFinish = "tool_calls", "stop"
+	}
+	return p, nil
+}
+
+// parseCompletion validates a legacy completion request.
+func (s *Server) parseCompletion(body []byte) (*plan, *apiError) {
+	root, e := s.parseRoot(body)
+	if e != nil {
+		return nil, e
+	}
+	p := &plan{ep: completionEndpoint}
+	if e = parseCommon(root, p); e != nil {
+		return nil, e
+	}
+	maxTokens, explicit, e := intField(root, "max_tokens", 1, math.MaxInt32)
+	if e != nil {
+		return nil, e
+	}
+	if p.topLogprobs, p.logprobs, e = intField(root, "logprobs", 0, maxTopLogprobs); e != nil {
+		return nil, e
+	}
+	labels, e := choiceLabels(root)
+	if e != nil {
+		return nil, e
+	}
+
+	// A prompt is a string, a list of strings, a list of token ids, or a list
+	// of lists of token ids; a list other than of token ids is a batch.
+	var (
+		texts     []string // prompt texts, for a Chooser
+		maxPrompt int
+	)
+	addPrompt := func(tokens int, text string) {
+		p.prompts++
+		p.promptTokens += tokens
+		maxPrompt = max(maxPrompt, tokens)
+		if labels != nil {
+			texts = append(texts, text)
+		}
+	}
+	prompt := root.Get("prompt")
+	switch {
+	case prompt.Type == gjson.String:
+		addPrompt(estimateTokens(len(prompt.Str)), prompt.Str)
+	case prompt.IsArray():
+		var ids int
+		prompt.ForEach(func(_, el gjson.Result) bool {
+			switch {
+			case el.Type == gjson.String && ids == 0:
+				addPrompt(estimateTokens(len(el.Str)), el.Str)
+			case el.Type == gjson.Number && p.prompts == 0:
+				ids++
+			case el.IsArray() && ids == 0:
+				n, ok := countTokenIDs(el)
+				if !ok || n == 0 {
+					e = badRequest("prompt: a list of token ids must hold integers only and not be empty")
+					return false
+				}
+				addPrompt(n, "")
+			default:
+				e = badRequest("prompt: must be a string, a list of strings, a list of token ids or a list of such lists")
+				return false
+			}
+			return true
+		})
+		if e != nil {
+			return nil, e
+		}
+		if ids > 0 {
+			addPrompt(ids, "")
+		}
+		if p.prompts == 0 {
+			return nil, badRequest("prompt: must not be empty")
+		}
+	default:
+		return nil, badRequest("prompt: field required (a string or a list)")
+	}
+	if e = s.fitContext(p, maxPrompt, maxTokens, explicit); e != nil {
+		return nil, e
+	}
+	if labels != nil {
+		answers := make([]choiceAnswer, len(texts))
+		for i, text := range texts {
+			if answers[i], e = s.choose(ChoiceRequest{Choices: labels, Prompt: text}); e != nil {
+				return nil, e
+			}
+		}
+		p.setChoice(answers)
+	}
+	return p, nil
+}
+
+// fitContext sets the completion length and rejects a request that cannot fit
+// the context, with vLLM's message. Without an explicit max_tokens the
+// default length is shortened to fit, as vLLM caps it at the room left.
+func (s *Server) fitContext(p *plan, maxPrompt, maxTokens int, explicit bool) *apiError {
+	want := s.defaultMaxTokens
+	p.finish, p.engineFinish = "stop", "stop"
+	if explicit {
+		want = maxTokens
+		p.finish, p.engineFinish = "length", "length"
+	}
+	p.steps = want
+	limit := s.profile.MaxModelLen
+	if limit <= 0 || maxPrompt+want <= limit {
+		return nil
+	}
+	if explicit || maxPrompt >= limit {
+		return badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			limit, maxPrompt+want, maxPrompt, want)
+	}
+	p.steps = limit - maxPrompt
+	p.finish, p.engineFinish = "length", "length"
+	return nil
+}
+
+// setChoice turns p into a constrained-choice answer: one token, the label.
+func (p *plan) setChoice(answers []choiceAnswer) {
+	p.mode = modeChoice
+	p.answers = answers
+	p.steps = 1
+	p.finish, p.engineFinish = "stop", "stop"
+}
+
+// choose asks the Chooser for a label and turns its probabilities into
+// logprobs.
+func (s *Server) choose(req ChoiceRequest) (choiceAnswer, *apiError) {
+	label, probs := s.chooser(req)
+	known := false
+	for _, c := range req.Choices {
+		known = known || c == label
+	}
+	if !known {
+		return choiceAnswer{}, &apiError{status: http.StatusInternalServerError,
+			message: fmt.Sprintf("simulator chooser answered %q, which is not one of the choices", label)}
+	}
+	if probs == nil {
+		probs = map[string]float64{label: 1}
+	}
+	a := choiceAnswer{label: label, logprob: logOf(probs[label])}
+	seen := make(map[string]bool, len(req.Choices))
+	for _, c := range req.Choices {
+		if p := probs[c]; p > 0 && !seen[c] {
+			seen[c] = true
+			a.top = append(a.top, labelLogprob{label: c, logprob: math.Log(p)})
+		}
+	}
+	sort.SliceStable(a.top, func(i, j int) bool { return a.top[i].logprob > a.top[j].logprob })
+	return a, nil
+}
+
+// logOf is log(p), with vLLM's floor for impossible tokens.
+func logOf(p float64) float64 {
+	if p <= 0 || math.IsNaN(p) {
+		return minLogprob
+	}
+	return math.Log(p)
+}
+
+// choiceLabels reads structured_outputs.choice (vLLM ≥ 0.10) or the older
+// top-level guided_choice; nil when the request has neither.
+func choiceLabels(root gjson.Result) ([]string, *apiError) {
+	field := "structured_outputs.choice"
+	v := root.Get(field)
+	if !v.Exists() || v.Type == gjson.Null {
+		field = "guided_choice"
+		v = root.Get(field)
+	}
+	if !v.Exists() || v.Type == gjson.Null {
+		return nil, nil
+	}
+	if !v.IsArray() {
+		return nil, badRequest("%s: must be a list of strings", field)
+	}
+	var labels []string
+	ok := true
+	v.ForEach(func(_, l gjson.Result) bool {
+		ok = l.Type == gjson.String
+		labels = append(labels, l.Str)
+		return ok
+	})
+	if !ok || len(labels) == 0 {
+		return nil, badRequest("%s: must be a non-empty list of strings", field)
+	}
+	return labels, nil
+}
+
+// offeredTools is what a chat request says about tools.
+type offeredTools struct {
+	count int
+	chars int          // size of the tool definitions, for the prompt estimate
+	call  gjson.Result // the "function" object to call; absent for no call
+}
+
+// parseTools reads tools and tool_choice. The function to call is the one
+// tool_choice names, else the first tool; tool_choice "none" calls nothing.
+func parseTools(root gjson.Result) (offeredTools, *apiError) {
+	var t offeredTools
+	tools := root.Get("tools")
+	if tools.Exists() && tools.Type != gjson.Null {
+		if !tools.IsArray() {
+			return t, badRequest("tools: must be a list")
+		}
+		var e *apiError
+		tools.ForEach(func(_, tool gjson.Result) bool {
+			if name := tool.Get("function.name"); name.Type != gjson.String || name.Str == "" {
+				e = badRequest("tools[%d]: function.name: field required", t.count)
+				return false
+			}
+			t.count++
+			return true
+		})
+		if e != nil {
+			return t, e
+		}
+		t.chars = len(tools.Raw)
+	}
+
+	choice := root.Get("tool_choice")
+	named := ""
+	switch {
+	case !choice.Exists() || choice.Type == gjson.Null || choice.Str == "auto" || choice.Str == "required":
+	case choice.Str == "none":
+		return t, nil
+	case choice.IsObject():
+		if named = choice.Get("function.name").Str; named == "" {
+			return t, badRequest("tool_choice: function.name: field required")
+		}
+	default:
+		return t, badRequest("tool_choice: must be \"none\", \"auto\", \"required\" or a named function")
+	}
+	if t.count == 0 {
+		if named != "" || choice.Str == "required" {
+			return t, badRequest("When using `tool_choice`, `tools` must be set.")
+		}
+		return t, nil
+	}
+	tools.ForEach(func(_, tool gjson.Result) bool {
+		fn := tool.Get("function")
+		if named == "" || fn.Get("name").Str == named {
+			t.call = fn
+			return false
+		}
+		return true
+	})
+	if !t.call.Exists() {
+		return t, badRequest("Tool '%s' has not been passed in `tools`.", named)
+	}
+	return t, nil
+}
+
+// contentText is the text of a message's content: a string, or the "text" of
+// each part of a list. n is its length; text is built only when want is set.
+// ok is false for a content of another JSON type.
+func contentText(c gjson.Result, want bool) (text string, n int, ok bool) {
+	switch {
+	case !c.Exists() || c.Type == gjson.Null:
+		return "", 0, true
+	case c.Type == gjson.String:
+		return c.Str, len(c.Str), true
+	case c.IsArray():
+		var b strings.Builder
+		c.ForEach(func(_, part gjson.Result) bool {
+			if t := part.Get("text"); t.Type == gjson.String {
+				n += len(t.Str)
+				if want {
+					b.WriteString(t.Str)
+				}
+			}
+			return true
+		})
+		return b.String(), n, true
+	}
+	return "", 0, false
+}
+
+// countTokenIDs counts the integers of a token-id list; ok is false if it
+// holds anything else.
+func countTokenIDs(list gjson.Result) (n int, ok bool) {
+	ok = true
+	list.ForEach(func(_, id gjson.Result) bool {
+		ok = id.Type == gjson.Number && id.Num == math.Trunc(id.Num)
+		n++
+		return ok
+	})
+	return n, ok
+}
+
+// estimateTokens is the simulator's tokenizer: about four bytes a token, at
+// least one token.
+func estimateTokens(bytes int) int {
+	return max(1, bytes/4)
+}
+
+// intField reads an optional integer field within [lo, hi]; set is false when
+// it is absent or null.
+func intField(root gjson.Result, path string, lo, hi int) (v int, set bool, e *apiError) {
+	r := root.Get(path)
+	if !r.Exists() || r.Type == gjson.Null {
+		return 0, false, nil
+	}
+	if r.Type != gjson.Number || r.Num != math.Trunc(r.Num) {
+		return 0, false, badRequest("%s: must be an integer", path)
+	}
+	if r.Num < float64(lo) || r.Num > float64(hi) {
+		return 0, false, badRequest("%s: must be between %d and %d, got %s", path, lo, hi, r.Raw)
+	}
+	return int(r.Num), true, nil
+}
+
+// boolField reads an optional boolean field; absent or null is false.
+func boolField(root gjson.Result, path string) (bool, *apiError) {
+	switch r := root.Get(path); r.Type {
+	case gjson.True:
+		return true, nil
+	case gjson.False, gjson.Null: // an absent field has type Null
+		return false, nil
+	}
+	return false, badRequest("%s: must be a boolean", path)
+}

@@ -1,0 +1,71 @@
+package vllmsim
+
+import "strings"
+
+// passage is the text the simulator "generates", cyclically, one token per
+// word. Each token carries its leading space, as BPE tokens do.
+const passage = "The morning light settled softly over the quiet harbor. " +
+	"Fishing boats rocked gently while gulls circled overhead. " +
+	"A warm breeze carried the scent of salt and fresh bread from the village. " +
+	"Children laughed along the old stone pier as a painter mixed colors by the water. " +
+	"Every small moment felt calm, bright, and full of simple promise. " +
+	"Later the tide returned, and the lanterns began to glow one by one."
+
+var (
+	// passageTokens are the words of passage, each with a leading space.
+	passageTokens []string
+	// sentenceStarts are the indexes in passageTokens that begin a sentence;
+	// a completion starts at one of them.
+	sentenceStarts []int
+)
+
+// alternativeTokens fill top_logprobs next to a generated word. There are
+// more than the 20 top_logprobs vLLM allows, so 19 alternatives remain after
+// skipping the generated token itself.
+var alternativeTokens = []string{
+	" the", " a", " and", " of", " to", " in", " with", " gentle", " bright", " small",
+	" over", " warm", " old", " calm", " quiet", " soft", " light", " water", " sea", " sky",
+	" day", " slowly",
+}
+
+func init() {
+	for i, w := range strings.Fields(passage) {
+		passageTokens = append(passageTokens, " "+w)
+		if i == 0 || strings.HasSuffix(passageTokens[i-1], ".") {
+			sentenceStarts = append(sentenceStarts, i)
+		}
+	}
+}
+
+// textToken is token number step of a text completion that starts at passage
+// token start. The first token of a completion has no leading space.
+func textToken(start, step int) string {
+	t := passageTokens[(start+step)%len(passageTokens)]
+	if step == 0 {
+		return t[1:]
+	}
+	return t
+}
+
+// textLogprob is the deterministic logprob of token step of a completion that
+// starts at passage token start, between -0.02 and -1.5.
+func textLogprob(start, step int) float64 {
+	k := (start*7 + step*13) % 89
+	return -(0.02 + float64(k)/60)
+}
+
+// alternative is the i-th alternative token to tok (i from 0), and its
+// logprob given tok's logprob lp: each is less likely than the one before.
+func alternative(tok string, lp float64, i int) (string, float64) {
+	alp := lp - 0.9 - 0.6*float64(i)
+	for _, a := range alternativeTokens {
+		if a == tok {
+			continue
+		}
+		if i == 0 {
+			return a, alp
+		}
+		i--
+	}
+	return alternativeTokens[0], alp // only for i beyond the list, which callers never ask
+}
