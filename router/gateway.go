@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
@@ -27,7 +27,7 @@ type Options struct {
 	Logger     *slog.Logger
 	// Registry receives every metric; nil means a new registry.
 	Registry *prometheus.Registry
-	// Tracer is used for request spans; nil means otel's global provider.
+	// Tracer is used for request spans; nil means no tracing (a no-op provider).
 	Tracer trace.TracerProvider
 	// Propagator carries trace context to replicas; nil means W3C trace context.
 	Propagator propagation.TextMapPropagator
@@ -49,7 +49,10 @@ type Gateway struct {
 	metrics      *metrics
 	classMetrics *classifier.Metrics
 	tracer       trace.Tracer
-	prop         propagation.TextMapPropagator
+	// tracing is false with no configured provider: then no span is
+	// started at all, so tracing costs nothing (not even context values).
+	tracing bool
+	prop    propagation.TextMapPropagator
 
 	snap     atomic.Pointer[Snapshot]
 	reloadMu sync.Mutex // serialises Reload/Apply
@@ -72,12 +75,15 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	}
 	tp := o.Tracer
 	if tp == nil {
-		tp = otel.GetTracerProvider()
+		// Without a configured provider tracing must cost nothing: otel's
+		// global delegate still allocates spans, noop does not.
+		tp = noop.NewTracerProvider()
 	}
 	if o.Propagator == nil {
 		o.Propagator = propagation.TraceContext{}
 	}
-	g := &Gateway{opts: o, log: o.Logger, reg: o.Registry, tracer: tp.Tracer("github.com/switchyard/switchyard/router"), prop: o.Propagator}
+	g := &Gateway{opts: o, log: o.Logger, reg: o.Registry, tracer: tp.Tracer("github.com/switchyard/switchyard/router"),
+		tracing: o.Tracer != nil, prop: o.Propagator}
 	g.metrics = newMetrics(o.Registry, o.Version)
 	g.classMetrics = classifier.NewMetrics(o.Registry)
 	o.Registry.MustRegister(pools.NewCollector(func() []*pools.Pool {
@@ -172,4 +178,15 @@ func (g *Gateway) onMissingSignals(r *pools.Replica, missing []string) {
 // newRequestID returns a short unique id for requests that brought none.
 func (g *Gateway) newRequestID() string {
 	return fmt.Sprintf("sy-%x-%x", time.Now().UnixNano()&0xffffffffff, g.reqSeq.Add(1))
+}
+
+var noopSpan = trace.SpanFromContext(context.Background())
+
+// startSpan starts a span when tracing is configured; otherwise it returns
+// ctx unchanged and a no-op span.
+func (g *Gateway) startSpan(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if !g.tracing {
+		return ctx, noopSpan
+	}
+	return g.tracer.Start(ctx, name, opts...)
 }

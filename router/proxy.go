@@ -72,8 +72,11 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		x.id = g.newRequestID()
 	}
 	w.Header().Set(headerReqID, x.id)
-	ctx := g.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ctx, x.span = g.tracer.Start(ctx, "switchyard.request", trace.WithSpanKind(trace.SpanKindServer))
+	ctx := r.Context()
+	if g.tracing {
+		ctx = g.prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	}
+	ctx, x.span = g.startSpan(ctx, "switchyard.request", trace.WithSpanKind(trace.SpanKindServer))
 	defer g.finish(x)
 
 	if err := g.prepare(ctx, w, r, x); err != nil {
@@ -129,7 +132,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, explain bool) policy.Decision {
 	s := x.snap
 	info := x.info
-	ctx, span := g.tracer.Start(ctx, "switchyard.route")
+	ctx, span := g.startSpan(ctx, "switchyard.route")
 	defer span.End()
 	preq := &policy.Request{
 		Model: info.Model, Stream: info.Stream, Tools: info.Tools, Messages: info.Messages,
@@ -142,7 +145,9 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	if d.Sticky && d.Classified && s.classifier != nil {
 		s.classifier.CountSticky(d.Class)
 	}
-	span.SetAttributes(attribute.String("switchyard.route", d.Route), attribute.StringSlice("switchyard.pools", d.Pools))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("switchyard.route", d.Route), attribute.StringSlice("switchyard.pools", d.Pools))
+	}
 	return d
 }
 
@@ -163,7 +168,7 @@ func (g *Gateway) classify(ctx context.Context, x *exchange) policy.Classificati
 	if c == nil {
 		return policy.Classification{}
 	}
-	ctx, span := g.tracer.Start(ctx, "switchyard.classify")
+	ctx, span := g.startSpan(ctx, "switchyard.classify")
 	defer span.End()
 	res := c.Classify(ctx, classifierInput(x.info))
 	span.SetAttributes(attribute.String("switchyard.class", res.Label), attribute.String("switchyard.classifier.result", res.Outcome))
@@ -266,7 +271,7 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return false
 	}
 	attempts := 1 + *ps.cfg.Retries
-	var lastErr error = fmt.Errorf("%w: pool %q", errNoReplica, ps.Name)
+	var lastErr error
 	for a := 0; a < attempts; a++ {
 		if a > 0 {
 			x.retries++
@@ -288,7 +293,7 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 			if errors.Is(err, pools.ErrSaturated) {
 				return false, fmt.Errorf("%w: pool %q: every replica is at max_inflight %d", errNoReplica, ps.Name, ps.MaxInflight())
 			}
-			if len(tried) == 0 {
+			if len(tried) == 0 || lastErr == nil {
 				return false, fmt.Errorf("%w: pool %q has no healthy replica", errNoReplica, ps.Name)
 			}
 			return false, lastErr
@@ -352,22 +357,26 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 	}
 	defer release()
-	ctx, span := g.tracer.Start(ctx, "switchyard.upstream", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("switchyard.pool", ps.Name), attribute.String("switchyard.replica", rep.Name),
-			attribute.String("gen_ai.request.model", ps.Model), attribute.String("gen_ai.system", "vllm")))
+	ctx, span := g.startSpan(ctx, "switchyard.upstream", trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("switchyard.pool", ps.Name), attribute.String("switchyard.replica", rep.Name),
+			attribute.String("gen_ai.request.model", ps.Model), attribute.String("gen_ai.system", "vllm"))
+	}
 
 	out, err := http.NewRequestWithContext(ctx, http.MethodPost, rep.URL.String()+x.ep.path(), bytes.NewReader(body))
 	if err != nil {
 		return false, false, fmt.Errorf("%w: %v", errUpstream, err)
 	}
 	copyRequestHeaders(out.Header, r.Header)
-	out.Header.Set(headerReqID, x.id)
-	out.Header.Set("Content-Type", "application/json")
+	out.Header[headerReqID] = []string{x.id}
+	out.Header["Content-Type"] = jsonContentType
 	if k := ps.cfg.APIKey; k != "" {
 		out.Header.Set("Authorization", "Bearer "+string(k))
 	}
-	g.prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
+	if g.tracing {
+		g.prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
+	}
 	resp, err := ps.Client.Do(out)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
@@ -379,7 +388,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return false, true, fmt.Errorf("%w: pool %q replica %q: %v", errUpstream, ps.Name, rep.Name, trimURLError(err))
 	}
 	defer resp.Body.Close()
-	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
 		msg := readErrorMessage(resp.Body)
 		o := pools.Failure
@@ -462,6 +473,8 @@ func readErrorMessage(body io.Reader) string {
 	return s
 }
 
+var jsonContentType = []string{"application/json"}
+
 // hopHeaders are connection-specific (RFC 9110 §7.6.1) and never forwarded.
 var hopHeaders = []string{
 	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
@@ -514,20 +527,22 @@ func (g *Gateway) writeHeaders(w http.ResponseWriter, x *exchange, resp *http.Re
 	g.setRouteHeaders(h, x)
 }
 
+// setRouteHeaders sets the X-Switchyard-* headers and X-Request-Id. The
+// header names are already canonical; the values share one backing array so
+// this costs one allocation rather than one per header.
 func (g *Gateway) setRouteHeaders(h http.Header, x *exchange) {
-	h.Set(headerReqID, x.id)
-	if x.route != "" {
-		h.Set(headerRoute, x.route)
+	vals := [5]string{x.id, x.route, x.pool, x.replica, x.class}
+	backing := vals[:]
+	set := func(k string, i int) {
+		if vals[i] != "" {
+			h[k] = backing[i : i+1 : i+1]
+		}
 	}
-	if x.pool != "" {
-		h.Set(headerPool, x.pool)
-	}
-	if x.replica != "" {
-		h.Set(headerReplica, x.replica)
-	}
-	if x.class != "" {
-		h.Set(headerClass, x.class)
-	}
+	set(headerReqID, 0)
+	set(headerRoute, 1)
+	set(headerPool, 2)
+	set(headerReplica, 3)
+	set(headerClass, 4)
 }
 
 // usage records the token counts of a response or final stream chunk.
@@ -540,10 +555,12 @@ func (g *Gateway) usage(x *exchange, ps *poolState, data []byte, span trace.Span
 	x.prompt, x.complete = p, c
 	g.metrics.tokens.WithLabelValues(ps.Name, "prompt").Add(float64(p))
 	g.metrics.tokens.WithLabelValues(ps.Name, "completion").Add(float64(c))
-	if m := gjson.GetBytes(data, "model"); m.Exists() {
-		span.SetAttributes(attribute.String("gen_ai.response.model", m.String()))
+	if span.IsRecording() {
+		if m := gjson.GetBytes(data, "model"); m.Exists() {
+			span.SetAttributes(attribute.String("gen_ai.response.model", m.String()))
+		}
+		span.SetAttributes(attribute.Int64("gen_ai.usage.input_tokens", p), attribute.Int64("gen_ai.usage.output_tokens", c))
 	}
-	span.SetAttributes(attribute.Int64("gen_ai.usage.input_tokens", p), attribute.Int64("gen_ai.usage.output_tokens", c))
 }
 
 // fail writes err as the client's answer, with whatever route headers are
@@ -572,19 +589,24 @@ func (g *Gateway) finish(x *exchange) {
 	if x.status == 0 {
 		x.status = http.StatusOK
 	}
-	g.metrics.requests.WithLabelValues(route, pool, class, strconv.Itoa(x.status)).Inc()
+	g.metrics.requests.WithLabelValues(route, pool, class, statusLabel(x.status)).Inc()
 	if x.pool != "" {
 		g.metrics.duration.WithLabelValues(x.pool).Observe(elapsed.Seconds())
 	}
-	x.span.SetAttributes(
-		attribute.String("switchyard.route", x.route), attribute.String("switchyard.pool", x.pool),
-		attribute.String("switchyard.replica", x.replica), attribute.String("switchyard.class", x.class),
-		attribute.Int("http.response.status_code", x.status),
-	)
-	if x.info != nil {
-		x.span.SetAttributes(attribute.String("gen_ai.request.model", x.info.Model))
+	if x.span.IsRecording() {
+		x.span.SetAttributes(
+			attribute.String("switchyard.route", x.route), attribute.String("switchyard.pool", x.pool),
+			attribute.String("switchyard.replica", x.replica), attribute.String("switchyard.class", x.class),
+			attribute.Int("http.response.status_code", x.status),
+		)
+		if x.info != nil {
+			x.span.SetAttributes(attribute.String("gen_ai.request.model", x.info.Model))
+		}
 	}
 	x.span.End()
+	if !g.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
 	attrs := []slog.Attr{
 		slog.String("request_id", x.id), slog.String("route", x.route), slog.String("pool", x.pool),
 		slog.String("replica", x.replica), slog.String("class", x.class), slog.Int("status", x.status),
@@ -607,6 +629,22 @@ func (g *Gateway) finish(x *exchange) {
 		attrs = append(attrs, slog.String("request_body", string(x.body)))
 	}
 	g.log.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
+}
+
+// statusLabels caches the code label of every HTTP status.
+var statusLabels = func() []string {
+	out := make([]string, 600)
+	for i := range out {
+		out[i] = strconv.Itoa(i)
+	}
+	return out
+}()
+
+func statusLabel(code int) string {
+	if code >= 0 && code < len(statusLabels) {
+		return statusLabels[code]
+	}
+	return strconv.Itoa(code)
 }
 
 func orNone(s string) string {

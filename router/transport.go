@@ -67,7 +67,9 @@ func (t *poolTransport) once(ctx context.Context, rep *pools.Replica, body []byt
 	if k := ps.cfg.APIKey; k != "" {
 		req.Header.Set("Authorization", "Bearer "+string(k))
 	}
-	t.g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	if t.g.tracing {
+		t.g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	}
 	resp, err := ps.Client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
