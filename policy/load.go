@@ -146,26 +146,20 @@ func (d *decoder) shape(node ast.Node, t reflect.Type, what string) bool {
 		}
 		kvs, _ := d.pairs(node, what)
 		ok = len(kvs) == len(all)
-		var names []string
-		var fields map[string]reflect.Type
-		if t.Kind() == reflect.Struct {
-			names, fields = yamlFields(t)
-		}
+		names, fields := yamlFields(t)
 		for _, kv := range kvs {
 			if kv.Key.Type() == ast.MergeKeyType {
 				continue // `<<: *alias` is resolved by the decoder
 			}
 			k := keyString(kv)
-			ft := t
-			if t.Kind() == reflect.Struct {
-				var known bool
-				if ft, known = fields[k]; !known {
-					d.c.at(kv.Key, "%s: unknown key %q (known: %s)", what, k, strings.Join(names, ", "))
-					ok = false
-					continue
-				}
-			} else {
-				ft = t.Elem()
+			ft, known := fields[k]
+			if t.Kind() == reflect.Map {
+				ft, known = t.Elem(), true
+			}
+			if !known {
+				d.c.at(kv.Key, "%s: unknown key %q (known: %s)", what, k, strings.Join(names, ", "))
+				ok = false
+				continue
 			}
 			ok = d.shape(kv.Value, ft, what+": "+k) && ok
 		}
@@ -193,8 +187,11 @@ func (d *decoder) shape(node ast.Node, t reflect.Type, what string) bool {
 }
 
 // yamlFields lists the keys a struct accepts, in declaration order, with
-// the type each one decodes into.
+// the type each one decodes into (none for other types).
 func yamlFields(t reflect.Type) ([]string, map[string]reflect.Type) {
+	if t.Kind() != reflect.Struct {
+		return nil, nil
+	}
 	var names []string
 	fields := map[string]reflect.Type{}
 	for i := range t.NumField() {

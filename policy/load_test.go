@@ -98,7 +98,7 @@ func TestLoadBad(t *testing.T) {
 		{"several", []string{
 			`../testdata/several.bad.yaml:5:14: pool "small": unknown balancer "fastest" (known: round_robin, least_outstanding, p2c, kv_aware, affinity)`,
 			`../testdata/several.bad.yaml:15:9: routes[0] "hard": pool "huge" is not defined (known: large, small)`,
-			`../testdata/several.bad.yaml:18:16: routes[1] "experiment": fallback cycle: "large" is the route's own target`,
+			`../testdata/several.bad.yaml:19:23: routes[1] "long": fallback cycle: "large" is the route's own target`,
 		}},
 		{"split-weight-negative", []string{
 			`../testdata/split-weight-negative.bad.yaml:15:14: routes[0] "default": split: weight of "large" must be positive, got -5`,

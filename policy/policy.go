@@ -198,28 +198,28 @@ func (s *evalState) match(w *When) (bool, string) {
 	}
 	req := s.req
 	if len(w.Model) > 0 && !w.Model.Has(req.Model) {
-		return false, s.why("model %q not in %v", req.Model, []string(w.Model))
+		return false, s.why(func() string { return fmt.Sprintf("model %q not in %v", req.Model, []string(w.Model)) })
 	}
 	if w.Stream != nil && *w.Stream != req.Stream {
-		return false, s.why("stream is %t", req.Stream)
+		return false, s.why(func() string { return fmt.Sprintf("stream is %t", req.Stream) })
 	}
 	if w.Tools != nil && !w.Tools.Match(float64(req.Tools)) {
-		return false, s.why("tools %d not %s", req.Tools, w.Tools)
+		return false, s.why(func() string { return fmt.Sprintf("tools %d not %s", req.Tools, w.Tools) })
 	}
 	if w.Messages != nil && !w.Messages.Match(float64(req.Messages)) {
-		return false, s.why("messages %d not %s", req.Messages, w.Messages)
+		return false, s.why(func() string { return fmt.Sprintf("messages %d not %s", req.Messages, w.Messages) })
 	}
 	if w.PromptTokens != nil && !w.PromptTokens.Match(float64(req.PromptTokens)) {
-		return false, s.why("prompt_tokens %d not %s", req.PromptTokens, w.PromptTokens)
+		return false, s.why(func() string { return fmt.Sprintf("prompt_tokens %d not %s", req.PromptTokens, w.PromptTokens) })
 	}
 	for name, values := range w.Header {
 		got := req.Header.Get(name)
 		if !values.Has(got) {
-			return false, s.why("header %s is %q, want %v", name, got, []string(values))
+			return false, s.why(func() string { return fmt.Sprintf("header %s is %q, want %v", name, got, []string(values)) })
 		}
 	}
 	if len(w.Key) > 0 && !w.Key.Has(req.Key) {
-		return false, s.why("key %q not in %v", req.Key, []string(w.Key))
+		return false, s.why(func() string { return fmt.Sprintf("key %q not in %v", req.Key, []string(w.Key)) })
 	}
 	if len(w.Any) > 0 {
 		matched := false
@@ -235,12 +235,12 @@ func (s *evalState) match(w *When) (bool, string) {
 			}
 		}
 		if !matched {
-			return false, s.why("none of any matched (%s)", strings.Join(reasons, "; "))
+			return false, s.why(func() string { return fmt.Sprintf("none of any matched (%s)", strings.Join(reasons, "; ")) })
 		}
 	}
 	if w.Not != nil {
 		if ok, _ := s.match(w.Not); ok {
-			return false, s.why("not: the negated condition matched")
+			return false, s.why(func() string { return "not: the negated condition matched" })
 		}
 	}
 	// Classifier conditions last, so a rule that fails on a cheap condition
@@ -248,7 +248,7 @@ func (s *evalState) match(w *When) (bool, string) {
 	if len(w.Class) > 0 {
 		c := s.class()
 		if !w.Class.Has(c.Label) {
-			return false, s.why("class is %q, want %v", c.Label, []string(w.Class))
+			return false, s.why(func() string { return fmt.Sprintf("class is %q, want %v", c.Label, []string(w.Class)) })
 		}
 	}
 	if len(w.Score) > 0 {
@@ -256,18 +256,22 @@ func (s *evalState) match(w *When) (bool, string) {
 		for _, label := range sortedKeys(w.Score) {
 			v := c.Scores[label]
 			if !w.Score[label].Match(v) {
-				return false, s.why("score[%s] %s not %s", label, strconv.FormatFloat(v, 'f', 3, 64), w.Score[label])
+				return false, s.why(func() string {
+					return fmt.Sprintf("score[%s] %s not %s", label, strconv.FormatFloat(v, 'f', 3, 64), w.Score[label])
+				})
 			}
 		}
 	}
 	return true, ""
 }
 
-func (s *evalState) why(format string, args ...any) string {
+// why renders a skip reason only when explaining, so that a plain decision
+// builds no strings.
+func (s *evalState) why(reason func() string) string {
 	if !s.explain {
 		return ""
 	}
-	return fmt.Sprintf(format, args...)
+	return reason()
 }
 
 func sortedKeys[V any](m map[string]V) []string {

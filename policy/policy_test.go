@@ -261,6 +261,10 @@ func TestDecidePools(t *testing.T) {
     when: {tools: {gte: 1}}
     split: {b: 1, c: 1}
     fallback: [a]
+  - name: split-own
+    when: {key: ci}
+    split: {b: 1, c: 1}
+    fallback: [b, c, a]
   - {name: default, to: a}
 `)
 	pol := policy.New(cfg, policy.WithRand(func() uint64 { return 1 })) // picks c
@@ -272,6 +276,7 @@ func TestDecidePools(t *testing.T) {
 	}{
 		{"target then fallbacks in order", policy.Request{Stream: true}, []string{"a", "c", "b"}, &policy.Spill{To: "c", WhenQueueOver: 8}},
 		{"split pick then fallbacks", policy.Request{Tools: 1}, []string{"c", "a"}, nil},
+		{"split's own pools as fallbacks, minus the pick", policy.Request{Key: "ci"}, []string{"c", "b", "a"}, nil},
 		{"no fallback", policy.Request{}, []string{"a"}, nil},
 	}
 	for _, tc := range tests {
@@ -416,6 +421,14 @@ routes:
 		want.Sticky, want.Matched = true, []string{"complex"}
 		if diff := cmp.Diff(want, d); diff != "" {
 			t.Errorf("sticky explained decision (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("explaining does not store", func(t *testing.T) {
+		pol, r := newPolicy()
+		pol.Decide(&policy.Request{Session: "s1"}, simple, true)
+		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); d.Sticky || r.n != 2 {
+			t.Errorf("after an explained decision: Sticky = %t after %d draws, want a fresh decision", d.Sticky, r.n)
 		}
 	})
 

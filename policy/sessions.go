@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -47,7 +48,9 @@ func (s *Sessions) Get(id string) (Decision, bool) {
 		s.cache.Remove(id)
 		return Decision{}, false
 	}
-	return e.d, true
+	d := e.d
+	d.Pools = slices.Clone(d.Pools) // callers own what they get
+	return d, true
 }
 
 // Put keeps d for id unless a live decision is already kept (the first
