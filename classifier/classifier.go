@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -106,15 +106,16 @@ func Kinds() []string {
 type Classifier struct {
 	opts    Options
 	backend backend
-	cache   *expirable.LRU[uint64, cached]
+	cache   *lru.Cache[uint64, cached]
 	sem     chan struct{}
 	flights flightGroup
 	seed    maphash.Seed
 }
 
 type cached struct {
-	label  string
-	scores map[string]float64
+	label   string
+	scores  map[string]float64
+	expires time.Time // zero: never
 }
 
 // New builds a classifier; an unknown kind is an error listing the kinds.
@@ -147,7 +148,11 @@ func New(o Options) (*Classifier, error) {
 	}
 	c := &Classifier{opts: o, backend: b, sem: make(chan struct{}, o.Concurrency), seed: maphash.MakeSeed()}
 	if o.CacheSize > 0 {
-		c.cache = expirable.NewLRU[uint64, cached](o.CacheSize, nil, o.CacheTTL)
+		// A plain LRU with an expiry per entry rather than expirable.LRU,
+		// whose cleanup goroutine never stops (golang-lru v2.0.7) and would
+		// pin the whole cache of every classifier a reload replaces.
+		// Expired entries are skipped on Get and overwritten or evicted.
+		c.cache, _ = lru.New[uint64, cached](o.CacheSize) // errs only for size <= 0
 	}
 	c.flights.calls = map[uint64]*flight{}
 	return c, nil
@@ -168,7 +173,7 @@ func (c *Classifier) Classify(ctx context.Context, in Input) Result {
 	in.truncate(c.opts.MaxInputChars)
 	key := in.hash(c.seed)
 	if c.cache != nil {
-		if v, ok := c.cache.Get(key); ok {
+		if v, ok := c.cache.Get(key); ok && (v.expires.IsZero() || start.Before(v.expires)) {
 			return c.record(Result{Label: v.label, Scores: v.scores, Outcome: OutcomeCacheHit}, start)
 		}
 	}
@@ -201,7 +206,11 @@ func (c *Classifier) call(ctx context.Context, in *Input, key uint64) Result {
 		return c.fail(err)
 	}
 	if c.cache != nil {
-		c.cache.Add(key, cached{label: label, scores: scores})
+		v := cached{label: label, scores: scores}
+		if c.opts.CacheTTL > 0 {
+			v.expires = time.Now().Add(c.opts.CacheTTL)
+		}
+		c.cache.Add(key, v)
 	}
 	return Result{Label: label, Scores: scores, Outcome: OutcomeOK}
 }
@@ -348,7 +357,9 @@ func (g *flightGroup) do(ctx context.Context, key uint64, fn func(context.Contex
 		go func() {
 			f.res = fn(callCtx)
 			g.mu.Lock()
-			delete(g.calls, key)
+			if g.calls[key] == f {
+				delete(g.calls, key)
+			}
 			g.mu.Unlock()
 			cancel()
 			close(f.done)
@@ -363,7 +374,13 @@ func (g *flightGroup) do(ctx context.Context, key uint64, fn func(context.Contex
 		g.mu.Lock()
 		f.waiters--
 		if f.waiters == 0 {
+			// Nobody waits any more: cancel the call and forget it, so that
+			// a new identical request (a client retrying) starts a fresh
+			// call instead of joining this one and getting its error.
 			f.cancel()
+			if g.calls[key] == f {
+				delete(g.calls, key)
+			}
 		}
 		g.mu.Unlock()
 		return Result{Outcome: OutcomeError, Err: ctx.Err()}

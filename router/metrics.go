@@ -4,6 +4,7 @@ import (
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // metrics are the gateway's own series (CONTRACT §6); replica gauges come
@@ -65,6 +66,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		Name: "switchyard_build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(version, runtime.Version()).Set(1)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.retries, m.fallbacks,
 		m.reloads, m.generation, m.inflight, m.queueWait, build)
 	for _, r := range []string{"ok", "error"} {

@@ -1,0 +1,380 @@
+package router_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/switchyard/switchyard/router"
+	"github.com/switchyard/switchyard/vllmsim"
+)
+
+const classifierYAML = `
+version: 1
+pools:
+  qwen:
+    model: Qwen/Qwen3.8-Flash-Next
+    health: {disabled: true}
+    replicas: [{name: qwen-a, url: "{{qwen}}"}]
+  minicpm:
+    model: openbmb/MiniCPM5-2B
+    health: {disabled: true}
+    replicas: [{name: minicpm-a, url: "{{minicpm}}"}]
+classifier:
+  kind: model
+  pool: minicpm
+  labels: [simple, {complex: "multi-step reasoning, code"}]
+  timeout: 2s
+  on_error: complex
+models:
+  - {name: auto, route: policy}
+session:
+  header: X-Session-Id
+  ttl: 1m
+routes:
+  - name: pinned
+    when: {model: pinned}
+    to: qwen
+  - name: tool-heavy
+    when: {tools: {gte: 4}}
+    to: qwen
+  - name: complex
+    when: {class: complex}
+    to: qwen
+    fallback: [minicpm]
+  - name: coin
+    when: {header: {X-Coin: "yes"}}
+    split: {qwen: 50, minicpm: 50}
+  - name: default
+    to: minicpm
+`
+
+// classifierCalls counts the constrained-choice requests a replica received.
+func classifierCalls(r *replica) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, b := range r.bodies {
+		if strings.Contains(string(b), `"structured_outputs"`) {
+			n++
+		}
+	}
+	return n
+}
+
+func setupClassifier(t *testing.T) (*gateway, *replica, *replica) {
+	t.Helper()
+	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+	m := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
+	cfg := loadConfig(t, strings.Replace(classifierYAML, "{name: auto, route: policy}", "{name: auto, route: policy}\n  - {name: pinned, route: policy}", 1),
+		map[string]string{"qwen": q.Srv.URL, "minicpm": m.Srv.URL}, nil)
+	return startGateway(t, cfg), q, m
+}
+
+func chatBody(content string, extra string) string {
+	b, _ := json.Marshal(content)
+	return `{"model":"auto","max_tokens":4,"messages":[{"role":"user","content":` + string(b) + `}]` + extra + `}`
+}
+
+func TestClassifierRouting(t *testing.T) {
+	gw, _, m := setupClassifier(t)
+	url := gw.API.URL + "/v1/chat/completions"
+
+	resp, _ := post(t, url, chatBody("Prove step by step that the algorithm terminates, and analyze its complexity.", ""), nil)
+	if got := [3]string{resp.Header.Get("X-Switchyard-Route"), resp.Header.Get("X-Switchyard-Pool"), resp.Header.Get("X-Switchyard-Class")}; got != [3]string{"complex", "qwen", "complex"} {
+		t.Errorf("hard request: route/pool/class %v", got)
+	}
+	resp, _ = post(t, url, chatBody("What's the capital of Portugal?", ""), nil)
+	if got := [3]string{resp.Header.Get("X-Switchyard-Route"), resp.Header.Get("X-Switchyard-Pool"), resp.Header.Get("X-Switchyard-Class")}; got != [3]string{"default", "minicpm", "simple"} {
+		t.Errorf("easy request: route/pool/class %v", got)
+	}
+	if n := classifierCalls(m); n != 2 {
+		t.Fatalf("classifier calls %d, want 2", n)
+	}
+
+	t.Run("cache hit", func(t *testing.T) {
+		post(t, url, chatBody("What's the capital of Portugal?", ""), nil)
+		if n := classifierCalls(m); n != 2 {
+			t.Errorf("classifier calls %d after a repeated request, want still 2", n)
+		}
+		if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"label": "simple", "result": "cache_hit"}); v != 1 {
+			t.Errorf("cache_hit counter %v, want 1", v)
+		}
+	})
+
+	t.Run("lazy: earlier rules never classify", func(t *testing.T) {
+		before := classifierCalls(m)
+		tools := `,"tools":[` + strings.Repeat(`{"type":"function","function":{"name":"f","parameters":{"type":"object"}}},`, 3) +
+			`{"type":"function","function":{"name":"g","parameters":{"type":"object"}}}]`
+		resp, _ := post(t, url, chatBody("unique question number one", tools), nil)
+		if resp.Header.Get("X-Switchyard-Route") != "tool-heavy" || resp.Header.Get("X-Switchyard-Class") != "" {
+			t.Errorf("route %q class %q", resp.Header.Get("X-Switchyard-Route"), resp.Header.Get("X-Switchyard-Class"))
+		}
+		b := strings.Replace(chatBody("unique question number two", ""), `"auto"`, `"pinned"`, 1)
+		resp, _ = post(t, url, b, nil)
+		if resp.Header.Get("X-Switchyard-Route") != "pinned" {
+			t.Errorf("pinned route %q", resp.Header.Get("X-Switchyard-Route"))
+		}
+		post(t, url, strings.Replace(chatBody("unique question number three", ""), `"auto"`, `"minicpm"`, 1), nil)
+		if n := classifierCalls(m) - before; n != 0 {
+			t.Errorf("%d classifier calls for requests decided before any class rule", n)
+		}
+	})
+
+	t.Run("sticky session across a split", func(t *testing.T) {
+		pools := map[string]int{}
+		for i := range 20 {
+			h := map[string]string{"X-Session-Id": "agent-42", "X-Coin": "yes"}
+			resp, _ := post(t, url, chatBody("hello again "+strings.Repeat("!", i), ""), h)
+			pools[resp.Header.Get("X-Switchyard-Pool")]++
+		}
+		if len(pools) != 1 {
+			t.Errorf("one session went to several pools: %v", pools)
+		}
+	})
+}
+
+
+func TestClassifierPoolDownUsesOnError(t *testing.T) {
+	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+	cfg := loadConfig(t, classifierYAML, map[string]string{"qwen": q.Srv.URL, "minicpm": refusedURL(t)}, nil)
+	gw := startGateway(t, cfg)
+	resp, body := post(t, gw.API.URL+"/v1/chat/completions", chatBody("hi there", ""), nil)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Class") != "complex" || resp.Header.Get("X-Switchyard-Pool") != "qwen" {
+		t.Fatalf("status %d class %q pool %q: %s", resp.StatusCode, resp.Header.Get("X-Switchyard-Class"), resp.Header.Get("X-Switchyard-Pool"), body)
+	}
+}
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const reloadYAML = `
+version: 1
+pools:
+  qwen:
+    model: Qwen/Qwen3.8-Flash-Next
+    health: {disabled: true}
+    replicas: [{name: qwen-a, url: "QWEN"}]
+  minicpm:
+    model: openbmb/MiniCPM5-2B
+    health: {disabled: true}
+    replicas: [{name: minicpm-a, url: "MINICPM"}]
+routes:
+  - name: main
+    to: TARGET
+`
+
+func TestReload(t *testing.T) {
+	q := startReplica(t, vllmsim.Profile{Model: "Qwen/Qwen3.8-Flash-Next", DecodeTPS: 50, DefaultMaxTokens: 20})
+	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
+	dir := t.TempDir()
+	path := filepath.Join(dir, "switchyard.yaml")
+	render := func(target string) string {
+		return strings.NewReplacer("QWEN", q.Srv.URL, "MINICPM", m.Srv.URL, "TARGET", target).Replace(reloadYAML)
+	}
+	writeFile(t, path, render("qwen"))
+	cfg, err := router.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
+	url := gw.API.URL + "/v1/chat/completions"
+	qwenBefore := gw.G.Snapshot().Pool("qwen")
+
+	// A stream that starts before the reload finishes on the old route.
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"model":"auto","stream":true,"messages":[{"role":"user","content":"long"}]}`))
+	streamResp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer streamResp.Body.Close()
+	if streamResp.Header.Get("X-Switchyard-Pool") != "qwen" {
+		t.Fatalf("stream pool %q", streamResp.Header.Get("X-Switchyard-Pool"))
+	}
+
+	writeFile(t, path, render("minicpm"))
+	resp, body := post(t, gw.Admin.URL+"/admin/reload", "", nil)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"generation": 2`) {
+		t.Fatalf("reload: %d %s", resp.StatusCode, body)
+	}
+	resp, _ = post(t, url, chatBody("after reload", ""), nil)
+	if resp.Header.Get("X-Switchyard-Pool") != "minicpm" {
+		t.Errorf("after reload, pool %q, want minicpm", resp.Header.Get("X-Switchyard-Pool"))
+	}
+	rest, err := io.ReadAll(streamResp.Body)
+	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Errorf("the stream begun before the reload did not complete: %v\n%s", err, rest)
+	}
+	if gw.G.Snapshot().Pool("qwen") != qwenBefore {
+		t.Error("an unchanged pool was rebuilt (its in-flight counts and health were lost)")
+	}
+
+	t.Run("invalid file keeps the running config", func(t *testing.T) {
+		writeFile(t, path, render("minicpm")+"  - name: broken\n    to: nowhere\n")
+		resp, body := post(t, gw.Admin.URL+"/admin/reload", "", nil)
+		if resp.StatusCode != 400 || !strings.Contains(string(body), `switchyard.yaml:`) || !strings.Contains(string(body), `\"nowhere\" is not defined`) {
+			t.Fatalf("reload of a bad file: %d %s", resp.StatusCode, body)
+		}
+		if gen := gw.G.Snapshot().Generation; gen != 2 {
+			t.Errorf("generation %d after a refused reload, want 2", gen)
+		}
+		if resp, _ := post(t, url, chatBody("still serving", ""), nil); resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Pool") != "minicpm" {
+			t.Errorf("after a refused reload: %d pool %q", resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"))
+		}
+		if v := metricValue(t, gw, "switchyard_config_reloads_total", map[string]string{"result": "error"}); v != 1 {
+			t.Errorf("reload errors counted %v, want 1", v)
+		}
+	})
+}
+
+func TestReloadUnderLoadLosesNothing(t *testing.T) {
+	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
+	path := filepath.Join(t.TempDir(), "switchyard.yaml")
+	render := func(target string) string {
+		return strings.NewReplacer("QWEN", q.Srv.URL, "MINICPM", m.Srv.URL, "TARGET", target).Replace(reloadYAML)
+	}
+	writeFile(t, path, render("qwen"))
+	cfg, err := router.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var ok, failed atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				stream := ok.Load()%2 == 0
+				body := chatBody("x", "")
+				if stream {
+					body = strings.Replace(body, `"model"`, `"stream":true,"model"`, 1)
+				}
+				resp, err := http.Post(gw.API.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || (stream && !strings.HasSuffix(string(b), "[DONE]\n\n")) {
+					failed.Add(1)
+					continue
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	for i := range 100 {
+		target := []string{"qwen", "minicpm"}[i%2]
+		writeFile(t, path, render(target))
+		if _, err := gw.G.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	wg.Wait()
+	if failed.Load() != 0 || ok.Load() == 0 {
+		t.Errorf("%d requests failed, %d succeeded across 100 reloads", failed.Load(), ok.Load())
+	}
+	if gen := gw.G.Snapshot().Generation; gen != 101 {
+		t.Errorf("generation %d, want 101", gen)
+	}
+}
+
+func TestExplain(t *testing.T) {
+	gw, _, _ := setupClassifier(t)
+	resp, body := post(t, gw.Admin.URL+"/admin/explain?class=complex", chatBody("anything", ""), nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("explain: %d %s", resp.StatusCode, body)
+	}
+	var e router.Explanation
+	if err := json.Unmarshal(body, &e); err != nil {
+		t.Fatal(err)
+	}
+	want := router.Explanation{
+		Route: "complex", Pool: "qwen", Replica: "qwen-a", Class: "complex", Scores: map[string]float64{"complex": 1},
+		Matched: []string{"complex"}, Fallback: []string{"minicpm"},
+	}
+	skipped := e.Skipped
+	e.Skipped = nil
+	if d := cmp.Diff(want, e); d != "" {
+		t.Errorf("explain (-want +got):\n%s", d)
+	}
+	if len(skipped) != 2 || skipped[0].Route != "pinned" || skipped[1].Route != "tool-heavy" || skipped[1].Reason == "" {
+		t.Errorf("skipped %+v", skipped)
+	}
+	// Explaining classifies with the model when no class is given.
+	resp, body = post(t, gw.Admin.URL+"/admin/explain", chatBody("What time is it?", ""), nil)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"class": "simple"`) || !strings.Contains(string(body), `"route": "default"`) {
+		t.Errorf("explain with classifier: %d %s", resp.StatusCode, body)
+	}
+}
+
+func TestAdminEndpoints(t *testing.T) {
+	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
+	cfg := loadConfig(t, `
+version: 1
+server:
+  api_keys: [{name: ops, key_env: OPS_KEY}]
+pools:
+  qwen: {model: Qwen/Qwen3.8-Flash-Next, api_key_env: VLLM_KEY, health: {disabled: true}, replicas: [{name: q, url: "{{qwen}}"}]}
+  minicpm: {model: openbmb/MiniCPM5-2B, health: {disabled: true}, replicas: [{name: m, url: "{{minicpm}}"}]}
+routes:
+  - name: default
+    to: minicpm
+`, map[string]string{"qwen": q.Srv.URL, "minicpm": m.Srv.URL}, map[string]string{"OPS_KEY": "sk-very-secret", "VLLM_KEY": "vllm-secret"})
+	gw := startGateway(t, cfg)
+	get := func(path string) (int, string) {
+		resp, err := http.Get(gw.Admin.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, conf := get("/admin/config")
+	if code != 200 || strings.Contains(conf, "sk-very-secret") || strings.Contains(conf, "vllm-secret") || !strings.Contains(conf, "key_env: OPS_KEY") {
+		t.Errorf("/admin/config: %d\n%s", code, conf)
+	}
+	code, pools := get("/admin/pools")
+	if code != 200 || !strings.Contains(pools, `"name": "minicpm"`) || !strings.Contains(pools, `"healthy": true`) {
+		t.Errorf("/admin/pools: %d\n%s", code, pools)
+	}
+	code, metrics := get("/metrics")
+	for _, name := range []string{"switchyard_config_generation 1", "go_goroutines", "switchyard_replica_healthy{pool=\"qwen\",replica=\"q\"} 1"} {
+		if !strings.Contains(metrics, name) {
+			t.Errorf("/metrics (%d) lacks %q", code, name)
+		}
+	}
+	// The replica gets the pool's own key, never the client's.
+	resp, _ := post(t, gw.API.URL+"/v1/chat/completions", strings.Replace(chatBody("x", ""), `"auto"`, `"qwen"`, 1), map[string]string{"Authorization": "Bearer sk-very-secret"})
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if got := q.lastHeader().Get("Authorization"); got != "Bearer vllm-secret" {
+		t.Errorf("replica saw Authorization %q", got)
+	}
+}
