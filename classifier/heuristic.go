@@ -28,7 +28,7 @@ func Hardness(in *Input) float64 {
 	}
 	lower := strings.ToLower(text)
 	z := -2.0
-	z += math.Min(float64(len(text))/1500, 2.5) // long inputs
+	z += math.Min(float64(len(text))/1500, 2.5)    // long inputs
 	z += 0.8 * math.Min(float64(len(in.Tools)), 5) // three tools or more tip it to hard
 	if strings.Contains(text, "```") {
 		z += 1.2

@@ -143,7 +143,6 @@ func TestClassifierRouting(t *testing.T) {
 	})
 }
 
-
 func TestClassifierPoolDownUsesOnError(t *testing.T) {
 	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
 	cfg := loadConfig(t, classifierYAML, map[string]string{"qwen": q.Srv.URL, "minicpm": refusedURL(t)}, nil)

@@ -428,7 +428,7 @@ func TestChooserAnswerOutsideChoices(t *testing.T) {
 		return "other", nil
 	}))
 	resp, b := post(t, ts, "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"guided_choice":["a","b"]}`)
-	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(b), `"other"`) {
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(decode[errorBody](t, b).Error.Message, `"other"`) {
 		t.Errorf("status %d body %s: want 500 naming the bad label", resp.StatusCode, b)
 	}
 }

@@ -44,7 +44,7 @@ type Profile struct {
 	// divided by it, capped at 1; 0 reports 0. It does not limit admission.
 	KVCacheTokens int
 	// LegacyMetrics exposes vllm:gpu_cache_usage_perc instead of
-	// vllm:kv_cache_usage_perc, as vLLM did before v0.10.
+	// vllm:kv_cache_usage_perc, as older vLLM versions did.
 	LegacyMetrics bool
 }
 

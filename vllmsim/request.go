@@ -428,8 +428,9 @@ func logOf(p float64) float64 {
 	return math.Log(p)
 }
 
-// choiceLabels reads structured_outputs.choice (vLLM ≥ 0.10) or the older
-// top-level guided_choice; nil when the request has neither.
+// choiceLabels reads structured_outputs.choice (current vLLM) or the older
+// top-level guided_choice (removed in vLLM 0.12); nil when the request has
+// neither.
 func choiceLabels(root gjson.Result) ([]string, *apiError) {
 	field := "structured_outputs.choice"
 	v := root.Get(field)

@@ -1,6 +1,9 @@
 package vllmsim
 
-import "strings"
+import (
+	"math"
+	"strings"
+)
 
 // passage is the text the simulator "generates", cyclically, one token per
 // word. Each token carries its leading space, as BPE tokens do.
@@ -51,13 +54,13 @@ func textToken(start, step int) string {
 // starts at passage token start, between -0.02 and -1.5.
 func textLogprob(start, step int) float64 {
 	k := (start*7 + step*13) % 89
-	return -(0.02 + float64(k)/60)
+	return -round4(0.02 + float64(k)/60)
 }
 
 // alternative is the i-th alternative token to tok (i from 0), and its
 // logprob given tok's logprob lp: each is less likely than the one before.
 func alternative(tok string, lp float64, i int) (string, float64) {
-	alp := lp - 0.9 - 0.6*float64(i)
+	alp := round4(lp - 0.9 - 0.6*float64(i))
 	for _, a := range alternativeTokens {
 		if a == tok {
 			continue
@@ -69,3 +72,6 @@ func alternative(tok string, lp float64, i int) (string, float64) {
 	}
 	return alternativeTokens[0], alp // only for i beyond the list, which callers never ask
 }
+
+// round4 rounds x to four decimals, so logprobs print short.
+func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
