@@ -72,6 +72,9 @@ func (g *Gateway) pumpStream(ctx context.Context, w io.Writer, rc *http.Response
 				x.ttft = time.Since(x.start)
 				g.metrics.ttft.WithLabelValues(ps.Name).Observe(x.ttft.Seconds())
 			}
+			if injected {
+				ev = dropUsageNull(ev)
+			}
 			if bytes.HasPrefix(ev, doneEvent) {
 				sawDone = true
 			} else if bytes.Contains(ev, usageKey) || bytes.Contains(ev, usageKeySp) {
@@ -126,6 +129,27 @@ func ctxErrOr(ctx context.Context, err error) error {
 		return ctx.Err()
 	}
 	return err
+}
+
+var usageNull = []byte(`"usage":null`)
+
+// dropUsageNull removes the `"usage":null` member that servers following
+// OpenAI add to every chunk once include_usage is set, so a client that did
+// not ask for usage sees the chunks it would have seen. It edits ev in place.
+func dropUsageNull(ev []byte) []byte {
+	i := bytes.Index(ev, usageNull)
+	if i < 0 {
+		return ev
+	}
+	start, end := i, i+len(usageNull)
+	switch {
+	case start > 0 && ev[start-1] == ',':
+		start--
+	case end < len(ev) && ev[end] == ',':
+		end++
+	}
+	n := copy(ev[start:], ev[end:])
+	return ev[:start+n]
 }
 
 // nextEvent returns the first complete SSE event in b (including its
