@@ -18,8 +18,9 @@
 // produces one token per choice per step, as vLLM's parallel sampling does, and
 // holds a single slot. Streams send each token when it is produced. With both
 // rates at 0 (and no Stall or SlowStart fault) no timer is created at all, so
-// the simulator costs little when it measures proxy overhead. A client that goes away stops its request at once:
-// it leaves the queue or frees its slot and is counted as cancelled.
+// the simulator costs little when it measures proxy overhead. A client that
+// goes away stops its request at once: it leaves the queue or frees its slot
+// and is counted as cancelled.
 //
 // # Content
 //

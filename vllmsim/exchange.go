@@ -76,9 +76,7 @@ func (x *exchange) run() {
 	if p.stream {
 		// Like vLLM, a stream's headers go out as soon as it is accepted, before
 		// it is scheduled.
-		h := x.w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
+		x.w.Header().Set("Content-Type", "text/event-stream")
 		x.w.WriteHeader(http.StatusOK)
 		if x.rc.Flush() != nil {
 			x.outcome = outcomeCancelled

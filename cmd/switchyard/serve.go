@@ -51,13 +51,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		printConfigErr(stderr, path, err)
 		return exitInvalid
 	}
-	shutdownTracing, err := setupTracing(ctx)
+	tp, shutdownTracing, err := setupTracing(ctx)
 	if err != nil {
 		log.Error("tracing setup failed", "error", err.Error())
 		return exitRuntime
 	}
 	defer shutdownTracing()
-	g, err := router.New(cfg, router.Options{ConfigPath: path, Logger: log, Version: version})
+	g, err := router.New(cfg, router.Options{ConfigPath: path, Logger: log, Version: version, Tracer: tp})
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())
 		return exitRuntime
