@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestValidate(t *testing.T) {
+	examples, _ := filepath.Glob("../../examples/policies/*.yaml")
+	if len(examples) < 5 {
+		t.Fatalf("found %d example policies", len(examples))
+	}
+	code, out, errs := runCLI(t, append([]string{"validate"}, examples...)...)
+	if code != exitOK || strings.Count(out, ": ok\n") != len(examples) || errs != "" {
+		t.Errorf("validate examples: exit %d\nstdout %s\nstderr %s", code, out, errs)
+	}
+	code, out, errs = runCLI(t, "validate", "../../testdata/several.bad.yaml", examples[0])
+	if code != exitInvalid || !strings.Contains(out, examples[0]+": ok") {
+		t.Errorf("validate mixed: exit %d stdout %q", code, out)
+	}
+	lines := strings.Split(strings.TrimSpace(errs), "\n")
+	if len(lines) < 2 {
+		t.Errorf("want every problem of several.bad.yaml, got:\n%s", errs)
+	}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "../../testdata/several.bad.yaml:") {
+			t.Errorf("not FILE:LINE:COL: %q", l)
+		}
+	}
+	if code, _, _ := runCLI(t, "validate"); code != exitUsage {
+		t.Errorf("validate without files: exit %d, want %d", code, exitUsage)
+	}
+	if code, _, errs := runCLI(t, "validate", "/nonexistent.yaml"); code != exitInvalid || !strings.Contains(errs, "nonexistent") {
+		t.Errorf("missing file: exit %d %s", code, errs)
+	}
+}
+
+func TestExplainCLI(t *testing.T) {
+	code, out, errs := runCLI(t, "explain", "--config", "../../examples/policies/dgx-spark-8node.yaml", "--class", "complex",
+		`{"model":"auto","messages":[{"role":"user","content":"hi"}]}`)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var e struct {
+		Route, Pool, Class string
+		Matched            []string
+		Skipped            []struct{ Route, Reason string }
+		Fallback           []string
+	}
+	if err := json.Unmarshal([]byte(out), &e); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if e.Route != "complex" || e.Pool != "qwen" || e.Class != "complex" || len(e.Fallback) != 1 || e.Fallback[0] != "minicpm" ||
+		len(e.Skipped) != 1 || e.Skipped[0].Route != "tool-heavy" {
+		t.Errorf("explain: %s", out)
+	}
+	code, out, _ = runCLI(t, "explain", "--config", "../../examples/policies/dgx-spark-8node.yaml", "--class", "simple",
+		"--header", "X-Experiment: b", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`)
+	if code != exitOK || !strings.Contains(out, `"route": "experiment"`) {
+		t.Errorf("explain with header: %d %s", code, out)
+	}
+	if code, _, errs := runCLI(t, "explain", "--config", "../../examples/policies/dgx-spark-8node.yaml", `{"model":"nope","messages":[]}`); code != exitInvalid {
+		t.Errorf("bad request: exit %d %s", code, errs)
+	}
+	if code, _, _ := runCLI(t, "explain"); code != exitUsage {
+		t.Errorf("no config: exit %d", code)
+	}
+}
+
+func TestUsageAndVersion(t *testing.T) {
+	if code, _, errs := runCLI(t); code != exitUsage || !strings.Contains(errs, "Commands:") {
+		t.Errorf("no args: %d %s", code, errs)
+	}
+	if code, _, _ := runCLI(t, "frobnicate"); code != exitUsage {
+		t.Errorf("unknown command: %d", code)
+	}
+	for _, c := range commands() {
+		if code, _, errs := runCLI(t, c.name, "--help"); code != exitOK || !strings.Contains(errs, "Usage: switchyard "+c.name) {
+			t.Errorf("%s --help: %d %s", c.name, code, errs)
+		}
+	}
+	if code, out, _ := runCLI(t, "version"); code != exitOK || !strings.Contains(out, "switchyard ") || !strings.Contains(out, "go1.") {
+		t.Errorf("version: %d %s", code, out)
+	}
+	if code, _, _ := runCLI(t, "serve", "--bogus"); code != exitUsage {
+		t.Errorf("serve --bogus: %d", code)
+	}
+	if code, _, errs := runCLI(t, "serve", "--config", "../../testdata/several.bad.yaml"); code != exitInvalid || !strings.Contains(errs, "several.bad.yaml:") {
+		t.Errorf("serve with a bad config: %d %s", code, errs)
+	}
+	if code, _, _ := runCLI(t, "sim", "--preset", "nope"); code != exitUsage {
+		t.Errorf("sim bad preset: %d", code)
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}

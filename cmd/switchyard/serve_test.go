@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/vllmsim"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func getBody(url string) string {
+	resp, err := http.Get(url)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// TestServe runs the real serve command: file-change and SIGHUP reloads,
+// and a shutdown that drains a stream in flight.
+func TestServe(t *testing.T) {
+	slow := httptest.NewServer(vllmsim.New(vllmsim.Profile{Model: "big", DecodeTPS: 40, DefaultMaxTokens: 20}))
+	defer slow.Close()
+	fast := httptest.NewServer(vllmsim.New(vllmsim.Profile{Model: "small", DefaultMaxTokens: 2}))
+	defer fast.Close()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "switchyard.yaml")
+	conf := func(target string) string {
+		return `version: 1
+server: {shutdown_grace: 10s}
+pools:
+  big: {model: big, health: {disabled: true}, replicas: [{name: b, url: "` + slow.URL + `"}]}
+  small: {model: small, health: {disabled: true}, replicas: [{name: s, url: "` + fast.URL + `"}]}
+routes:
+  - name: main
+    to: ` + target + "\n"
+	}
+	write := func(s string) {
+		if err := os.WriteFile(path+".tmp", []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".tmp", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(conf("big"))
+	api, admin := freeAddr(t), freeAddr(t)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var stderr syncWriter
+	go func() {
+		done <- run(ctx, []string{"serve", "--config", path, "--listen", api, "--admin-listen", admin}, io.Discard, &stderr)
+	}()
+	poll(t, "the gateway to serve", func() bool { return strings.Contains(getBody("http://"+api+"/readyz"), `"ready"`) })
+
+	// A stream in flight when shutdown begins must complete.
+	resp, err := http.Post("http://"+api+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"auto","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("X-Switchyard-Pool") != "big" {
+		t.Fatalf("pool %q", resp.Header.Get("X-Switchyard-Pool"))
+	}
+
+	write(conf("small"))
+	poll(t, "the file-change reload", func() bool {
+		return strings.Contains(getBody("http://"+admin+"/readyz"), "") &&
+			strings.Contains(getBody("http://"+admin+"/admin/config"), "to: small")
+	})
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the SIGHUP reload", func() bool { return strings.Contains(getBody("http://"+admin+"/admin/config"), "# generation 3") })
+
+	stop() // as SIGTERM does
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Errorf("stream in flight at shutdown did not complete: %v %q", err, rest)
+	}
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("serve exited %d: %s", code, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not exit")
+	}
+	logs := stderr.String()
+	for _, want := range []string{`"msg":"config file changed: reloading"`, `"msg":"SIGHUP: reloading config"`, `"msg":"shutting down; draining in-flight requests"`, `"msg":"request"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %s", want)
+		}
+	}
+}
