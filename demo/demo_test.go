@@ -1,0 +1,46 @@
+package demo_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/demo"
+)
+
+// TestDemoHeadless runs the demo for a few seconds and checks its summary:
+// traffic on both pools, every route class present, no errors.
+func TestDemoHeadless(t *testing.T) {
+	var out bytes.Buffer
+	s, err := demo.Run(context.Background(), demo.Options{
+		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", Duration: 3 * time.Second, Workers: 8, Out: &out,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Requests < 50 {
+		t.Errorf("only %d requests in 3s", s.Requests)
+	}
+	if s.Errors != 0 {
+		t.Errorf("%d errors; first: %s", s.Errors, s.FirstError)
+	}
+	if s.ByPool["qwen"] == 0 || s.ByPool["minicpm"] == 0 {
+		t.Errorf("traffic by pool %v, want both pools", s.ByPool)
+	}
+	if s.ByPool["minicpm"] <= s.ByPool["qwen"] {
+		t.Errorf("the small pool should take most traffic: %v", s.ByPool)
+	}
+	for _, route := range []string{"default", "complex", "tool-heavy"} {
+		if s.ByRoute[route] == 0 {
+			t.Errorf("no traffic on route %q: %v", route, s.ByRoute)
+		}
+	}
+	text := out.String()
+	for _, want := range []string{"gateway on http://127.0.0.1:", "req/s", "summary:", "minicpm", "qwen"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+}
