@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
@@ -36,12 +37,16 @@ routes:
     to: minicpm
 `
 
-func benchGateway(b *testing.B) (http.Handler, http.Handler) {
+func benchGateway(b *testing.B, opts ...func(*router.Options)) (http.Handler, http.Handler) {
 	sim := vllmsim.New(vllmsim.Profile{Model: "openbmb/MiniCPM5-2B", DefaultMaxTokens: 16})
 	srv := httptest.NewServer(sim)
 	b.Cleanup(srv.Close)
 	cfg := loadConfig(b, benchYAML, map[string]string{"m": srv.URL}, nil)
-	g, err := router.New(cfg, router.Options{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	o := router.Options{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()}
+	for _, f := range opts {
+		f(&o)
+	}
+	g, err := router.New(cfg, o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -94,6 +99,12 @@ func BenchmarkProxy(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			gw, _ := benchGateway(b)
+			runHandler(b, gw, tc.body)
+		})
+		// With a tracer provider configured (a no-op one here), every stage
+		// starts a span: the cost of the tracing hooks themselves.
+		b.Run(tc.name+"/traced-noop", func(b *testing.B) {
+			gw, _ := benchGateway(b, func(o *router.Options) { o.Tracer = noop.NewTracerProvider() })
 			runHandler(b, gw, tc.body)
 		})
 		b.Run(tc.name+"/direct", func(b *testing.B) {

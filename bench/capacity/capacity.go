@@ -172,7 +172,7 @@ func Measure(ctx context.Context, o Options, layout Layout, share float64) (Resu
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Workers, MaxIdleConns: o.Workers, DisableCompression: true}}
 	defer client.CloseIdleConnections()
-	warmup := o.Duration / 4
+	warmup := o.Duration / 2
 	runCtx, cancel := context.WithTimeout(ctx, warmup+o.Duration)
 	defer cancel()
 	start := time.Now()

@@ -29,7 +29,7 @@ func main() {
 	asJSON := fs.Bool("json", false, "print one JSON object per line instead of a table")
 	duration := fs.Duration("duration", 4*time.Second, "measurement window per point (after warm-up)")
 	speedUp := fs.Float64("speedup", 10, "divide simulated model time by this")
-	workers := fs.Int("workers", 256, "closed-loop clients")
+	workers := fs.Int("workers", 192, "closed-loop clients (enough to saturate Qwen at every share, few enough that the Qwen queue settles quickly)")
 	sharesFlag := fs.String("shares", "1.0,0.75,0.5,0.25,0.1", "shares of traffic sent to Qwen")
 	noBalance := fs.Bool("skip-balancers", false, "skip the round_robin comparison")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -85,7 +85,7 @@ func run(ctx context.Context, w io.Writer, o Options, shares []float64, asJSON, 
 		return nil
 	}
 	if !asJSON {
-		fmt.Fprintf(w, "\nWhat balancing is worth (routed cluster, share 0.5):\n%-34s %10s %9s %9s\n", "balancers", "req/s", "p50", "p99")
+		fmt.Fprintf(w, "\nWhat balancing is worth (routed cluster, share 0.5):\n%-42s %10s %9s %9s\n", "balancers", "req/s", "p50", "p99")
 	}
 	for _, b := range []struct{ name, override string }{{"configured (least_outstanding / affinity)", ""}, {"round_robin everywhere", "round_robin"}} {
 		oo := o
@@ -99,7 +99,7 @@ func run(ctx context.Context, w io.Writer, o Options, shares []float64, asJSON, 
 			fmt.Fprintln(w, string(bb))
 			continue
 		}
-		fmt.Fprintf(w, "%-34s %10.1f %9s %9s\n", b.name, r.RPS, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond))
+		fmt.Fprintf(w, "%-42s %10.1f %9s %9s\n", b.name, r.RPS, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond))
 	}
 	return nil
 }
