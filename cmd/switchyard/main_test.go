@@ -121,3 +121,19 @@ func (w *syncWriter) String() string {
 	defer w.mu.Unlock()
 	return w.b.String()
 }
+
+func TestPresetArg(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--preset", "qwen", "--speedup", "5"}, "qwen"},
+		{[]string{"--speedup=5", "-preset=minicpm"}, "minicpm"},
+		{[]string{"--model", "x"}, ""},
+		{[]string{"--", "--preset", "qwen"}, ""},
+	} {
+		if got := presetArg(tc.args); got != tc.want {
+			t.Errorf("presetArg(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}

@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/switchyard/switchyard/vllmsim"
@@ -17,29 +17,25 @@ import (
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("sim", "--listen ADDR --model NAME [flags]", stderr)
 	listen := fs.String("listen", "127.0.0.1:8000", "address to serve on")
-	preset := fs.String("preset", "", "start from a published profile: qwen (Qwen3.8 Flash Next on 2 DGX Spark nodes) or minicpm (MiniCPM5-2B on 1 node); other flags override it")
+	fs.String("preset", "", "start from a published profile: qwen (Qwen3.8 Flash Next on 2 DGX Spark nodes) or minicpm (MiniCPM5-2B on 1 node); other flags override it")
+	// The preset supplies the defaults of the profile flags, so it is read
+	// before they are registered; flags given explicitly still win.
 	var p vllmsim.Profile
+	switch preset := presetArg(args); preset {
+	case "":
+	case "qwen":
+		p = vllmsim.QwenFlashNext2Node()
+	case "minicpm":
+		p = vllmsim.MiniCPM5_2B()
+	default:
+		fmt.Fprintf(stderr, "switchyard sim: unknown --preset %q (known: qwen, minicpm)\n", preset)
+		return exitUsage
+	}
 	var f vllmsim.Faults
 	p.RegisterFlags(fs)
 	f.RegisterFlags(fs)
 	if code, ok := parse(fs, args); !ok {
 		return code
-	}
-	if *preset != "" {
-		var base vllmsim.Profile
-		switch *preset {
-		case "qwen":
-			base = vllmsim.QwenFlashNext2Node()
-		case "minicpm":
-			base = vllmsim.MiniCPM5_2B()
-		default:
-			fmt.Fprintf(stderr, "switchyard sim: unknown --preset %q (known: qwen, minicpm)\n", *preset)
-			return exitUsage
-		}
-		// Flags given explicitly win over the preset.
-		set := map[string]bool{}
-		fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-		p = mergeProfile(base, p, set)
 	}
 	if err := p.Validate(); err != nil {
 		fmt.Fprintln(stderr, "switchyard sim:", err)
@@ -76,34 +72,22 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// mergeProfile applies the explicitly set flags of over onto base.
-func mergeProfile(base, over vllmsim.Profile, set map[string]bool) vllmsim.Profile {
-	if set["model"] {
-		base.Model = over.Model
+// presetArg finds the value of --preset (or -preset) in args.
+func presetArg(args []string) string {
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name != "preset" || !strings.HasPrefix(a, "-") {
+			continue
+		}
+		if hasValue {
+			return value
+		}
+		if i+1 < len(args) {
+			return args[i+1]
+		}
 	}
-	if set["prefill-tps"] {
-		base.PrefillTPS = over.PrefillTPS
-	}
-	if set["decode-tps"] {
-		base.DecodeTPS = over.DecodeTPS
-	}
-	if set["max-batch"] {
-		base.MaxBatch = over.MaxBatch
-	}
-	if set["speedup"] {
-		base.SpeedUp = over.SpeedUp
-	}
-	if set["max-tokens"] {
-		base.DefaultMaxTokens = over.DefaultMaxTokens
-	}
-	if set["max-model-len"] {
-		base.MaxModelLen = over.MaxModelLen
-	}
-	if set["kv-cache-tokens"] {
-		base.KVCacheTokens = over.KVCacheTokens
-	}
-	if set["legacy-metrics"] {
-		base.LegacyMetrics = over.LegacyMetrics
-	}
-	return base
+	return ""
 }
