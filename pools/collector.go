@@ -1,8 +1,6 @@
 package pools
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -44,11 +42,13 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	now := time.Now()
 	for _, p := range c.current() {
+		// The pool's clock, not time.Now: ejections and scrapes are stamped
+		// with it, and tests inject it.
+		now := p.opts.Now()
 		for _, r := range p.replicas {
 			healthy := 0.0
-			if r.Available(p.opts.Now()) {
+			if r.Available(now) {
 				healthy = 1
 			}
 			ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(r.Inflight()), p.Name, r.Name)

@@ -76,9 +76,13 @@ func (p *Pool) Observe(r *Replica, o Outcome, detail string) {
 		r.streak = 0
 		r.mu.Unlock()
 	case Failure:
+		// Check and eject under ejectMu: two replicas failing at once
+		// must not each count the other as the one left available.
+		p.ejectMu.Lock()
 		now := p.opts.Now()
 		if r.Ejected(now) {
-			r.setErr(detail, "")
+			p.ejectMu.Unlock()
+			r.setErr(detail)
 			return
 		}
 		others := 0
@@ -88,7 +92,8 @@ func (p *Pool) Observe(r *Replica, o Outcome, detail string) {
 			}
 		}
 		if others == 0 {
-			r.setErr(detail, "")
+			p.ejectMu.Unlock()
+			r.setErr(detail)
 			return
 		}
 		r.mu.Lock()
@@ -98,13 +103,15 @@ func (p *Pool) Observe(r *Replica, o Outcome, detail string) {
 		}
 		r.streak++
 		r.lastErr = detail
-		r.why = fmt.Sprintf("ejected for %s after: %s", d, detail)
+		why := fmt.Sprintf("ejected for %s after: %s", d, detail)
+		r.why = why
 		r.lastEjct = now
 		r.mu.Unlock()
 		r.ejectedUntil.Store(now.Add(d).UnixNano())
+		p.ejectMu.Unlock()
 		r.ejections.Add(1)
 		if cb := p.opts.Health.OnChange; cb != nil {
-			cb(r, false, r.why)
+			cb(r, false, why) // not r.why: the probe loop may be writing it
 		}
 	}
 }

@@ -70,6 +70,9 @@ type Pool struct {
 	waiters atomic.Int64
 	mu      sync.Mutex // guards wake
 	wake    chan struct{}
+	// ejectMu serialises passive ejections, so that concurrent failures
+	// cannot each see another replica available and eject them all.
+	ejectMu sync.Mutex
 }
 
 // New builds a pool. An unknown balancer is an error listing valid names

@@ -89,11 +89,12 @@ func (r *Replica) LastError() (lastErr, why string) {
 	return r.lastErr, r.why
 }
 
-func (r *Replica) setErr(err, why string) {
+// setErr records a failure that did not change the replica's state; why
+// (the reason it is out, if it is) stays as it was.
+func (r *Replica) setErr(err string) {
 	r.mu.Lock()
 	if err != "" {
 		r.lastErr = err
 	}
-	r.why = why
 	r.mu.Unlock()
 }

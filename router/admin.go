@@ -245,7 +245,7 @@ type poolView struct {
 
 func (g *Gateway) adminPools(w http.ResponseWriter, _ *http.Request) {
 	s := g.snap.Load()
-	now := time.Now()
+	now := g.opts.Now()
 	out := make([]poolView, 0, len(s.poolOrder))
 	for _, ps := range s.poolOrder {
 		pv := poolView{Name: ps.Name, Model: ps.Model, Balance: ps.Balance(), MaxInflight: ps.MaxInflight(), Healthy: ps.HealthyCount()}

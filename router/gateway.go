@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,8 @@ type Gateway struct {
 	ctx      context.Context // owns pool loops
 	stop     context.CancelFunc
 	reqSeq   atomic.Uint64
+	// rand jitters retry backoff (Options.Rand, else math/rand/v2).
+	rand func() uint64
 }
 
 // New builds a gateway running cfg and starts its health and scrape loops.
@@ -73,6 +76,10 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	rnd := o.Rand
+	if rnd == nil {
+		rnd = rand.Uint64
+	}
 	tp := o.Tracer
 	if tp == nil {
 		// Without a configured provider tracing must cost nothing: otel's
@@ -83,7 +90,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 		o.Propagator = propagation.TraceContext{}
 	}
 	g := &Gateway{opts: o, log: o.Logger, reg: o.Registry, tracer: tp.Tracer("github.com/switchyard/switchyard/router"),
-		tracing: o.Tracer != nil, prop: o.Propagator}
+		tracing: o.Tracer != nil, prop: o.Propagator, rand: rnd}
 	g.metrics = newMetrics(o.Registry, o.Version)
 	g.classMetrics = classifier.NewMetrics(o.Registry)
 	o.Registry.MustRegister(pools.NewCollector(func() []*pools.Pool {

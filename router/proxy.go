@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -275,7 +274,7 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 	for a := 0; a < attempts; a++ {
 		if a > 0 {
 			x.retries++
-			if err := backoff(ctx, a); err != nil {
+			if err := backoff(ctx, a, g.rand); err != nil {
 				return false, err
 			}
 		}
@@ -333,9 +332,9 @@ func retryReason(err error) string {
 
 // backoff waits a jittered, growing delay before retry number a (≥1),
 // returning early with the context's error.
-func backoff(ctx context.Context, a int) error {
+func backoff(ctx context.Context, a int, rnd func() uint64) error {
 	base := 10 * time.Millisecond << min(a-1, 4)
-	d := base/2 + time.Duration(rand.Int64N(int64(base)))
+	d := base/2 + time.Duration(rnd()%uint64(base))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

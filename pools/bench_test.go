@@ -1,0 +1,49 @@
+package pools_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/pools"
+)
+
+// BenchmarkSelect is the cost of placing one request: Acquire (filter →
+// score → pick → admit) and Release, with no HTTP. Replicas carry fresh
+// scraped loads so kv_aware and p2c score real numbers; affinity cycles
+// through 1024 keys.
+func BenchmarkSelect(b *testing.B) {
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "s:" + strconv.Itoa(i)
+	}
+	for _, bal := range pools.Balancers() {
+		for _, n := range []int{3, 64} {
+			b.Run(bal+"/"+strconv.Itoa(n), func(b *testing.B) {
+				p := newPool(b, pools.Options{Balance: bal, Replicas: specs(n), MaxInflight: 1 << 20,
+					Scrape: pools.ScrapeOptions{Enabled: true, Staleness: time.Hour}})
+				now := time.Now()
+				for i, r := range p.Replicas() {
+					r.SetLoad(&pools.Load{At: now, HasQueue: true, HasKV: true,
+						Waiting: float64(i % 3), Running: float64(i % 5), KVUsage: float64(i%10) / 10})
+				}
+				ctx := context.Background()
+				req := &pools.Request{}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if bal == "affinity" {
+						req.Key = keys[i&1023]
+						i++
+					}
+					r, err := p.Acquire(ctx, req, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					p.Release(r)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,653 @@
+package pools_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/pools"
+	"github.com/switchyard/switchyard/vllmsim"
+)
+
+func TestUnknownBalancer(t *testing.T) {
+	_, err := pools.New(pools.Options{Name: "p", Balance: "fastest"})
+	if err == nil || !strings.Contains(err.Error(), `unknown balancer "fastest"`) || !strings.Contains(err.Error(), "least_outstanding") {
+		t.Errorf("error %v, want one naming the balancer and the valid names", err)
+	}
+}
+
+// acquireAsync starts Acquire on its own goroutine.
+func acquireAsync(ctx context.Context, p *pools.Pool, exclude func(*pools.Replica) bool) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		r, err := p.Acquire(ctx, &pools.Request{}, exclude)
+		ch <- acquired{r, err}
+	}()
+	return ch
+}
+
+type acquired struct {
+	r   *pools.Replica
+	err error
+}
+
+func receive(t *testing.T, ch <-chan acquired) acquired {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(waitFor):
+		t.Fatal("Acquire did not return")
+		return acquired{}
+	}
+}
+
+func TestMaxInflightAdmission(t *testing.T) {
+	const maxIn = 2
+	ctx := context.Background()
+
+	t.Run("waiter gets the released slot", func(t *testing.T) {
+		p := newPool(t, pools.Options{Balance: "round_robin", Replicas: specs(1), MaxInflight: maxIn, QueueTimeout: time.Minute})
+		var held []*pools.Replica
+		for range maxIn {
+			r, err := p.Acquire(ctx, &pools.Request{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, r)
+		}
+		if n := p.Replicas()[0].Inflight(); n != maxIn {
+			t.Fatalf("in flight %d, want %d", n, maxIn)
+		}
+		ch := acquireAsync(ctx, p, nil)
+		eventually(t, "the third Acquire to wait", func() bool { return p.Waiters() == 1 })
+		select {
+		case a := <-ch:
+			t.Fatalf("third Acquire returned (%v, %v) while the replica was full", a.r, a.err)
+		default:
+		}
+		p.Release(held[0])
+		a := receive(t, ch)
+		if a.err != nil || a.r != held[1] {
+			t.Fatalf("waiter got (%v, %v), want the released slot", a.r, a.err)
+		}
+		if n := a.r.Inflight(); n != maxIn {
+			t.Errorf("in flight %d after hand-over, want %d", n, maxIn)
+		}
+		p.Release(a.r)
+		p.Release(held[1])
+		if p.Waiters() != 0 {
+			t.Errorf("waiters %d, want 0", p.Waiters())
+		}
+	})
+
+	t.Run("saturated after the queue timeout", func(t *testing.T) {
+		for _, qt := range []time.Duration{0, 40 * time.Millisecond} {
+			p := newPool(t, pools.Options{Balance: "least_outstanding", Replicas: specs(2), MaxInflight: 1, QueueTimeout: qt})
+			a, _ := p.Acquire(ctx, &pools.Request{}, nil)
+			b, _ := p.Acquire(ctx, &pools.Request{}, nil)
+			if a == nil || b == nil || a == b {
+				t.Fatalf("two slots on two replicas: got %v, %v", a, b)
+			}
+			start := time.Now()
+			_, err := p.Acquire(ctx, &pools.Request{}, nil)
+			if !errors.Is(err, pools.ErrSaturated) {
+				t.Fatalf("queue timeout %s: error %v, want ErrSaturated", qt, err)
+			}
+			if el := time.Since(start); el < qt {
+				t.Errorf("queue timeout %s: gave up after %s", qt, el)
+			}
+			if p.Waiters() != 0 {
+				t.Errorf("waiters %d after timeout", p.Waiters())
+			}
+			p.Release(a)
+			p.Release(b)
+		}
+	})
+
+	t.Run("context cancelled while waiting", func(t *testing.T) {
+		p := newPool(t, pools.Options{Balance: "p2c", Replicas: specs(1), MaxInflight: 1, QueueTimeout: time.Minute})
+		r, _ := p.Acquire(ctx, &pools.Request{}, nil)
+		cctx, cancel := context.WithCancel(ctx)
+		ch := acquireAsync(cctx, p, nil)
+		eventually(t, "Acquire to wait", func() bool { return p.Waiters() == 1 })
+		cancel()
+		if a := receive(t, ch); !errors.Is(a.err, context.Canceled) || a.r != nil {
+			t.Errorf("got (%v, %v), want context.Canceled", a.r, a.err)
+		}
+		if p.Waiters() != 0 || r.Inflight() != 1 {
+			t.Errorf("waiters %d in flight %d, want 0 and 1", p.Waiters(), r.Inflight())
+		}
+		p.Release(r)
+	})
+
+	t.Run("never more than max in flight", func(t *testing.T) {
+		for _, bal := range pools.Balancers() {
+			p := newPool(t, pools.Options{Balance: bal, Replicas: specs(3), MaxInflight: 2, QueueTimeout: waitFor, Rand: seeded(1)})
+			var (
+				wg   sync.WaitGroup
+				peak atomic.Int64
+				fail atomic.Value
+			)
+			for i := range 24 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 20 {
+						r, err := p.Acquire(ctx, &pools.Request{Key: string(rune('a' + i%3))}, nil)
+						if err != nil {
+							fail.Store(err)
+							return
+						}
+						n := r.Inflight()
+						for {
+							old := peak.Load()
+							if n <= old || peak.CompareAndSwap(old, n) {
+								break
+							}
+						}
+						p.Release(r)
+					}
+				}()
+			}
+			wg.Wait()
+			if err, _ := fail.Load().(error); err != nil {
+				t.Fatalf("%s: %v", bal, err)
+			}
+			if peak.Load() > 2 {
+				t.Errorf("%s: a replica reached %d in flight, max_inflight is 2", bal, peak.Load())
+			}
+			for _, r := range p.Replicas() {
+				if r.Inflight() != 0 {
+					t.Errorf("%s: %s left with %d in flight", bal, r.Name, r.Inflight())
+				}
+			}
+		}
+	})
+}
+
+func TestNoReplicaAndExclude(t *testing.T) {
+	ctx := context.Background()
+	s := startSim(t, vllmsim.Profile{Model: "m"})
+	s.Sim.SetFaults(vllmsim.Faults{Unhealthy: true})
+	p := newPool(t, pools.Options{Balance: "round_robin", Replicas: simSpecs(s, s, s), MaxInflight: 1, QueueTimeout: time.Minute,
+		Health: pools.HealthOptions{UnhealthyAfter: 1}})
+
+	t.Run("exclude skips replicas", func(t *testing.T) {
+		for range 9 {
+			r, err := p.Acquire(ctx, &pools.Request{}, func(r *pools.Replica) bool { return r.Name == "r1" })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Name == "r1" {
+				t.Fatal("Acquire chose an excluded replica")
+			}
+			p.Release(r)
+		}
+	})
+	t.Run("all excluded", func(t *testing.T) {
+		if _, err := p.Acquire(ctx, &pools.Request{}, func(*pools.Replica) bool { return true }); !errors.Is(err, pools.ErrNoReplica) {
+			t.Errorf("error %v, want ErrNoReplica", err)
+		}
+	})
+	t.Run("excluded and full is saturated, not waiting forever", func(t *testing.T) {
+		r, _ := p.Acquire(ctx, &pools.Request{}, func(r *pools.Replica) bool { return r.Name != "r0" })
+		cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err := p.Acquire(cctx, &pools.Request{}, func(r *pools.Replica) bool { return r.Name != "r0" })
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("error %v, want the caller's deadline while r0 is full", err)
+		}
+		p.Release(r)
+	})
+	t.Run("all unhealthy", func(t *testing.T) {
+		p.ProbeOnce(ctx)
+		if n := p.HealthyCount(); n != 0 {
+			t.Fatalf("healthy %d after failed probes, want 0", n)
+		}
+		start := time.Now()
+		if _, err := p.Acquire(ctx, &pools.Request{}, nil); !errors.Is(err, pools.ErrNoReplica) {
+			t.Errorf("error %v, want ErrNoReplica", err)
+		}
+		if el := time.Since(start); el > time.Second {
+			t.Errorf("ErrNoReplica took %s; it must not wait for the queue timeout", el)
+		}
+		if p.Pick(&pools.Request{}) != nil {
+			t.Error("Pick chose an unhealthy replica")
+		}
+	})
+}
+
+// ejectedFor reports how long r stays ejected from now on, to the
+// nanosecond, by bisecting Ejected on the injected clock.
+func ejectedFor(r *pools.Replica, now time.Time) time.Duration {
+	if !r.Ejected(now) {
+		return 0
+	}
+	lo, hi := time.Duration(0), 24*time.Hour
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if r.Ejected(now.Add(mid)) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi
+}
+
+func TestPassiveEjection(t *testing.T) {
+	const base, maxEject = time.Second, 5 * time.Second
+	setup := func(t *testing.T, n int) (*pools.Pool, *clock) {
+		clk := newClock()
+		p := newPool(t, pools.Options{Balance: "round_robin", Replicas: specs(n), Now: clk.Now,
+			Health: pools.HealthOptions{Disabled: true, EjectBase: base, EjectMax: maxEject}})
+		return p, clk
+	}
+
+	t.Run("failure ejects for the base backoff", func(t *testing.T) {
+		p, clk := setup(t, 3)
+		r := p.Replicas()[0]
+		p.Observe(r, pools.Failure, "connection refused")
+		if got := ejectedFor(r, clk.Now()); got != base {
+			t.Errorf("ejected for %s, want %s", got, base)
+		}
+		if r.Available(clk.Now()) || p.HealthyCount() != 2 || r.Ejections() != 1 {
+			t.Errorf("available %t healthy count %d ejections %d", r.Available(clk.Now()), p.HealthyCount(), r.Ejections())
+		}
+		if lastErr, why := r.LastError(); lastErr != "connection refused" || !strings.Contains(why, "ejected for 1s") {
+			t.Errorf("LastError() = %q, %q", lastErr, why)
+		}
+		for range 20 {
+			if got := p.Pick(&pools.Request{}); got == r {
+				t.Fatal("an ejected replica was chosen")
+			}
+		}
+		clk.Advance(base)
+		if !r.Available(clk.Now()) {
+			t.Error("still ejected after the backoff")
+		}
+	})
+
+	t.Run("repeated ejections double up to the max", func(t *testing.T) {
+		p, clk := setup(t, 3)
+		r := p.Replicas()[1]
+		var got []time.Duration
+		for range 6 {
+			p.Observe(r, pools.Failure, "status 500")
+			d := ejectedFor(r, clk.Now())
+			got = append(got, d)
+			// A failure while ejected (a request already in flight) does
+			// not extend the ejection or count as a new one.
+			p.Observe(r, pools.Failure, "status 502")
+			if again := ejectedFor(r, clk.Now()); again != d {
+				t.Errorf("a failure while ejected changed the ejection from %s to %s", d, again)
+			}
+			clk.Advance(d)
+		}
+		want := []time.Duration{base, 2 * base, 4 * base, maxEject, maxEject, maxEject}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("ejection lengths (-want +got):\n%s", d)
+		}
+		if r.Ejections() != 6 {
+			t.Errorf("ejections %d, want 6", r.Ejections())
+		}
+	})
+
+	t.Run("a failure while ejected keeps the reason", func(t *testing.T) {
+		p, clk := setup(t, 2)
+		r := p.Replicas()[0]
+		p.Observe(r, pools.Failure, "connection refused")
+		p.Observe(r, pools.Failure, "connection reset")
+		lastErr, why := r.LastError()
+		if lastErr != "connection reset" || why == "" {
+			t.Errorf("LastError() = %q, %q; want the newest error and why it is still out", lastErr, why)
+		}
+		if !r.Ejected(clk.Now()) {
+			t.Error("not ejected")
+		}
+	})
+
+	t.Run("success ends the streak", func(t *testing.T) {
+		p, clk := setup(t, 2)
+		r := p.Replicas()[0]
+		for range 2 {
+			p.Observe(r, pools.Failure, "status 503")
+			clk.Advance(ejectedFor(r, clk.Now()))
+		}
+		p.Observe(r, pools.Success, "")
+		p.Observe(r, pools.Failure, "status 503")
+		if got := ejectedFor(r, clk.Now()); got != base {
+			t.Errorf("after a success the next ejection lasts %s, want %s", got, base)
+		}
+	})
+
+	t.Run("neutral never ejects", func(t *testing.T) {
+		p, clk := setup(t, 2)
+		r := p.Replicas()[0]
+		for range 50 {
+			p.Observe(r, pools.Neutral, "status 429")
+		}
+		if !r.Available(clk.Now()) || r.Ejections() != 0 {
+			t.Errorf("neutral outcomes ejected the replica (%d ejections)", r.Ejections())
+		}
+		// And they do not break a streak either way: the next failure is
+		// still the first.
+		p.Observe(r, pools.Failure, "x")
+		if got := ejectedFor(r, clk.Now()); got != base {
+			t.Errorf("ejected for %s, want %s", got, base)
+		}
+	})
+
+	t.Run("the last available replica is never ejected", func(t *testing.T) {
+		p, clk := setup(t, 3)
+		rs := p.Replicas()
+		p.Observe(rs[0], pools.Failure, "down")
+		p.Observe(rs[1], pools.Failure, "down")
+		for range 5 {
+			p.Observe(rs[2], pools.Failure, "down")
+		}
+		if !rs[2].Available(clk.Now()) || rs[2].Ejections() != 0 {
+			t.Errorf("the last available replica was ejected")
+		}
+		if lastErr, _ := rs[2].LastError(); lastErr != "down" {
+			t.Errorf("its error was not recorded: %q", lastErr)
+		}
+		r, err := p.Acquire(context.Background(), &pools.Request{}, nil)
+		if err != nil || r != rs[2] {
+			t.Errorf("Acquire = %v, %v; want the last replica", r, err)
+		} else {
+			p.Release(r)
+		}
+
+		single, clk1 := setup(t, 1)
+		for range 3 {
+			single.Observe(single.Replicas()[0], pools.Failure, "down")
+		}
+		if single.HealthyCount() != 1 || !single.Replicas()[0].Available(clk1.Now()) {
+			t.Error("a single-replica pool ejected its only replica")
+		}
+	})
+
+	t.Run("concurrent failures leave one replica", func(t *testing.T) {
+		p, clk := setup(t, 2)
+		for i := range 1000 {
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for _, r := range p.Replicas() {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					p.Observe(r, pools.Failure, "network blip")
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if p.HealthyCount() == 0 {
+				t.Fatalf("round %d: both replicas ejected at once", i)
+			}
+			clk.Advance(time.Hour) // every ejection is over
+		}
+	})
+}
+
+func TestActiveHealth(t *testing.T) {
+	s := startSim(t, vllmsim.Profile{Model: "m"})
+	other := startSim(t, vllmsim.Profile{Model: "m"})
+	type change struct {
+		replica string
+		healthy bool
+	}
+	var (
+		mu      sync.Mutex
+		changes []change
+	)
+	clk := newClock()
+	p := newPool(t, pools.Options{Balance: "round_robin", Replicas: simSpecs(s, other), Now: clk.Now,
+		Health: pools.HealthOptions{UnhealthyAfter: 3, HealthyAfter: 2, Timeout: time.Second, EjectBase: time.Hour,
+			OnChange: func(r *pools.Replica, healthy bool, _ string) {
+				mu.Lock()
+				changes = append(changes, change{r.Name, healthy})
+				mu.Unlock()
+			}}})
+	r := p.Replica("r0")
+	// A passive ejection that active probes later overrule.
+	p.Observe(r, pools.Failure, "status 500")
+
+	steps := []struct {
+		name      string
+		unhealthy bool
+		want      bool
+	}{
+		{"1st failed probe", true, true},
+		{"2nd failed probe", true, true},
+		{"3rd failed probe", true, false},
+		{"4th failed probe", true, false},
+		{"1st passed probe", false, false},
+		{"a failure resets the count", true, false},
+		{"1st passed probe again", false, false},
+		{"2nd passed probe", false, true},
+	}
+	for _, st := range steps {
+		s.Sim.SetFaults(vllmsim.Faults{Unhealthy: st.unhealthy})
+		p.ProbeOnce(context.Background())
+		if r.Healthy() != st.want {
+			t.Fatalf("%s: healthy %t, want %t", st.name, r.Healthy(), st.want)
+		}
+		if !p.Replica("r1").Healthy() {
+			t.Fatalf("%s: the healthy replica was marked down", st.name)
+		}
+	}
+	if r.Ejected(clk.Now()) {
+		t.Error("readmitted by probes but still passively ejected")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if d := cmp.Diff([]change{{"r0", false}, {"r0", false}, {"r0", true}}, changes, cmp.AllowUnexported(change{})); d != "" {
+		t.Errorf("OnChange calls (-want +got):\n%s", d)
+	}
+}
+
+// TestRunHealthStops: the probe loop runs until its context ends and
+// probes at once on start.
+func TestRunHealthStops(t *testing.T) {
+	s := startSim(t, vllmsim.Profile{Model: "m"})
+	s.Sim.SetFaults(vllmsim.Faults{Unhealthy: true})
+	p := newPool(t, pools.Options{Balance: "round_robin", Replicas: simSpecs(s),
+		Health: pools.HealthOptions{Interval: 5 * time.Millisecond, UnhealthyAfter: 2, HealthyAfter: 2}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.RunHealth(ctx); close(done) }()
+	eventually(t, "the replica to be marked unhealthy", func() bool { return p.HealthyCount() == 0 })
+	s.Sim.SetFaults(vllmsim.Faults{})
+	eventually(t, "the replica to be readmitted", func() bool { return p.HealthyCount() == 1 })
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(waitFor):
+		t.Fatal("RunHealth did not return after cancel")
+	}
+}
+
+func TestParseLoad(t *testing.T) {
+	type view struct {
+		Running, Waiting, KVUsage float64
+		HasKV, HasQueue, Legacy   bool
+		Missing                   []string
+	}
+	see := func(l *pools.Load) view {
+		return view{l.Running, l.Waiting, l.KVUsage, l.HasKV, l.HasQueue, l.Legacy, l.Missing()}
+	}
+	captured, err := os.ReadFile("/work/shared/wire/metrics-after-load.prom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		text string
+		want view
+	}{
+		{"captured vLLM-compatible metrics", string(captured), view{HasKV: true, HasQueue: true}},
+		{"current names", `
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="a"} 3
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="a"} 7
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{model_name="a"} 0.42
+`, view{Running: 3, Waiting: 7, KVUsage: 0.42, HasKV: true, HasQueue: true}},
+		{"legacy KV name", `
+vllm:num_requests_running{model_name="a"} 1
+vllm:num_requests_waiting{model_name="a"} 0
+vllm:gpu_cache_usage_perc{model_name="a"} 0.9
+`, view{Running: 1, KVUsage: 0.9, HasKV: true, HasQueue: true, Legacy: true}},
+		{"current name wins over legacy", `
+vllm:kv_cache_usage_perc{model_name="a"} 0.25
+vllm:gpu_cache_usage_perc{model_name="a"} 0.9
+`, view{KVUsage: 0.25, HasKV: true, Missing: []string{"vllm:num_requests_waiting", "vllm:num_requests_running"}}},
+		{"several models: queues add, KV takes the max", `
+vllm:num_requests_running{model_name="a"} 1
+vllm:num_requests_running{model_name="b"} 2
+vllm:num_requests_waiting{model_name="a"} 4
+vllm:num_requests_waiting{model_name="b"} 5
+vllm:kv_cache_usage_perc{model_name="a"} 0.5
+vllm:kv_cache_usage_perc{model_name="b"} 0.75
+`, view{Running: 3, Waiting: 9, KVUsage: 0.75, HasKV: true, HasQueue: true}},
+		{"percent instead of a fraction", "vllm:kv_cache_usage_perc 85\n", view{KVUsage: 0.85, HasKV: true,
+			Missing: []string{"vllm:num_requests_waiting", "vllm:num_requests_running"}}},
+		{"no vLLM series", "process_open_fds 7\n", view{Missing: []string{"vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := pools.ParseLoad(strings.NewReader(strings.TrimLeft(tc.text, "\n")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.want, see(l)); d != "" {
+				t.Errorf("load (-want +got):\n%s", d)
+			}
+		})
+	}
+	t.Run("malformed", func(t *testing.T) {
+		if _, err := pools.ParseLoad(strings.NewReader("vllm:num_requests_running{ 3\n")); err == nil {
+			t.Error("no error")
+		}
+	})
+}
+
+func TestScrapeFailureIsRecorded(t *testing.T) {
+	clk := newClock()
+	p := newPool(t, pools.Options{Balance: "kv_aware", Replicas: []pools.ReplicaSpec{{Name: "gone", URL: mustURL(t, refusedURL(t))}},
+		Now: clk.Now, Scrape: pools.ScrapeOptions{Enabled: true}})
+	l := p.ScrapeOnce(context.Background(), p.Replicas()[0])
+	if l.Err == "" || !l.At.Equal(clk.Now()) || p.Replicas()[0].CurrentLoad() != l {
+		t.Errorf("load %+v", *l)
+	}
+	if q := p.Replicas()[0].Queue(clk.Now(), time.Hour); q != 0 {
+		t.Errorf("queue %v from a failed scrape", q)
+	}
+}
+
+func TestCollector(t *testing.T) {
+	clk := newClock()
+	p := newPool(t, pools.Options{Name: "qwen", Balance: "round_robin", Replicas: specs(3), Now: clk.Now,
+		Health: pools.HealthOptions{Disabled: true}, Scrape: pools.ScrapeOptions{Enabled: true, Staleness: time.Second}})
+	rs := p.Replicas()
+	ctx := context.Background()
+	for range 2 {
+		if _, err := p.Acquire(ctx, &pools.Request{}, func(r *pools.Replica) bool { return r != rs[0] }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.Acquire(ctx, &pools.Request{}, func(r *pools.Replica) bool { return r != rs[1] }); err != nil {
+		t.Fatal(err)
+	}
+	p.Observe(rs[2], pools.Failure, "down")
+	rs[0].SetLoad(&pools.Load{At: clk.Now(), HasQueue: true, Waiting: 4, Running: 2})
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(pools.NewCollector(func() []*pools.Pool { return []*pools.Pool{p} }))
+	want := `
+# HELP switchyard_replica_healthy 1 when the replica is healthy and not ejected, else 0.
+# TYPE switchyard_replica_healthy gauge
+switchyard_replica_healthy{pool="qwen",replica="r0"} 1
+switchyard_replica_healthy{pool="qwen",replica="r1"} 1
+switchyard_replica_healthy{pool="qwen",replica="r2"} 0
+# HELP switchyard_replica_inflight Requests Switchyard has open on the replica.
+# TYPE switchyard_replica_inflight gauge
+switchyard_replica_inflight{pool="qwen",replica="r0"} 2
+switchyard_replica_inflight{pool="qwen",replica="r1"} 1
+switchyard_replica_inflight{pool="qwen",replica="r2"} 0
+# HELP switchyard_replica_queue Requests waiting in the replica's vLLM queue at the last fresh scrape.
+# TYPE switchyard_replica_queue gauge
+switchyard_replica_queue{pool="qwen",replica="r0"} 4
+switchyard_replica_queue{pool="qwen",replica="r1"} 0
+switchyard_replica_queue{pool="qwen",replica="r2"} 0
+`
+	got := exposition(t, reg, "switchyard_replica_healthy", "switchyard_replica_inflight", "switchyard_replica_queue")
+	if d := cmp.Diff(strings.TrimLeft(want, "\n"), got); d != "" {
+		t.Errorf("exposition (-want +got):\n%s", d)
+	}
+	if got := gauge(t, reg, "switchyard_replica_ejections_total", "r2"); got != 1 {
+		t.Errorf("ejections of r2: %v, want 1", got)
+	}
+
+	// Once the ejection is over and the requests ended, the gauges follow.
+	clk.Advance(time.Minute)
+	for _, r := range rs {
+		for r.Inflight() > 0 {
+			p.Release(r)
+		}
+	}
+	for _, name := range []string{"r0", "r1", "r2"} {
+		if got := gauge(t, reg, "switchyard_replica_inflight", name); got != 0 {
+			t.Errorf("inflight %s = %v after release", name, got)
+		}
+		if got := gauge(t, reg, "switchyard_replica_healthy", name); got != 1 {
+			t.Errorf("healthy %s = %v after the ejection ended", name, got)
+		}
+	}
+	if got := gauge(t, reg, "switchyard_replica_queue", "r0"); got != 0 {
+		t.Errorf("queue r0 = %v from a stale scrape", got)
+	}
+}
+
+// TestEjectionConcurrentWithProbes: passive ejection on the request path
+// and verdicts of the probe loop change the same replica at once; the race
+// detector checks that they share its state safely.
+func TestEjectionConcurrentWithProbes(t *testing.T) {
+	s := startSim(t, vllmsim.Profile{Model: "m"})
+	other := startSim(t, vllmsim.Profile{Model: "m"})
+	clk := newClock()
+	var changes atomic.Int64
+	p := newPool(t, pools.Options{Balance: "round_robin", Replicas: simSpecs(s, other), Now: clk.Now,
+		Health: pools.HealthOptions{UnhealthyAfter: 1, HealthyAfter: 1,
+			OnChange: func(r *pools.Replica, _ bool, why string) {
+				if why == "" {
+					t.Errorf("OnChange(%s) without a reason", r.Name)
+				}
+				changes.Add(1)
+			}}})
+	r := p.Replica("r0")
+	for i := range 40 {
+		s.Sim.SetFaults(vllmsim.Faults{Unhealthy: i%2 == 0})
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); p.ProbeOnce(context.Background()) }()
+		go func() { defer wg.Done(); p.Observe(r, pools.Failure, "status 500") }()
+		wg.Wait()
+		clk.Advance(time.Hour)
+	}
+	if changes.Load() < 40 {
+		t.Errorf("%d state changes reported, want at least 40", changes.Load())
+	}
+}
