@@ -174,22 +174,24 @@ func (b *Affinity) Select(req *Request, c []*Replica) *Replica {
 	// Fair share counts the request being placed; ceil so a lone request
 	// always fits.
 	limit := math.Ceil(b.env.LoadFactor * float64(total+1) / float64(len(c)))
-	ranked := make([]rank, len(c))
-	for i, r := range c {
-		ranked[i] = rank{r, rendezvous(req.Key, r.Name)}
-	}
-	sort.Slice(ranked, func(i, j int) bool { return ranked[i].w > ranked[j].w })
-	for _, rk := range ranked {
-		if float64(rk.r.Inflight()+1) <= limit {
-			return rk.r
+	// Walking the ranking down to the first replica under the limit is the
+	// same as taking the highest weight among those under it: one pass, no
+	// sort, no allocation.
+	var best, top *Replica
+	var bestW, topW uint64
+	for _, r := range c {
+		w := rendezvous(req.Key, r.Name)
+		if top == nil || w > topW {
+			top, topW = r, w
+		}
+		if float64(r.Inflight()+1) <= limit && (best == nil || w > bestW) {
+			best, bestW = r, w
 		}
 	}
-	return ranked[0].r
-}
-
-type rank struct {
-	r *Replica
-	w uint64
+	if best == nil {
+		return top
+	}
+	return best
 }
 
 // rendezvous weighs (key, replica) with a fixed hash so that separate
