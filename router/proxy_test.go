@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 
 	"net/http"
 	"strings"
@@ -479,5 +480,46 @@ func TestHealthAndReadiness(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 404 || resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("unknown path: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+}
+
+func TestReadinessFollowsHealth(t *testing.T) {
+	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
+	cfg := loadConfig(t, `
+version: 1
+pools:
+  small:
+    model: openbmb/MiniCPM5-2B
+    health: {interval: 20ms, timeout: 200ms, unhealthy_after: 1, healthy_after: 1}
+    replicas: [{name: s, url: "{{m}}"}]
+  gone:
+    model: gone/model
+    health: {interval: 20ms, timeout: 200ms, unhealthy_after: 1, healthy_after: 1}
+    replicas: [{name: g, url: "{{gone}}"}]
+routes:
+  - name: default
+    to: small
+    fallback: [gone]
+`, map[string]string{"m": m.Srv.URL, "gone": refusedURL(t)}, nil)
+	gw := startGateway(t, cfg)
+	var body []byte
+	eventually(t, 5*time.Second, "/readyz to report the dead pool", func() bool {
+		resp, err := http.Get(gw.API.URL + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ = io.ReadAll(resp.Body)
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	if !strings.Contains(string(body), `no healthy replica in pool(s) gone`) {
+		t.Errorf("/readyz reason: %s", body)
+	}
+	if v := metricValue(t, gw, "switchyard_replica_healthy", map[string]string{"pool": "gone"}); v != 0 {
+		t.Errorf("switchyard_replica_healthy{pool=gone} = %v", v)
+	}
+	// The live pool still serves.
+	if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 {
+		t.Errorf("status %d", resp.StatusCode)
 	}
 }

@@ -271,6 +271,12 @@ func reachablePools(cfg *policy.Config) []string {
 		for _, e := range r.Split {
 			add(e.Pool)
 		}
+		for _, fb := range r.Fallback {
+			add(fb)
+		}
+		if r.Spill != nil {
+			add(r.Spill.To)
+		}
 	}
 	if cl := cfg.Classifier; cl != nil && cl.Kind == "model" {
 		add(cl.Pool)
