@@ -135,7 +135,7 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	defer span.End()
 	preq := &policy.Request{
 		Model: info.Model, Stream: info.Stream, Tools: info.Tools, Messages: info.Messages,
-		PromptTokens: info.PromptTokens, Header: r.Header, Session: g.sessionID(s, r, info),
+		PromptTokens: info.PromptTokens, Header: r.Header, Session: sessionID(s, r, info),
 	}
 	if x.key != nil {
 		preq.Key = x.key.name
@@ -150,7 +150,9 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	return d
 }
 
-func (g *Gateway) sessionID(s *Snapshot, r *http.Request, info *reqInfo) string {
+// sessionID is the configured session header's value, else the body's user
+// field ("" without a session section).
+func sessionID(s *Snapshot, r *http.Request, info *reqInfo) string {
 	if s.Config.Session == nil {
 		return ""
 	}
@@ -186,7 +188,13 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if ps := s.pools[chain[0]]; ps != nil && ps.Saturated(sp.WhenQueueOver) {
 			g.metrics.fallbacks.WithLabelValues(chain[0], sp.To, "spill").Inc()
 			x.fallback = "spill"
-			chain = append([]string{sp.To}, chain...)
+			spilled := []string{sp.To}
+			for _, p := range chain {
+				if p != sp.To {
+					spilled = append(spilled, p)
+				}
+			}
+			chain = spilled
 		}
 	}
 	g.metrics.inflight.WithLabelValues(x.route).Inc()
@@ -716,7 +724,7 @@ func contentText(c gjson.Result) string {
 // affinityKey groups requests sharing a prompt prefix: the session id when
 // there is one, else a hash of the leading depth messages.
 func affinityKey(x *exchange, r *http.Request, depth int) string {
-	if id := (&Gateway{}).sessionID(x.snap, r, x.info); id != "" {
+	if id := sessionID(x.snap, r, x.info); id != "" {
 		return "s:" + id
 	}
 	var h uint64 = 14695981039346656037
