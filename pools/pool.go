@@ -130,8 +130,6 @@ func NewTransport(connect, header time.Duration) *http.Transport {
 		ExpectContinueTimeout: 0,
 		DisableCompression:    true,
 		ForceAttemptHTTP2:     false,
-		WriteBufferSize:       32 << 10,
-		ReadBufferSize:        32 << 10,
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http/httptest"
 
 	"net/http"
 	"strings"
@@ -521,5 +522,35 @@ routes:
 	// The live pool still serves.
 	if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 {
 		t.Errorf("status %d", resp.StatusCode)
+	}
+}
+
+// TestStreamLargeEventsPassIntact: events larger than the stream buffer, and
+// events split across many small writes, reach the client byte for byte.
+func TestStreamLargeEventsPassIntact(t *testing.T) {
+	big := `data: {"choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 100<<10) + `"}}]}` + "\n\n"
+	small := `data: {"choices":[{"index":0,"delta":{"content":"y"}}]}` + "\n\n"
+	stream := small + big + small + "data: [DONE]\n\n"
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		for i := 0; i < len(stream); i += 977 { // odd-sized writes split events anywhere
+			_, _ = io.WriteString(w, stream[i:min(i+977, len(stream))])
+			_ = rc.Flush()
+		}
+	}))
+	defer up.Close()
+	cfg := loadConfig(t, `
+version: 1
+pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "{{up}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"up": up.URL}, nil)
+	gw := startGateway(t, cfg)
+	resp, body := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, nil)
+	if resp.StatusCode != 200 || string(body) != stream {
+		t.Errorf("status %d; body of %d bytes differs from the %d-byte upstream stream", resp.StatusCode, len(body), len(stream))
 	}
 }
