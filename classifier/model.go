@@ -11,6 +11,7 @@ import (
 	"text/template"
 
 	openai "github.com/sashabaranov/go-openai"
+	"github.com/tidwall/gjson"
 )
 
 // DefaultPrompt is the classifier's system prompt template. It states each
@@ -142,35 +143,42 @@ func (b *modelBackend) classify(ctx context.Context, in *Input) (string, map[str
 // on_error). Scores come from the first token's top logprobs, renormalised
 // over the labels; without logprobs the chosen label gets probability 1.
 func Parse(raw []byte, labels []string) (string, map[string]float64, error) {
-	var resp openai.ChatCompletionResponse
-	if err := json.Unmarshal(raw, &resp); err != nil {
-		return "", nil, fmt.Errorf("classifier: decode response: %w", err)
+	// Only the first choice's content and first-token logprobs matter;
+	// gjson reads them in place, which costs a fraction of decoding the
+	// whole answer into openai.ChatCompletionResponse on every cache miss.
+	if !gjson.ValidBytes(raw) {
+		return "", nil, errors.New("classifier: decode response: not valid JSON")
 	}
-	if len(resp.Choices) == 0 {
+	ch := gjson.GetBytes(raw, "choices.0")
+	if !ch.Exists() {
 		return "", nil, errors.New("classifier: response has no choices")
 	}
-	ch := resp.Choices[0]
-	label := matchLabel(ch.Message.Content, labels)
+	content := ch.Get("message.content").String()
+	label := matchLabel(content, labels)
 	if label == "" {
-		return "", nil, fmt.Errorf("classifier: reply %q is not a label", truncateForError(ch.Message.Content))
+		return "", nil, fmt.Errorf("classifier: reply %q is not a label", truncateForError(content))
 	}
 	scores := make(map[string]float64, len(labels))
 	for _, l := range labels {
 		scores[l] = 0
 	}
-	if ch.LogProbs != nil && len(ch.LogProbs.Content) > 0 {
-		first := ch.LogProbs.Content[0]
-		tops := first.TopLogProbs
+	first := ch.Get("logprobs.content.0")
+	if first.Exists() {
+		tops := first.Get("top_logprobs").Array()
 		if len(tops) == 0 {
-			tops = []openai.TopLogProbs{{Token: first.Token, LogProb: first.LogProb}}
+			tops = []gjson.Result{first}
 		}
 		total := 0.0
 		for _, t := range tops {
-			p := math.Exp(t.LogProb)
+			lp := t.Get("logprob")
+			if lp.Type != gjson.Number {
+				continue
+			}
+			p := math.Exp(lp.Float())
 			if math.IsNaN(p) || p <= 0 {
 				continue
 			}
-			matched := tokenLabels(t.Token, labels)
+			matched := tokenLabels(t.Get("token").String(), labels)
 			for _, l := range matched {
 				scores[l] += p / float64(len(matched))
 				total += p / float64(len(matched))

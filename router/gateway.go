@@ -3,10 +3,10 @@ package router
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -184,7 +184,12 @@ func (g *Gateway) onMissingSignals(r *pools.Replica, missing []string) {
 
 // newRequestID returns a short unique id for requests that brought none.
 func (g *Gateway) newRequestID() string {
-	return fmt.Sprintf("sy-%x-%x", time.Now().UnixNano()&0xffffffffff, g.reqSeq.Add(1))
+	b := make([]byte, 0, 24)
+	b = append(b, "sy-"...)
+	b = strconv.AppendUint(b, uint64(time.Now().UnixNano())&0xffffffffff, 16)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, g.reqSeq.Add(1), 16)
+	return string(b)
 }
 
 var noopSpan = trace.SpanFromContext(context.Background())
