@@ -130,6 +130,11 @@ func NewTransport(connect, header time.Duration) *http.Transport {
 		ExpectContinueTimeout: 0,
 		DisableCompression:    true,
 		ForceAttemptHTTP2:     false,
+		// Small per-connection buffers: SSE chunks are a few hundred bytes,
+		// and bufio reads and writes larger payloads directly, so this only
+		// trims what each open stream holds (about 4 KiB of 8).
+		WriteBufferSize: 2 << 10,
+		ReadBufferSize:  2 << 10,
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 
 // Stream buffers start small (an SSE chunk is a few hundred bytes) so that
 // thousands of open streams stay cheap; an event that does not fit grows it.
-var streamBufPool = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
+var streamBufPool = sync.Pool{New: func() any { b := make([]byte, 2<<10); return &b }}
 
 // maxEvent bounds one SSE event held while looking for its end; a longer
 // event is passed through unparsed.
