@@ -24,8 +24,7 @@ const maxEvent = 4 << 20
 
 var (
 	doneEvent  = []byte("data: [DONE]")
-	usageKey   = []byte(`"usage":{`)
-	usageKeySp = []byte(`"usage": {`)
+	usageField = []byte(`"usage":`)
 )
 
 // errStreamCut: the replica's stream ended without its final [DONE].
@@ -74,16 +73,23 @@ func (g *Gateway) pumpStream(ctx context.Context, w io.Writer, rc *http.Response
 				x.ttft = time.Since(x.start)
 				g.metrics.ttft.WithLabelValues(ps.Name).Observe(x.ttft.Seconds())
 			}
-			if injected {
-				ev = dropUsageNull(ev)
-			}
 			if bytes.HasPrefix(ev, doneEvent) {
 				sawDone = true
-			} else if bytes.Contains(ev, usageKey) || bytes.Contains(ev, usageKeySp) {
-				data := eventData(ev)
-				g.usage(x, ps, data, span)
-				if injected && gjson.GetBytes(data, "choices.#").Int() == 0 {
-					continue // the usage chunk the client did not ask for
+			} else if i := bytes.Index(ev, usageField); i >= 0 {
+				// One scan finds both forms: the final usage object, and
+				// the "usage":null that servers add to other chunks once
+				// include_usage is set.
+				switch v := bytes.TrimLeft(ev[i+len(usageField):], " "); {
+				case bytes.HasPrefix(v, []byte("null")):
+					if injected {
+						ev = dropUsageNull(ev)
+					}
+				case len(v) > 0 && v[0] == '{':
+					data := eventData(ev)
+					g.usage(x, ps, data, span)
+					if injected && gjson.GetBytes(data, "choices.#").Int() == 0 {
+						continue // the usage chunk the client did not ask for
+					}
 				}
 			}
 			if _, err := w.Write(ev); err != nil {
