@@ -73,7 +73,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		return Summary{}, err
 	}
 	defer cl.Close()
-	fmt.Fprintf(o.Out, "switchyard demo: started %d simulated vLLM replicas on loopback (model time ÷%g)\n", len(cl.Replicas), o.SpeedUp)
+	nodes := 0
+	if t := cfg.Topology; t != nil {
+		nodes = len(t.Nodes)
+	}
+	fmt.Fprintf(o.Out, "switchyard demo: started %d simulated vLLM replicas for a %d-node cluster on loopback (model time ÷%g)\n", len(cl.Replicas), nodes, o.SpeedUp)
 	g, err := router.New(cfg, router.Options{Logger: o.Logger, Version: "demo"})
 	if err != nil {
 		return Summary{}, err
@@ -113,8 +117,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	rec := NewRecorder()
 	done := make(chan struct{})
 	if !o.NoLoad {
-		fmt.Fprintf(o.Out, "\nRunning a mixed agent-like load (%d concurrent sessions); Ctrl-C to stop.\n", max(o.Workers, 16))
 		load := &Load{BaseURL: base, Workers: o.Workers, OnResult: rec.Add, Seed: 1}
+		if load.Workers <= 0 {
+			load.Workers = 16
+		}
+		fmt.Fprintf(o.Out, "\nRunning a mixed agent-like load (%d concurrent sessions); Ctrl-C to stop.\n", load.Workers)
 		go func() { load.Run(runCtx); close(done) }()
 	} else {
 		fmt.Fprintln(o.Out, "\nNo load (--no-load); Ctrl-C to stop.")
