@@ -377,3 +377,36 @@ routes:
 		t.Errorf("replica saw Authorization %q", got)
 	}
 }
+
+func TestReloadKeepsClassifierCache(t *testing.T) {
+	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+	m := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
+	path := filepath.Join(t.TempDir(), "switchyard.yaml")
+	text := strings.NewReplacer("{{qwen}}", q.Srv.URL, "{{minicpm}}", m.Srv.URL).Replace(classifierYAML)
+	writeFile(t, path, text)
+	cfg, err := router.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
+	url := gw.API.URL + "/v1/chat/completions"
+	post(t, url, chatBody("What's the capital of Portugal?", ""), nil)
+	// A reload that changes only the routes keeps the classifier's cache.
+	writeFile(t, path, strings.Replace(text, "name: coin", "name: coin-renamed", 1))
+	if _, err := gw.G.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	post(t, url, chatBody("What's the capital of Portugal?", ""), nil)
+	if n := classifierCalls(m); n != 1 {
+		t.Errorf("classifier calls %d across an unrelated reload, want 1 (cache kept)", n)
+	}
+	// Changing the classifier builds a new one.
+	writeFile(t, path, strings.Replace(text, "timeout: 2s", "timeout: 3s", 1))
+	if _, err := gw.G.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	post(t, url, chatBody("What's the capital of Portugal?", ""), nil)
+	if n := classifierCalls(m); n != 2 {
+		t.Errorf("classifier calls %d after changing the classifier, want 2", n)
+	}
+}

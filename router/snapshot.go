@@ -125,6 +125,13 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 	}
 	s.Policy = policy.New(cfg, popts...)
 	if cl := cfg.Classifier; cl != nil {
+		// An unchanged classifier on an unchanged pool keeps its cache.
+		if prev != nil && prev.classifier != nil && reflect.DeepEqual(prev.Config.Classifier, cl) &&
+			(cl.Kind != "model" || prev.pools[cl.Pool] != nil && s.pools[cl.Pool].Pool == prev.pools[cl.Pool].Pool) {
+			s.classifier = prev.classifier
+		}
+	}
+	if cl := cfg.Classifier; cl != nil && s.classifier == nil {
 		c, err := g.buildClassifier(cl, s)
 		if err != nil {
 			s.stopNew(prev)
