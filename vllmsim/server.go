@@ -71,8 +71,9 @@ func WithChooser(c Chooser) Option {
 }
 
 // WithRand sets the randomness used for Faults.FailPercent and for response
-// and tool-call ids. The default is seeded with a constant, so a test run is
-// repeatable. The Server serializes its use of r.
+// and tool-call ids. The default is seeded at random per server (distinct
+// simulators never share ids); pass a seeded r for a repeatable run. The
+// Server serializes its use of r.
 func WithRand(r *rand.Rand) Option {
 	return func(s *Server) {
 		if r != nil {
@@ -119,7 +120,10 @@ func New(p Profile, opts ...Option) *Server {
 		o(s)
 	}
 	if s.rng == nil {
-		s.rng = rand.New(rand.NewPCG(0x5eed, 0x7ac0))
+		// Seeded per server, so that several simulators (a cluster, or
+		// separate `switchyard sim` processes) never hand out the same
+		// response ids; WithRand makes a server reproducible.
+		s.rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	}
 	s.metrics = newMetrics(s)
 
