@@ -47,6 +47,9 @@ func TestLoadBad(t *testing.T) {
 		{"bad-url", []string{
 			`../testdata/bad-url.bad.yaml:6:30: pool "small": replica "small-a": url "10.0.0.1:8000" must be an absolute http:// or https:// URL`,
 		}},
+		{"classifier-prompt", []string{
+			`../testdata/classifier-prompt.bad.yaml:9:11: classifier: prompt is not a valid Go template: template: prompt:1: unexpected EOF`,
+		}},
 		{"class-label-unknown", []string{
 			`../testdata/class-label-unknown.bad.yaml:17:24: routes[0] "complex": "hard" is not a classifier label (labels: simple, complex)`,
 		}},

@@ -64,6 +64,7 @@ type ClassifyFunc func() Classification
 // Policy is the compiled, immutable routes section.
 type Policy struct {
 	routes   []*Route
+	pools    map[string]bool
 	sessions *Sessions
 	rand     func() uint64
 }
@@ -79,7 +80,10 @@ func WithRand(f func() uint64) Option { return func(p *Policy) { p.rand = f } }
 
 // New compiles cfg's routes.
 func New(cfg *Config, opts ...Option) *Policy {
-	p := &Policy{routes: cfg.Routes, rand: rand.Uint64}
+	p := &Policy{routes: cfg.Routes, rand: rand.Uint64, pools: map[string]bool{}}
+	for _, pool := range cfg.Pools {
+		p.pools[pool.Name] = true
+	}
 	for _, o := range opts {
 		o(p)
 	}
@@ -115,13 +119,20 @@ func (s *evalState) class() Classification {
 // decision is reused while it lives.
 func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decision {
 	if p.sessions != nil && req.Session != "" {
-		if d, ok := p.sessions.Get(req.Session); ok && p.hasRoute(d.Route) {
-			d.Sticky = true
-			if explain {
-				d.Matched = []string{d.Route}
-				d.Skipped = nil
+		// The store outlives reloads: a kept decision counts only while its
+		// route and every pool it names still exist.
+		if d, ok := p.sessions.Get(req.Session); ok {
+			if p.stillValid(d) {
+				d.Sticky = true
+				if explain {
+					d.Matched = []string{d.Route}
+					d.Skipped = nil
+				}
+				return d
 			}
-			return d
+			if !explain {
+				p.sessions.Delete(req.Session) // decide afresh, and keep that
+			}
 		}
 	}
 	st := evalState{req: req, classify: classify, explain: explain}
@@ -167,13 +178,20 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 	panic("policy: no route matched; the config was not validated")
 }
 
-func (p *Policy) hasRoute(name string) bool {
+func (p *Policy) stillValid(d Decision) bool {
+	found := false
 	for _, r := range p.routes {
-		if r.Name == name {
-			return true
+		found = found || r.Name == d.Route
+	}
+	if !found {
+		return false
+	}
+	for _, name := range d.Pools {
+		if !p.pools[name] {
+			return false
 		}
 	}
-	return false
+	return d.Spill == nil || p.pools[d.Spill.To]
 }
 
 func (p *Policy) pick(split Split) string {
@@ -221,24 +239,36 @@ func (s *evalState) match(w *When) (bool, string) {
 	if len(w.Key) > 0 && !w.Key.Has(req.Key) {
 		return false, s.why(func() string { return fmt.Sprintf("key %q not in %v", req.Key, []string(w.Key)) })
 	}
+	if w.Not != nil && !w.Not.needsClassifier() {
+		if ok, _ := s.match(w.Not); ok {
+			return false, s.why(func() string { return "not: the negated condition matched" })
+		}
+	}
 	if len(w.Any) > 0 {
+		// An OR's order does not change its result: try the alternatives
+		// that need no classifier first, so a cheap one can decide it.
 		matched := false
 		var reasons []string
-		for _, sub := range w.Any {
-			ok, r := s.match(sub)
-			if ok {
-				matched = true
-				break
-			}
-			if s.explain {
-				reasons = append(reasons, r)
+		for pass := 0; pass < 2 && !matched; pass++ {
+			for _, sub := range w.Any {
+				if sub.needsClassifier() != (pass == 1) {
+					continue
+				}
+				ok, r := s.match(sub)
+				if ok {
+					matched = true
+					break
+				}
+				if s.explain {
+					reasons = append(reasons, r)
+				}
 			}
 		}
 		if !matched {
 			return false, s.why(func() string { return fmt.Sprintf("none of any matched (%s)", strings.Join(reasons, "; ")) })
 		}
 	}
-	if w.Not != nil {
+	if w.Not != nil && w.Not.needsClassifier() {
 		if ok, _ := s.match(w.Not); ok {
 			return false, s.why(func() string { return "not: the negated condition matched" })
 		}

@@ -64,5 +64,12 @@ func (s *Sessions) Put(id string, d Decision) {
 	s.cache.Add(id, sessionEntry{d: d, expires: s.now().Add(s.ttl)})
 }
 
+// Delete forgets the decision kept for id.
+func (s *Sessions) Delete(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cache.Remove(id)
+}
+
 // Len is the number of sessions kept (live or not yet evicted).
 func (s *Sessions) Len() int { return s.cache.Len() }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"text/template"
 
 	"github.com/goccy/go-yaml/ast"
 )
@@ -182,6 +183,11 @@ func (v *validator) classifier() {
 	}
 	if cl.OnError != "" && !seen[cl.OnError] {
 		v.errf(appendCopy(at, "on_error"), "classifier: on_error %q is not a label (labels: %s)", cl.OnError, strings.Join(cl.Labels, ", "))
+	}
+	if cl.Prompt != "" {
+		if _, err := template.New("prompt").Parse(cl.Prompt); err != nil {
+			v.errf(appendCopy(at, "prompt"), "classifier: prompt is not a valid Go template: %v", err)
+		}
 	}
 	if cl.MaxInputChars < 64 {
 		v.errf(appendCopy(at, "max_input_chars"), "classifier: max_input_chars must be at least 64")

@@ -141,8 +141,10 @@ type Explanation struct {
 }
 
 // Explain says which route, pool and replica a request body would get and
-// why. With class set, the classifier is not called. Nothing is counted or
-// stored.
+// why. With class set, the classifier is not called; without it the
+// classifier runs as for a request (and is counted and cached like one).
+// No request is sent to a replica, no session decision is stored, and no
+// API key is presented, so key conditions do not match.
 func (g *Gateway) Explain(ctx context.Context, header http.Header, body []byte, class string) (*Explanation, error) {
 	s := g.snap.Load()
 	ep := chatEndpoint

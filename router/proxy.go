@@ -135,10 +135,15 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	defer span.End()
 	preq := &policy.Request{
 		Model: info.Model, Stream: info.Stream, Tools: info.Tools, Messages: info.Messages,
-		PromptTokens: info.PromptTokens, Header: r.Header, Session: sessionID(s, r, info),
+		PromptTokens: info.PromptTokens, Header: r.Header,
 	}
 	if x.key != nil {
 		preq.Key = x.key.name
+	}
+	if id := sessionID(s, r, info); id != "" {
+		// A session's decision is kept per API key and model name, so a
+		// session id cannot carry one key's (or model's) route to another.
+		preq.Session = preq.Key + "\x00" + info.Model + "\x00" + id
 	}
 	d := s.Policy.Decide(preq, func() policy.Classification { return g.classify(ctx, x) }, explain)
 	if d.Sticky && d.Classified && s.classifier != nil {
@@ -202,6 +207,12 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	var lastErr error
 	for i, name := range chain {
 		ps := s.pools[name]
+		if ps == nil {
+			// Cannot happen with a validated config and the policy's
+			// session check; never dereference a missing pool.
+			lastErr = fmt.Errorf("%w: pool %q is not configured", errNoReplica, name)
+			continue
+		}
 		if i > 0 {
 			reason := "no_replica"
 			if !errors.Is(lastErr, errNoReplica) {
@@ -268,6 +279,8 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if ps.Balance() == "affinity" {
 		preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
 	}
+	// Until a replica is chosen, an error names this pool and no replica.
+	x.pool, x.replica = ps.Name, ""
 	var tried []*pools.Replica
 	exclude := func(rep *pools.Replica) bool {
 		for _, t := range tried {
@@ -288,9 +301,12 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 		waitStart := time.Now()
 		rep, err := ps.Acquire(ctx, preq, exclude)
-		if errors.Is(err, pools.ErrNoReplica) && len(tried) > 0 {
-			// Every other replica is out: the one already tried may still
-			// take it (e.g. it only closed a stale keep-alive connection).
+		if errors.Is(err, pools.ErrNoReplica) && len(tried) > 0 && isConnError(lastErr) {
+			// Every other replica is out, and the last attempt could not
+			// even talk to its replica (e.g. a keep-alive connection that
+			// a restarted replica had closed): the same replica may take
+			// it now. A 429 or 5xx answer is never retried on the replica
+			// that gave it.
 			rep, err = ps.Acquire(ctx, preq, nil)
 		}
 		if err != nil {
@@ -321,6 +337,13 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 	}
 	return false, lastErr
+}
+
+// isConnError reports a failure to exchange with a replica at all (not an
+// answer it gave, not a timeout).
+func isConnError(err error) bool {
+	var ue *upstreamError
+	return errors.As(err, &ue) && !isTimeout(ue.err)
 }
 
 func retryReason(err error) string {
@@ -392,7 +415,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			return false, false, ctx.Err()
 		}
 		ps.Observe(rep, pools.Failure, err.Error())
-		return false, true, fmt.Errorf("%w: pool %q replica %q: %v", errUpstream, ps.Name, rep.Name, trimURLError(err))
+		// A timeout is not retried (the request may be slow rather than
+		// lost; replaying it doubles the load) and answers 504.
+		return false, !isTimeout(err), &upstreamError{pool: ps.Name, replica: rep.Name, err: err}
 	}
 	defer resp.Body.Close()
 	if span.IsRecording() {
@@ -419,7 +444,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 				return false, false, ctx.Err()
 			}
 			ps.Observe(rep, pools.Failure, "reading body: "+err.Error())
-			return false, true, fmt.Errorf("%w: pool %q replica %q: reading body: %v", errUpstream, ps.Name, rep.Name, err)
+			return false, !isTimeout(err), &upstreamError{pool: ps.Name, replica: rep.Name, err: fmt.Errorf("reading body: %w", err)}
 		}
 		ps.Observe(rep, pools.Success, "")
 		g.writeHeaders(w, x, resp, int64(buf.Len()))
@@ -455,6 +480,19 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	return true, false, nil
 }
+
+// upstreamError is a failure to reach a replica or read its answer; it
+// keeps the cause (a timeout maps to 504) and reads as errUpstream.
+type upstreamError struct {
+	pool, replica string
+	err           error
+}
+
+func (e *upstreamError) Error() string {
+	return fmt.Sprintf("%v: pool %q replica %q: %s", errUpstream, e.pool, e.replica, trimURLError(e.err))
+}
+
+func (e *upstreamError) Unwrap() []error { return []error{errUpstream, e.err} }
 
 func trimURLError(err error) string {
 	s := err.Error()
@@ -552,19 +590,30 @@ func (g *Gateway) setRouteHeaders(h http.Header, x *exchange) {
 	set(headerClass, 4)
 }
 
-// usage records the token counts of a response or final stream chunk.
+// usage records the token counts of a non-stream response.
 func (g *Gateway) usage(x *exchange, ps *poolState, data []byte, span trace.Span) {
+	if p, c, ok := readUsage(data); ok {
+		g.recordUsage(x, ps, p, c, gjson.GetBytes(data, "model").String(), span)
+	}
+}
+
+// readUsage reads the usage object of a response or chunk.
+func readUsage(data []byte) (prompt, completion int64, ok bool) {
 	u := gjson.GetBytes(data, "usage")
 	if !u.IsObject() {
-		return
+		return 0, 0, false
 	}
-	p, c := u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
+	return u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int(), true
+}
+
+// recordUsage counts one request's tokens, once.
+func (g *Gateway) recordUsage(x *exchange, ps *poolState, p, c int64, model string, span trace.Span) {
 	x.prompt, x.complete = p, c
 	g.metrics.tokens.WithLabelValues(ps.Name, "prompt").Add(float64(p))
 	g.metrics.tokens.WithLabelValues(ps.Name, "completion").Add(float64(c))
 	if span.IsRecording() {
-		if m := gjson.GetBytes(data, "model"); m.Exists() {
-			span.SetAttributes(attribute.String("gen_ai.response.model", m.String()))
+		if model != "" {
+			span.SetAttributes(attribute.String("gen_ai.response.model", model))
 		}
 		span.SetAttributes(attribute.Int64("gen_ai.usage.input_tokens", p), attribute.Int64("gen_ai.usage.output_tokens", c))
 	}

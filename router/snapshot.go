@@ -73,7 +73,7 @@ type apiKey struct {
 func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 	s := &Snapshot{Config: cfg, pools: map[string]*poolState{}, models: map[string]target{}}
 	for _, pc := range cfg.Pools {
-		spec := poolSpec(pc)
+		spec := poolSpec(pc, cfg)
 		if prev != nil {
 			if old, ok := prev.pools[pc.Name]; ok && old.spec == spec {
 				ps := &poolState{Pool: old.Pool, cfg: pc, spec: spec, cancel: old.cancel}
@@ -207,10 +207,20 @@ func (s *Snapshot) poolList() []*pools.Pool {
 	return out
 }
 
-func poolSpec(pc *policy.Pool) string {
-	return fmt.Sprintf("%s|%s|%d|%v|%v|%v|%v|%s|%+v|%+v|%+v", pc.Model, pc.Balance, pc.MaxInflight,
-		pc.QueueTimeout, pc.ConnectTimeout, pc.ResponseHeaderTimeout, *pc.Retries, pc.APIKey, *pc.Health, *pc.Scrape,
-		replicaSpecs(pc))
+// poolSpec fingerprints everything a pool is built from. The API key enters
+// as a digest (Secret prints itself redacted), and whether the pool scrapes
+// depends on the routes too.
+func poolSpec(pc *policy.Pool, cfg *policy.Config) string {
+	key := sha256.Sum256([]byte(pc.APIKey))
+	return fmt.Sprintf("%s|%s|%d|%v|%v|%v|%v|%x|%+v|%+v|%t|%+v", pc.Model, pc.Balance, pc.MaxInflight,
+		pc.QueueTimeout, pc.ConnectTimeout, pc.ResponseHeaderTimeout, *pc.Retries, key[:8], *pc.Health, *pc.Scrape,
+		scrapes(cfg, pc), replicaSpecs(pc))
+}
+
+// scrapes reports whether a pool reads its replicas' vLLM metrics: its
+// balancer needs them, or a route spills out of it on queue depth.
+func scrapes(cfg *policy.Config, pc *policy.Pool) bool {
+	return pc.Balance == "kv_aware" || pc.Balance == "p2c" || spillsFrom(cfg, pc.Name)
 }
 
 func replicaSpecs(pc *policy.Pool) string {
@@ -234,7 +244,7 @@ func (g *Gateway) poolOptions(pc *policy.Pool, cfg *policy.Config) pools.Options
 			EjectMax: pc.Health.EjectMax.Std(), OnChange: g.onHealthChange,
 		},
 		Scrape: pools.ScrapeOptions{
-			Enabled: pc.Balance == "kv_aware" || pc.Balance == "p2c" || spillsFrom(cfg, pc.Name),
+			Enabled: scrapes(cfg, pc),
 			Path:    pc.Scrape.Path, Interval: pc.Scrape.Interval.Std(), Timeout: pc.Scrape.Timeout.Std(),
 			Staleness: pc.Scrape.Staleness.Std(), OnMissing: g.onMissingSignals,
 		},

@@ -42,6 +42,16 @@ func (g *Gateway) pumpStream(ctx context.Context, w io.Writer, rc *http.Response
 	buf := *bp
 	start, end := 0, 0
 	sawToken, sawDone := false, false
+	// Usage is counted once, from the last usage object seen: with vLLM's
+	// continuous_usage_stats every chunk carries the running totals.
+	var prompt, completion int64
+	var usageModel string
+	sawUsage := false
+	defer func() {
+		if sawUsage {
+			g.recordUsage(x, ps, prompt, completion, usageModel, span)
+		}
+	}()
 	for {
 		if end == len(buf) {
 			if start > 0 {
@@ -86,7 +96,12 @@ func (g *Gateway) pumpStream(ctx context.Context, w io.Writer, rc *http.Response
 					}
 				case len(v) > 0 && v[0] == '{':
 					data := eventData(ev)
-					g.usage(x, ps, data, span)
+					if p, c, ok := readUsage(data); ok {
+						prompt, completion, sawUsage = p, c, true
+						if !sawToken || usageModel == "" {
+							usageModel = gjson.GetBytes(data, "model").String()
+						}
+					}
 					if injected && gjson.GetBytes(data, "choices.#").Int() == 0 {
 						continue // the usage chunk the client did not ask for
 					}

@@ -73,7 +73,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if !*noWatch {
 		go watchConfig(ctx, path, g, log)
 	}
-	go reloadOnHUP(ctx, g, log)
+	// SIGHUP is caught from here until serve returns, so a reload signal
+	// during start-up or the shutdown drain never kills the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go reloadOnHUP(ctx, hup, g, log)
 	if err := srv.Run(ctx, nil); err != nil {
 		log.Error("server failed", "error", err.Error())
 		return exitRuntime
@@ -163,10 +168,7 @@ func printConfigErr(w io.Writer, path string, err error) {
 	fmt.Fprintf(w, "%s: %v\n", path, err)
 }
 
-func reloadOnHUP(ctx context.Context, g *router.Gateway, log *slog.Logger) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, g *router.Gateway, log *slog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,219 @@
+package router_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/router"
+	"github.com/switchyard/switchyard/vllmsim"
+)
+
+// TestUpstreamTimeoutIs504AndNotRetried: a replica that does not answer in
+// response_header_timeout gives 504 (CONTRACT §2), and the request is not
+// replayed on another replica.
+func TestUpstreamTimeoutIs504AndNotRetried(t *testing.T) {
+	slow := startReplica(t, fast("m"))
+	slow.Sim.SetFaults(vllmsim.Faults{Stall: 2 * time.Second})
+	other := startReplica(t, fast("m"))
+	other.Sim.SetFaults(vllmsim.Faults{Stall: 2 * time.Second})
+	cfg := loadConfig(t, `
+version: 1
+pools:
+  p:
+    model: m
+    balance: round_robin
+    response_header_timeout: 100ms
+    health: {disabled: true}
+    replicas: [{name: r1, url: "{{a}}"}, {name: r2, url: "{{b}}"}]
+routes:
+  - name: default
+    to: p
+`, map[string]string{"a": slow.Srv.URL, "b": other.Srv.URL}, nil)
+	gw := startGateway(t, cfg)
+	resp, body := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil)
+	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(body), "upstream_timeout") {
+		t.Errorf("status %d body %s, want 504 upstream_timeout", resp.StatusCode, body)
+	}
+	if resp.Header.Get("X-Switchyard-Pool") != "p" {
+		t.Errorf("pool header %q", resp.Header.Get("X-Switchyard-Pool"))
+	}
+	if n := slow.count() + other.count(); n != 1 {
+		t.Errorf("the request reached replicas %d times, want 1 (a timeout is not retried)", n)
+	}
+}
+
+// TestStatusErrorsNeverRetrySameReplica: a 500 from the only replica is not
+// replayed on it; the route's fallback pool answers instead.
+func TestStatusErrorsNeverRetrySameReplica(t *testing.T) {
+	bad := startReplica(t, fast("m"))
+	bad.Sim.SetFaults(vllmsim.Faults{FailPercent: 100, FailStatus: 500})
+	good := startReplica(t, fast("n"))
+	cfg := loadConfig(t, `
+version: 1
+pools:
+  p: {model: m, retries: 2, health: {disabled: true}, replicas: [{name: only, url: "{{bad}}"}]}
+  q: {model: n, health: {disabled: true}, replicas: [{name: q1, url: "{{good}}"}]}
+routes:
+  - name: default
+    to: p
+    fallback: [q]
+`, map[string]string{"bad": bad.Srv.URL, "good": good.Srv.URL}, nil)
+	gw := startGateway(t, cfg)
+	resp, _ := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Pool") != "q" {
+		t.Errorf("status %d pool %q, want 200 from the fallback pool", resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"))
+	}
+	if n := bad.count(); n != 1 {
+		t.Errorf("the failing replica got %d attempts, want 1", n)
+	}
+}
+
+// TestSaturatedPoolErrorNamesThePool: a 503 for a pool at max_inflight
+// carries X-Switchyard-Pool and is counted under that pool.
+func TestSaturatedPoolErrorNamesThePool(t *testing.T) {
+	held := startReplica(t, vllmsim.Profile{Model: "m", DecodeTPS: 5, DefaultMaxTokens: 50})
+	cfg := loadConfig(t, `
+version: 1
+pools:
+  p: {model: m, max_inflight: 1, queue_timeout: 20ms, health: {disabled: true}, replicas: [{name: r, url: "{{h}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"h": held.Srv.URL}, nil)
+	gw := startGateway(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // ends the held request before the servers close
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gw.API.URL+"/v1/chat/completions", strings.NewReader(`{"model":"auto","messages":[{"role":"user","content":"x"}]}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	eventually(t, 2*time.Second, "the slot to be taken", func() bool { return held.Sim.Running() == 1 })
+	resp, _ := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"y"}]}`, nil)
+	if resp.StatusCode != 503 || resp.Header.Get("X-Switchyard-Pool") != "p" || resp.Header.Get("X-Switchyard-Route") != "default" {
+		t.Errorf("status %d pool %q route %q", resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"), resp.Header.Get("X-Switchyard-Route"))
+	}
+	if v := metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": "p", "code": "503"}); v != 1 {
+		t.Errorf("503s counted under pool p: %v", v)
+	}
+}
+
+// TestContinuousUsageCountedOnce: with vLLM's continuous_usage_stats every
+// chunk carries running totals; tokens are counted once, from the last.
+func TestContinuousUsageCountedOnce(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 1; i <= 3; i++ {
+			fmt.Fprintf(w, "data: {\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d\"}}],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n", i, i, 10+i)
+		}
+		fmt.Fprint(w, "data: {\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":3,\"total_tokens\":13}}\n\ndata: [DONE]\n\n")
+	}))
+	defer up.Close()
+	cfg := loadConfig(t, `
+version: 1
+pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "{{up}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"up": up.URL}, nil)
+	gw := startGateway(t, cfg)
+	post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true},"messages":[{"role":"user","content":"hi"}]}`, nil)
+	p := metricValue(t, gw, "switchyard_tokens_total", map[string]string{"pool": "p", "kind": "prompt"})
+	c := metricValue(t, gw, "switchyard_tokens_total", map[string]string{"pool": "p", "kind": "completion"})
+	if p != 10 || c != 3 {
+		t.Errorf("tokens prompt %v completion %v, want 10 and 3", p, c)
+	}
+}
+
+// TestSessionIsScopedPerKey: one API key's session id cannot carry its
+// decision to another key.
+func TestSessionIsScopedPerKey(t *testing.T) {
+	big := startReplica(t, fast("big"))
+	small := startReplica(t, fast("small"))
+	cfg := loadConfig(t, `
+version: 1
+server:
+  api_keys: [{name: premium, key_env: K1}, {name: basic, key_env: K2}]
+pools:
+  big: {model: big, health: {disabled: true}, replicas: [{name: b, url: "{{big}}"}]}
+  small: {model: small, health: {disabled: true}, replicas: [{name: s, url: "{{small}}"}]}
+session: {header: X-Session-Id}
+routes:
+  - name: premium
+    when: {key: premium}
+    to: big
+  - name: default
+    to: small
+`, map[string]string{"big": big.Srv.URL, "small": small.Srv.URL}, map[string]string{"K1": "sk-1", "K2": "sk-2"})
+	gw := startGateway(t, cfg)
+	body := `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`
+	resp, _ := post(t, gw.API.URL+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer sk-1", "X-Session-Id": "shared"})
+	if resp.Header.Get("X-Switchyard-Pool") != "big" {
+		t.Fatalf("premium pool %q", resp.Header.Get("X-Switchyard-Pool"))
+	}
+	resp, _ = post(t, gw.API.URL+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer sk-2", "X-Session-Id": "shared"})
+	if resp.Header.Get("X-Switchyard-Pool") != "small" {
+		t.Errorf("basic key with the premium session's id went to %q, want small", resp.Header.Get("X-Switchyard-Pool"))
+	}
+}
+
+// TestReloadRebuildsPoolsWhoseBuildInputsChanged: adding a spill out of a
+// pool turns its scraping on, and a changed vLLM key rebuilds the pool.
+func TestReloadRebuildsPoolsWhoseBuildInputsChanged(t *testing.T) {
+	a := startReplica(t, fast("m"))
+	b := startReplica(t, fast("n"))
+	path := filepath.Join(t.TempDir(), "switchyard.yaml")
+	render := func(spill, keyEnv string) string {
+		return strings.NewReplacer("{{a}}", a.Srv.URL, "{{b}}", b.Srv.URL, "SPILL", spill, "KEYENV", keyEnv).Replace(`
+version: 1
+pools:
+  a: {model: m, api_key_env: KEYENV, health: {disabled: true}, replicas: [{name: a1, url: "{{a}}"}]}
+  b: {model: n, health: {disabled: true}, replicas: [{name: b1, url: "{{b}}"}]}
+routes:
+  - name: default
+    to: a
+    SPILL
+`)
+	}
+	t.Setenv("VLLM_KEY_1", "one")
+	t.Setenv("VLLM_KEY_2", "two")
+	writeFile(t, path, render("", "VLLM_KEY_1"))
+	cfg, err := router.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
+	before := gw.G.Snapshot().Pool("a")
+	if before.Options().Scrape.Enabled {
+		t.Fatal("pool a scrapes before any spill")
+	}
+	writeFile(t, path, render("spill: {to: b, when_queue_over: 2}", "VLLM_KEY_1"))
+	if _, err := gw.G.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	afterSpill := gw.G.Snapshot().Pool("a")
+	if !afterSpill.Options().Scrape.Enabled {
+		t.Error("adding a spill out of pool a did not turn its scraping on")
+	}
+	writeFile(t, path, render("spill: {to: b, when_queue_over: 2}", "VLLM_KEY_2"))
+	if _, err := gw.G.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if p := gw.G.Snapshot().Pool("a"); p == afterSpill || p.Options().APIKey != "two" {
+		t.Error("changing pool a's vLLM key did not rebuild it with the new key")
+	}
+	if gw.G.Snapshot().Pool("b") != gw.G.Snapshot().Pool("b") || before == afterSpill {
+		t.Error("pool identity bookkeeping is off")
+	}
+}
