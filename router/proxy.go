@@ -354,9 +354,7 @@ func retryReason(err error) string {
 			return "status_429"
 		}
 		return "status_5xx"
-	case isTimeout(err) || errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	default:
+	default: // timeouts are never retried
 		return "connect"
 	}
 }
