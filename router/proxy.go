@@ -435,7 +435,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if !isStream {
 		buf := getBuffer()
 		defer putBuffer(buf)
-		if _, err := buf.ReadFrom(resp.Body); err != nil {
+		if n, err := buf.ReadFrom(io.LimitReader(resp.Body, maxResponseBytes+1)); err == nil && n > maxResponseBytes {
+			ps.Observe(rep, pools.Failure, "answer over the size limit")
+			return false, false, &upstreamError{pool: ps.Name, replica: rep.Name,
+				err: fmt.Errorf("non-stream answer larger than %d bytes", maxResponseBytes)}
+		} else if err != nil {
 			// Nothing has reached the client yet: safe to retry.
 			if ctx.Err() != nil {
 				ps.Observe(rep, pools.Neutral, "")
@@ -461,7 +465,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	rc := http.NewResponseController(w)
 	_ = rc.Flush()
 	if err := g.pumpStream(ctx, w, rc, x, ps, resp.Body, injected, span); err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, errClientGone) {
 			// The client went away; the upstream request is cancelled with
 			// its context (vLLM then frees the KV cache).
 			x.status = statusClientClosed
@@ -517,6 +521,10 @@ func readErrorMessage(body io.Reader) string {
 }
 
 var jsonContentType = []string{"application/json"}
+
+// maxResponseBytes bounds a non-stream answer held in memory before it is
+// passed on (streams are never held).
+var maxResponseBytes int64 = 64 << 20
 
 // hopHeaders are connection-specific (RFC 9110 §7.6.1) and never forwarded.
 var hopHeaders = []string{

@@ -147,11 +147,16 @@ func (g *Gateway) pumpStream(ctx context.Context, w io.Writer, rc *http.Response
 	}
 }
 
+// errClientGone: a write or flush to the client failed, so the client has
+// gone even if the request context does not say so yet. It is never held
+// against the replica.
+var errClientGone = errors.New("client went away")
+
 func ctxErrOr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return err
+	return fmt.Errorf("%w: %v", errClientGone, err)
 }
 
 var usageNull = []byte(`"usage":null`)
