@@ -2,6 +2,7 @@ package classifier
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -309,25 +310,29 @@ func utf8ValidEnd(s string) bool {
 	return len(r) >= need
 }
 
-// hash identifies what would be sent, for the cache and shared calls.
+// hash identifies what would be sent, for the cache and shared calls. Each
+// field is written with its length first, so no two different inputs can
+// run together into the same bytes.
 func (in *Input) hash(seed maphash.Seed) uint64 {
 	var h maphash.Hash
 	h.SetSeed(seed)
-	h.WriteString(in.System)
-	h.WriteByte(0)
-	h.WriteString(in.LastUser)
-	h.WriteByte(0)
-	h.WriteString(in.Prompt)
-	h.WriteByte(0)
-	for _, t := range in.Tools {
-		h.WriteString(t)
-		h.WriteByte(1)
-	}
 	var n [8]byte
-	for i := range n {
-		n[i] = byte(in.Turns >> (8 * i))
+	writeInt := func(v int) {
+		binary.LittleEndian.PutUint64(n[:], uint64(v))
+		h.Write(n[:])
 	}
-	h.Write(n[:])
+	writeStr := func(s string) {
+		writeInt(len(s))
+		h.WriteString(s)
+	}
+	writeStr(in.System)
+	writeStr(in.LastUser)
+	writeStr(in.Prompt)
+	writeInt(len(in.Tools))
+	for _, t := range in.Tools {
+		writeStr(t)
+	}
+	writeInt(in.Turns)
 	return h.Sum64()
 }
 

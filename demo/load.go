@@ -134,6 +134,12 @@ func (l *Load) session(ctx context.Context, rng *rand.Rand, id string) {
 	for t := 0; t < turns && ctx.Err() == nil; t++ {
 		reply, toolCall := l.do(ctx, kind, id, msgs, tools, stream)
 		if reply == nil {
+			// Back off before the next session, as a client would, so that
+			// a failing gateway is not flooded by the load itself.
+			select {
+			case <-ctx.Done():
+			case <-time.After(max(l.Think, 100*time.Millisecond)):
+			}
 			return
 		}
 		msgs = append(msgs, reply)
@@ -207,8 +213,8 @@ func (l *Load) do(ctx context.Context, kind, session string, msgs []message, too
 		}
 	}
 	res.Latency = time.Since(start)
-	if ctx.Err() != nil && res.Err != "" {
-		return nil, "" // cut by the end of the run, not a failure
+	if ctx.Err() != nil {
+		return nil, "" // cut by the end of the run: neither a failure nor a success
 	}
 	l.report(res)
 	if res.Err != "" {

@@ -218,7 +218,8 @@ func (l LabelSpec) MarshalYAML() (any, error) {
 
 // Cache configures the classifier's result cache.
 type Cache struct {
-	Size int      `yaml:"size,omitempty"`
+	// Size is the number of entries; 0 disables the cache. Default 50000.
+	Size *int     `yaml:"size,omitempty"`
 	TTL  Duration `yaml:"ttl,omitempty"`
 }
 
@@ -395,14 +396,15 @@ func (c *Config) applyDefaults() {
 		if cl.Cache == nil {
 			cl.Cache = &Cache{}
 		}
-		if cl.Cache.Size == 0 {
-			cl.Cache.Size = 50000
+		if cl.Cache.Size == nil {
+			n := 50000
+			cl.Cache.Size = &n
 		}
 		if cl.Cache.TTL == 0 {
 			cl.Cache.TTL = Duration(10 * time.Minute)
 		}
 		if cl.Concurrency == 0 {
-			cl.Concurrency = 64
+			cl.Concurrency = 64 // an explicit negative value is rejected by validation
 		}
 	}
 	if len(c.Models) == 0 {

@@ -83,3 +83,33 @@ routes:
 		t.Errorf("the fresh decision was not kept: sticky %t pools %v", d.Sticky, d.Pools)
 	}
 }
+
+// TestYAMLForms: quoted comparison keys, YAML integer forms and an explicit
+// zero cache size are read as written.
+func TestYAMLForms(t *testing.T) {
+	cfg, err := policy.Load("forms.yaml", []byte(`
+version: 1
+pools:
+  a: {model: a, replicas: [{name: a1, url: "http://127.0.0.1:1"}]}
+  b: {model: b, replicas: [{name: b1, url: "http://127.0.0.1:2"}]}
+classifier: {kind: heuristic, labels: [simple, complex], cache: {size: 0}}
+routes:
+  - name: tools
+    when: {tools: {"gte": 0x2}}
+    to: b
+  - name: split
+    split: {a: 0x10, b: 1_000}
+`), testRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *cfg.Classifier.Cache.Size; got != 0 {
+		t.Errorf("cache size %d, want 0 (disabled)", got)
+	}
+	if gte := cfg.Routes[0].When.Tools.GTE; gte == nil || *gte != 2 {
+		t.Errorf("tools gte %v, want 2", gte)
+	}
+	if w := cfg.Routes[1].Split; w[0].Weight != 16 || w[1].Weight != 1000 {
+		t.Errorf("split weights %+v, want 16 and 1000", w)
+	}
+}

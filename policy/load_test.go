@@ -47,6 +47,22 @@ func TestLoadBad(t *testing.T) {
 		{"bad-url", []string{
 			`../testdata/bad-url.bad.yaml:6:30: pool "small": replica "small-a": url "10.0.0.1:8000" must be an absolute http:// or https:// URL`,
 		}},
+		{"replica-default-name-taken", []string{
+			`../testdata/replica-default-name-taken.bad.yaml:7:10: pool "small": replica 1 has no name and its default name "small-1" is taken; name it`,
+		}},
+		{"health-path", []string{
+			`../testdata/health-path.bad.yaml:5:14: pool "small": health.eject_base 5m0s is longer than eject_max 1m0s`,
+			`../testdata/health-path.bad.yaml:5:20: pool "small": health.path "health" must start with /`,
+			`../testdata/health-path.bad.yaml:6:31: pool "small": replica "a": url "http://127.0.0.1:8001?x=1" must be a base URL without query, fragment or credentials (use api_key_env for a key)`,
+		}},
+		{"server-and-classifier-values", []string{
+			`../testdata/server-and-classifier-values.bad.yaml:3:11: server: listen "8080" must be HOST:PORT (e.g. 0.0.0.0:8080 or :8080)`,
+			`../testdata/server-and-classifier-values.bad.yaml:11:16: classifier: concurrency must be at least 1`,
+			`../testdata/server-and-classifier-values.bad.yaml:12:11: classifier: prompt is not a valid Go template: template: prompt:1:2: executing "prompt" at <index .Labels 5>: error calling index: index out of range: 5`,
+		}},
+		{"topology-node-without-partition", []string{
+			`../testdata/topology-node-without-partition.bad.yaml:10:63: pool "big": replica "b": node "n2" is in no partition; with partitions declared, a replica's nodes must sit in one`,
+		}},
 		{"classifier-prompt", []string{
 			`../testdata/classifier-prompt.bad.yaml:9:11: classifier: prompt is not a valid Go template: template: prompt:1: unexpected EOF`,
 		}},

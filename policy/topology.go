@@ -86,6 +86,10 @@ func (v *validator) topology() {
 					continue
 				}
 				first := partOf[r.Nodes[0]]
+				if first == "" {
+					v.errf(rat, "pool %q: replica %q: node %q is in no partition; with partitions declared, a replica's nodes must sit in one", pool.Name, r.Name, r.Nodes[0])
+					continue
+				}
 				for _, n := range r.Nodes[1:] {
 					if partOf[n] != first {
 						v.errf(rat, "pool %q: replica %q: nodes %v span partitions (%q and %q); a replica's nodes must sit in one partition", pool.Name, r.Name, r.Nodes, first, partOf[n])

@@ -137,7 +137,7 @@ func (c *NumCmp) UnmarshalYAML(node ast.Node) error {
 	}
 	var out NumCmp
 	for _, kv := range m.Values {
-		key := kv.Key.String()
+		key := keyString(kv)
 		n, ok := scalarNumber(kv.Value)
 		if !ok {
 			return nodeErrorf(kv.Value, "%s: expected a number, got %s", key, describe(kv.Value))
@@ -213,7 +213,14 @@ func scalarText(node ast.Node) string {
 
 func scalarNumber(node ast.Node) (float64, bool) {
 	switch n := node.(type) {
-	case *ast.IntegerNode, *ast.FloatNode:
+	case *ast.IntegerNode:
+		// YAML integers may be written 0x1F, 0o17 or 1_000.
+		if i, err := strconv.ParseInt(scalarText(n), 0, 64); err == nil {
+			return float64(i), true
+		}
+		f, err := strconv.ParseFloat(scalarText(n), 64)
+		return f, err == nil
+	case *ast.FloatNode:
 		f, err := strconv.ParseFloat(scalarText(n), 64)
 		return f, err == nil
 	}

@@ -2,6 +2,8 @@ package policy
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"os"
 	"slices"
@@ -48,6 +50,11 @@ func (v *validator) validate() {
 
 func (v *validator) server() {
 	s := &v.cfg.Server
+	for _, l := range []struct{ key, addr string }{{"listen", s.Listen}, {"admin_listen", s.AdminListen}} {
+		if _, port, err := net.SplitHostPort(l.addr); err != nil || port == "" {
+			v.errf(p("server", l.key), "server: %s %q must be HOST:PORT (e.g. 0.0.0.0:8080 or :8080)", l.key, l.addr)
+		}
+	}
 	names := map[string]bool{}
 	for i, k := range s.APIKeys {
 		at := p("server", "api_keys", i)
@@ -108,6 +115,15 @@ func (v *validator) pools() {
 		if h := pool.Health; h.UnhealthyAfter < 0 || h.HealthyAfter < 0 {
 			v.errf(appendCopy(at, "health"), "pool %q: health thresholds must be positive", pool.Name)
 		}
+		if !strings.HasPrefix(pool.Health.Path, "/") {
+			v.errf(appendCopy(at, "health", "path"), "pool %q: health.path %q must start with /", pool.Name, pool.Health.Path)
+		}
+		if !strings.HasPrefix(pool.Scrape.Path, "/") {
+			v.errf(appendCopy(at, "scrape", "path"), "pool %q: scrape.path %q must start with /", pool.Name, pool.Scrape.Path)
+		}
+		if h := pool.Health; h.EjectBase > h.EjectMax {
+			v.errf(appendCopy(at, "health"), "pool %q: health.eject_base %s is longer than eject_max %s", pool.Name, h.EjectBase.Std(), h.EjectMax.Std())
+		}
 		if pool.Affinity.LoadFactor < 1 {
 			v.errf(appendCopy(at, "affinity", "load_factor"), "pool %q: affinity.load_factor must be at least 1", pool.Name)
 		}
@@ -119,6 +135,9 @@ func (v *validator) pools() {
 			rat := appendCopy(at, "replicas", i)
 			if r.Name == "" {
 				r.Name = fmt.Sprintf("%s-%d", pool.Name, i)
+				if seen[r.Name] {
+					v.errf(rat, "pool %q: replica %d has no name and its default name %q is taken; name it", pool.Name, i, r.Name)
+				}
 			} else if seen[r.Name] {
 				v.errf(appendCopy(rat, "name"), "pool %q: duplicate replica name %q", pool.Name, r.Name)
 			}
@@ -130,6 +149,10 @@ func (v *validator) pools() {
 			u, err := url.Parse(r.URL)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				v.errf(appendCopy(rat, "url"), "pool %q: replica %q: url %q must be an absolute http:// or https:// URL", pool.Name, r.Name, r.URL)
+				continue
+			}
+			if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+				v.errf(appendCopy(rat, "url"), "pool %q: replica %q: url %q must be a base URL without query, fragment or credentials (use api_key_env for a key)", pool.Name, r.Name, r.URL)
 				continue
 			}
 			u.Path = strings.TrimSuffix(u.Path, "/")
@@ -185,14 +208,27 @@ func (v *validator) classifier() {
 		v.errf(appendCopy(at, "on_error"), "classifier: on_error %q is not a label (labels: %s)", cl.OnError, strings.Join(cl.Labels, ", "))
 	}
 	if cl.Prompt != "" {
-		if _, err := template.New("prompt").Parse(cl.Prompt); err != nil {
+		tmpl, err := template.New("prompt").Parse(cl.Prompt)
+		if err == nil {
+			// Run it as the classifier will, so a template that parses but
+			// fails (an index out of range, a missing field) is caught here.
+			descs := cl.Descriptions
+			if descs == nil {
+				descs = map[string]string{}
+			}
+			err = tmpl.Execute(io.Discard, map[string]any{"Labels": cl.Labels, "Descriptions": descs})
+		}
+		if err != nil {
 			v.errf(appendCopy(at, "prompt"), "classifier: prompt is not a valid Go template: %v", err)
 		}
+	}
+	if cl.Concurrency < 1 {
+		v.errf(appendCopy(at, "concurrency"), "classifier: concurrency must be at least 1")
 	}
 	if cl.MaxInputChars < 64 {
 		v.errf(appendCopy(at, "max_input_chars"), "classifier: max_input_chars must be at least 64")
 	}
-	if cl.Cache.Size < 0 {
+	if *cl.Cache.Size < 0 {
 		v.errf(appendCopy(at, "cache", "size"), "classifier: cache.size must not be negative")
 	}
 }

@@ -204,6 +204,9 @@ func (p *Pool) apply(r *Replica, err error) {
 		}
 	}
 	r.mu.Unlock()
+	if changed && healthy {
+		p.wakeWaiters()
+	}
 	if changed && h.OnChange != nil {
 		h.OnChange(r, healthy, why)
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,11 @@ type Options struct {
 	Now  func() time.Time
 	// Transport overrides the pool's upstream transport (tests).
 	Transport http.RoundTripper
+	// Previous is the pool this one replaces on a reload. Its replicas with
+	// the same name, URL and nodes are carried over as they are — in-flight
+	// counts, health, ejections — so that a reload neither forgets a dead
+	// replica nor lets in-flight requests exceed max_inflight.
+	Previous *Pool
 }
 
 // Pool is a set of interchangeable replicas serving one model.
@@ -97,8 +103,13 @@ func New(o Options) (*Pool, error) {
 	o.Health.setDefaults()
 	p := &Pool{Name: o.Name, Model: o.Model, opts: o, wake: make(chan struct{})}
 	for _, spec := range o.Replicas {
+		if r := o.Previous.sameReplica(spec); r != nil {
+			p.replicas = append(p.replicas, r)
+			continue
+		}
 		p.replicas = append(p.replicas, newReplica(o.Name, spec))
 	}
+	p.opts.Previous = nil // do not keep the old pool alive
 	p.env = &Env{Rand: o.Rand, Now: o.Now, Staleness: o.Scrape.Staleness, LoadFactor: o.LoadFactor,
 		All: p.Replicas, MaxInflight: int64(o.MaxInflight)}
 	p.sel = mk(p.env)
@@ -140,6 +151,18 @@ func NewTransport(connect, header time.Duration) *http.Transport {
 
 // Replicas returns the pool's replicas (do not modify the slice).
 func (p *Pool) Replicas() []*Replica { return p.replicas }
+
+// sameReplica returns p's replica matching spec exactly, or nil.
+func (p *Pool) sameReplica(spec ReplicaSpec) *Replica {
+	if p == nil {
+		return nil
+	}
+	r := p.Replica(spec.Name)
+	if r == nil || r.URL.String() != spec.URL.String() || !slices.Equal(r.Nodes, spec.Nodes) {
+		return nil
+	}
+	return r
+}
 
 // Replica returns the replica called name, or nil.
 func (p *Pool) Replica(name string) *Replica {
@@ -227,13 +250,31 @@ func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica)
 			p.waiters.Add(-1)
 			return r, nil
 		}
+		// A replica whose ejection ends frees capacity without a Release:
+		// wake up then too.
+		var readmit <-chan time.Time
+		var rt *time.Timer
+		if d := p.nextReadmission(); d > 0 {
+			rt = time.NewTimer(d)
+			readmit = rt.C
+		}
+		stopReadmit := func() {
+			if rt != nil {
+				rt.Stop()
+			}
+		}
 		select {
 		case <-wake:
 			p.waiters.Add(-1)
+			stopReadmit()
+		case <-readmit:
+			p.waiters.Add(-1)
 		case <-timer.C:
+			stopReadmit()
 			p.waiters.Add(-1)
 			return nil, ErrSaturated
 		case <-ctx.Done():
+			stopReadmit()
 			p.waiters.Add(-1)
 			return nil, ctx.Err()
 		}
@@ -305,12 +346,34 @@ func (p *Pool) Pick(req *Request) *Replica {
 // Release ends a request counted by Acquire and wakes waiters.
 func (p *Pool) Release(r *Replica) {
 	r.inflight.Add(-1)
+	p.wakeWaiters()
+}
+
+// wakeWaiters wakes every Acquire waiting for capacity: a slot was
+// released or a replica came back.
+func (p *Pool) wakeWaiters() {
 	if p.waiters.Load() > 0 {
 		p.mu.Lock()
 		close(p.wake)
 		p.wake = make(chan struct{})
 		p.mu.Unlock()
 	}
+}
+
+// nextReadmission is how long until the first ejected (but healthy)
+// replica is back, or 0 when none is ejected.
+func (p *Pool) nextReadmission() time.Duration {
+	now := p.opts.Now().UnixNano()
+	var next int64
+	for _, r := range p.replicas {
+		if u := r.ejectedUntil.Load(); u > now && r.Healthy() && (next == 0 || u < next) {
+			next = u
+		}
+	}
+	if next == 0 {
+		return 0
+	}
+	return time.Duration(next - now)
 }
 
 // Close releases the pool's idle upstream connections.

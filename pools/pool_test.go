@@ -651,3 +651,35 @@ func TestEjectionConcurrentWithProbes(t *testing.T) {
 		t.Errorf("%d state changes reported, want at least 40", changes.Load())
 	}
 }
+
+// TestWaiterWakesWhenEjectionEnds: a request waiting for capacity takes a
+// replica whose ejection ends, rather than sitting out the queue timeout.
+func TestWaiterWakesWhenEjectionEnds(t *testing.T) {
+	p := newPool(t, pools.Options{
+		Name: "p", Balance: "least_outstanding", MaxInflight: 1, QueueTimeout: 5 * time.Second,
+		Replicas: specs(2), Health: pools.HealthOptions{Disabled: true, EjectBase: 100 * time.Millisecond, EjectMax: 100 * time.Millisecond},
+	})
+	a, err := p.Acquire(context.Background(), &pools.Request{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(a)
+	var b *pools.Replica
+	for _, r := range p.Replicas() {
+		if r != a {
+			b = r
+		}
+	}
+	p.Observe(b, pools.Failure, "test")
+	if !b.Ejected(time.Now()) {
+		t.Fatal("b was not ejected")
+	}
+	got, err := p.Acquire(context.Background(), &pools.Request{}, nil)
+	if err != nil {
+		t.Fatalf("waiter did not take the readmitted replica: %v", err)
+	}
+	if got != b {
+		t.Errorf("got %s, want %s", got.Name, b.Name)
+	}
+	p.Release(got)
+}

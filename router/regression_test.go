@@ -217,3 +217,51 @@ routes:
 		t.Error("pool identity bookkeeping is off")
 	}
 }
+
+// TestReloadCarriesReplicaState: a reload that rebuilds a pool (here, a
+// changed retries count) keeps what it knew of each unchanged replica: a
+// dead replica stays out of rotation.
+func TestReloadCarriesReplicaState(t *testing.T) {
+	live := startReplica(t, fast("m"))
+	path := filepath.Join(t.TempDir(), "switchyard.yaml")
+	render := func(retries int) string {
+		return fmt.Sprintf(`
+version: 1
+pools:
+  p:
+    model: m
+    retries: %d
+    health: {interval: 20ms, timeout: 200ms, unhealthy_after: 1, healthy_after: 1000}
+    replicas: [{name: live, url: "%s"}, {name: dead, url: "%s"}]
+routes:
+  - name: default
+    to: p
+`, retries, live.Srv.URL, refusedURL(t))
+	}
+	text := render(2)
+	writeFile(t, path, text)
+	cfg, err := router.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
+	dead := func() *router.Snapshot { return gw.G.Snapshot() }
+	eventually(t, 5*time.Second, "the dead replica to be marked unhealthy", func() bool {
+		return !dead().Pool("p").Replica("dead").Healthy()
+	})
+	before := gw.G.Snapshot().Pool("p")
+	writeFile(t, path, strings.Replace(text, "retries: 2", "retries: 1", 1))
+	if _, err := gw.G.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	after := gw.G.Snapshot().Pool("p")
+	if after == before {
+		t.Fatal("the pool was not rebuilt")
+	}
+	if after.Replica("dead").Healthy() {
+		t.Error("the rebuilt pool forgot that replica dead is down")
+	}
+	if !after.Replica("live").Healthy() {
+		t.Error("replica live is not healthy after the reload")
+	}
+}

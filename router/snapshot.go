@@ -82,7 +82,13 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 				continue
 			}
 		}
-		p, err := pools.New(g.poolOptions(pc, cfg))
+		o := g.poolOptions(pc, cfg)
+		if prev != nil {
+			if old, ok := prev.pools[pc.Name]; ok {
+				o.Previous = old.Pool
+			}
+		}
+		p, err := pools.New(o)
 		if err != nil {
 			s.stopNew(prev)
 			return nil, err
@@ -335,7 +341,7 @@ func (k *apiKey) allows(model string) bool {
 func (g *Gateway) buildClassifier(cl *policy.Classifier, s *Snapshot) (*classifier.Classifier, error) {
 	o := classifier.Options{
 		Kind: cl.Kind, Labels: cl.Labels, Descriptions: cl.Descriptions, MaxInputChars: cl.MaxInputChars,
-		Timeout: cl.Timeout.Std(), OnError: cl.OnError, CacheSize: cl.Cache.Size, CacheTTL: cl.Cache.TTL.Std(),
+		Timeout: cl.Timeout.Std(), OnError: cl.OnError, CacheSize: *cl.Cache.Size, CacheTTL: cl.Cache.TTL.Std(),
 		Concurrency: cl.Concurrency, GuidedChoice: cl.GuidedChoice, Prompt: cl.Prompt, Metrics: g.classMetrics,
 	}
 	if cl.Kind == "model" {

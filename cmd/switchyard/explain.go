@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/switchyard/switchyard/router"
 )
@@ -40,6 +42,16 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		printConfigErr(stderr, *configPath, err)
 		return exitInvalid
+	}
+	if *class != "" {
+		if cfg.Classifier == nil {
+			fmt.Fprintln(stderr, "switchyard explain: --class given but the config has no classifier")
+			return exitInvalid
+		}
+		if !slices.Contains(cfg.Classifier.Labels, *class) {
+			fmt.Fprintf(stderr, "switchyard explain: --class %q is not a label (labels: %s)\n", *class, strings.Join(cfg.Classifier.Labels, ", "))
+			return exitInvalid
+		}
 	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	g, err := router.New(cfg, router.Options{Logger: log, Version: version, Passive: true})

@@ -74,6 +74,9 @@ func TestExplainCLI(t *testing.T) {
 	if code, _, errs := runCLI(t, "explain", "--config", "../../examples/policies/dgx-spark-8node.yaml", `{"model":"nope","messages":[]}`); code != exitInvalid {
 		t.Errorf("bad request: exit %d %s", code, errs)
 	}
+	if code, _, errs := runCLI(t, "explain", "--config", "../../examples/policies/dgx-spark-8node.yaml", "--class", "bogus", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`); code != exitInvalid || !strings.Contains(errs, "not a label") {
+		t.Errorf("--class bogus: exit %d %s", code, errs)
+	}
 	if code, _, _ := runCLI(t, "explain"); code != exitUsage {
 		t.Errorf("no config: exit %d", code)
 	}
