@@ -217,10 +217,69 @@ func (d *decoder) value(node ast.Node, dst any, what string) bool {
 		return false
 	}
 	if err := decodeNode(node, dst); err != nil {
-		d.c.decodeErr(err, node, what)
+		// goccy/go-yaml stops at the first bad value; decode the parts one
+		// by one to report every bad value of the section.
+		if d.partErrors(node, reflect.TypeOf(dst), what) == 0 {
+			d.c.decodeErr(err, node, what)
+		}
 		return false
 	}
 	return true
+}
+
+// partErrors decodes each key of a mapping (each entry of a list) on its
+// own into its declared type and reports the ones that fail, descending
+// into nested structs and lists. It returns how many it reported.
+func (d *decoder) partErrors(node ast.Node, t reflect.Type, what string) int {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(nodeUnmarshalerType) {
+		return 0
+	}
+	n := 0
+	try := func(part ast.Node, ft reflect.Type, at string) {
+		if _, null := part.(*ast.NullNode); null {
+			return
+		}
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if err := decodeNode(part, reflect.New(ft).Interface()); err != nil {
+			if sub := d.partErrors(part, ft, at); sub > 0 {
+				n += sub
+				return
+			}
+			d.c.decodeErr(err, part, at)
+			n++
+		}
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		kvs, ok := mappingPairs(node)
+		if !ok {
+			return 0
+		}
+		_, fields := yamlFields(t)
+		for _, kv := range kvs {
+			ft, known := fields[keyString(kv)]
+			if t.Kind() == reflect.Map {
+				ft, known = t.Elem(), true
+			}
+			if known {
+				try(kv.Value, ft, what+": "+keyString(kv))
+			}
+		}
+	case reflect.Slice:
+		seq, ok := node.(*ast.SequenceNode)
+		if !ok {
+			return 0
+		}
+		for i, item := range seq.Values {
+			try(item, t.Elem(), fmt.Sprintf("%s[%d]", what, i))
+		}
+	}
+	return n
 }
 
 // decodeNode decodes node into dst. A panic inside goccy/go-yaml becomes an
@@ -350,22 +409,22 @@ func (d *decoder) pools(node ast.Node, cfg *Config) {
 func (s *Split) UnmarshalYAML(node ast.Node) error {
 	kvs, ok := mappingPairs(node)
 	if !ok {
-		return nodeErrorf(node, "split: expected a mapping of pool: weight, got %s", describe(node))
+		return nodeErrorf(node, "expected a mapping of pool: weight, got %s", describe(node))
 	}
 	out := make(Split, 0, len(kvs))
 	seen := map[string]bool{}
 	for _, kv := range kvs {
 		name := keyString(kv)
 		if seen[name] {
-			return nodeErrorf(kv.Key, "split: duplicate pool %q", name)
+			return nodeErrorf(kv.Key, "duplicate pool %q", name)
 		}
 		seen[name] = true
 		w, ok := scalarNumber(kv.Value)
 		if !ok || w != float64(int(w)) {
-			return nodeErrorf(kv.Value, "split: weight of %q must be a whole number, got %s", name, describe(kv.Value))
+			return nodeErrorf(kv.Value, "weight of %q must be a whole number, got %s", name, describe(kv.Value))
 		}
 		if w <= 0 {
-			return nodeErrorf(kv.Value, "split: weight of %q must be positive, got %s", name, strconv.FormatFloat(w, 'g', -1, 64))
+			return nodeErrorf(kv.Value, "weight of %q must be positive, got %s", name, strconv.FormatFloat(w, 'g', -1, 64))
 		}
 		out = append(out, SplitEntry{Pool: name, Weight: int(w)})
 	}

@@ -39,10 +39,10 @@ func TestLoadBad(t *testing.T) {
 			`../testdata/api-key-model-unroutable.bad.yaml:6:22: api key "agents": model "gpt-4" is not routable (give "*", a models[] name, a pool or a served model)`,
 		}},
 		{"bad-duration", []string{
-			`../testdata/bad-duration.bad.yaml:3:19: server: invalid duration "30 seconds" (use Go durations such as 250ms, 30s, 5m)`,
+			`../testdata/bad-duration.bad.yaml:3:19: server: shutdown_grace: invalid duration "30 seconds" (use Go durations such as 250ms, 30s, 5m)`,
 		}},
 		{"bad-size", []string{
-			`../testdata/bad-size.bad.yaml:3:19: server: invalid size "8MB" (use a positive integer with an optional B, KiB, MiB or GiB suffix)`,
+			`../testdata/bad-size.bad.yaml:3:19: server: max_body_bytes: invalid size "8MB" (use a positive integer with an optional B, KiB, MiB or GiB suffix)`,
 		}},
 		{"bad-url", []string{
 			`../testdata/bad-url.bad.yaml:6:30: pool "small": replica "small-a": url "10.0.0.1:8000" must be an absolute http:// or https:// URL`,
@@ -62,6 +62,14 @@ func TestLoadBad(t *testing.T) {
 		}},
 		{"topology-node-without-partition", []string{
 			`../testdata/topology-node-without-partition.bad.yaml:10:63: pool "big": replica "b": node "n2" is in no partition; with partitions declared, a replica's nodes must sit in one`,
+		}},
+		{"several-types", []string{
+			`../testdata/several-types.bad.yaml:3:19: server: max_body_bytes: invalid size "8MB" (use a positive integer with an optional B, KiB, MiB or GiB suffix)`,
+			`../testdata/several-types.bad.yaml:4:19: server: shutdown_grace: invalid duration "30" (use Go durations such as 250ms, 30s, 5m)`,
+			`../testdata/several-types.bad.yaml:5:17: server: idle_timeout: invalid duration "1x" (use Go durations such as 250ms, 30s, 5m)`,
+			`../testdata/several-types.bad.yaml:9:19: pool "small": max_inflight: expected an integer, got "ten"`,
+			`../testdata/several-types.bad.yaml:10:14: pool "small": retries: expected an integer, got "x"`,
+			`../testdata/several-types.bad.yaml:11:63: pool "small": replicas[0]: nodes: expected a list, got a string`,
 		}},
 		{"classifier-prompt", []string{
 			`../testdata/classifier-prompt.bad.yaml:9:11: classifier: prompt is not a valid Go template: template: prompt:1: unexpected EOF`,
