@@ -113,3 +113,19 @@ routes:
 		t.Errorf("split weights %+v, want 16 and 1000", w)
 	}
 }
+
+// TestAnchorsAcrossSections: aliases resolve anchors of other sections,
+// and merge keys fill what a mapping does not set itself.
+func TestAnchorsAcrossSections(t *testing.T) {
+	cfg, err := policy.LoadFile("../testdata/anchors.good.yaml", testRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := cfg.Pools.Get("a"), cfg.Pools.Get("b")
+	if a.Health.Interval.Std() != 3*time.Second || b.Health.Interval.Std() != 9*time.Second || b.Health.Timeout.Std() != time.Second {
+		t.Errorf("health a %+v b %+v", *a.Health, *b.Health)
+	}
+	if b.Model != "org/b" || b.Balance != "round_robin" || len(b.Replicas) != 1 || b.Replicas[0].URL != "http://127.0.0.1:8001" {
+		t.Errorf("pool b %+v", *b)
+	}
+}

@@ -66,6 +66,9 @@ func Load(file string, data []byte, reg Registry) (*Config, error) {
 	if d.tags(root); len(c.errs) > 0 {
 		return nil, c.result()
 	}
+	if root = d.resolveAnchors(root); len(c.errs) > 0 {
+		return nil, c.result()
+	}
 	d.root(root, cfg)
 	if len(c.errs) > 0 {
 		// Structural errors make semantic checks unreliable.
@@ -370,7 +373,10 @@ func (d *decoder) root(root ast.Node, cfg *Config) {
 				}
 			}
 		default:
-			d.c.at(kv.Key, "unknown key %q (known: %s)", k, strings.Join(topLevelKeys, ", "))
+			if strings.HasPrefix(k, "x-") {
+				continue // an extension field: a place for shared anchors
+			}
+			d.c.at(kv.Key, "unknown key %q (known: %s; x-* keys are ignored)", k, strings.Join(topLevelKeys, ", "))
 		}
 	}
 }

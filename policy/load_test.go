@@ -71,6 +71,9 @@ func TestLoadBad(t *testing.T) {
 			`../testdata/several-types.bad.yaml:10:14: pool "small": retries: expected an integer, got "x"`,
 			`../testdata/several-types.bad.yaml:11:63: pool "small": replicas[0]: nodes: expected a list, got a string`,
 		}},
+		{"alias-undefined", []string{
+			`../testdata/alias-undefined.bad.yaml:5:13: alias *missing: no anchor &missing is defined before it`,
+		}},
 		{"classifier-prompt", []string{
 			`../testdata/classifier-prompt.bad.yaml:9:11: classifier: prompt is not a valid Go template: template: prompt:1: unexpected EOF`,
 		}},
@@ -177,7 +180,7 @@ func TestLoadBad(t *testing.T) {
 			`../testdata/unknown-route-key.bad.yaml:10:5: routes[0] "default": unknown key "fallbacks" (known: name, when, to, split, fallback, spill, sticky)`,
 		}},
 		{"unknown-top-level-key", []string{
-			`../testdata/unknown-top-level-key.bad.yaml:7:1: unknown key "routez" (known: version, server, topology, pools, classifier, models, session, routes)`,
+			`../testdata/unknown-top-level-key.bad.yaml:7:1: unknown key "routez" (known: version, server, topology, pools, classifier, models, session, routes; x-* keys are ignored)`,
 		}},
 		{"unknown-when-key", []string{
 			`../testdata/unknown-when-key.bad.yaml:14:7: routes[0] "tools": when: unknown key "tool_count" (known: class, score, model, tools, messages, prompt_tokens, stream, header, key, any, not)`,
