@@ -74,6 +74,10 @@ func TestLoadBad(t *testing.T) {
 		{"alias-undefined", []string{
 			`../testdata/alias-undefined.bad.yaml:5:13: alias *missing: no anchor &missing is defined before it`,
 		}},
+		{"affinity-zero", []string{
+			`../testdata/affinity-zero.bad.yaml:6:23: pool "big": affinity.depth must be at least 1 message`,
+			`../testdata/affinity-zero.bad.yaml:6:39: pool "big": affinity.load_factor must be at least 1`,
+		}},
 		{"classifier-prompt", []string{
 			`../testdata/classifier-prompt.bad.yaml:9:11: classifier: prompt is not a valid Go template: template: prompt:1: unexpected EOF`,
 		}},

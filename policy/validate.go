@@ -27,6 +27,15 @@ func (v *validator) errf(path []any, format string, args ...any) {
 
 func p(path ...any) []any { return path }
 
+// number returns the number written at path, and whether one is written.
+func (v *validator) number(path []any) (float64, bool) {
+	n := lookup(v.root, path...)
+	if n == nil || n == lookup(v.root, path[:len(path)-1]...) {
+		return 0, false // the last key is absent: lookup stopped at its parent
+	}
+	return scalarNumber(n)
+}
+
 func (v *validator) getenv(name string) string {
 	if v.reg.Getenv != nil {
 		return v.reg.Getenv(name)
@@ -124,8 +133,13 @@ func (v *validator) pools() {
 		if h := pool.Health; h.EjectBase > h.EjectMax {
 			v.errf(appendCopy(at, "health"), "pool %q: health.eject_base %s is longer than eject_max %s", pool.Name, h.EjectBase.Std(), h.EjectMax.Std())
 		}
-		if pool.Affinity.LoadFactor < 1 {
+		// Zero is the "absent" value these defaults replace, so an explicit
+		// 0 is checked on the user's text rather than silently defaulted.
+		if f, given := v.number(appendCopy(at, "affinity", "load_factor")); pool.Affinity.LoadFactor < 1 || given && f < 1 {
 			v.errf(appendCopy(at, "affinity", "load_factor"), "pool %q: affinity.load_factor must be at least 1", pool.Name)
+		}
+		if f, given := v.number(appendCopy(at, "affinity", "depth")); pool.Affinity.Depth < 1 || given && f < 1 {
+			v.errf(appendCopy(at, "affinity", "depth"), "pool %q: affinity.depth must be at least 1 message", pool.Name)
 		}
 		if len(pool.Replicas) == 0 {
 			v.errf(at, "pool %q: at least one replica is required", pool.Name)
