@@ -27,10 +27,6 @@ type Env struct {
 	Now        func() time.Time
 	Staleness  time.Duration
 	LoadFactor float64
-	// All returns every replica of the pool (for rendezvous ranking).
-	All func() []*Replica
-	// MaxInflight is the per-replica cap (0 = none).
-	MaxInflight int64
 }
 
 // balancers is the one registry of named strategies.

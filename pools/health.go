@@ -105,7 +105,6 @@ func (p *Pool) Observe(r *Replica, o Outcome, detail string) {
 		r.lastErr = detail
 		why := fmt.Sprintf("ejected for %s after: %s", d, detail)
 		r.why = why
-		r.lastEjct = now
 		r.mu.Unlock()
 		r.ejectedUntil.Store(now.Add(d).UnixNano())
 		p.ejectMu.Unlock()
@@ -175,7 +174,7 @@ func (p *Pool) probe(ctx context.Context, r *Replica) error {
 }
 
 func (p *Pool) apply(r *Replica, err error) {
-	if ctxDone(err) {
+	if errors.Is(err, context.Canceled) {
 		return
 	}
 	h := p.opts.Health
@@ -211,9 +210,3 @@ func (p *Pool) apply(r *Replica, err error) {
 		h.OnChange(r, healthy, why)
 	}
 }
-
-func ctxDone(err error) bool {
-	return err != nil && errorsIsCanceled(err)
-}
-
-func errorsIsCanceled(err error) bool { return errors.Is(err, context.Canceled) }

@@ -110,8 +110,7 @@ func New(o Options) (*Pool, error) {
 		p.replicas = append(p.replicas, newReplica(o.Name, spec))
 	}
 	p.opts.Previous = nil // do not keep the old pool alive
-	p.env = &Env{Rand: o.Rand, Now: o.Now, Staleness: o.Scrape.Staleness, LoadFactor: o.LoadFactor,
-		All: p.Replicas, MaxInflight: int64(o.MaxInflight)}
+	p.env = &Env{Rand: o.Rand, Now: o.Now, Staleness: o.Scrape.Staleness, LoadFactor: o.LoadFactor}
 	p.sel = mk(p.env)
 	rt := o.Transport
 	if rt == nil {
@@ -284,20 +283,8 @@ func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica)
 // tryAcquire runs filter → pick → admit once. full reports that replicas
 // exist but all are at max_inflight.
 func (p *Pool) tryAcquire(req *Request, exclude func(*Replica) bool) (r *Replica, full bool) {
-	now := p.opts.Now()
+	cands, full := p.candidates(exclude)
 	maxIn := int64(p.opts.MaxInflight)
-	var buf [16]*Replica
-	cands := buf[:0]
-	for _, r := range p.replicas {
-		if !r.Available(now) || (exclude != nil && exclude(r)) {
-			continue
-		}
-		if maxIn > 0 && r.Inflight() >= maxIn {
-			full = true
-			continue
-		}
-		cands = append(cands, r)
-	}
 	for len(cands) > 0 {
 		pick := p.sel.Select(req, cands)
 		if p.admit(pick, maxIn) {
@@ -330,17 +317,31 @@ func (p *Pool) admit(r *Replica, maxIn int64) bool {
 // Pick returns the replica the balancer would choose now, without counting
 // a request on it (for explain). nil when none can take a request.
 func (p *Pool) Pick(req *Request) *Replica {
-	now := p.opts.Now()
-	var cands []*Replica
-	for _, r := range p.replicas {
-		if r.Available(now) && (p.opts.MaxInflight == 0 || r.Inflight() < int64(p.opts.MaxInflight)) {
-			cands = append(cands, r)
-		}
-	}
+	cands, _ := p.candidates(nil)
 	if len(cands) == 0 {
 		return nil
 	}
 	return p.sel.Select(req, cands)
+}
+
+// candidates is the filter stage: replicas available now, not excluded and
+// under max_inflight. full reports that some were left out only for being
+// at max_inflight.
+func (p *Pool) candidates(exclude func(*Replica) bool) (cands []*Replica, full bool) {
+	now := p.opts.Now()
+	maxIn := int64(p.opts.MaxInflight)
+	cands = make([]*Replica, 0, len(p.replicas))
+	for _, r := range p.replicas {
+		if !r.Available(now) || (exclude != nil && exclude(r)) {
+			continue
+		}
+		if maxIn > 0 && r.Inflight() >= maxIn {
+			full = true
+			continue
+		}
+		cands = append(cands, r)
+	}
+	return cands, full
 }
 
 // Release ends a request counted by Acquire and wakes waiters.

@@ -27,11 +27,10 @@ type Replica struct {
 
 	load atomic.Pointer[Load]
 
-	mu       sync.Mutex // guards lastErr, why, lastEjection, ejectStreak
-	lastErr  string
-	why      string
-	lastEjct time.Time
-	streak   int
+	mu      sync.Mutex // guards lastErr, why, streak
+	lastErr string
+	why     string
+	streak  int
 }
 
 // Load is what a replica's vLLM /metrics said at one scrape.

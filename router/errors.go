@@ -27,15 +27,14 @@ func (e *apiError) Unwrap() error { return e.cause }
 
 // Sentinel errors of the request path, mapped to statuses by toAPIError.
 var (
-	errUnauthorized   = errors.New("missing or unknown API key")
-	errForbidden      = errors.New("API key not allowed")
-	errModelNotFound  = errors.New("model not found")
-	errTooLarge       = errors.New("request body too large")
-	errRateLimited    = errors.New("rate limited")
-	errNoReplica      = errors.New("no replica available")
-	errUpstream       = errors.New("upstream failed")
-	errUpstreamTimout = errors.New("upstream timeout")
-	errUpstream429    = errors.New("upstream rate limited")
+	errUnauthorized  = errors.New("missing or unknown API key")
+	errForbidden     = errors.New("API key not allowed")
+	errModelNotFound = errors.New("model not found")
+	errTooLarge      = errors.New("request body too large")
+	errRateLimited   = errors.New("rate limited")
+	errNoReplica     = errors.New("no replica available")
+	errUpstream      = errors.New("upstream failed")
+	errUpstream429   = errors.New("upstream rate limited")
 )
 
 // badRequest is a 400 invalid_request_error about param.
@@ -69,7 +68,7 @@ func toAPIError(err error, detail string) *apiError {
 		return &apiError{Status: 429, Type: "rate_limit_error", Code: "upstream_rate_limited", Message: msg, RetryAfter: 1}
 	case errors.Is(err, errNoReplica):
 		return &apiError{Status: 503, Type: "service_unavailable", Code: "no_replica_available", Message: msg, RetryAfter: 1}
-	case errors.Is(err, errUpstreamTimout), errors.Is(err, context.DeadlineExceeded), isTimeout(err):
+	case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
 		return &apiError{Status: 504, Type: "upstream_error", Code: "upstream_timeout", Message: msg}
 	case errors.Is(err, errUpstream):
 		return &apiError{Status: 502, Type: "upstream_error", Code: "upstream_failed", Message: msg}
