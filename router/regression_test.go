@@ -213,8 +213,8 @@ routes:
 	if p := gw.G.Snapshot().Pool("a"); p == afterSpill || p.Options().APIKey != "two" {
 		t.Error("changing pool a's vLLM key did not rebuild it with the new key")
 	}
-	if gw.G.Snapshot().Pool("b") != gw.G.Snapshot().Pool("b") || before == afterSpill {
-		t.Error("pool identity bookkeeping is off")
+	if before == afterSpill {
+		t.Error("adding the spill did not rebuild pool a")
 	}
 }
 
