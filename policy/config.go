@@ -40,6 +40,16 @@ type Server struct {
 	LogBodies bool `yaml:"log_bodies,omitempty"`
 	// APIKeys enables bearer authentication when non-empty.
 	APIKeys []*APIKey `yaml:"api_keys,omitempty"`
+	// Readiness makes /readyz depend on named pools. By default /readyz
+	// is 200 whenever a config is loaded and the gateway is not draining.
+	Readiness *Readiness `yaml:"readiness,omitempty"`
+}
+
+// Readiness configures what /readyz requires besides a loaded config.
+type Readiness struct {
+	// RequirePools: /readyz is 503 while any of these pools has no
+	// available replica.
+	RequirePools StringList `yaml:"require_pools,omitempty"`
 }
 
 // APIKey is one client credential. The key itself is read from KeyEnv.
@@ -132,6 +142,7 @@ type Pool struct {
 	APIKey    Secret `yaml:"-"`
 
 	Health   *Health    `yaml:"health,omitempty"`
+	Outlier  *Outlier   `yaml:"outlier,omitempty"`
 	Scrape   *Scrape    `yaml:"scrape,omitempty"`
 	Affinity *Affinity  `yaml:"affinity,omitempty"`
 	Replicas []*Replica `yaml:"replicas"`
@@ -144,12 +155,31 @@ type Health struct {
 	Timeout        Duration `yaml:"timeout,omitempty"`
 	UnhealthyAfter int      `yaml:"unhealthy_after,omitempty"`
 	HealthyAfter   int      `yaml:"healthy_after,omitempty"`
-	// EjectBase is the first passive ejection's length; it doubles per
-	// repeated ejection up to EjectMax.
-	EjectBase Duration `yaml:"eject_base,omitempty"`
-	EjectMax  Duration `yaml:"eject_max,omitempty"`
+	// CheckModels makes each probe also require GET /v1/models to list
+	// the pool's model. Default false (the check then runs only while a
+	// replica is marked misconfigured).
+	CheckModels bool `yaml:"check_models,omitempty"`
 	// Disabled turns active probes off.
 	Disabled bool `yaml:"disabled,omitempty"`
+}
+
+// Outlier configures passive health (outlier detection, as in Envoy).
+type Outlier struct {
+	// Consecutive5xx ejects a replica after this many 5xx answers or cut
+	// streams in a row; 0 turns it off. Default 5.
+	Consecutive5xx *int `yaml:"consecutive_5xx,omitempty"`
+	// ConsecutiveConnectFailures ejects after this many failures to get any
+	// answer in a row; 0 turns it off. Default 3.
+	ConsecutiveConnectFailures *int `yaml:"consecutive_connect_failures,omitempty"`
+	// MaxEjectionPercent caps the share of the pool ejected at once (one
+	// replica of two or more may always be). Default 50.
+	MaxEjectionPercent *int `yaml:"max_ejection_percent,omitempty"`
+	// BaseEjection times the number of ejections in a row is how long an
+	// ejection lasts, up to MaxEjection. Defaults 5s and 2m.
+	BaseEjection Duration `yaml:"base_ejection,omitempty"`
+	MaxEjection  Duration `yaml:"max_ejection,omitempty"`
+	// CountTimeouts counts timeouts as 5xx. Default false.
+	CountTimeouts bool `yaml:"count_timeouts,omitempty"`
 }
 
 // Scrape configures the vLLM /metrics scraping used by kv_aware and p2c.
@@ -293,6 +323,23 @@ const (
 	DefaultConnectTimeout    = 2 * time.Second
 	DefaultHeaderTimeout     = 5 * time.Minute
 	DefaultRetries           = 2
+
+	DefaultHealthPath         = "/health"
+	DefaultHealthInterval     = 5 * time.Second
+	DefaultHealthTimeout      = time.Second
+	DefaultUnhealthyAfter     = 3
+	DefaultHealthyAfter       = 2
+	DefaultConsecutive5xx     = 5
+	DefaultConsecutiveConnect = 3
+	DefaultMaxEjectionPercent = 50
+	DefaultBaseEjection       = 5 * time.Second
+	DefaultMaxEjection        = 2 * time.Minute
+	DefaultScrapePath         = "/metrics"
+	DefaultScrapeInterval     = 50 * time.Millisecond
+	DefaultScrapeTimeout      = 200 * time.Millisecond
+	DefaultScrapeStaleness    = 500 * time.Millisecond
+	DefaultAffinityDepth      = 2
+	DefaultAffinityLoadFactor = 1.25
 )
 
 func (c *Config) applyDefaults() {
@@ -337,50 +384,57 @@ func (c *Config) applyDefaults() {
 		}
 		h := p.Health
 		if h.Path == "" {
-			h.Path = "/health"
+			h.Path = DefaultHealthPath
 		}
 		if h.Interval == 0 {
-			h.Interval = Duration(5 * time.Second)
+			h.Interval = Duration(DefaultHealthInterval)
 		}
 		if h.Timeout == 0 {
-			h.Timeout = Duration(time.Second)
+			h.Timeout = Duration(DefaultHealthTimeout)
 		}
 		if h.UnhealthyAfter == 0 {
-			h.UnhealthyAfter = 3
+			h.UnhealthyAfter = DefaultUnhealthyAfter
 		}
 		if h.HealthyAfter == 0 {
-			h.HealthyAfter = 2
+			h.HealthyAfter = DefaultHealthyAfter
 		}
-		if h.EjectBase == 0 {
-			h.EjectBase = Duration(5 * time.Second)
+		if p.Outlier == nil {
+			p.Outlier = &Outlier{}
 		}
-		if h.EjectMax == 0 {
-			h.EjectMax = Duration(2 * time.Minute)
+		od := p.Outlier
+		intDefault(&od.Consecutive5xx, DefaultConsecutive5xx)
+		intDefault(&od.ConsecutiveConnectFailures, DefaultConsecutiveConnect)
+		intDefault(&od.MaxEjectionPercent, DefaultMaxEjectionPercent)
+		if od.BaseEjection == 0 {
+			od.BaseEjection = Duration(DefaultBaseEjection)
+		}
+		if od.MaxEjection == 0 {
+			od.MaxEjection = Duration(max(DefaultMaxEjection, od.BaseEjection.Std()))
 		}
 		if p.Scrape == nil {
 			p.Scrape = &Scrape{}
 		}
 		sc := p.Scrape
 		if sc.Path == "" {
-			sc.Path = "/metrics"
+			sc.Path = DefaultScrapePath
 		}
 		if sc.Interval == 0 {
-			sc.Interval = Duration(50 * time.Millisecond)
+			sc.Interval = Duration(DefaultScrapeInterval)
 		}
 		if sc.Timeout == 0 {
-			sc.Timeout = Duration(200 * time.Millisecond)
+			sc.Timeout = Duration(DefaultScrapeTimeout)
 		}
 		if sc.Staleness == 0 {
-			sc.Staleness = Duration(500 * time.Millisecond)
+			sc.Staleness = Duration(DefaultScrapeStaleness)
 		}
 		if p.Affinity == nil {
 			p.Affinity = &Affinity{}
 		}
 		if p.Affinity.Depth == 0 {
-			p.Affinity.Depth = 2
+			p.Affinity.Depth = DefaultAffinityDepth
 		}
 		if p.Affinity.LoadFactor == 0 {
-			p.Affinity.LoadFactor = 1.25
+			p.Affinity.LoadFactor = DefaultAffinityLoadFactor
 		}
 	}
 	if cl := c.Classifier; cl != nil {
@@ -417,5 +471,13 @@ func (c *Config) applyDefaults() {
 		if se.Size == 0 {
 			se.Size = 100000
 		}
+	}
+}
+
+// intDefault sets an absent integer to its default; an explicit 0 stays.
+func intDefault(p **int, def int) {
+	if *p == nil {
+		v := def
+		*p = &v
 	}
 }

@@ -51,9 +51,12 @@ func TestLoadBad(t *testing.T) {
 			`../testdata/replica-default-name-taken.bad.yaml:7:10: pool "small": replica 1 has no name and its default name "small-1" is taken; name it`,
 		}},
 		{"health-path", []string{
-			`../testdata/health-path.bad.yaml:5:14: pool "small": health.eject_base 5m0s is longer than eject_max 1m0s`,
 			`../testdata/health-path.bad.yaml:5:20: pool "small": health.path "health" must start with /`,
-			`../testdata/health-path.bad.yaml:6:31: pool "small": replica "a": url "http://127.0.0.1:8001?x=1" must be a base URL without query, fragment or credentials (use api_key_env for a key)`,
+			`../testdata/health-path.bad.yaml:6:15: pool "small": outlier.base_ejection 5m0s is longer than max_ejection 1m0s`,
+			`../testdata/health-path.bad.yaml:6:74: pool "small": outlier.max_ejection_percent must be within 0..100`,
+			`../testdata/health-path.bad.yaml:6:96: pool "small": outlier.consecutive_5xx must not be negative (0 turns it off)`,
+			`../testdata/health-path.bad.yaml:7:31: pool "small": replica "a": url "http://127.0.0.1:8001?x=1" must be a base URL without query, fragment or credentials (use api_key_env for a key)`,
+			`../testdata/health-path.bad.yaml:9:38: server.readiness.require_pools: pool "large" is not defined (known: small)`,
 		}},
 		{"server-and-classifier-values", []string{
 			`../testdata/server-and-classifier-values.bad.yaml:3:11: server: listen "8080" must be HOST:PORT (e.g. 0.0.0.0:8080 or :8080)`,
@@ -174,11 +177,11 @@ func TestLoadBad(t *testing.T) {
 			`../testdata/unknown-classifier-kind.bad.yaml:8:9: classifier: unknown kind "oracle" (known: model, heuristic)`,
 		}},
 		{"unknown-nested-keys", []string{
-			`../testdata/unknown-nested-keys.bad.yaml:6:7: pool "small": health: unknown key "intervall" (known: path, interval, timeout, unhealthy_after, healthy_after, eject_base, eject_max, disabled)`,
-			`../testdata/unknown-nested-keys.bad.yaml:8:7: pool "small": health: unknown key "timout" (known: path, interval, timeout, unhealthy_after, healthy_after, eject_base, eject_max, disabled)`,
+			`../testdata/unknown-nested-keys.bad.yaml:6:7: pool "small": health: unknown key "intervall" (known: path, interval, timeout, unhealthy_after, healthy_after, check_models, disabled)`,
+			`../testdata/unknown-nested-keys.bad.yaml:8:7: pool "small": health: unknown key "timout" (known: path, interval, timeout, unhealthy_after, healthy_after, check_models, disabled)`,
 		}},
 		{"unknown-pool-key", []string{
-			`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, retries, api_key_env, health, scrape, affinity, replicas)`,
+			`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, retries, api_key_env, health, outlier, scrape, affinity, replicas)`,
 		}},
 		{"unknown-route-key", []string{
 			`../testdata/unknown-route-key.bad.yaml:10:5: routes[0] "default": unknown key "fallbacks" (known: name, when, to, split, fallback, spill, sticky)`,

@@ -50,6 +50,7 @@ func (v *validator) validate() {
 	}
 	v.server()
 	v.pools()
+	v.readiness()
 	v.topology()
 	v.classifier()
 	v.models()
@@ -95,6 +96,17 @@ func (v *validator) server() {
 	}
 }
 
+// readiness checks that the pools /readyz requires exist.
+func (v *validator) readiness() {
+	r := v.cfg.Server.Readiness
+	if r == nil {
+		return
+	}
+	for i, name := range r.RequirePools {
+		v.checkPool(p("server", "readiness", "require_pools", i), "server.readiness.require_pools", name)
+	}
+}
+
 func (v *validator) pools() {
 	cfg := v.cfg
 	if len(cfg.Pools) == 0 {
@@ -130,9 +142,19 @@ func (v *validator) pools() {
 		if !strings.HasPrefix(pool.Scrape.Path, "/") {
 			v.errf(appendCopy(at, "scrape", "path"), "pool %q: scrape.path %q must start with /", pool.Name, pool.Scrape.Path)
 		}
-		if h := pool.Health; h.EjectBase > h.EjectMax {
-			v.errf(appendCopy(at, "health"), "pool %q: health.eject_base %s is longer than eject_max %s", pool.Name, h.EjectBase.Std(), h.EjectMax.Std())
+		if od := pool.Outlier; od.BaseEjection > od.MaxEjection {
+			v.errf(appendCopy(at, "outlier"), "pool %q: outlier.base_ejection %s is longer than max_ejection %s", pool.Name, od.BaseEjection.Std(), od.MaxEjection.Std())
 		}
+		if od := pool.Outlier; *od.Consecutive5xx < 0 {
+			v.errf(appendCopy(at, "outlier", "consecutive_5xx"), "pool %q: outlier.consecutive_5xx must not be negative (0 turns it off)", pool.Name)
+		}
+		if od := pool.Outlier; *od.ConsecutiveConnectFailures < 0 {
+			v.errf(appendCopy(at, "outlier", "consecutive_connect_failures"), "pool %q: outlier.consecutive_connect_failures must not be negative (0 turns it off)", pool.Name)
+		}
+		if od := pool.Outlier; *od.MaxEjectionPercent < 0 || *od.MaxEjectionPercent > 100 {
+			v.errf(appendCopy(at, "outlier", "max_ejection_percent"), "pool %q: outlier.max_ejection_percent must be within 0..100", pool.Name)
+		}
+
 		// Zero is the "absent" value these defaults replace, so an explicit
 		// 0 is checked on the user's text rather than silently defaulted.
 		if f, given := v.number(appendCopy(at, "affinity", "load_factor")); pool.Affinity.LoadFactor < 1 || given && f < 1 {

@@ -2,7 +2,10 @@ package pools_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +25,7 @@ func BenchmarkSelect(b *testing.B) {
 		for _, n := range []int{3, 64} {
 			b.Run(bal+"/"+strconv.Itoa(n), func(b *testing.B) {
 				p := newPool(b, pools.Options{Balance: bal, Replicas: specs(n), MaxInflight: 1 << 20,
-					Scrape: pools.ScrapeOptions{Enabled: true, Staleness: time.Hour}})
+					Scrape: pools.ScrapeOptions{Enabled: true}, Staleness: time.Hour})
 				now := time.Now()
 				for i, r := range p.Replicas() {
 					r.SetLoad(&pools.Load{At: now, HasQueue: true, HasKV: true,
@@ -46,4 +49,36 @@ func BenchmarkSelect(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkAcquireContended is one Acquire+Release cycle while 64
+// goroutines compete for the slots of a saturated pool (2 replicas with
+// max_inflight 2, so about 60 requests are always waiting). It measures the
+// cost of admission under saturation: a release that wakes every waiter
+// makes each cycle O(waiters).
+func BenchmarkAcquireContended(b *testing.B) {
+	const workers = 64
+	p := newPool(b, pools.Options{Balance: "least_outstanding", Replicas: specs(2), MaxInflight: 2, QueueTimeout: time.Hour})
+	ctx := context.Background()
+	b.ReportAllocs()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := &pools.Request{}
+			for next.Add(1) <= int64(b.N) {
+				r, err := p.Acquire(ctx, req, nil)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				runtime.Gosched() // hold the slot while others queue
+				p.Release(r)
+			}
+		}()
+	}
+	wg.Wait()
 }

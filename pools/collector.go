@@ -45,7 +45,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.current() {
 		// The pool's clock, not time.Now: ejections and scrapes are stamped
 		// with it, and tests inject it.
-		now := p.opts.Now()
+		now := p.reg.now()
 		for _, r := range p.replicas {
 			healthy := 0.0
 			if r.Available(now) {
@@ -54,13 +54,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(r.Inflight()), p.Name, r.Name)
 			ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, healthy, p.Name, r.Name)
 			ch <- prometheus.MustNewConstMetric(c.ejects, prometheus.CounterValue, float64(r.Ejections()), p.Name, r.Name)
-			if p.opts.Scrape.Enabled {
+			if r.Options().Scrape.Enabled {
 				up := 0.0
 				if l := r.CurrentLoad(); l != nil && l.Err == "" {
 					up = 1
 				}
 				ch <- prometheus.MustNewConstMetric(c.scrapeOK, prometheus.GaugeValue, up, p.Name, r.Name)
-				ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, r.Queue(now, p.opts.Scrape.Staleness), p.Name, r.Name)
+				ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, r.Queue(now, p.opts.Staleness), p.Name, r.Name)
 			}
 		}
 	}

@@ -1,7 +1,14 @@
 package pools
 
-// Waiters is how many Acquire calls are waiting for a slot (tests).
-func (p *Pool) Waiters() int64 { return p.waiters.Load() }
+// Waiters is how many requests wait in the queues of the pool's replicas,
+// counting one waiter once per replica it is queued on (tests).
+func (p *Pool) Waiters() int64 {
+	var n int64
+	for _, r := range p.replicas {
+		n += r.queued.Load()
+	}
+	return n
+}
 
 // SetLoad stores l as r's last scrape (benchmarks).
 func (r *Replica) SetLoad(l *Load) { r.load.Store(l) }

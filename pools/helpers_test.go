@@ -98,20 +98,63 @@ func simSpecs(sims ...*sim) []pools.ReplicaSpec {
 	return out
 }
 
-func newPool(t testing.TB, o pools.Options) *pools.Pool {
+// newPool builds a pool on a registry of its own, filling in the config
+// loader's defaults for whatever o leaves zero (pools applies none itself).
+func newPool(t testing.TB, o pools.Options, ro ...pools.RegistryOptions) *pools.Pool {
 	t.Helper()
+	var r pools.RegistryOptions
+	if len(ro) > 0 {
+		r = ro[0]
+	}
+	p, err := pools.New(withDefaults(o), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// withDefaults fills what the config loader would.
+func withDefaults(o pools.Options) pools.Options {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defInt := func(n *int, v int) {
+		if *n == 0 {
+			*n = v
+		}
+	}
 	if o.Name == "" {
 		o.Name = "test"
 	}
 	if o.Model == "" {
 		o.Model = "m"
 	}
-	p, err := pools.New(o)
-	if err != nil {
-		t.Fatal(err)
+	def(&o.ConnectTimeout, 2*time.Second)
+	def(&o.Staleness, 500*time.Millisecond)
+	if o.LoadFactor == 0 {
+		o.LoadFactor = 1.25
 	}
-	t.Cleanup(p.Close)
-	return p
+	if o.Health.Path == "" {
+		o.Health.Path = "/health"
+	}
+	def(&o.Health.Interval, 5*time.Second)
+	def(&o.Health.Timeout, time.Second)
+	defInt(&o.Health.UnhealthyAfter, 3)
+	defInt(&o.Health.HealthyAfter, 2)
+	if o.Scrape.Path == "" {
+		o.Scrape.Path = "/metrics"
+	}
+	def(&o.Scrape.Interval, 50*time.Millisecond)
+	def(&o.Scrape.Timeout, 200*time.Millisecond)
+	defInt(&o.Outlier.Consecutive5xx, 5)
+	defInt(&o.Outlier.ConsecutiveConnectFailures, 3)
+	defInt(&o.Outlier.MaxEjectionPercent, 50)
+	def(&o.Outlier.BaseEjection, 5*time.Second)
+	def(&o.Outlier.MaxEjection, 2*time.Minute)
+	return o
 }
 
 // eventually polls cond until it holds or waitFor passes.
@@ -129,12 +172,12 @@ func eventually(t testing.TB, what string, cond func() bool) {
 // complete sends one chat completion to r through the pool's client and
 // reads the whole answer.
 func complete(ctx context.Context, p *pools.Pool, r *pools.Replica, body string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL.String()+"/v1/chat/completions", bytes.NewReader([]byte(body)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL().String()+"/v1/chat/completions", bytes.NewReader([]byte(body)))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := p.Client.Do(req)
+	resp, err := r.Client().Do(req)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 )
 
 func TestUnknownBalancer(t *testing.T) {
-	_, err := pools.New(pools.Options{Name: "p", Balance: "fastest"})
+	_, err := pools.New(pools.Options{Name: "p", Balance: "fastest"}, pools.RegistryOptions{})
 	if err == nil || !strings.Contains(err.Error(), `unknown balancer "fastest"`) || !strings.Contains(err.Error(), "least_outstanding") {
 		t.Errorf("error %v, want one naming the balancer and the valid names", err)
 	}
@@ -244,162 +244,6 @@ func ejectedFor(r *pools.Replica, now time.Time) time.Duration {
 	return hi
 }
 
-func TestPassiveEjection(t *testing.T) {
-	const base, maxEject = time.Second, 5 * time.Second
-	setup := func(t *testing.T, n int) (*pools.Pool, *clock) {
-		clk := newClock()
-		p := newPool(t, pools.Options{Balance: "round_robin", Replicas: specs(n), Now: clk.Now,
-			Health: pools.HealthOptions{Disabled: true, EjectBase: base, EjectMax: maxEject}})
-		return p, clk
-	}
-
-	t.Run("failure ejects for the base backoff", func(t *testing.T) {
-		p, clk := setup(t, 3)
-		r := p.Replicas()[0]
-		p.Observe(r, pools.Failure, "connection refused")
-		if got := ejectedFor(r, clk.Now()); got != base {
-			t.Errorf("ejected for %s, want %s", got, base)
-		}
-		if r.Available(clk.Now()) || p.HealthyCount() != 2 || r.Ejections() != 1 {
-			t.Errorf("available %t healthy count %d ejections %d", r.Available(clk.Now()), p.HealthyCount(), r.Ejections())
-		}
-		if lastErr, why := r.LastError(); lastErr != "connection refused" || !strings.Contains(why, "ejected for 1s") {
-			t.Errorf("LastError() = %q, %q", lastErr, why)
-		}
-		for range 20 {
-			if got := p.Pick(&pools.Request{}); got == r {
-				t.Fatal("an ejected replica was chosen")
-			}
-		}
-		clk.Advance(base)
-		if !r.Available(clk.Now()) {
-			t.Error("still ejected after the backoff")
-		}
-	})
-
-	t.Run("repeated ejections double up to the max", func(t *testing.T) {
-		p, clk := setup(t, 3)
-		r := p.Replicas()[1]
-		var got []time.Duration
-		for range 6 {
-			p.Observe(r, pools.Failure, "status 500")
-			d := ejectedFor(r, clk.Now())
-			got = append(got, d)
-			// A failure while ejected (a request already in flight) does
-			// not extend the ejection or count as a new one.
-			p.Observe(r, pools.Failure, "status 502")
-			if again := ejectedFor(r, clk.Now()); again != d {
-				t.Errorf("a failure while ejected changed the ejection from %s to %s", d, again)
-			}
-			clk.Advance(d)
-		}
-		want := []time.Duration{base, 2 * base, 4 * base, maxEject, maxEject, maxEject}
-		if d := cmp.Diff(want, got); d != "" {
-			t.Errorf("ejection lengths (-want +got):\n%s", d)
-		}
-		if r.Ejections() != 6 {
-			t.Errorf("ejections %d, want 6", r.Ejections())
-		}
-	})
-
-	t.Run("a failure while ejected keeps the reason", func(t *testing.T) {
-		p, clk := setup(t, 2)
-		r := p.Replicas()[0]
-		p.Observe(r, pools.Failure, "connection refused")
-		p.Observe(r, pools.Failure, "connection reset")
-		lastErr, why := r.LastError()
-		if lastErr != "connection reset" || why == "" {
-			t.Errorf("LastError() = %q, %q; want the newest error and why it is still out", lastErr, why)
-		}
-		if !r.Ejected(clk.Now()) {
-			t.Error("not ejected")
-		}
-	})
-
-	t.Run("success ends the streak", func(t *testing.T) {
-		p, clk := setup(t, 2)
-		r := p.Replicas()[0]
-		for range 2 {
-			p.Observe(r, pools.Failure, "status 503")
-			clk.Advance(ejectedFor(r, clk.Now()))
-		}
-		p.Observe(r, pools.Success, "")
-		p.Observe(r, pools.Failure, "status 503")
-		if got := ejectedFor(r, clk.Now()); got != base {
-			t.Errorf("after a success the next ejection lasts %s, want %s", got, base)
-		}
-	})
-
-	t.Run("neutral never ejects", func(t *testing.T) {
-		p, clk := setup(t, 2)
-		r := p.Replicas()[0]
-		for range 50 {
-			p.Observe(r, pools.Neutral, "status 429")
-		}
-		if !r.Available(clk.Now()) || r.Ejections() != 0 {
-			t.Errorf("neutral outcomes ejected the replica (%d ejections)", r.Ejections())
-		}
-		// And they do not break a streak either way: the next failure is
-		// still the first.
-		p.Observe(r, pools.Failure, "x")
-		if got := ejectedFor(r, clk.Now()); got != base {
-			t.Errorf("ejected for %s, want %s", got, base)
-		}
-	})
-
-	t.Run("the last available replica is never ejected", func(t *testing.T) {
-		p, clk := setup(t, 3)
-		rs := p.Replicas()
-		p.Observe(rs[0], pools.Failure, "down")
-		p.Observe(rs[1], pools.Failure, "down")
-		for range 5 {
-			p.Observe(rs[2], pools.Failure, "down")
-		}
-		if !rs[2].Available(clk.Now()) || rs[2].Ejections() != 0 {
-			t.Errorf("the last available replica was ejected")
-		}
-		if lastErr, _ := rs[2].LastError(); lastErr != "down" {
-			t.Errorf("its error was not recorded: %q", lastErr)
-		}
-		r, err := p.Acquire(context.Background(), &pools.Request{}, nil)
-		if err != nil || r != rs[2] {
-			t.Errorf("Acquire = %v, %v; want the last replica", r, err)
-		} else {
-			p.Release(r)
-		}
-
-		single, clk1 := setup(t, 1)
-		for range 3 {
-			single.Observe(single.Replicas()[0], pools.Failure, "down")
-		}
-		if single.HealthyCount() != 1 || !single.Replicas()[0].Available(clk1.Now()) {
-			t.Error("a single-replica pool ejected its only replica")
-		}
-	})
-
-	t.Run("concurrent failures leave one replica", func(t *testing.T) {
-		p, clk := setup(t, 2)
-		for i := range 1000 {
-			start := make(chan struct{})
-			var wg sync.WaitGroup
-			for _, r := range p.Replicas() {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					p.Observe(r, pools.Failure, "network blip")
-				}()
-			}
-			close(start)
-			wg.Wait()
-			if p.HealthyCount() == 0 {
-				t.Fatalf("round %d: both replicas ejected at once", i)
-			}
-			clk.Advance(time.Hour) // every ejection is over
-		}
-	})
-}
-
 func TestActiveHealth(t *testing.T) {
 	s := startSim(t, vllmsim.Profile{Model: "m"})
 	other := startSim(t, vllmsim.Profile{Model: "m"})
@@ -412,16 +256,17 @@ func TestActiveHealth(t *testing.T) {
 		changes []change
 	)
 	clk := newClock()
-	p := newPool(t, pools.Options{Balance: "round_robin", Replicas: simSpecs(s, other), Now: clk.Now,
-		Health: pools.HealthOptions{UnhealthyAfter: 3, HealthyAfter: 2, Timeout: time.Second, EjectBase: time.Hour,
-			OnChange: func(r *pools.Replica, healthy bool, _ string) {
-				mu.Lock()
-				changes = append(changes, change{r.Name, healthy})
-				mu.Unlock()
-			}}})
+	p := newPool(t, pools.Options{Balance: "round_robin", Replicas: simSpecs(s, other),
+		Health:  pools.HealthOptions{UnhealthyAfter: 3, HealthyAfter: 2, Timeout: time.Second},
+		Outlier: pools.OutlierOptions{Consecutive5xx: 1, BaseEjection: time.Hour, MaxEjection: time.Hour}},
+		pools.RegistryOptions{Now: clk.Now, OnChange: func(r *pools.Replica, healthy bool, _ string) {
+			mu.Lock()
+			changes = append(changes, change{r.Name, healthy})
+			mu.Unlock()
+		}})
 	r := p.Replica("r0")
 	// A passive ejection that active probes later overrule.
-	p.Observe(r, pools.Failure, "status 500")
+	p.Observe(r, pools.Status5xx, "status 500")
 
 	steps := []struct {
 		name      string
@@ -465,16 +310,16 @@ func TestRunHealthStops(t *testing.T) {
 	p := newPool(t, pools.Options{Balance: "round_robin", Replicas: simSpecs(s),
 		Health: pools.HealthOptions{Interval: 5 * time.Millisecond, UnhealthyAfter: 2, HealthyAfter: 2}})
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { p.RunHealth(ctx); close(done) }()
+	p.Registry().Start(ctx)
 	eventually(t, "the replica to be marked unhealthy", func() bool { return p.HealthyCount() == 0 })
 	s.Sim.SetFaults(vllmsim.Faults{})
 	eventually(t, "the replica to be readmitted", func() bool { return p.HealthyCount() == 1 })
 	cancel()
-	select {
-	case <-done:
-	case <-time.After(waitFor):
-		t.Fatal("RunHealth did not return after cancel")
+	// With the loop stopped, a failing replica stays as it was.
+	s.Sim.SetFaults(vllmsim.Faults{Unhealthy: true})
+	time.Sleep(50 * time.Millisecond)
+	if p.HealthyCount() != 1 {
+		t.Error("the health loop kept probing after its context ended")
 	}
 }
 
@@ -547,7 +392,7 @@ vllm:kv_cache_usage_perc{model_name="b"} 0.75
 func TestScrapeFailureIsRecorded(t *testing.T) {
 	clk := newClock()
 	p := newPool(t, pools.Options{Balance: "kv_aware", Replicas: []pools.ReplicaSpec{{Name: "gone", URL: mustURL(t, refusedURL(t))}},
-		Now: clk.Now, Scrape: pools.ScrapeOptions{Enabled: true}})
+		Scrape: pools.ScrapeOptions{Enabled: true}}, pools.RegistryOptions{Now: clk.Now})
 	l := p.ScrapeOnce(context.Background(), p.Replicas()[0])
 	if l.Err == "" || !l.At.Equal(clk.Now()) || p.Replicas()[0].CurrentLoad() != l {
 		t.Errorf("load %+v", *l)
@@ -559,8 +404,9 @@ func TestScrapeFailureIsRecorded(t *testing.T) {
 
 func TestCollector(t *testing.T) {
 	clk := newClock()
-	p := newPool(t, pools.Options{Name: "qwen", Balance: "round_robin", Replicas: specs(3), Now: clk.Now,
-		Health: pools.HealthOptions{Disabled: true}, Scrape: pools.ScrapeOptions{Enabled: true, Staleness: time.Second}})
+	p := newPool(t, pools.Options{Name: "qwen", Balance: "round_robin", Replicas: specs(3),
+		Health: pools.HealthOptions{Disabled: true}, Scrape: pools.ScrapeOptions{Enabled: true}, Staleness: time.Second,
+		Outlier: pools.OutlierOptions{Consecutive5xx: 1}}, pools.RegistryOptions{Now: clk.Now})
 	rs := p.Replicas()
 	ctx := context.Background()
 	for range 2 {
@@ -571,7 +417,7 @@ func TestCollector(t *testing.T) {
 	if _, err := p.Acquire(ctx, &pools.Request{}, func(r *pools.Replica) bool { return r != rs[1] }); err != nil {
 		t.Fatal(err)
 	}
-	p.Observe(rs[2], pools.Failure, "down")
+	p.Observe(rs[2], pools.Status5xx, "down")
 	rs[0].SetLoad(&pools.Load{At: clk.Now(), HasQueue: true, Waiting: 4, Running: 2})
 
 	reg := prometheus.NewRegistry()
@@ -629,21 +475,21 @@ func TestEjectionConcurrentWithProbes(t *testing.T) {
 	other := startSim(t, vllmsim.Profile{Model: "m"})
 	clk := newClock()
 	var changes atomic.Int64
-	p := newPool(t, pools.Options{Balance: "round_robin", Replicas: simSpecs(s, other), Now: clk.Now,
-		Health: pools.HealthOptions{UnhealthyAfter: 1, HealthyAfter: 1,
-			OnChange: func(r *pools.Replica, _ bool, why string) {
-				if why == "" {
-					t.Errorf("OnChange(%s) without a reason", r.Name)
-				}
-				changes.Add(1)
-			}}})
+	p := newPool(t, pools.Options{Balance: "round_robin", Replicas: simSpecs(s, other),
+		Health: pools.HealthOptions{UnhealthyAfter: 1, HealthyAfter: 1}, Outlier: pools.OutlierOptions{Consecutive5xx: 1}},
+		pools.RegistryOptions{Now: clk.Now, OnChange: func(r *pools.Replica, _ bool, why string) {
+			if why == "" {
+				t.Errorf("OnChange(%s) without a reason", r.Name)
+			}
+			changes.Add(1)
+		}})
 	r := p.Replica("r0")
 	for i := range 40 {
 		s.Sim.SetFaults(vllmsim.Faults{Unhealthy: i%2 == 0})
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() { defer wg.Done(); p.ProbeOnce(context.Background()) }()
-		go func() { defer wg.Done(); p.Observe(r, pools.Failure, "status 500") }()
+		go func() { defer wg.Done(); p.Observe(r, pools.Status5xx, "status 500") }()
 		wg.Wait()
 		clk.Advance(time.Hour)
 	}
@@ -657,7 +503,8 @@ func TestEjectionConcurrentWithProbes(t *testing.T) {
 func TestWaiterWakesWhenEjectionEnds(t *testing.T) {
 	p := newPool(t, pools.Options{
 		Name: "p", Balance: "least_outstanding", MaxInflight: 1, QueueTimeout: 5 * time.Second,
-		Replicas: specs(2), Health: pools.HealthOptions{Disabled: true, EjectBase: 100 * time.Millisecond, EjectMax: 100 * time.Millisecond},
+		Replicas: specs(2), Health: pools.HealthOptions{Disabled: true},
+		Outlier: pools.OutlierOptions{Consecutive5xx: 1, BaseEjection: 100 * time.Millisecond, MaxEjection: 100 * time.Millisecond},
 	})
 	a, err := p.Acquire(context.Background(), &pools.Request{}, nil)
 	if err != nil {
@@ -670,7 +517,7 @@ func TestWaiterWakesWhenEjectionEnds(t *testing.T) {
 			b = r
 		}
 	}
-	p.Observe(b, pools.Failure, "test")
+	p.Observe(b, pools.Status5xx, "test")
 	if !b.Ejected(time.Now()) {
 		t.Fatal("b was not ejected")
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -14,16 +13,13 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// ScrapeOptions configures reading each replica's vLLM /metrics.
+// ScrapeOptions configures reading each server's vLLM /metrics. It is
+// comparable (part of EndpointOptions).
 type ScrapeOptions struct {
-	Enabled   bool
-	Path      string
-	Interval  time.Duration
-	Timeout   time.Duration
-	Staleness time.Duration
-	// OnMissing is called once per replica that lacks load signals, with
-	// the names it lacks.
-	OnMissing func(r *Replica, missing []string)
+	Enabled  bool
+	Path     string
+	Interval time.Duration
+	Timeout  time.Duration
 }
 
 // vLLM metric names (vLLM's docs: production metrics).
@@ -34,42 +30,27 @@ const (
 	metricKVLegacy = "vllm:gpu_cache_usage_perc"
 )
 
-// RunScrape reads every replica's metrics each interval until ctx ends. A
-// slow or failing scrape only marks the replica's load stale; it never holds
-// up a request, since balancers read the last Load atomically.
-func (p *Pool) RunScrape(ctx context.Context) {
-	s := p.opts.Scrape
-	if !s.Enabled {
-		return
-	}
-	if s.Interval <= 0 {
-		s.Interval = 50 * time.Millisecond
-	}
-	var wg sync.WaitGroup
-	for _, r := range p.replicas {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTicker(s.Interval)
-			defer t.Stop()
-			warned := false
-			for {
-				l := p.ScrapeOnce(ctx, r)
-				if missing := l.Missing(); len(missing) > 0 && l.Err == "" && !warned {
-					warned = true
-					if s.OnMissing != nil {
-						s.OnMissing(r, missing)
-					}
-				}
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
+// runScrape reads e's metrics each interval until ctx ends. A slow or
+// failing scrape only marks the load stale; it never holds up a request,
+// since balancers read the last Load atomically.
+func (e *Endpoint) runScrape(ctx context.Context, o EndpointOptions) {
+	t := time.NewTicker(o.Scrape.Interval)
+	defer t.Stop()
+	warned := false
+	for {
+		l := e.scrape(ctx, o)
+		if missing := l.Missing(); len(missing) > 0 && l.Err == "" && !warned {
+			warned = true
+			if cb := e.reg.opts.OnMissing; cb != nil {
+				cb(e.reg.member(e), missing)
 			}
-		}()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
-	wg.Wait()
 }
 
 // Missing names the load signals the last scrape lacked.
@@ -84,32 +65,24 @@ func (l *Load) Missing() []string {
 	return out
 }
 
-// ScrapeOnce reads r's metrics once and stores the result as r's Load.
+// ScrapeOnce reads r's metrics once and stores the result as its Load.
 func (p *Pool) ScrapeOnce(ctx context.Context, r *Replica) *Load {
-	s := p.opts.Scrape
-	timeout := s.Timeout
-	if timeout <= 0 {
-		timeout = 200 * time.Millisecond
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return r.scrape(ctx, r.Options())
+}
+
+func (e *Endpoint) scrape(ctx context.Context, o EndpointOptions) *Load {
+	ctx, cancel := context.WithTimeout(ctx, o.Scrape.Timeout)
 	defer cancel()
-	l, err := scrape(ctx, p.Client, r.URL.String()+orDefault(s.Path, "/metrics"), p.opts.APIKey)
+	l, err := scrape(ctx, e.Client(), o.URL+o.Scrape.Path, o.APIKey)
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+		if errors.Is(ctx.Err(), context.Canceled) {
 			return &Load{Err: err.Error()}
 		}
 		l = &Load{Err: err.Error()}
 	}
-	l.At = p.opts.Now()
-	r.load.Store(l)
+	l.At = e.reg.now()
+	e.load.Store(l)
 	return l
-}
-
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
 }
 
 func scrape(ctx context.Context, c *http.Client, url, key string) (*Load, error) {

@@ -100,6 +100,10 @@ func (g *Gateway) ready(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "no config loaded"})
 		return
 	}
+	if g.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "reason": "draining: shutting down", "generation": s.Generation})
+		return
+	}
 	if why := s.readiness(); why != "" {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "reason": why, "generation": s.Generation})
 		return
@@ -219,13 +223,19 @@ func (g *Gateway) adminExplain(w http.ResponseWriter, r *http.Request) {
 }
 
 type replicaView struct {
-	Name       string   `json:"name"`
-	URL        string   `json:"url"`
-	Nodes      []string `json:"nodes,omitempty"`
-	Healthy    bool     `json:"healthy"`
-	Ejected    bool     `json:"ejected"`
-	Why        string   `json:"why,omitempty"`
+	Name    string   `json:"name"`
+	URL     string   `json:"url"`
+	Nodes   []string `json:"nodes,omitempty"`
+	Healthy bool     `json:"healthy"`
+	Ejected bool     `json:"ejected"`
+	// Misconfigured: the server refused the pool's key or does not serve
+	// the pool's model (why says which).
+	Misconfigured bool   `json:"misconfigured"`
+	Why           string `json:"why,omitempty"`
+	// Inflight counts requests on the server over every pool listing it;
+	// Waiting those queued for one of its slots.
 	Inflight   int64    `json:"inflight"`
+	Waiting    int64    `json:"waiting"`
 	Queue      *float64 `json:"queue,omitempty"`
 	Running    *float64 `json:"running,omitempty"`
 	KVUsage    *float64 `json:"kv_cache_usage,omitempty"`
@@ -253,8 +263,9 @@ func (g *Gateway) adminPools(w http.ResponseWriter, _ *http.Request) {
 		pv := poolView{Name: ps.Name, Model: ps.Model, Balance: ps.Balance(), MaxInflight: ps.MaxInflight(), Healthy: ps.HealthyCount()}
 		for _, rep := range ps.Replicas() {
 			lastErr, why := rep.LastError()
-			rv := replicaView{Name: rep.Name, URL: rep.URL.String(), Nodes: rep.Nodes, Healthy: rep.Healthy(),
-				Ejected: rep.Ejected(now), Why: why, Inflight: rep.Inflight(), Ejections: rep.Ejections(), LastError: lastErr}
+			rv := replicaView{Name: rep.Name, URL: rep.URL().String(), Nodes: rep.Nodes, Healthy: rep.Healthy(),
+				Ejected: rep.Ejected(now), Misconfigured: rep.Misconfigured(), Why: why, Inflight: rep.Inflight(),
+				Waiting: rep.Waiting(), Ejections: rep.Ejections(), LastError: lastErr}
 			if l := rep.CurrentLoad(); l != nil {
 				rv.LastScrape = l.At.UTC().Format(time.RFC3339Nano)
 				rv.ScrapeErr = l.Err

@@ -126,7 +126,8 @@ pools:
   main:
     model: openbmb/MiniCPM5-2B
     balance: round_robin
-    health: {interval: 20ms, timeout: 200ms, unhealthy_after: 2, healthy_after: 1, eject_base: 1m}
+    health: {interval: 20ms, timeout: 200ms, unhealthy_after: 2, healthy_after: 1}
+    outlier: {base_ejection: 1m}
     replicas:
       - {name: a, url: "{{a}}"}
       - {name: b, url: "{{b}}"}

@@ -55,7 +55,11 @@ type Gateway struct {
 	tracing bool
 	prop    propagation.TextMapPropagator
 
-	snap     atomic.Pointer[Snapshot]
+	// endpoints owns every replica server across reloads.
+	endpoints *pools.Registry
+	snap      atomic.Pointer[Snapshot]
+	// draining is set on shutdown: /readyz answers 503.
+	draining atomic.Bool
 	reloadMu sync.Mutex // serialises Reload/Apply
 	gen      atomic.Int64
 	ctx      context.Context // owns pool loops
@@ -100,6 +104,8 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 		return nil
 	}))
 	g.ctx, g.stop = context.WithCancel(context.Background())
+	g.endpoints = pools.NewRegistry(pools.RegistryOptions{Now: o.Now, Rand: o.Rand, Transport: o.Transport,
+		OnChange: g.onHealthChange, OnMissing: g.onMissingSignals})
 	s, err := g.build(cfg, nil)
 	if err != nil {
 		g.stop()
@@ -109,7 +115,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	g.metrics.generation.Set(float64(s.Generation))
 	g.snap.Store(s)
 	if !o.Passive {
-		s.start(g.ctx)
+		g.endpoints.Start(g.ctx)
 	}
 	return g, nil
 }
@@ -123,12 +129,13 @@ func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
 // Close stops health and scrape loops and idle upstream connections.
 func (g *Gateway) Close() {
 	g.stop()
-	if s := g.snap.Load(); s != nil {
-		for _, ps := range s.poolOrder {
-			ps.Close()
-		}
-	}
+	g.endpoints.Close()
 }
+
+// Drain marks the gateway as shutting down: /readyz answers 503 from now
+// on, so a load balancer stops sending new connections, while requests
+// keep being served.
+func (g *Gateway) Drain() { g.draining.Store(true) }
 
 // Reload re-reads the config file and applies it. An invalid file leaves the
 // running config in place and returns the validation errors.
@@ -145,9 +152,10 @@ func (g *Gateway) Reload() (int64, error) {
 	return g.Apply(cfg)
 }
 
-// Apply swaps in cfg: build → swap → retire. Requests in flight finish on
-// the snapshot they started with; pools whose replicas did not change keep
-// their state.
+// Apply swaps in cfg: build (which reconciles the endpoint registry) →
+// swap. Requests in flight finish on the snapshot they started with;
+// replicas that stay keep their state (in-flight counts, queues, health),
+// whatever else changed.
 func (g *Gateway) Apply(cfg *policy.Config) (int64, error) {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
@@ -159,11 +167,7 @@ func (g *Gateway) Apply(cfg *policy.Config) (int64, error) {
 		return prev.Generation, err
 	}
 	s.Generation = g.gen.Add(1)
-	if !g.opts.Passive {
-		s.start(g.ctx)
-	}
 	g.snap.Store(s)
-	s.retire(prev)
 	g.metrics.reloads.WithLabelValues("ok").Inc()
 	g.metrics.generation.Set(float64(s.Generation))
 	g.log.Info("config reloaded", "file", cfg.File, "generation", s.Generation, "pools", len(s.poolOrder), "routes", len(cfg.Routes))

@@ -484,10 +484,16 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 }
 
-func TestReadinessFollowsHealth(t *testing.T) {
+// TestReadiness: /readyz does not follow pool health by default (a pod
+// that turns unready when a backend dies takes every gateway pod out of the
+// Service at once, exactly when fallback and on_error should keep traffic
+// flowing); it follows the pools named in server.readiness.require_pools,
+// and turns 503 once the gateway drains.
+func TestReadiness(t *testing.T) {
 	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
-	cfg := loadConfig(t, `
+	const tmpl = `
 version: 1
+server: {{readiness}}
 pools:
   small:
     model: openbmb/MiniCPM5-2B
@@ -497,32 +503,58 @@ pools:
     model: gone/model
     health: {interval: 20ms, timeout: 200ms, unhealthy_after: 1, healthy_after: 1}
     replicas: [{name: g, url: "{{gone}}"}]
+classifier: {kind: model, pool: gone, labels: [simple, complex]}
 routes:
   - name: default
     to: small
     fallback: [gone]
-`, map[string]string{"m": m.Srv.URL, "gone": refusedURL(t)}, nil)
-	gw := startGateway(t, cfg)
-	var body []byte
-	eventually(t, 5*time.Second, "/readyz to report the dead pool", func() bool {
+`
+	ready := func(t *testing.T, gw *gateway) (int, string) {
 		resp, err := http.Get(gw.API.URL + "/readyz")
 		if err != nil {
-			return false
+			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		body, _ = io.ReadAll(resp.Body)
-		return resp.StatusCode == http.StatusServiceUnavailable
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	gone := refusedURL(t)
+
+	t.Run("a dead fallback and classifier pool leave it ready", func(t *testing.T) {
+		cfg := loadConfig(t, tmpl, map[string]string{"m": m.Srv.URL, "gone": gone, "readiness": "{}"}, nil)
+		gw := startGateway(t, cfg)
+		eventually(t, 5*time.Second, "the dead pool to be marked down", func() bool {
+			return metricValue(t, gw, "switchyard_replica_healthy", map[string]string{"pool": "gone"}) == 0
+		})
+		if code, body := ready(t, gw); code != http.StatusOK {
+			t.Errorf("/readyz %d %s with only a fallback pool down", code, body)
+		}
+		if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 {
+			t.Errorf("status %d", resp.StatusCode)
+		}
+		gw.G.Drain()
+		if code, body := ready(t, gw); code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
+			t.Errorf("/readyz while draining: %d %s", code, body)
+		}
+		// Requests are still served while draining.
+		if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 {
+			t.Errorf("status %d while draining", resp.StatusCode)
+		}
 	})
-	if !strings.Contains(string(body), `no healthy replica in pool(s) gone`) {
-		t.Errorf("/readyz reason: %s", body)
-	}
-	if v := metricValue(t, gw, "switchyard_replica_healthy", map[string]string{"pool": "gone"}); v != 0 {
-		t.Errorf("switchyard_replica_healthy{pool=gone} = %v", v)
-	}
-	// The live pool still serves.
-	if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 {
-		t.Errorf("status %d", resp.StatusCode)
-	}
+
+	t.Run("require_pools", func(t *testing.T) {
+		cfg := loadConfig(t, tmpl, map[string]string{"m": m.Srv.URL, "gone": gone, "readiness": "{readiness: {require_pools: [small, gone]}}"}, nil)
+		gw := startGateway(t, cfg)
+		var body string
+		eventually(t, 5*time.Second, "/readyz to report the required pool down", func() bool {
+			var code int
+			code, body = ready(t, gw)
+			return code == http.StatusServiceUnavailable
+		})
+		if !strings.Contains(body, "no available replica in required pool(s) gone") {
+			t.Errorf("/readyz reason: %s", body)
+		}
+	})
 }
 
 // TestStreamLargeEventsPassIntact: events larger than the stream buffer, and

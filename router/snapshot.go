@@ -1,7 +1,6 @@
 package router
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
@@ -41,17 +40,15 @@ type Snapshot struct {
 	keys       []*apiKey
 	classifier *classifier.Classifier
 	sessions   *policy.Sessions
-	// reachable are the pools some route or model can send to (readiness).
-	reachable []string
+	// required are the pools /readyz needs an available replica in.
+	required []string
 }
 
+// poolState is a pool as this snapshot runs it: the pool view (its replicas
+// point into the gateway's endpoint registry) and its config.
 type poolState struct {
 	*pools.Pool
 	cfg *policy.Pool
-	// spec fingerprints the pool's build options: an unchanged spec on
-	// reload keeps the same *pools.Pool, its in-flight counts and health.
-	spec   string
-	cancel context.CancelFunc
 }
 
 // target is what a client-visible model name resolves to.
@@ -72,28 +69,36 @@ type apiKey struct {
 // prev where their configuration did not change.
 func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 	s := &Snapshot{Config: cfg, pools: map[string]*poolState{}, models: map[string]target{}}
-	for _, pc := range cfg.Pools {
-		spec := poolSpec(pc, cfg)
-		if prev != nil {
-			if old, ok := prev.pools[pc.Name]; ok && old.spec == spec {
-				ps := &poolState{Pool: old.Pool, cfg: pc, spec: spec, cancel: old.cancel}
-				s.pools[pc.Name] = ps
-				s.poolOrder = append(s.poolOrder, ps)
-				continue
-			}
+	if cl := cfg.Classifier; cl != nil {
+		// An unchanged classifier sending to a pool of the same model keeps
+		// its cache; it reaches the pool by name through the running
+		// snapshot, so it follows the pool across reloads.
+		if prev != nil && prev.classifier != nil && reflect.DeepEqual(prev.Config.Classifier, cl) &&
+			(cl.Kind != "model" || prev.pools[cl.Pool] != nil && prev.pools[cl.Pool].Model == cfg.Pools.Get(cl.Pool).Model) {
+			s.classifier = prev.classifier
 		}
-		o := g.poolOptions(pc, cfg)
-		if prev != nil {
-			if old, ok := prev.pools[pc.Name]; ok {
-				o.Previous = old.Pool
-			}
-		}
-		p, err := pools.New(o)
+	}
+	if cl := cfg.Classifier; cl != nil && s.classifier == nil {
+		c, err := g.buildClassifier(cl, s)
 		if err != nil {
-			s.stopNew(prev)
 			return nil, err
 		}
-		ps := &poolState{Pool: p, cfg: pc, spec: spec}
+		s.classifier = c
+	}
+	opts := make([]pools.Options, len(cfg.Pools))
+	for i, pc := range cfg.Pools {
+		opts[i] = poolOptions(pc, cfg)
+	}
+	// Reconciling the registry is the last step that can fail, and it
+	// fails before changing anything. Endpoints the old snapshot still
+	// uses but the new one drops are retired at once (no new requests;
+	// those in flight finish), before the swap.
+	views, err := g.endpoints.Apply(opts)
+	if err != nil {
+		return nil, err
+	}
+	for i, pc := range cfg.Pools {
+		ps := &poolState{Pool: views[i], cfg: pc}
 		s.pools[pc.Name] = ps
 		s.poolOrder = append(s.poolOrder, ps)
 	}
@@ -130,66 +135,10 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 		popts = append(popts, policy.WithRand(g.opts.Rand))
 	}
 	s.Policy = policy.New(cfg, popts...)
-	if cl := cfg.Classifier; cl != nil {
-		// An unchanged classifier on an unchanged pool keeps its cache.
-		if prev != nil && prev.classifier != nil && reflect.DeepEqual(prev.Config.Classifier, cl) &&
-			(cl.Kind != "model" || prev.pools[cl.Pool] != nil && s.pools[cl.Pool].Pool == prev.pools[cl.Pool].Pool) {
-			s.classifier = prev.classifier
-		}
+	if r := cfg.Server.Readiness; r != nil {
+		s.required = r.RequirePools
 	}
-	if cl := cfg.Classifier; cl != nil && s.classifier == nil {
-		c, err := g.buildClassifier(cl, s)
-		if err != nil {
-			s.stopNew(prev)
-			return nil, err
-		}
-		s.classifier = c
-	}
-	s.reachable = reachablePools(cfg)
 	return s, nil
-}
-
-// start runs health and scrape loops for pools this snapshot created.
-func (s *Snapshot) start(ctx context.Context) {
-	for _, ps := range s.poolOrder {
-		if ps.cancel != nil {
-			continue
-		}
-		pctx, cancel := context.WithCancel(ctx)
-		ps.cancel = cancel
-		go ps.RunHealth(pctx)
-		go ps.RunScrape(pctx)
-	}
-}
-
-// retire stops the loops of prev's pools that s no longer uses. Requests
-// still running on prev keep working: a pool's client outlives its loops.
-func (s *Snapshot) retire(prev *Snapshot) {
-	if prev == nil {
-		return
-	}
-	for name, old := range prev.pools {
-		if cur, ok := s.pools[name]; ok && cur.Pool == old.Pool {
-			continue
-		}
-		if old.cancel != nil {
-			old.cancel()
-		}
-	}
-}
-
-// stopNew cancels loops of pools built for a snapshot that is abandoned.
-func (s *Snapshot) stopNew(prev *Snapshot) {
-	for _, ps := range s.poolOrder {
-		if prev != nil {
-			if old, ok := prev.pools[ps.Name]; ok && old.Pool == ps.Pool {
-				continue
-			}
-		}
-		if ps.cancel != nil {
-			ps.cancel()
-		}
-	}
 }
 
 func (s *Snapshot) key(name string) *apiKey {
@@ -213,46 +162,32 @@ func (s *Snapshot) poolList() []*pools.Pool {
 	return out
 }
 
-// poolSpec fingerprints everything a pool is built from. The API key enters
-// as a digest (Secret prints itself redacted), and whether the pool scrapes
-// depends on the routes too.
-func poolSpec(pc *policy.Pool, cfg *policy.Config) string {
-	key := sha256.Sum256([]byte(pc.APIKey))
-	return fmt.Sprintf("%s|%s|%d|%v|%v|%v|%v|%x|%+v|%+v|%t|%+v", pc.Model, pc.Balance, pc.MaxInflight,
-		pc.QueueTimeout, pc.ConnectTimeout, pc.ResponseHeaderTimeout, *pc.Retries, key[:8], *pc.Health, *pc.Scrape,
-		scrapes(cfg, pc), replicaSpecs(pc))
-}
-
 // scrapes reports whether a pool reads its replicas' vLLM metrics: its
 // balancer needs them, or a route spills out of it on queue depth.
 func scrapes(cfg *policy.Config, pc *policy.Pool) bool {
 	return pc.Balance == "kv_aware" || pc.Balance == "p2c" || spillsFrom(cfg, pc.Name)
 }
 
-func replicaSpecs(pc *policy.Pool) string {
-	var sb strings.Builder
-	for _, r := range pc.Replicas {
-		fmt.Fprintf(&sb, "%s=%s%v;", r.Name, r.URL, r.Nodes)
-	}
-	return sb.String() + fmt.Sprint(*pc.Affinity)
-}
-
-func (g *Gateway) poolOptions(pc *policy.Pool, cfg *policy.Config) pools.Options {
+// poolOptions maps a validated pool config to the pools package's options.
+// The config carries every default; nothing is defaulted here.
+func poolOptions(pc *policy.Pool, cfg *policy.Config) pools.Options {
+	od := pc.Outlier
 	o := pools.Options{
 		Name: pc.Name, Model: pc.Model, Balance: pc.Balance, MaxInflight: pc.MaxInflight,
 		QueueTimeout: pc.QueueTimeout.Std(), ConnectTimeout: pc.ConnectTimeout.Std(),
-		HeaderTimeout: pc.ResponseHeaderTimeout.Std(), LoadFactor: pc.Affinity.LoadFactor,
-		APIKey: string(pc.APIKey), Rand: g.opts.Rand, Now: g.opts.Now, Transport: g.opts.Transport,
+		LoadFactor: pc.Affinity.LoadFactor, Staleness: pc.Scrape.Staleness.Std(), APIKey: string(pc.APIKey),
 		Health: pools.HealthOptions{
 			Disabled: pc.Health.Disabled, Path: pc.Health.Path, Interval: pc.Health.Interval.Std(),
 			Timeout: pc.Health.Timeout.Std(), UnhealthyAfter: pc.Health.UnhealthyAfter,
-			HealthyAfter: pc.Health.HealthyAfter, EjectBase: pc.Health.EjectBase.Std(),
-			EjectMax: pc.Health.EjectMax.Std(), OnChange: g.onHealthChange,
+			HealthyAfter: pc.Health.HealthyAfter, CheckModels: pc.Health.CheckModels,
+		},
+		Outlier: pools.OutlierOptions{
+			Consecutive5xx: *od.Consecutive5xx, ConsecutiveConnectFailures: *od.ConsecutiveConnectFailures,
+			MaxEjectionPercent: *od.MaxEjectionPercent, BaseEjection: od.BaseEjection.Std(),
+			MaxEjection: od.MaxEjection.Std(), CountTimeouts: od.CountTimeouts,
 		},
 		Scrape: pools.ScrapeOptions{
-			Enabled: scrapes(cfg, pc),
-			Path:    pc.Scrape.Path, Interval: pc.Scrape.Interval.Std(), Timeout: pc.Scrape.Timeout.Std(),
-			Staleness: pc.Scrape.Staleness.Std(), OnMissing: g.onMissingSignals,
+			Enabled: scrapes(cfg, pc), Path: pc.Scrape.Path, Interval: pc.Scrape.Interval.Std(), Timeout: pc.Scrape.Timeout.Std(),
 		},
 	}
 	for _, r := range pc.Replicas {
@@ -278,33 +213,6 @@ func spillsFrom(cfg *policy.Config, pool string) bool {
 		}
 	}
 	return false
-}
-
-func reachablePools(cfg *policy.Config) []string {
-	seen := map[string]bool{}
-	var out []string
-	add := func(p string) {
-		if p != "" && !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
-	for _, r := range cfg.Routes {
-		add(r.To)
-		for _, e := range r.Split {
-			add(e.Pool)
-		}
-		for _, fb := range r.Fallback {
-			add(fb)
-		}
-		if r.Spill != nil {
-			add(r.Spill.To)
-		}
-	}
-	if cl := cfg.Classifier; cl != nil && cl.Kind == "model" {
-		add(cl.Pool)
-	}
-	return out
 }
 
 // authenticate returns the API key presented in the Authorization header
@@ -345,23 +253,25 @@ func (g *Gateway) buildClassifier(cl *policy.Classifier, s *Snapshot) (*classifi
 		Concurrency: cl.Concurrency, GuidedChoice: cl.GuidedChoice, Prompt: cl.Prompt, Metrics: g.classMetrics,
 	}
 	if cl.Kind == "model" {
-		ps := s.pools[cl.Pool]
-		o.Model = ps.Model
-		o.Transport = &poolTransport{g: g, pool: ps}
+		o.Model = s.Config.Pools.Get(cl.Pool).Model
+		o.Transport = &poolTransport{g: g, pool: cl.Pool}
 	}
 	return classifier.New(o)
 }
 
-// readiness reports why the snapshot is not ready ("" when it is).
+// readiness reports why the snapshot is not ready ("" when it is): a pool
+// named in server.readiness.require_pools has no available replica. Pools
+// are not otherwise part of readiness: a pod that turns unready because a
+// backend is down takes every gateway pod out of the Service at once.
 func (s *Snapshot) readiness() string {
 	var down []string
-	for _, name := range s.reachable {
+	for _, name := range s.required {
 		if ps := s.pools[name]; ps != nil && ps.HealthyCount() == 0 {
 			down = append(down, name)
 		}
 	}
 	if len(down) > 0 {
-		return fmt.Sprintf("no healthy replica in pool(s) %s", strings.Join(down, ", "))
+		return fmt.Sprintf("no available replica in required pool(s) %s", strings.Join(down, ", "))
 	}
 	return ""
 }

@@ -13,89 +13,77 @@ import (
 	"github.com/switchyard/switchyard/pools"
 )
 
-// poolTransport sends the classifier's requests through the same pools
-// machinery as client requests: balanced, counted in flight, health-aware,
-// with one retry on another replica.
+// poolTransport sends the classifier's requests through the same executor
+// as client requests: balanced, counted in flight, health-aware, with one
+// retry on another replica. It finds its pool by name in the running
+// snapshot, so a kept classifier follows its pool across reloads.
 type poolTransport struct {
 	g    *Gateway
-	pool *poolState
+	pool string
 }
 
 var _ classifier.Transport = (*poolTransport)(nil)
 
+// maxClassifierAnswer bounds a classifier answer (a label and its logprobs).
+const maxClassifierAnswer = 1 << 20
+
 // ChatCompletion implements classifier.Transport.
 func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte, error) {
-	ps := t.pool
-	var tried []*pools.Replica
-	var lastErr error = fmt.Errorf("classifier pool %q: %w", ps.Name, pools.ErrNoReplica)
-	for attempt := 0; attempt < 2; attempt++ {
-		rep, err := ps.Acquire(ctx, &pools.Request{}, func(r *pools.Replica) bool {
-			for _, t := range tried {
-				if t == r {
-					return true
-				}
-			}
-			return false
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("classifier pool %q: %w", ps.Name, err)
-		}
-		tried = append(tried, rep)
-		out, retry, err := t.once(ctx, rep, body)
-		ps.Release(rep)
-		if err == nil {
-			return out, nil
-		}
-		lastErr = err
-		if !retry || ctx.Err() != nil {
-			break
-		}
+	s := t.g.snap.Load()
+	ps := s.pools[t.pool]
+	if ps == nil {
+		return nil, fmt.Errorf("classifier pool %q: %w", t.pool, pools.ErrNoReplica)
 	}
-	return nil, lastErr
+	var out []byte
+	ex := &execution{ps: ps, req: &pools.Request{}, attempts: 2,
+		send: func(ctx context.Context, rep *pools.Replica) result {
+			var res result
+			out, res = t.once(ctx, ps, rep, body)
+			return res
+		}}
+	res := t.g.execute(ctx, ex)
+	if res.err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("classifier pool %q: %w", t.pool, res.err)
+	}
+	return out, nil
 }
 
-func (t *poolTransport) once(ctx context.Context, rep *pools.Replica, body []byte) ([]byte, bool, error) {
-	ps := t.pool
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rep.URL.String()+"/v1/chat/completions", bytes.NewReader(body))
-	if err != nil {
-		return nil, false, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if k := ps.cfg.APIKey; k != "" {
-		req.Header.Set("Authorization", "Bearer "+string(k))
-	}
-	if t.g.tracing {
-		t.g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	}
-	resp, err := ps.Client.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			ps.Observe(rep, pools.Neutral, "")
-			return nil, false, err
+func (t *poolTransport) once(ctx context.Context, ps *poolState, rep *pools.Replica, body []byte) ([]byte, result) {
+	resp, cancel, err := roundTrip(ctx, ps, rep, func(ctx context.Context) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, rep.URL().String()+"/v1/chat/completions", bytes.NewReader(body))
+		if err != nil {
+			return nil, err
 		}
-		ps.Observe(rep, pools.Failure, err.Error())
-		return nil, true, fmt.Errorf("classifier replica %q: %w", rep.Name, err)
+		req.Header.Set("Content-Type", "application/json")
+		if k := ps.cfg.APIKey; k != "" {
+			req.Header.Set("Authorization", "Bearer "+string(k))
+		}
+		if t.g.tracing {
+			t.g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+		}
+		return req, nil
+	})
+	defer cancel()
+	if err != nil {
+		return nil, judgeError(ctx, ps, rep, err, "")
 	}
 	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	out, err := io.ReadAll(io.LimitReader(resp.Body, maxClassifierAnswer))
 	if err != nil {
-		if ctx.Err() == nil {
-			ps.Observe(rep, pools.Failure, err.Error())
-		}
-		return nil, ctx.Err() == nil, fmt.Errorf("classifier replica %q: reading answer: %w", rep.Name, err)
+		return nil, judgeError(ctx, ps, rep, err, "reading answer")
+	}
+	if o, retry, reason := judgeStatus(resp.StatusCode); retry {
+		msg := readErrorMessage(bytes.NewReader(out))
+		return nil, result{retry: true, outcome: o, reason: reason, detail: fmt.Sprintf("classifier status %d: %s", resp.StatusCode, msg),
+			err: fmt.Errorf("replica %q: %w", rep.Name, &upstreamFailure{status: resp.StatusCode, msg: msg})}
 	}
 	if resp.StatusCode != http.StatusOK {
-		o := pools.Neutral
-		if resp.StatusCode >= 500 {
-			o = pools.Failure
-		}
-		ps.Observe(rep, o, fmt.Sprintf("classifier status %d", resp.StatusCode))
-		retry := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
-		return nil, retry, fmt.Errorf("classifier replica %q: status %d: %s", rep.Name, resp.StatusCode, readErrorMessage(bytes.NewReader(out)))
+		// A 4xx other than the ones judged above: the classifier's own
+		// request was refused. Not the replica's fault, not retried.
+		return nil, result{outcome: pools.Neutral, err: fmt.Errorf("replica %q: status %d: %s", rep.Name, resp.StatusCode, readErrorMessage(bytes.NewReader(out)))}
 	}
-	ps.Observe(rep, pools.Success, "")
-	return out, false, nil
+	return out, result{done: true, outcome: pools.Success}
 }

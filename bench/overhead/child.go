@@ -130,7 +130,7 @@ func serveGateway(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 // gateway's upstream transport settings), copy the answer back, flushing
 // each read. No parsing, routing, metrics or header filtering.
 func bareProxy(upstream string) http.Handler {
-	client := &http.Client{Transport: pools.NewTransport(0, 0)}
+	client := &http.Client{Transport: pools.NewTransport(2 * time.Second)}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {

@@ -1,0 +1,169 @@
+package pools
+
+import (
+	"fmt"
+	"time"
+)
+
+// OutlierOptions is passive health, modelled on Envoy's outlier detection:
+// a replica is ejected after a run of consecutive failures, for
+// BaseEjection times the number of ejections it has had in a row (capped
+// at MaxEjection), and never so that more than MaxEjectionPercent of the
+// pool (or its last available replica) is out.
+type OutlierOptions struct {
+	// Consecutive5xx ejects after this many 5xx answers (or streams cut
+	// by the replica) in a row; 0 turns it off.
+	Consecutive5xx int
+	// ConsecutiveConnectFailures ejects after this many failures to
+	// connect or to get any answer in a row; 0 turns it off.
+	ConsecutiveConnectFailures int
+	// MaxEjectionPercent caps the share of the pool's replicas ejected at
+	// once. One replica of a pool of two or more may always be ejected.
+	MaxEjectionPercent int
+	BaseEjection       time.Duration
+	MaxEjection        time.Duration
+	// CountTimeouts counts a header, first-token or idle timeout as a 5xx.
+	// Off by default: a long generation that times out is usually not the
+	// replica's fault.
+	CountTimeouts bool
+}
+
+// Outcome classifies one upstream attempt for passive health.
+type Outcome int
+
+const (
+	// Success: the replica answered (any status below 500 but 429 and the
+	// misconfiguration codes). It ends every failure streak.
+	Success Outcome = iota
+	// Neutral: says nothing about the replica (the client went away, the
+	// replica said 429, the client's request was bad).
+	Neutral
+	// Status5xx: the replica answered 5xx, or cut a stream.
+	Status5xx
+	// ConnectFailure: no answer at all (refused, reset, closed early).
+	ConnectFailure
+	// Timeout: a timeout waiting for the replica; counted as a 5xx only
+	// with CountTimeouts.
+	Timeout
+	// Misconfigured: 401/403 (the pool's key is wrong) or 404 for the
+	// pool's model (the server does not serve it). The replica is taken
+	// out of rotation until a probe sees the key accepted and the model
+	// listed.
+	Misconfigured
+)
+
+// Observe records the outcome of a request on r. detail says what happened
+// and is kept as the replica's last error.
+func (p *Pool) Observe(r *Replica, o Outcome, detail string) {
+	e := r.Endpoint
+	od := p.opts.Outlier
+	switch o {
+	case Success:
+		e.mu.Lock()
+		e.cons5xx, e.consConnect = 0, 0
+		e.mu.Unlock()
+		return
+	case Neutral:
+		return
+	case Misconfigured:
+		e.setErr(detail)
+		if e.misconfigured.CompareAndSwap(false, true) {
+			why := "misconfigured: " + detail
+			e.mu.Lock()
+			e.why = why
+			e.mu.Unlock()
+			p.reg.changedState(e, false, why)
+		}
+		return
+	case Timeout:
+		if !od.CountTimeouts {
+			e.setErr(detail)
+			return
+		}
+		o = Status5xx
+	}
+	e.mu.Lock()
+	e.lastErr = detail
+	var trip bool
+	if o == Status5xx {
+		e.cons5xx++
+		trip = od.Consecutive5xx > 0 && e.cons5xx >= od.Consecutive5xx
+	} else {
+		e.consConnect++
+		trip = od.ConsecutiveConnectFailures > 0 && e.consConnect >= od.ConsecutiveConnectFailures
+	}
+	streak5xx, streakConn := e.cons5xx, e.consConnect
+	e.mu.Unlock()
+	if !trip {
+		return
+	}
+	n := streak5xx
+	kind := "5xx"
+	if o == ConnectFailure {
+		n, kind = streakConn, "connect failures"
+	}
+	p.eject(r, fmt.Sprintf("%d consecutive %s, last: %s", n, kind, detail))
+}
+
+// eject takes r out of rotation unless that would leave the pool with no
+// available replica or over its ejection cap. ejectMu is registry-wide, so
+// the check and the ejection are atomic across pools and reloads.
+func (p *Pool) eject(r *Replica, cause string) {
+	e := r.Endpoint
+	od := p.opts.Outlier
+	g := p.reg
+	g.ejectMu.Lock()
+	now := g.now()
+	if e.Ejected(now) {
+		g.ejectMu.Unlock()
+		return
+	}
+	ejected, others := 0, 0
+	for _, o := range p.replicas {
+		if o.Endpoint == e {
+			continue
+		}
+		if o.Ejected(now) {
+			ejected++
+		} else if o.Available(now) {
+			others++
+		}
+	}
+	// Envoy's rule: eject while the ejected share stays within the cap,
+	// and always allow one in a pool of two or more.
+	within := (ejected+1)*100 <= od.MaxEjectionPercent*len(p.replicas) || ejected == 0
+	if others == 0 || !within {
+		g.ejectMu.Unlock()
+		e.setErr(cause + " (not ejected: " + map[bool]string{true: "it is the last available replica", false: "max_ejection_percent reached"}[others == 0] + ")")
+		return
+	}
+	e.mu.Lock()
+	// A replica that behaved for a full max_ejection since its last
+	// ejection starts again at the base time.
+	if !e.lastEjectEnd.IsZero() && now.Sub(e.lastEjectEnd) > od.MaxEjection {
+		e.ejectStreak = 0
+	}
+	e.ejectStreak++
+	d := od.BaseEjection * time.Duration(e.ejectStreak)
+	if d > od.MaxEjection || d <= 0 {
+		d = od.MaxEjection
+	}
+	e.cons5xx, e.consConnect = 0, 0
+	e.lastEjectEnd = now.Add(d)
+	why := fmt.Sprintf("ejected for %s after %s", d, cause)
+	e.why = why
+	e.mu.Unlock()
+	e.ejectedUntil.Store(now.Add(d).UnixNano())
+	g.ejectMu.Unlock()
+	e.ejections.Add(1)
+	g.changedState(e, false, why)
+}
+
+// changedState reports a change of e's state to the OnChange hook and
+// wakes waiters to look at the replicas again.
+func (g *Registry) changedState(e *Endpoint, healthy bool, why string) {
+	g.broadcast()
+	if cb := g.opts.OnChange; cb != nil {
+		cb(g.member(e), healthy, why)
+	}
+}

@@ -1,0 +1,308 @@
+package pools
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// RegistryOptions configures a Registry. Zero values are production
+// defaults.
+type RegistryOptions struct {
+	// Now and Rand are injected for tests; nil means time.Now and
+	// math/rand/v2.
+	Now  func() time.Time
+	Rand func() uint64
+	// Transport, when set, replaces every endpoint's transport (tests).
+	Transport http.RoundTripper
+	// OnChange is called when an endpoint's state changes (health verdict,
+	// ejection, misconfiguration), with a pool that lists it and why. It
+	// must not block.
+	OnChange func(r *Replica, healthy bool, why string)
+	// OnMissing is called once per endpoint whose metrics lack load
+	// signals, with the names it lacks.
+	OnMissing func(r *Replica, missing []string)
+}
+
+// Registry owns every endpoint the running configuration uses, keyed by base
+// URL. It outlives reloads: Apply reconciles it with a new configuration and
+// returns immutable pool views that point into it.
+type Registry struct {
+	opts RegistryOptions
+
+	mu        sync.Mutex // guards endpoints, members, ctx, changed
+	endpoints map[string]*Endpoint
+	// members maps an endpoint to one replica that lists it, for callbacks
+	// that name a pool and replica.
+	members map[*Endpoint]*Replica
+	ctx     context.Context // set by Start; nil means no loops
+	changed chan struct{}
+
+	// ejectMu serialises ejections across every pool and reload, so that
+	// concurrent failures cannot each see another replica available and
+	// eject them all.
+	ejectMu sync.Mutex
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry(o RegistryOptions) *Registry {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Uint64
+	}
+	return &Registry{opts: o, endpoints: map[string]*Endpoint{}, members: map[*Endpoint]*Replica{}, changed: make(chan struct{})}
+}
+
+func (g *Registry) now() time.Time { return g.opts.Now() }
+
+func (g *Registry) newClient(o EndpointOptions) *http.Client {
+	var rt http.RoundTripper = g.opts.Transport
+	if rt == nil {
+		rt = NewTransport(o.ConnectTimeout)
+	}
+	return &http.Client{Transport: rt, CheckRedirect: noRedirect}
+}
+
+// changes returns a channel closed at the next state change that may make
+// room for a waiting request (an endpoint back in rotation, a reload).
+func (g *Registry) changes() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.changed
+}
+
+// broadcast wakes every waiting Acquire to look at the replicas again. It
+// is for rare events only; releases hand slots over one waiter at a time.
+func (g *Registry) broadcast() {
+	g.mu.Lock()
+	close(g.changed)
+	g.changed = make(chan struct{})
+	g.mu.Unlock()
+}
+
+// Endpoints returns the registry's endpoints sorted by URL.
+func (g *Registry) Endpoints() []*Endpoint {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*Endpoint, 0, len(g.endpoints))
+	for _, e := range g.endpoints {
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].url.String() < out[j].url.String() })
+	return out
+}
+
+// Apply reconciles the registry with a configuration and returns its pools
+// in order. Endpoints are added, kept (same options: untouched), updated
+// (new options: loops restarted, a new transport if the connection
+// settings changed, state kept) or removed (no new requests; those in
+// flight finish, then idle connections close; loops stop at once). When a
+// server is listed in several pools, the first pool listing it sets its
+// endpoint options, except that it is scraped when any of them scrapes.
+// Apply fails, changing nothing, if a pool's options are invalid.
+func (g *Registry) Apply(opts []Options) ([]*Pool, error) {
+	want := map[string]EndpointOptions{}
+	urls := map[string]*url.URL{}
+	models := map[string][]string{}
+	for _, o := range opts {
+		if err := o.check(); err != nil {
+			return nil, err
+		}
+		for _, rs := range o.Replicas {
+			key := rs.URL.String()
+			eo, seen := want[key]
+			if !seen {
+				eo = EndpointOptions{URL: key, APIKey: o.APIKey, ConnectTimeout: o.ConnectTimeout, Health: o.Health, Scrape: o.Scrape}
+				urls[key] = rs.URL
+			} else if o.Scrape.Enabled && !eo.Scrape.Enabled {
+				eo.Scrape = o.Scrape
+			}
+			if !slices.Contains(models[key], o.Model) {
+				models[key] = append(models[key], o.Model)
+			}
+			want[key] = eo
+		}
+	}
+	for key, ms := range models {
+		eo := want[key]
+		sort.Strings(ms)
+		eo.Models = strings.Join(ms, "\n")
+		want[key] = eo
+	}
+
+	g.mu.Lock()
+	var start, retire []*Endpoint
+	for key, e := range g.endpoints {
+		if _, ok := want[key]; !ok {
+			delete(g.endpoints, key)
+			delete(g.members, e)
+			retire = append(retire, e)
+		}
+	}
+	for key, eo := range want {
+		e, ok := g.endpoints[key]
+		if !ok {
+			e = newEndpoint(g, urls[key], eo)
+			g.endpoints[key] = e
+			start = append(start, e)
+			continue
+		}
+		e.mu.Lock()
+		old := e.opts
+		e.opts = eo
+		e.mu.Unlock()
+		if old == eo {
+			continue
+		}
+		if old.ConnectTimeout != eo.ConnectTimeout {
+			prev := e.client.Swap(g.newClient(eo))
+			e.retireClient(prev)
+		}
+		start = append(start, e)
+	}
+	ctx := g.ctx
+	g.mu.Unlock()
+
+	pools := make([]*Pool, 0, len(opts))
+	members := map[*Endpoint]*Replica{}
+	for _, o := range opts {
+		p := newPool(g, o)
+		for _, r := range p.replicas {
+			if members[r.Endpoint] == nil {
+				members[r.Endpoint] = r
+			}
+		}
+		pools = append(pools, p)
+	}
+	g.mu.Lock()
+	g.members = members
+	g.mu.Unlock()
+
+	for _, e := range retire {
+		e.retired.Store(true)
+		e.stopLoops()
+		if e.inflight.Load() == 0 {
+			e.closeOld()
+		}
+	}
+	if ctx != nil {
+		for _, e := range start {
+			e.startLoops(ctx)
+		}
+	}
+	g.broadcast()
+	return pools, nil
+}
+
+// member returns a replica listing e (for callbacks), or a bare one.
+func (g *Registry) member(e *Endpoint) *Replica {
+	g.mu.Lock()
+	r := g.members[e]
+	g.mu.Unlock()
+	if r == nil {
+		r = &Replica{Endpoint: e, Name: e.url.Host}
+	}
+	return r
+}
+
+// Start runs the health and scrape loops of every endpoint, now and for
+// endpoints later reconciled in, until ctx ends or Close.
+func (g *Registry) Start(ctx context.Context) {
+	g.mu.Lock()
+	g.ctx = ctx
+	eps := make([]*Endpoint, 0, len(g.endpoints))
+	for _, e := range g.endpoints {
+		eps = append(eps, e)
+	}
+	g.mu.Unlock()
+	for _, e := range eps {
+		e.startLoops(ctx)
+	}
+}
+
+// Close stops every loop and closes idle upstream connections. Requests in
+// flight keep their connections.
+func (g *Registry) Close() {
+	g.mu.Lock()
+	g.ctx = nil
+	eps := make([]*Endpoint, 0, len(g.endpoints))
+	for _, e := range g.endpoints {
+		eps = append(eps, e)
+	}
+	g.mu.Unlock()
+	for _, e := range eps {
+		e.stopLoops()
+		if g.opts.Transport == nil {
+			if tr, ok := e.Client().Transport.(*http.Transport); ok {
+				tr.CloseIdleConnections()
+			}
+		}
+	}
+}
+
+// startLoops (re)starts e's health and scrape loops with its current
+// options under ctx.
+func (e *Endpoint) startLoops(ctx context.Context) {
+	e.stopLoops()
+	lctx, cancel := context.WithCancel(ctx)
+	e.mu.Lock()
+	e.stop = cancel
+	o := e.opts
+	e.mu.Unlock()
+	if !o.Health.Disabled {
+		go e.runHealth(lctx, o)
+	}
+	if o.Scrape.Enabled {
+		go e.runScrape(lctx, o)
+	}
+}
+
+func (e *Endpoint) stopLoops() {
+	e.mu.Lock()
+	stop := e.stop
+	e.stop = nil
+	e.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// check rejects options a pool cannot run with. The config loader applies
+// every default, so a zero here is a caller's mistake, not a request for a
+// default.
+func (o *Options) check() error {
+	if _, ok := balancers[o.Balance]; !ok {
+		return fmt.Errorf("pool %q: unknown balancer %q (known: %v)", o.Name, o.Balance, Balancers())
+	}
+	switch {
+	case o.LoadFactor < 1:
+		return fmt.Errorf("pool %q: load factor %g is below 1", o.Name, o.LoadFactor)
+	case o.ConnectTimeout <= 0:
+		return fmt.Errorf("pool %q: connect timeout must be positive", o.Name)
+	case !o.Health.Disabled && (o.Health.Interval <= 0 || o.Health.Timeout <= 0 || o.Health.HealthyAfter <= 0 || o.Health.UnhealthyAfter <= 0):
+		return fmt.Errorf("pool %q: health interval, timeout and thresholds must be positive", o.Name)
+	case o.Staleness <= 0:
+		return fmt.Errorf("pool %q: scrape staleness must be positive", o.Name)
+	case o.Scrape.Enabled && (o.Scrape.Interval <= 0 || o.Scrape.Timeout <= 0):
+		return fmt.Errorf("pool %q: scrape interval and timeout must be positive", o.Name)
+	case o.Outlier.BaseEjection <= 0 || o.Outlier.MaxEjection < o.Outlier.BaseEjection:
+		return fmt.Errorf("pool %q: outlier ejection times must be positive, base at most max", o.Name)
+	case o.Outlier.MaxEjectionPercent < 0 || o.Outlier.MaxEjectionPercent > 100:
+		return fmt.Errorf("pool %q: max ejection percent must be within 0..100", o.Name)
+	}
+	for _, r := range o.Replicas {
+		if r.URL == nil {
+			return fmt.Errorf("pool %q: replica %q has no URL", o.Name, r.Name)
+		}
+	}
+	return nil
+}

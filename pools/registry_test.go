@@ -1,0 +1,226 @@
+package pools_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/switchyard/switchyard/pools"
+	"github.com/switchyard/switchyard/vllmsim"
+)
+
+// TestFIFOAdmission: with N requests queued for a full replica, released
+// slots go to them in arrival order, and a newcomer does not overtake.
+func TestFIFOAdmission(t *testing.T) {
+	const n = 8
+	p := newPool(t, pools.Options{Balance: "least_outstanding", Replicas: specs(1), MaxInflight: 1, QueueTimeout: time.Minute})
+	ctx := context.Background()
+	held, err := p.Acquire(ctx, &pools.Request{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan int, n+1)
+	var wg sync.WaitGroup
+	start := func(i int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := p.Acquire(ctx, &pools.Request{}, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- i
+			p.Release(r)
+		}()
+	}
+	for i := range n {
+		start(i)
+		eventually(t, "waiter to queue", func() bool { return p.Waiters() == int64(i+1) })
+	}
+	p.Release(held)
+	wg.Wait()
+	close(order)
+	var got []int
+	for i := range order {
+		got = append(got, i)
+	}
+	want := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("service order (-want +got):\n%s", d)
+	}
+	if p.Waiters() != 0 || p.Replicas()[0].Inflight() != 0 {
+		t.Errorf("waiters %d in flight %d after all ended", p.Waiters(), p.Replicas()[0].Inflight())
+	}
+}
+
+// TestNoOvertaking: an Acquire arriving while others wait queues behind
+// them even when it lands right after a release.
+func TestNoOvertaking(t *testing.T) {
+	p := newPool(t, pools.Options{Balance: "round_robin", Replicas: specs(1), MaxInflight: 1, QueueTimeout: time.Minute})
+	ctx := context.Background()
+	held, _ := p.Acquire(ctx, &pools.Request{}, nil)
+	first := acquireAsync(ctx, p, nil)
+	eventually(t, "the first waiter", func() bool { return p.Waiters() == 1 })
+	p.Release(held)
+	a := receive(t, first)
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	// The slot was handed over, never free: a newcomer now must wait.
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if r, err := p.Acquire(cctx, &pools.Request{}, nil); err == nil {
+		p.Release(r)
+		t.Fatal("a newcomer got a slot while the replica was full")
+	}
+	p.Release(a.r)
+}
+
+// TestSharedEndpoint: one server listed in two pools is one endpoint with
+// one in-flight count, so a cap holds across both.
+func TestSharedEndpoint(t *testing.T) {
+	reg := pools.NewRegistry(pools.RegistryOptions{})
+	t.Cleanup(reg.Close)
+	u := &url.URL{Scheme: "http", Host: "127.0.0.1:9"}
+	traffic := withDefaults(pools.Options{Name: "minicpm", Balance: "round_robin", MaxInflight: 2, QueueTimeout: time.Minute,
+		Replicas: []pools.ReplicaSpec{{Name: "m0", URL: u}}})
+	cls := withDefaults(pools.Options{Name: "classifier", Balance: "round_robin", MaxInflight: 2, QueueTimeout: time.Minute,
+		Replicas: []pools.ReplicaSpec{{Name: "c0", URL: u}}})
+	ps, err := reg.Apply([]pools.Options{traffic, cls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps[0].Replicas()[0].Endpoint != ps[1].Replicas()[0].Endpoint || len(reg.Endpoints()) != 1 {
+		t.Fatal("the same URL in two pools made two endpoints")
+	}
+	ctx := context.Background()
+	a, _ := ps[0].Acquire(ctx, &pools.Request{}, nil)
+	b, _ := ps[1].Acquire(ctx, &pools.Request{}, nil)
+	if n := a.Inflight(); n != 2 {
+		t.Fatalf("in flight %d, want 2 over both pools", n)
+	}
+	ch := acquireAsync(ctx, ps[1], nil)
+	eventually(t, "the classifier request to wait", func() bool { return ps[1].Waiters() == 1 })
+	ps[0].Release(a)
+	got := receive(t, ch)
+	if got.err != nil || got.r.Name != "c0" {
+		t.Fatalf("got %v, %v", got.r, got.err)
+	}
+	ps[1].Release(got.r)
+	ps[1].Release(b)
+}
+
+// TestWaiterSurvivesReload reproduces the lost wake-up: a request queued on
+// a pool built by one generation must get the slot that a request of the
+// same replica releases after a reload rebuilt the pool. Before the
+// registry, it waited out the whole queue timeout (503 after 5 s).
+func TestWaiterSurvivesReload(t *testing.T) {
+	reg := pools.NewRegistry(pools.RegistryOptions{})
+	t.Cleanup(reg.Close)
+	o := withDefaults(pools.Options{Name: "qwen", Balance: "least_outstanding", MaxInflight: 1, QueueTimeout: time.Minute,
+		Replicas: []pools.ReplicaSpec{{Name: "q0", URL: &url.URL{Scheme: "http", Host: "127.0.0.1:9"}}}})
+	gen1, err := reg.Apply([]pools.Options{o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, _ := gen1[0].Acquire(ctx, &pools.Request{}, nil)
+	o.QueueTimeout = 2 * time.Minute // a reload that changes only a pool setting
+	gen2, err := reg.Apply([]pools.Options{o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := acquireAsync(ctx, gen2[0], nil)
+	eventually(t, "B to queue", func() bool { return gen2[0].Waiters() == 1 })
+	start := time.Now()
+	gen1[0].Release(a) // A finishes on the old generation's pool
+	b := receive(t, ch)
+	if b.err != nil {
+		t.Fatalf("B: %v", b.err)
+	}
+	if el := time.Since(start); el > 30*time.Second {
+		t.Errorf("B waited %s after A ended", el)
+	}
+	gen2[0].Release(b.r)
+}
+
+// TestRemovedEndpointClosesConnections: after a reload removes a replica,
+// its requests in flight finish, then its idle connections are closed and
+// its loops stop.
+func TestRemovedEndpointClosesConnections(t *testing.T) {
+	var open, requests atomic.Int64
+	sim := vllmsim.New(vllmsim.Profile{Model: "m"})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		sim.ServeHTTP(w, r)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	u := mustURL(t, srv.URL)
+	other := &url.URL{Scheme: "http", Host: "127.0.0.1:9"}
+
+	reg := pools.NewRegistry(pools.RegistryOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	t.Cleanup(reg.Close)
+	o := withDefaults(pools.Options{Name: "p", Balance: "round_robin", Replicas: []pools.ReplicaSpec{{Name: "a", URL: u}},
+		Health: pools.HealthOptions{Interval: 10 * time.Millisecond}})
+	ps, err := reg.Apply([]pools.Options{o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Start(ctx)
+	p := ps[0]
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := p.Acquire(ctx, &pools.Request{}, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer p.Release(r)
+			if err := complete(ctx, p, r, chatBody); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	eventually(t, "connections to be open", func() bool { return open.Load() > 0 })
+	ep := p.Replicas()[0].Endpoint
+
+	o.Replicas = []pools.ReplicaSpec{{Name: "b", URL: other}}
+	o.Health.Disabled = true
+	if _, err := reg.Apply([]pools.Options{o}); err != nil {
+		t.Fatal(err)
+	}
+	if !ep.Retired() || ep.Available(time.Now()) {
+		t.Error("the removed endpoint still takes requests")
+	}
+	eventually(t, "the removed endpoint's connections to close", func() bool { return open.Load() == 0 })
+	// No probe reaches it any more.
+	before := requests.Load()
+	time.Sleep(50 * time.Millisecond)
+	if after := requests.Load(); after != before {
+		t.Errorf("%d requests reached the removed endpoint after removal", after-before)
+	}
+}

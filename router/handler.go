@@ -1,0 +1,213 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/switchyard/switchyard/policy"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Response headers set on every proxied response (CONTRACT §2).
+const (
+	headerRoute   = "X-Switchyard-Route"
+	headerPool    = "X-Switchyard-Pool"
+	headerReplica = "X-Switchyard-Replica"
+	headerClass   = "X-Switchyard-Class"
+	headerReqID   = "X-Request-Id"
+)
+
+// exchange is the state of one client request, for headers, metrics, the
+// access log and the span.
+type exchange struct {
+	start    time.Time
+	id       string
+	ep       endpoint
+	snap     *Snapshot
+	info     *reqInfo
+	body     []byte
+	key      *apiKey
+	decision policy.Decision
+	class    string
+	route    string
+	pool     string
+	replica  string
+	status   int
+	retries  int
+	fallback string
+	ttft     time.Duration
+	prompt   int64
+	complete int64
+	errMsg   string
+	span     trace.Span
+}
+
+func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) { g.serve(w, r, chatEndpoint) }
+func (g *Gateway) completions(w http.ResponseWriter, r *http.Request) {
+	g.serve(w, r, completionsEndpoint)
+}
+
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
+	x := &exchange{start: time.Now(), ep: ep, snap: g.snap.Load()}
+	x.id = r.Header.Get(headerReqID)
+	if x.id == "" || len(x.id) > 128 {
+		x.id = g.newRequestID()
+	}
+	w.Header().Set(headerReqID, x.id)
+	ctx := r.Context()
+	if g.tracing {
+		ctx = g.prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	}
+	ctx, x.span = g.startSpan(ctx, "switchyard.request", trace.WithSpanKind(trace.SpanKindServer))
+	defer g.finish(x)
+
+	if err := g.prepare(ctx, w, r, x); err != nil {
+		g.fail(w, x, err, "")
+		return
+	}
+	g.proxy(ctx, w, r, x)
+}
+
+// prepare authenticates, reads and checks the request, and decides its route.
+func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange) error {
+	s := x.snap
+	key, err := s.authenticate(r)
+	if err != nil {
+		return err
+	}
+	x.key = key
+	body, err := readBody(r, int64(s.Config.Server.MaxBodyBytes))
+	if err != nil {
+		return err
+	}
+	x.body = body
+	info, err := parseRequest(body, x.ep)
+	if err != nil {
+		return err
+	}
+	x.info = info
+	if key != nil && key.limiter != nil && !key.limiter.Allow() {
+		return fmt.Errorf("%w: API key %q is over its rate of %g requests/s", errRateLimited, key.name, key.rate.RPS)
+	}
+	tgt, ok := s.models[info.Model]
+	if !ok {
+		return fmt.Errorf("%w: the model `%s` does not exist (see GET /v1/models)", errModelNotFound, info.Model)
+	}
+	if !key.allows(info.Model) {
+		return fmt.Errorf("%w: API key %q may not use model %q", errForbidden, key.name, info.Model)
+	}
+	if !tgt.policy {
+		x.decision = policy.Decision{Route: "direct", Pools: []string{tgt.pool.Name}}
+	} else {
+		x.decision = g.decide(ctx, r, x, false)
+	}
+	x.route = x.decision.Route
+	if x.decision.Classified {
+		x.class = x.decision.Class
+		w.Header().Set(headerClass, x.class)
+	}
+	w.Header().Set(headerRoute, x.route)
+	return nil
+}
+
+// statusClientClosed marks a request whose client went away (nginx's 499).
+const statusClientClosed = 499
+
+// fail writes err as the client's answer, with whatever route headers are
+// known.
+func (g *Gateway) fail(w http.ResponseWriter, x *exchange, err error, detail string) {
+	ae := toAPIError(err, detail)
+	var uf *upstreamFailure
+	if errors.As(err, &uf) {
+		if uf.status == http.StatusTooManyRequests {
+			ae = toAPIError(fmt.Errorf("%w: %s", errUpstream429, uf.msg), "")
+		} else {
+			ae = toAPIError(fmt.Errorf("%w: replica answered %d: %s", errUpstream, uf.status, uf.msg), "")
+		}
+	}
+	x.status = ae.Status
+	x.errMsg = ae.Message
+	x.span.SetStatus(codes.Error, ae.Message)
+	g.setRouteHeaders(w.Header(), x)
+	writeError(w, ae)
+}
+
+// finish records metrics, the access log line and the span's attributes.
+func (g *Gateway) finish(x *exchange) {
+	elapsed := time.Since(x.start)
+	route, pool, class := orNone(x.route), orNone(x.pool), orNone(x.class)
+	if x.status == 0 {
+		x.status = http.StatusOK
+	}
+	g.metrics.requests.WithLabelValues(route, pool, class, statusLabel(x.status)).Inc()
+	if x.pool != "" {
+		g.metrics.duration.WithLabelValues(x.pool).Observe(elapsed.Seconds())
+	}
+	if x.span.IsRecording() {
+		x.span.SetAttributes(
+			attribute.String("switchyard.route", x.route), attribute.String("switchyard.pool", x.pool),
+			attribute.String("switchyard.replica", x.replica), attribute.String("switchyard.class", x.class),
+			attribute.Int("http.response.status_code", x.status),
+		)
+		if x.info != nil {
+			x.span.SetAttributes(attribute.String("gen_ai.request.model", x.info.Model))
+		}
+	}
+	x.span.End()
+	if !g.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("request_id", x.id), slog.String("route", x.route), slog.String("pool", x.pool),
+		slog.String("replica", x.replica), slog.String("class", x.class), slog.Int("status", x.status),
+		slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+		slog.Int("retries", x.retries), slog.String("fallback", x.fallback),
+	}
+	if x.info != nil {
+		attrs = append(attrs, slog.Bool("stream", x.info.Stream))
+	}
+	if x.ttft > 0 {
+		attrs = append(attrs, slog.Float64("ttft_ms", float64(x.ttft.Microseconds())/1000))
+	}
+	if x.prompt+x.complete > 0 {
+		attrs = append(attrs, slog.Int64("prompt_tokens", x.prompt), slog.Int64("completion_tokens", x.complete))
+	}
+	if x.errMsg != "" {
+		attrs = append(attrs, slog.String("error", x.errMsg))
+	}
+	if x.snap != nil && x.snap.Config.Server.LogBodies && x.body != nil {
+		attrs = append(attrs, slog.String("request_body", string(x.body)))
+	}
+	g.log.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
+}
+
+// statusLabels caches the code label of every HTTP status.
+var statusLabels = func() []string {
+	out := make([]string, 600)
+	for i := range out {
+		out[i] = strconv.Itoa(i)
+	}
+	return out
+}()
+
+func statusLabel(code int) string {
+	if code >= 0 && code < len(statusLabels) {
+		return statusLabels[code]
+	}
+	return strconv.Itoa(code)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}

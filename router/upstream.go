@@ -1,0 +1,572 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/switchyard/switchyard/pools"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// proxy sends the request to the decided pools in order until one answers.
+func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange) {
+	s := x.snap
+	chain := x.decision.Pools
+	if sp := x.decision.Spill; sp != nil {
+		if ps := s.pools[chain[0]]; ps != nil && ps.Saturated(sp.WhenQueueOver) {
+			g.metrics.fallbacks.WithLabelValues(chain[0], sp.To, "spill").Inc()
+			x.fallback = "spill"
+			spilled := []string{sp.To}
+			for _, p := range chain {
+				if p != sp.To {
+					spilled = append(spilled, p)
+				}
+			}
+			chain = spilled
+		}
+	}
+	g.metrics.inflight.WithLabelValues(x.route).Inc()
+	defer g.metrics.inflight.WithLabelValues(x.route).Dec()
+	var lastErr error
+	for i, name := range chain {
+		ps := s.pools[name]
+		if ps == nil {
+			// Cannot happen with a validated config and the policy's
+			// session check; never dereference a missing pool.
+			lastErr = fmt.Errorf("%w: pool %q is not configured", errNoReplica, name)
+			continue
+		}
+		if i > 0 {
+			reason := "no_replica"
+			if !errors.Is(lastErr, errNoReplica) {
+				reason = "upstream_error"
+			}
+			g.metrics.fallbacks.WithLabelValues(chain[i-1], name, reason).Inc()
+			if x.fallback == "" {
+				x.fallback = reason
+			}
+		}
+		done, err := g.tryPool(ctx, w, r, x, ps)
+		if done {
+			return
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			x.status = statusClientClosed
+			return
+		}
+		// A timeout or an over-size answer is the request's own result,
+		// not a pool's failure: a fallback pool would be asked to do the
+		// same slow or huge work again. Both end the chain.
+		if isTerminal(err) {
+			break
+		}
+	}
+	g.fail(w, x, lastErr, "")
+}
+
+// isTerminal reports a failure that no other replica or pool is asked to
+// repeat: a timeout (504) or an answer over the size limit.
+func isTerminal(err error) bool {
+	return isTimeout(err) || errors.Is(err, errAnswerTooLarge)
+}
+
+// errAnswerTooLarge: a non-stream answer exceeded maxResponseBytes.
+var errAnswerTooLarge = errors.New("answer over the size limit")
+
+// upstreamFailure is a replica answer that will not be passed to the
+// client as is (429, 5xx, or a sign the replica is misconfigured), kept to
+// explain the final error.
+type upstreamFailure struct {
+	status int
+	msg    string
+}
+
+func (u *upstreamFailure) Error() string {
+	return fmt.Sprintf("replica answered %d: %s", u.status, u.msg)
+}
+
+// result is the outcome of one upstream attempt, as the executor needs it.
+type result struct {
+	// done: the exchange is over (an answer reached the client, or the
+	// client went away); nothing is retried.
+	done bool
+	// retry: nothing reached the client and another replica may take the
+	// request (only with !done).
+	retry bool
+	// abort: a stream broke after its headers were sent; the handler
+	// aborts the client connection once the replica is released.
+	abort bool
+	// outcome and detail feed passive health; reason labels the retry
+	// metric if this attempt is retried.
+	outcome pools.Outcome
+	detail  string
+	reason  string
+	err     error
+}
+
+// execution is one request to be placed on a pool by execute.
+type execution struct {
+	ps       *poolState
+	req      *pools.Request
+	attempts int
+	// send makes one attempt on rep, which the executor has counted in
+	// flight and releases when send returns: send must have closed the
+	// response body by then.
+	send func(ctx context.Context, rep *pools.Replica) result
+	// acquired, when set, is told each replica chosen, before send.
+	acquired func(rep *pools.Replica)
+	// retries counts the retries actually sent.
+	retries int
+}
+
+// execute is the one upstream executor, for client requests and classifier
+// calls alike: acquire a replica, send, record the outcome for passive
+// health, release, and retry per the rule below.
+//
+// Retry rule (STYLE §10): an attempt is retried only while nothing has
+// reached the client (send says so with retry), on a replica not yet
+// tried, bounded by ex.attempts and the request's context. A 429 or 5xx
+// answer is never retried on the replica that gave it; a failure to get
+// any answer (a keep-alive connection a restarted replica had closed) may
+// be retried on the same replica when no other can take it. A retry is
+// counted, and its backoff slept, only when some replica can take it.
+func (g *Gateway) execute(ctx context.Context, ex *execution) result {
+	ps := ex.ps
+	var tried []*pools.Replica
+	exclude := func(r *pools.Replica) bool { return slices.Contains(tried, r) }
+	var last result
+	for a := 0; a < ex.attempts; a++ {
+		same := false
+		if a > 0 {
+			if !ps.CanTake(exclude) {
+				if last.outcome != pools.ConnectFailure || !ps.CanTake(nil) {
+					break
+				}
+				same = true
+			}
+			if err := backoff(ctx, a, g.rand); err != nil {
+				return result{err: err}
+			}
+		}
+		waitStart := time.Now()
+		var rep *pools.Replica
+		var err error
+		if same {
+			rep, err = ps.Acquire(ctx, ex.req, nil)
+		} else {
+			rep, err = ps.Acquire(ctx, ex.req, exclude)
+		}
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return result{err: ctx.Err()}
+			case a > 0:
+				return last
+			case errors.Is(err, pools.ErrSaturated):
+				return result{err: fmt.Errorf("%w: pool %q: every replica is at max_inflight %d", errNoReplica, ps.Name, ps.MaxInflight())}
+			}
+			return result{err: fmt.Errorf("%w: pool %q has no healthy replica", errNoReplica, ps.Name)}
+		}
+		g.metrics.queueWait.WithLabelValues(ps.Name).Observe(time.Since(waitStart).Seconds())
+		if a > 0 {
+			ex.retries++
+			g.metrics.retries.WithLabelValues(ps.Name, last.reason).Inc()
+		}
+		tried = append(tried, rep)
+		if ex.acquired != nil {
+			ex.acquired(rep)
+		}
+		res := ex.send(ctx, rep)
+		ps.Observe(rep, res.outcome, res.detail)
+		ps.Release(rep)
+		if res.done || !res.retry || ctx.Err() != nil {
+			return res
+		}
+		last = res
+	}
+	return last
+}
+
+// judgeStatus classifies a replica's answer status: what it says about the
+// replica, and whether another replica may be asked instead.
+func judgeStatus(status int) (o pools.Outcome, retry bool, reason string) {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return pools.Neutral, true, "status_429"
+	case status >= 500:
+		return pools.Status5xx, true, "status_5xx"
+	case status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusNotFound:
+		// The client's credentials are never forwarded and the model
+		// was rewritten to the pool's: the pool's key is wrong, or the
+		// server does not serve the pool's model.
+		return pools.Misconfigured, true, "misconfigured"
+	}
+	return pools.Success, false, ""
+}
+
+// judgeError classifies a failure to get an answer from rep: the client
+// going away, a timeout (never retried), or a connection failure.
+func judgeError(ctx context.Context, ps *poolState, rep *pools.Replica, err error, what string) result {
+	if ctx.Err() != nil {
+		return result{done: true, outcome: pools.Neutral, err: ctx.Err()}
+	}
+	ue := &upstreamError{pool: ps.Name, replica: rep.Name, err: err}
+	if what != "" {
+		ue.err = fmt.Errorf("%s: %w", what, err)
+	}
+	if isTimeout(err) {
+		// Not replayed: the request may be slow rather than lost, and a
+		// replay doubles the load. Answers 504.
+		return result{outcome: pools.Timeout, detail: ue.err.Error(), err: ue}
+	}
+	return result{retry: true, outcome: pools.ConnectFailure, detail: ue.err.Error(), reason: "connect", err: ue}
+}
+
+// headerTimeout is the error of a request whose replica sent no response
+// headers within the pool's response_header_timeout. It is a net.Error
+// with Timeout() true, so it maps to 504 and is never retried.
+type headerTimeout struct{ d time.Duration }
+
+func (h *headerTimeout) Error() string {
+	return "no response headers within " + h.d.String() + " (response_header_timeout)"
+}
+func (h *headerTimeout) Timeout() bool   { return true }
+func (h *headerTimeout) Temporary() bool { return false }
+
+// roundTrip sends req (whose context must be ctx) through rep's client,
+// bounding the wait for response headers by the pool's
+// response_header_timeout. The timeout is enforced here rather than in the
+// transport because one server may be listed in pools with different
+// timeouts. cancel must be called once the response body is closed.
+func roundTrip(ctx context.Context, ps *poolState, rep *pools.Replica, build func(ctx context.Context) (*http.Request, error)) (resp *http.Response, cancel context.CancelFunc, err error) {
+	d := ps.cfg.ResponseHeaderTimeout.Std()
+	cctx, cancelCause := context.WithCancelCause(ctx)
+	cancel = func() { cancelCause(nil) }
+	timer := time.AfterFunc(d, func() { cancelCause(&headerTimeout{d}) })
+	req, err := build(cctx)
+	if err != nil {
+		timer.Stop()
+		return nil, cancel, err
+	}
+	resp, err = rep.Client().Do(req)
+	if !timer.Stop() || err != nil {
+		var ht *headerTimeout
+		if errors.As(context.Cause(cctx), &ht) {
+			if resp != nil {
+				resp.Body.Close()
+			}
+			return nil, cancel, ht
+		}
+	}
+	return resp, cancel, err
+}
+
+// tryPool places the request on ps through the executor. It returns done
+// once a response has been committed to the client.
+func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, ps *poolState) (bool, error) {
+	body := x.body
+	if x.info.Model != ps.Model {
+		var err error
+		if body, err = sjson.SetBytes(body, "model", ps.Model); err != nil {
+			return false, badRequest("model", "could not rewrite model: "+err.Error())
+		}
+	}
+	injected := false
+	if x.info.Stream && !x.info.IncludeUsage {
+		// Ask for usage so token accounting is complete; the extra usage
+		// chunk is removed from what the client receives.
+		if b, err := sjson.SetBytes(body, "stream_options.include_usage", true); err == nil {
+			body, injected = b, true
+		}
+	}
+	preq := &pools.Request{}
+	if ps.Balance() == "affinity" {
+		preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
+	}
+	// Until a replica is chosen, an error names this pool and no replica.
+	x.pool, x.replica = ps.Name, ""
+	ex := &execution{ps: ps, req: preq, attempts: 1 + *ps.cfg.Retries,
+		acquired: func(rep *pools.Replica) { x.replica = rep.Name },
+		send: func(ctx context.Context, rep *pools.Replica) result {
+			return g.attempt(ctx, w, r, x, ps, rep, body, injected)
+		}}
+	res := g.execute(ctx, ex)
+	x.retries += ex.retries
+	if res.abort {
+		// Headers are sent: abort rather than fake a success (STYLE §11).
+		// The replica is released; deferred metrics and the access log
+		// still run.
+		panic(http.ErrAbortHandler)
+	}
+	if res.done {
+		return true, nil
+	}
+	return false, res.err
+}
+
+// backoff waits a jittered, growing delay before retry number a (≥1),
+// returning early with the context's error.
+func backoff(ctx context.Context, a int, rnd func() uint64) error {
+	base := 10 * time.Millisecond << min(a-1, 4)
+	d := base/2 + time.Duration(rnd()%uint64(base))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// attempt sends one client request to rep and, if the replica answers
+// acceptably, passes the answer to the client.
+func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, ps *poolState, rep *pools.Replica, body []byte, injected bool) result {
+	ctx, span := g.startSpan(ctx, "switchyard.upstream", trace.WithSpanKind(trace.SpanKindClient))
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("switchyard.pool", ps.Name), attribute.String("switchyard.replica", rep.Name),
+			attribute.String("gen_ai.request.model", ps.Model), attribute.String("gen_ai.system", "vllm"))
+	}
+	resp, cancel, err := roundTrip(ctx, ps, rep, func(ctx context.Context) (*http.Request, error) {
+		out, err := http.NewRequestWithContext(ctx, http.MethodPost, rep.URL().String()+x.ep.path(), bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		copyRequestHeaders(out.Header, r.Header)
+		out.Header[headerReqID] = []string{x.id}
+		out.Header["Content-Type"] = jsonContentType
+		if k := ps.cfg.APIKey; k != "" {
+			out.Header.Set("Authorization", "Bearer "+string(k))
+		}
+		if g.tracing {
+			g.prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
+		}
+		return out, nil
+	})
+	defer cancel()
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		return judgeError(ctx, ps, rep, err, "")
+	}
+	defer resp.Body.Close()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	}
+	if o, retry, reason := judgeStatus(resp.StatusCode); retry {
+		msg := readErrorMessage(resp.Body)
+		span.SetStatus(codes.Error, fmt.Sprintf("status %d", resp.StatusCode))
+		return result{retry: true, outcome: o, reason: reason, detail: fmt.Sprintf("status %d: %s", resp.StatusCode, msg),
+			err: &upstreamFailure{status: resp.StatusCode, msg: msg}}
+	}
+	isStream := resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	if !isStream {
+		buf := getBuffer()
+		defer putBuffer(buf)
+		if n, err := buf.ReadFrom(io.LimitReader(resp.Body, maxResponseBytes+1)); err == nil && n > maxResponseBytes {
+			// Terminal: the answer is the request's, not the replica's
+			// fault; neither retried nor counted against the replica.
+			return result{outcome: pools.Neutral, err: &upstreamError{pool: ps.Name, replica: rep.Name,
+				err: fmt.Errorf("%w: non-stream answer larger than %d bytes", errAnswerTooLarge, maxResponseBytes)}}
+		} else if err != nil {
+			// Nothing has reached the client yet: safe to retry.
+			return judgeError(ctx, ps, rep, err, "reading body")
+		}
+		g.writeHeaders(w, x, resp, int64(buf.Len()))
+		w.WriteHeader(resp.StatusCode)
+		x.status = resp.StatusCode
+		_, _ = w.Write(buf.Bytes())
+		if resp.StatusCode == http.StatusOK {
+			g.usage(x, ps, buf.Bytes(), span)
+		}
+		return result{done: true, outcome: pools.Success}
+	}
+	g.writeHeaders(w, x, resp, -1)
+	w.WriteHeader(resp.StatusCode)
+	x.status = resp.StatusCode
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	if err := g.pumpStream(ctx, w, rc, x, ps, resp.Body, injected, span); err != nil {
+		if ctx.Err() != nil || errors.Is(err, errClientGone) {
+			// The client went away; the upstream request is cancelled with
+			// its context (vLLM then frees the KV cache).
+			x.status = statusClientClosed
+			return result{done: true, outcome: pools.Neutral}
+		}
+		x.errMsg = err.Error()
+		x.status = http.StatusBadGateway // counted as failed although 200 was sent
+		span.SetStatus(codes.Error, err.Error())
+		g.log.Warn("stream cut by replica; ended the client stream with an error event", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
+		return result{done: true, abort: true, outcome: pools.Status5xx, detail: "stream: " + err.Error()}
+	}
+	return result{done: true, outcome: pools.Success}
+}
+
+// upstreamError is a failure to reach a replica or read its answer; it
+// keeps the cause (a timeout maps to 504) and reads as errUpstream.
+type upstreamError struct {
+	pool, replica string
+	err           error
+}
+
+func (e *upstreamError) Error() string {
+	return fmt.Sprintf("%v: pool %q replica %q: %s", errUpstream, e.pool, e.replica, trimURLError(e.err))
+}
+
+func (e *upstreamError) Unwrap() []error { return []error{errUpstream, e.err} }
+
+func trimURLError(err error) string {
+	s := err.Error()
+	if i := strings.LastIndex(s, ": "); i >= 0 && strings.HasPrefix(s, "Post ") {
+		return s[i+2:]
+	}
+	return s
+}
+
+// readErrorMessage reads a replica's error body (bounded) for the message.
+func readErrorMessage(body io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(body, 16<<10))
+	if m := gjson.GetBytes(b, "error.message"); m.Exists() {
+		return m.String()
+	}
+	if m := gjson.GetBytes(b, "message"); m.Exists() {
+		return m.String()
+	}
+	s := strings.TrimSpace(string(b))
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
+
+var jsonContentType = []string{"application/json"}
+
+// maxResponseBytes bounds a non-stream answer held in memory before it is
+// passed on (streams are never held).
+var maxResponseBytes int64 = 64 << 20
+
+// hopHeaders are connection-specific (RFC 9110 §7.6.1) and never forwarded.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+func isHop(k string) bool {
+	for _, h := range hopHeaders {
+		if k == h {
+			return true
+		}
+	}
+	return false
+}
+
+// copyRequestHeaders forwards the client's headers except hop-by-hop ones,
+// the client's credentials for Switchyard, and those the transport sets.
+func copyRequestHeaders(dst, src http.Header) {
+	for k, vv := range src {
+		switch k {
+		case "Authorization", "Content-Length", "Host", "Accept-Encoding", headerReqID:
+			continue
+		}
+		if isHop(k) {
+			continue
+		}
+		dst[k] = vv
+	}
+	// Headers named in Connection are hop-by-hop too.
+	for _, f := range src["Connection"] {
+		for _, name := range strings.Split(f, ",") {
+			dst.Del(strings.TrimSpace(name))
+		}
+	}
+}
+
+// writeHeaders copies the replica's response headers and adds Switchyard's.
+// length < 0 means streamed (no Content-Length).
+func (g *Gateway) writeHeaders(w http.ResponseWriter, x *exchange, resp *http.Response, length int64) {
+	h := w.Header()
+	for k, vv := range resp.Header {
+		if isHop(k) || k == "Content-Length" || k == headerReqID {
+			continue
+		}
+		h[k] = vv
+	}
+	if length >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(length, 10))
+	}
+	g.setRouteHeaders(h, x)
+}
+
+// setRouteHeaders sets the X-Switchyard-* headers and X-Request-Id. The
+// header names are already canonical; the values share one backing array so
+// this costs one allocation rather than one per header.
+func (g *Gateway) setRouteHeaders(h http.Header, x *exchange) {
+	vals := [5]string{x.id, x.route, x.pool, x.replica, x.class}
+	backing := vals[:]
+	set := func(k string, i int) {
+		if vals[i] != "" {
+			h[k] = backing[i : i+1 : i+1]
+		}
+	}
+	set(headerReqID, 0)
+	set(headerRoute, 1)
+	set(headerPool, 2)
+	set(headerReplica, 3)
+	set(headerClass, 4)
+}
+
+// usage records the token counts of a non-stream response.
+func (g *Gateway) usage(x *exchange, ps *poolState, data []byte, span trace.Span) {
+	if p, c, ok := readUsage(data); ok {
+		g.recordUsage(x, ps, p, c, gjson.GetBytes(data, "model").String(), span)
+	}
+}
+
+// readUsage reads the usage object of a response or chunk.
+func readUsage(data []byte) (prompt, completion int64, ok bool) {
+	u := gjson.GetBytes(data, "usage")
+	if !u.IsObject() {
+		return 0, 0, false
+	}
+	return u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int(), true
+}
+
+// recordUsage counts one request's tokens, once.
+func (g *Gateway) recordUsage(x *exchange, ps *poolState, p, c int64, model string, span trace.Span) {
+	x.prompt, x.complete = p, c
+	g.metrics.tokens.WithLabelValues(ps.Name, "prompt").Add(float64(p))
+	g.metrics.tokens.WithLabelValues(ps.Name, "completion").Add(float64(c))
+	if span.IsRecording() {
+		if model != "" {
+			span.SetAttributes(attribute.String("gen_ai.response.model", model))
+		}
+		span.SetAttributes(attribute.Int64("gen_ai.usage.input_tokens", p), attribute.Int64("gen_ai.usage.output_tokens", c))
+	}
+}
+
+var bufferPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func getBuffer() *bytes.Buffer { return bufferPool.Get().(*bytes.Buffer) }
+
+func putBuffer(b *bytes.Buffer) {
+	if b.Cap() > 1<<20 {
+		return // let unusually large buffers go
+	}
+	b.Reset()
+	bufferPool.Put(b)
+}
