@@ -72,7 +72,7 @@ type Endpoint struct {
 	cons5xx, consConnect int
 	// ejectStreak is how many ejections in a row the endpoint has had; it
 	// multiplies the base ejection time.
-	ejectStreak int
+	ejectStreak  int
 	lastEjectEnd time.Time
 	lastErr      string
 	why          string

@@ -76,11 +76,15 @@ func counterSeries(t *testing.T, gw *gateway, name string) map[string]float64 {
 }
 
 type adminReplica struct {
-	Name      string `json:"name"`
-	Healthy   bool   `json:"healthy"`
-	Ejected   bool   `json:"ejected"`
-	Ejections int64  `json:"ejections"`
-	LastError string `json:"last_error"`
+	Name          string `json:"name"`
+	Healthy       bool   `json:"healthy"`
+	Ejected       bool   `json:"ejected"`
+	Misconfigured bool   `json:"misconfigured"`
+	Why           string `json:"why"`
+	Inflight      int64  `json:"inflight"`
+	Waiting       int64  `json:"waiting"`
+	Ejections     int64  `json:"ejections"`
+	LastError     string `json:"last_error"`
 }
 
 // adminReplicaView reads one replica from GET /admin/pools.

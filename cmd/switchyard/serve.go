@@ -138,6 +138,9 @@ func (s *Server) Run(ctx context.Context, ready func(api, admin net.Addr)) error
 	}
 	grace := s.Gateway.Snapshot().Config.Server.ShutdownGrace.Std()
 	s.Log.Info("shutting down; draining in-flight requests", "grace", grace.String())
+	// /readyz answers 503 from now on. The admin listener (metrics, and
+	// /readyz) stays up until the client API has drained.
+	s.Gateway.Drain()
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	err = api.Shutdown(sctx)

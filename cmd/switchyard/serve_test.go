@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -50,7 +51,23 @@ func getBody(url string) string {
 // TestServe runs the real serve command: file-change and SIGHUP reloads,
 // and a shutdown that drains a stream in flight.
 func TestServe(t *testing.T) {
-	slow := httptest.NewServer(vllmsim.New(vllmsim.Profile{Model: "big", DecodeTPS: 40, DefaultMaxTokens: 20}))
+	// The big pool's replica holds its stream open until the test lets go,
+	// so the stream is surely in flight when shutdown begins.
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	defer letGo()
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n")
+		http.NewResponseController(w).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}))
 	defer slow.Close()
 	fast := httptest.NewServer(vllmsim.New(vllmsim.Profile{Model: "small", DefaultMaxTokens: 2}))
 	defer fast.Close()
@@ -106,6 +123,18 @@ routes:
 	poll(t, "the SIGHUP reload", func() bool { return strings.Contains(getBody("http://"+admin+"/admin/config"), "# generation 3") })
 
 	stop() // as SIGTERM does
+	// While the stream drains, /readyz (on the admin listener, which stays
+	// up until the client API has drained) says so.
+	poll(t, "/readyz to report draining", func() bool {
+		r, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return r.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(b), "draining")
+	})
+	letGo()
 	rest, err := io.ReadAll(resp.Body)
 	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
 		t.Errorf("stream in flight at shutdown did not complete: %v %q", err, rest)

@@ -1,0 +1,447 @@
+package router_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/vllmsim"
+)
+
+// gate is an upstream whose chat answers wait until released, so a test
+// controls exactly when a request finishes.
+type gate struct {
+	Srv     *httptest.Server
+	release chan struct{}
+	once    sync.Once
+	hits    atomic.Int64
+}
+
+func startGate(t *testing.T, model string) *gate {
+	t.Helper()
+	g := &gate{release: make(chan struct{})}
+	sim := vllmsim.New(fast(model))
+	g.Srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			g.hits.Add(1)
+			select {
+			case <-g.release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(g.Srv.Close)
+	t.Cleanup(g.open)
+	return g
+}
+
+func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
+
+// accessLogs returns the gateway's access log lines decoded.
+func accessLogs(t *testing.T, gw *gateway) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(gw.Logs.String(), "\n") {
+		if !strings.Contains(line, `"msg":"request"`) {
+			continue
+		}
+		m := map[string]any{}
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestWaiterSurvivesReloadEndToEnd reproduces the lost wake-up: pool with
+// max_inflight 1, request A in flight, a reload that changes only retries,
+// request B queued. When A finishes B must get the slot; before the
+// endpoint registry it waited out the whole queue timeout and got 503.
+func TestWaiterSurvivesReloadEndToEnd(t *testing.T) {
+	up := startGate(t, "m")
+	const tmpl = `
+version: 1
+pools:
+  p:
+    model: m
+    max_inflight: 1
+    queue_timeout: 1m
+    retries: %d
+    health: {disabled: true}
+    replicas: [{name: r, url: "{{up}}"}]
+routes:
+  - name: default
+    to: p
+`
+	gw := startGateway(t, loadConfig(t, fmt.Sprintf(tmpl, 2), map[string]string{"up": up.Srv.URL}, nil))
+	url := gw.API.URL + "/v1/chat/completions"
+	a := make(chan int, 1)
+	go func() { resp, _ := post(t, url, chatBody("A", ""), nil); a <- resp.StatusCode }()
+	eventually(t, 5*time.Second, "A to reach the replica", func() bool { return up.hits.Load() == 1 })
+	if _, err := gw.G.Apply(loadConfig(t, fmt.Sprintf(tmpl, 1), map[string]string{"up": up.Srv.URL}, nil)); err != nil {
+		t.Fatal(err)
+	}
+	b := make(chan int, 1)
+	go func() { resp, _ := post(t, url, chatBody("B", ""), nil); b <- resp.StatusCode }()
+	eventually(t, 5*time.Second, "B to queue", func() bool { return adminReplicaView(t, gw, "p", "r").Waiting == 1 })
+	up.open() // A finishes
+	for name, ch := range map[string]chan int{"A": a, "B": b} {
+		select {
+		case code := <-ch:
+			if code != 200 {
+				t.Errorf("%s: status %d", name, code)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s did not finish (a lost wake-up waits out the 1m queue timeout)", name)
+		}
+	}
+}
+
+// TestHonestRetryCount: a single-replica pool whose replica answers 500 is
+// asked once; no retry is logged or counted, as none was sent. With two
+// replicas, the one real retry is counted once.
+func TestHonestRetryCount(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		replicas int
+		retries  float64
+	}{{"one replica", 1, 0}, {"two replicas", 2, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var reps []*replica
+			urls := map[string]string{}
+			list := ""
+			for i := range tc.replicas {
+				r := startReplica(t, fast("m"))
+				r.Sim.SetFaults(vllmsim.Faults{FailPercent: 100, FailStatus: 500})
+				reps = append(reps, r)
+				urls[fmt.Sprint("r", i)] = r.Srv.URL
+				list += fmt.Sprintf("{name: r%d, url: \"{{r%d}}\"},", i, i)
+			}
+			gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p: {model: m, retries: 2, health: {disabled: true}, replicas: [`+list+`]}
+routes:
+  - name: default
+    to: p
+`, urls, nil))
+			resp, body := post(t, gw.API.URL+"/v1/chat/completions", chatBody("hi", ""), nil)
+			if resp.StatusCode != 502 {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			sent := 0
+			for _, r := range reps {
+				sent += r.count()
+			}
+			if sent != tc.replicas {
+				t.Errorf("%d upstream attempts, want %d (one per replica)", sent, tc.replicas)
+			}
+			if got := metricValue(t, gw, "switchyard_upstream_retries_total", map[string]string{"pool": "p", "reason": "status_5xx"}); got != tc.retries {
+				t.Errorf("retries metric %v, want %v", got, tc.retries)
+			}
+			logs := accessLogs(t, gw)
+			if len(logs) != 1 || logs[0]["retries"] != tc.retries {
+				t.Errorf("access log retries: %v, want %v", logs, tc.retries)
+			}
+		})
+	}
+}
+
+// TestOutlierEjection: one 5xx, and one request slower than
+// response_header_timeout, eject nobody; five 5xx in a row do; a bad
+// request retried over every replica ejects at most max_ejection_percent.
+func TestOutlierEjection(t *testing.T) {
+	reps := []*replica{startReplica(t, fast("m")), startReplica(t, fast("m")), startReplica(t, fast("m"))}
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p:
+    model: m
+    balance: round_robin
+    retries: 2
+    response_header_timeout: 200ms
+    health: {disabled: true}
+    outlier: {consecutive_5xx: 5, max_ejection_percent: 34}
+    replicas: [{name: a, url: "{{a}}"}, {name: b, url: "{{b}}"}, {name: c, url: "{{c}}"}]
+routes:
+  - name: default
+    to: p
+`, map[string]string{"a": reps[0].Srv.URL, "b": reps[1].Srv.URL, "c": reps[2].Srv.URL}, nil))
+	url := gw.API.URL + "/v1/chat/completions"
+	ejections := func() int64 {
+		var n int64
+		for _, name := range []string{"a", "b", "c"} {
+			n += adminReplicaView(t, gw, "p", name).Ejections
+		}
+		return n
+	}
+
+	// One 500 from a (retried on another replica: the client sees 200).
+	reps[0].Sim.SetFaults(vllmsim.Faults{FailPercent: 100})
+	for range 3 {
+		if resp, _ := post(t, url, chatBody("hi", ""), nil); resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	reps[0].Sim.SetFaults(vllmsim.Faults{})
+	if n := ejections(); n != 0 {
+		t.Fatalf("%d ejections after a single 5xx", n)
+	}
+
+	// One slow request: 504, not retried, not an ejection.
+	for _, r := range reps {
+		r.Sim.SetFaults(vllmsim.Faults{Stall: 2 * time.Second})
+	}
+	resp, body := post(t, url, chatBody("slow", ""), nil)
+	if resp.StatusCode != 504 {
+		t.Fatalf("slow request: %d %s", resp.StatusCode, body)
+	}
+	for _, r := range reps {
+		r.Sim.SetFaults(vllmsim.Faults{})
+	}
+	if n := ejections(); n != 0 {
+		t.Fatalf("%d ejections after one timeout", n)
+	}
+
+	// Every replica fails: each request is tried on all three, yet at
+	// most one of three (34%) is ejected.
+	for _, r := range reps {
+		r.Sim.SetFaults(vllmsim.Faults{FailPercent: 100})
+	}
+	for range 6 {
+		if resp, _ := post(t, url, chatBody("bad", ""), nil); resp.StatusCode != 502 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	if n := ejections(); n != 1 {
+		t.Errorf("%d ejections with every replica failing, want exactly 1 (5 in a row ejects; 34%% of 3 caps it at 1)", n)
+	}
+}
+
+// TestMisconfiguredReplica: a replica that does not serve the pool's model
+// answers 404; it is marked misconfigured (not a success), the request is
+// answered by another replica, and the probe's model check keeps it out
+// until /v1/models lists the model.
+func TestMisconfiguredReplica(t *testing.T) {
+	good := startReplica(t, fast("m"))
+	wrong := startReplica(t, fast("other-model"))
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p:
+    model: m
+    balance: round_robin
+    health: {interval: 20ms, timeout: 500ms, unhealthy_after: 1, healthy_after: 1}
+    replicas: [{name: good, url: "{{good}}"}, {name: wrong, url: "{{wrong}}"}]
+routes:
+  - name: default
+    to: p
+`, map[string]string{"good": good.Srv.URL, "wrong": wrong.Srv.URL}, nil))
+	for range 6 {
+		if resp, body := post(t, gw.API.URL+"/v1/chat/completions", chatBody("hi", ""), nil); resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+	}
+	v := adminReplicaView(t, gw, "p", "wrong")
+	if !v.Misconfigured || v.Healthy || !strings.Contains(v.Why, "404") {
+		t.Fatalf("wrong replica: %+v", v)
+	}
+	if wrong.count() != 1 {
+		t.Errorf("the misconfigured replica got %d requests, want 1 (then out of rotation)", wrong.count())
+	}
+	// Probes keep checking /v1/models: it stays out.
+	time.Sleep(100 * time.Millisecond)
+	if v := adminReplicaView(t, gw, "p", "wrong"); !v.Misconfigured || !strings.Contains(v.LastError, `does not list the model "m"`) {
+		t.Errorf("after probes: %+v", v)
+	}
+	if got := metricValue(t, gw, "switchyard_upstream_retries_total", map[string]string{"pool": "p", "reason": "misconfigured"}); got != 1 {
+		t.Errorf("misconfigured retries %v, want 1", got)
+	}
+}
+
+// TestCheckModelsProbe: with health.check_models, probes alone find a
+// replica serving another model, before any request reaches it; a reload
+// pointing the pool at the replica's model brings it back.
+func TestCheckModelsProbe(t *testing.T) {
+	wrong := startReplica(t, fast("other-model"))
+	const tmpl = `
+version: 1
+pools:
+  p:
+    model: %s
+    health: {interval: 20ms, timeout: 500ms, unhealthy_after: 1, healthy_after: 1, check_models: true}
+    replicas: [{name: r, url: "{{r}}"}]
+routes:
+  - name: default
+    to: p
+`
+	gw := startGateway(t, loadConfig(t, fmt.Sprintf(tmpl, "m"), map[string]string{"r": wrong.Srv.URL}, nil))
+	eventually(t, 5*time.Second, "the probe to mark the replica misconfigured", func() bool {
+		return adminReplicaView(t, gw, "p", "r").Misconfigured
+	})
+	if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", chatBody("hi", ""), nil); resp.StatusCode != 503 || wrong.count() != 0 {
+		t.Errorf("status %d, %d requests reached the replica", resp.StatusCode, wrong.count())
+	}
+	if _, err := gw.G.Apply(loadConfig(t, fmt.Sprintf(tmpl, "other-model"), map[string]string{"r": wrong.Srv.URL}, nil)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the replica to come back", func() bool {
+		v := adminReplicaView(t, gw, "p", "r")
+		return !v.Misconfigured && v.Healthy
+	})
+}
+
+// TestTimeoutIsTerminal: a header timeout on the first pool answers 504; it
+// is not replayed on the fallback pool (nor on another replica).
+func TestTimeoutIsTerminal(t *testing.T) {
+	slow := startReplica(t, fast("m"))
+	slow.Sim.SetFaults(vllmsim.Faults{Stall: 3 * time.Second})
+	slow2 := startReplica(t, fast("m"))
+	slow2.Sim.SetFaults(vllmsim.Faults{Stall: 3 * time.Second})
+	backup := startReplica(t, fast("b"))
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  first: {model: m, response_header_timeout: 100ms, health: {disabled: true}, replicas: [{name: s, url: "{{s}}"}, {name: s2, url: "{{s2}}"}]}
+  backup: {model: b, health: {disabled: true}, replicas: [{name: b, url: "{{b}}"}]}
+routes:
+  - name: default
+    to: first
+    fallback: [backup]
+`, map[string]string{"s": slow.Srv.URL, "s2": slow2.Srv.URL, "b": backup.Srv.URL}, nil))
+	resp, body := post(t, gw.API.URL+"/v1/chat/completions", chatBody("hi", ""), nil)
+	if resp.StatusCode != 504 || !strings.Contains(string(body), "upstream_timeout") {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if backup.count() != 0 || slow.count()+slow2.count() != 1 {
+		t.Errorf("a timed-out request was replayed: first pool %d, backup %d attempts", slow.count()+slow2.count(), backup.count())
+	}
+}
+
+// openFDs counts this process's open file descriptors (Linux).
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	return len(ents)
+}
+
+// TestReloadStormUnderSaturation: clients keep two max_inflight-capped
+// pools saturated (streams and plain requests) while the config is reloaded
+// over and over, rebuilding every pool and adding and removing a replica.
+// No request fails, and afterwards the removed endpoints' connections and
+// loops are gone: open fds return to where they were.
+func TestReloadStormUnderSaturation(t *testing.T) {
+	reps := []*replica{startReplica(t, fast("m")), startReplica(t, fast("m")), startReplica(t, fast("m"))}
+	urls := map[string]string{"a": reps[0].Srv.URL, "b": reps[1].Srv.URL, "c": reps[2].Srv.URL}
+	for _, r := range reps {
+		r.Sim.SetFaults(vllmsim.Faults{SlowStart: 5 * time.Millisecond})
+	}
+	cfgs := []string{`
+version: 1
+pools:
+  p:
+    model: m
+    max_inflight: 2
+    queue_timeout: 30s
+    retries: %d
+    balance: %s
+    health: {interval: 50ms}
+    replicas: [{name: a, url: "{{a}}"}, {name: b, url: "{{b}}"}%s]
+routes:
+  - name: default
+    to: p
+`}
+	render := func(i int) string {
+		extra := ""
+		if i%3 == 0 {
+			extra = `, {name: c, url: "{{c}}"}`
+		}
+		bal := []string{"least_outstanding", "round_robin", "p2c"}[i%3]
+		return fmt.Sprintf(cfgs[0], i%4, bal, extra)
+	}
+	gw := startGateway(t, loadConfig(t, render(1), urls, nil))
+	url := gw.API.URL + "/v1/chat/completions"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	defer client.CloseIdleConnections()
+	var ok, failed atomic.Int64
+	var firstErr atomic.Value
+	load := func(ctx context.Context) *sync.WaitGroup {
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					stream := w%2 == 0
+					body := `{"model":"auto","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`
+					if stream {
+						body = `{"model":"auto","stream":true,"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`
+					}
+					resp, err := client.Post(url, "application/json", strings.NewReader(body))
+					if err != nil {
+						failed.Add(1)
+						firstErr.CompareAndSwap(nil, err.Error())
+						continue
+					}
+					b, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil || resp.StatusCode != 200 || stream && !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+						failed.Add(1)
+						firstErr.CompareAndSwap(nil, fmt.Sprintf("status %d err %v: %.200s", resp.StatusCode, err, b))
+						continue
+					}
+					ok.Add(1)
+				}
+			}()
+		}
+		return &wg
+	}
+	// Warm up on the final config's replicas, so that the baseline holds
+	// the keep-alive connections a steady load keeps open.
+	ctx, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	load(ctx).Wait()
+	stop()
+	client.CloseIdleConnections()
+	time.Sleep(100 * time.Millisecond)
+	fdsBefore := openFDs(t)
+
+	ctx, stop = context.WithCancel(context.Background())
+	wg := load(ctx)
+	for i := range 60 {
+		if _, err := gw.G.Apply(loadConfig(t, render(i), urls, nil)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Errorf("%d of %d requests failed during the reload storm; first: %v", failed.Load(), failed.Load()+ok.Load(), firstErr.Load())
+	}
+	if ok.Load() < 20 {
+		t.Errorf("only %d requests completed; the storm proves little", ok.Load())
+	}
+	// The final config (i = 59) has no replica c: its connections close.
+	client.CloseIdleConnections()
+	eventually(t, 10*time.Second, fmt.Sprintf("open fds to return to the baseline of %d", fdsBefore), func() bool { return openFDs(t) <= fdsBefore+4 })
+	for _, name := range []string{"a", "b"} {
+		if v := adminReplicaView(t, gw, "p", name); v.Inflight != 0 || v.Waiting != 0 {
+			t.Errorf("replica %s left with %d in flight, %d waiting", name, v.Inflight, v.Waiting)
+		}
+	}
+}
