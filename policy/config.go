@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Config is a validated Switchyard configuration file (CONTRACT §7). It is
+// Config is a validated Switchyard configuration file (docs/config.md). It is
 // immutable once Load returns it.
 type Config struct {
 	// File is the path the config was read from ("" for embedded data).

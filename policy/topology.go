@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Fabrics are the valid topology.fabric values (CLUSTER.md: a ring of direct
+// Fabrics are the valid topology.fabric values (a ring of direct
 // cables, or a switch).
 var Fabrics = []string{"switch", "ring"}
 

@@ -16,7 +16,7 @@ import (
 	"github.com/switchyard/switchyard/pools"
 )
 
-// Handler returns the client-facing API (CONTRACT §2).
+// Handler returns the client-facing API.
 func (g *Gateway) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Post("/v1/chat/completions", g.chat)
@@ -37,7 +37,7 @@ func (g *Gateway) Handler() http.Handler {
 	return r
 }
 
-// AdminHandler returns the admin API (CONTRACT §4).
+// AdminHandler returns the admin API.
 func (g *Gateway) AdminHandler() http.Handler {
 	r := chi.NewRouter()
 	r.Handle("/metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}))
@@ -71,7 +71,7 @@ type modelEntry struct {
 	OwnedBy string `json:"owned_by"`
 }
 
-// listModels lists the routable names (CONTRACT §3), filtered by the API
+// listModels lists the routable names, filtered by the API
 // key's allow-list when auth is on.
 func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request) {
 	s := g.snap.Load()
@@ -131,7 +131,7 @@ func (g *Gateway) adminReload(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"generation": gen})
 }
 
-// Explanation is the answer of explain (CONTRACT §1).
+// Explanation is the answer of explain.
 type Explanation struct {
 	Route    string             `json:"route"`
 	Pool     string             `json:"pool"`

@@ -1,5 +1,5 @@
 // Package router is the gateway: it joins policy, classifier and pools into
-// the OpenAI-compatible HTTP surface (CONTRACT §2–§4).
+// the OpenAI-compatible HTTP surface (README.md: endpoints).
 //
 // For each request it authenticates, reads the few routing fields from the
 // body bytes, asks the policy for a route (classifying lazily), acquires a

@@ -43,7 +43,7 @@ func badRequest(param, msg string) *apiError {
 }
 
 // toAPIError maps any error of the request path to its status and OpenAI
-// shape. It is the one place that decides statuses (CONTRACT §2).
+// shape. It is the one place that decides statuses.
 func toAPIError(err error, detail string) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {

@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Response headers set on every proxied response (CONTRACT §2).
+// Response headers set on every proxied response.
 const (
 	headerRoute   = "X-Switchyard-Route"
 	headerPool    = "X-Switchyard-Pool"

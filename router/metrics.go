@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// metrics are the gateway's own series (CONTRACT §6); replica gauges come
+// metrics are the gateway's own series (docs/observability.md); replica gauges come
 // from pools.Collector and classifier series from the classifier package.
 type metrics struct {
 	requests   *prometheus.CounterVec

@@ -52,7 +52,7 @@ routes:
 `
 
 // TestPrometheusScrapesSplit runs a real Prometheus against the gateway's
-// admin /metrics: the CONTRACT §6 split expression must show the configured
+// admin /metrics: the split expression of docs/observability.md must show the configured
 // 70/30 split, and every expression of the example dashboard and alert rules
 // must be valid PromQL on that server.
 func TestPrometheusScrapesSplit(t *testing.T) {
@@ -138,7 +138,7 @@ func TestPrometheusScrapesSplit(t *testing.T) {
 	}
 
 	// Once Prometheus has scraped the final counts, ask for the split
-	// (CONTRACT §6, normalised); the 1m window covers all of the traffic.
+	// (as docs/observability.md writes it, normalised); the 1m window covers all of the traffic.
 	prom.waitForSum(t, float64(warm+total), 2)
 	const split = `sum by (pool) (rate(switchyard_requests_total[1m])) / ignoring (pool) group_left sum(rate(switchyard_requests_total[1m]))`
 	share := map[string]float64{}

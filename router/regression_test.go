@@ -16,7 +16,7 @@ import (
 )
 
 // TestUpstreamTimeoutIs504AndNotRetried: a replica that does not answer in
-// response_header_timeout gives 504 (CONTRACT §2), and the request is not
+// response_header_timeout gives 504, and the request is not
 // replayed on another replica.
 func TestUpstreamTimeoutIs504AndNotRetried(t *testing.T) {
 	slow := startReplica(t, fast("m"))

@@ -138,7 +138,7 @@ type execution struct {
 // calls alike: acquire a replica, send, record the outcome for passive
 // health, release, and retry per the rule below.
 //
-// Retry rule (STYLE §10): an attempt is retried only while nothing has
+// Retry rule: an attempt is retried only while nothing has
 // reached the client (send says so with retry), on a replica not yet
 // tried, bounded by ex.attempts and the request's context. A 429 or 5xx
 // answer is never retried on the replica that gave it; a failure to get
@@ -308,7 +308,7 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 	res := g.execute(ctx, ex)
 	x.retries += ex.retries
 	if res.abort {
-		// Headers are sent: abort rather than fake a success (STYLE §11).
+		// Headers are sent: abort rather than fake a success.
 		// The replica is released; deferred metrics and the access log
 		// still run.
 		panic(http.ErrAbortHandler)

@@ -1,6 +1,6 @@
 // Command capacity reproduces the reference cluster's published capacity
 // result through the real gateway, balancers and classifier path, on
-// simulated replicas timed like the DGX Spark cluster (CLUSTER.md).
+// simulated replicas timed like the reference DGX Spark cluster's published figures.
 //
 // A Qwen-only cluster (four Qwen replicas of two nodes) is compared with the
 // routed cluster (three Qwen replicas of two nodes and two MiniCPM replicas

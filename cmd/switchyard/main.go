@@ -1,6 +1,6 @@
 // Command switchyard is an OpenAI-compatible multi-model routing gateway.
 //
-// See README.md and CONTRACT.md §1 for the commands.
+// See README.md for the commands.
 package main
 
 import (
@@ -11,7 +11,7 @@ import (
 	"os"
 )
 
-// Exit codes (CONTRACT §1).
+// Exit codes.
 const (
 	exitOK      = 0
 	exitInvalid = 1
