@@ -192,6 +192,7 @@ func (v *validator) pools() {
 				continue
 			}
 			u.Path = strings.TrimSuffix(u.Path, "/")
+			u.Host = strings.ToLower(u.Host) // one server, one endpoint key
 			r.Parsed = u
 		}
 	}

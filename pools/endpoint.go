@@ -37,8 +37,9 @@ type EndpointOptions struct {
 // pools (a MiniCPM replica that serves traffic and the classifier) is one
 // endpoint with one in-flight count.
 type Endpoint struct {
-	url *url.URL
-	reg *Registry
+	url  *url.URL
+	base string // url.String(), kept to build request URLs without allocating
+	reg  *Registry
 
 	inflight atomic.Int64
 	// healthy is the active health checker's verdict.
@@ -79,7 +80,7 @@ type Endpoint struct {
 }
 
 func newEndpoint(reg *Registry, u *url.URL, o EndpointOptions) *Endpoint {
-	e := &Endpoint{url: u, reg: reg, opts: o}
+	e := &Endpoint{url: u, base: o.URL, reg: reg, opts: o}
 	e.healthy.Store(true)
 	e.client.Store(reg.newClient(o))
 	return e
@@ -87,6 +88,9 @@ func newEndpoint(reg *Registry, u *url.URL, o EndpointOptions) *Endpoint {
 
 // URL is the server's base URL.
 func (e *Endpoint) URL() *url.URL { return e.url }
+
+// Base is the server's base URL as a string; paths are appended to it.
+func (e *Endpoint) Base() string { return e.base }
 
 // Client reaches the server: a keep-alive transport with the endpoint's
 // connect timeout. It never follows redirects.

@@ -332,7 +332,7 @@ func TestParseLoad(t *testing.T) {
 	see := func(l *pools.Load) view {
 		return view{l.Running, l.Waiting, l.KVUsage, l.HasKV, l.HasQueue, l.Legacy, l.Missing()}
 	}
-	captured, err := os.ReadFile("../testdata/wire/metrics-after-load.prom") // a copy of shared/wire, captured from a vLLM-compatible server
+	captured, err := os.ReadFile("../testdata/wire/metrics-after-load.prom") // captured from a vLLM-compatible server
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/pools"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -30,6 +31,7 @@ const (
 type exchange struct {
 	start    time.Time
 	id       string
+	idHeader []string
 	ep       endpoint
 	snap     *Snapshot
 	info     *reqInfo
@@ -48,6 +50,12 @@ type exchange struct {
 	complete int64
 	errMsg   string
 	span     trace.Span
+
+	// Upstream state, kept here so that placing a request allocates
+	// nothing of its own.
+	up   upstreamCall
+	preq pools.Request
+	exec execution
 }
 
 func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) { g.serve(w, r, chatEndpoint) }
@@ -61,7 +69,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	if x.id == "" || len(x.id) > 128 {
 		x.id = g.newRequestID()
 	}
-	w.Header().Set(headerReqID, x.id)
+	// One slice serves the response header and the upstream request's
+	// (neither is modified once set).
+	x.idHeader = []string{x.id}
+	w.Header()[headerReqID] = x.idHeader
 	ctx := r.Context()
 	if g.tracing {
 		ctx = g.prop.Extract(ctx, propagation.HeaderCarrier(r.Header))

@@ -34,13 +34,8 @@ func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte
 	if ps == nil {
 		return nil, fmt.Errorf("classifier pool %q: %w", t.pool, pools.ErrNoReplica)
 	}
-	var out []byte
-	ex := &execution{ps: ps, req: &pools.Request{}, attempts: 2,
-		send: func(ctx context.Context, rep *pools.Replica) result {
-			var res result
-			out, res = t.once(ctx, ps, rep, body)
-			return res
-		}}
+	call := &classifierCall{t: t, ps: ps, body: body}
+	ex := &execution{ps: ps, req: &pools.Request{}, attempts: 2, call: call}
 	res := t.g.execute(ctx, ex)
 	if res.err != nil {
 		if ctx.Err() != nil {
@@ -48,25 +43,42 @@ func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte
 		}
 		return nil, fmt.Errorf("classifier pool %q: %w", t.pool, res.err)
 	}
-	return out, nil
+	return call.out, nil
+}
+
+// classifierCall makes the attempts of one classifier request.
+type classifierCall struct {
+	t    *poolTransport
+	ps   *poolState
+	body []byte
+	out  []byte
+}
+
+func (c *classifierCall) acquired(*pools.Replica) {}
+
+func (c *classifierCall) send(ctx context.Context, rep *pools.Replica) result {
+	var res result
+	c.out, res = c.t.once(ctx, c.ps, rep, c.body)
+	return res
 }
 
 func (t *poolTransport) once(ctx context.Context, ps *poolState, rep *pools.Replica, body []byte) ([]byte, result) {
-	resp, cancel, err := roundTrip(ctx, ps, rep, func(ctx context.Context) (*http.Request, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, rep.URL().String()+"/v1/chat/completions", bytes.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		if k := ps.cfg.APIKey; k != "" {
-			req.Header.Set("Authorization", "Bearer "+string(k))
-		}
-		if t.g.tracing {
-			t.g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
-		}
-		return req, nil
-	})
-	defer cancel()
+	hctx, cancel, timer := startHeaderWait(ctx, ps)
+	defer cancel(nil)
+	req, err := http.NewRequestWithContext(hctx, http.MethodPost, rep.Base()+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		timer.Stop()
+		return nil, result{err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if k := ps.cfg.APIKey; k != "" {
+		req.Header.Set("Authorization", "Bearer "+string(k))
+	}
+	if t.g.tracing {
+		t.g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	}
+	resp, err := rep.Client().Do(req)
+	resp, err = endHeaderWait(hctx, timer, resp, err)
 	if err != nil {
 		return nil, judgeError(ctx, ps, rep, err, "")
 	}

@@ -119,19 +119,27 @@ type result struct {
 	err     error
 }
 
+// caller makes the attempts of one execution.
+type caller interface {
+	// send makes one attempt on rep, which the executor has counted in
+	// flight and releases when send returns: send must have closed the
+	// response body by then.
+	send(ctx context.Context, rep *pools.Replica) result
+	// acquired is told each replica chosen, before send.
+	acquired(rep *pools.Replica)
+}
+
 // execution is one request to be placed on a pool by execute.
 type execution struct {
 	ps       *poolState
 	req      *pools.Request
 	attempts int
-	// send makes one attempt on rep, which the executor has counted in
-	// flight and releases when send returns: send must have closed the
-	// response body by then.
-	send func(ctx context.Context, rep *pools.Replica) result
-	// acquired, when set, is told each replica chosen, before send.
-	acquired func(rep *pools.Replica)
+	call     caller
 	// retries counts the retries actually sent.
 	retries int
+	// triedBuf backs the list of replicas tried, so that it costs no
+	// allocation for the usual few attempts.
+	triedBuf [4]*pools.Replica
 }
 
 // execute is the one upstream executor, for client requests and classifier
@@ -147,7 +155,7 @@ type execution struct {
 // counted, and its backoff slept, only when some replica can take it.
 func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 	ps := ex.ps
-	var tried []*pools.Replica
+	tried := ex.triedBuf[:0]
 	exclude := func(r *pools.Replica) bool { return slices.Contains(tried, r) }
 	var last result
 	for a := 0; a < ex.attempts; a++ {
@@ -188,10 +196,8 @@ func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 			g.metrics.retries.WithLabelValues(ps.Name, last.reason).Inc()
 		}
 		tried = append(tried, rep)
-		if ex.acquired != nil {
-			ex.acquired(rep)
-		}
-		res := ex.send(ctx, rep)
+		ex.call.acquired(rep)
+		res := ex.call.send(ctx, rep)
 		ps.Observe(rep, res.outcome, res.detail)
 		ps.Release(rep)
 		if res.done || !res.retry || ctx.Err() != nil {
@@ -248,32 +254,32 @@ func (h *headerTimeout) Error() string {
 func (h *headerTimeout) Timeout() bool   { return true }
 func (h *headerTimeout) Temporary() bool { return false }
 
-// roundTrip sends req (whose context must be ctx) through rep's client,
-// bounding the wait for response headers by the pool's
-// response_header_timeout. The timeout is enforced here rather than in the
-// transport because one server may be listed in pools with different
-// timeouts. cancel must be called once the response body is closed.
-func roundTrip(ctx context.Context, ps *poolState, rep *pools.Replica, build func(ctx context.Context) (*http.Request, error)) (resp *http.Response, cancel context.CancelFunc, err error) {
+// startHeaderWait bounds the wait for a replica's response headers by the
+// pool's response_header_timeout: the upstream request must use the
+// returned context, and endHeaderWait must see its outcome. The timeout is
+// enforced per request rather than in the transport because one server may
+// be listed in pools with different timeouts. cancel(nil) must be called
+// once the response body is closed.
+func startHeaderWait(ctx context.Context, ps *poolState) (context.Context, context.CancelCauseFunc, *time.Timer) {
 	d := ps.cfg.ResponseHeaderTimeout.Std()
-	cctx, cancelCause := context.WithCancelCause(ctx)
-	cancel = func() { cancelCause(nil) }
-	timer := time.AfterFunc(d, func() { cancelCause(&headerTimeout{d}) })
-	req, err := build(cctx)
-	if err != nil {
-		timer.Stop()
-		return nil, cancel, err
+	cctx, cancel := context.WithCancelCause(ctx)
+	return cctx, cancel, time.AfterFunc(d, func() { cancel(&headerTimeout{d}) })
+}
+
+// endHeaderWait stops the header timer once Do returned and turns a
+// cancellation by the timer into a headerTimeout error.
+func endHeaderWait(cctx context.Context, timer *time.Timer, resp *http.Response, err error) (*http.Response, error) {
+	if timer.Stop() && err == nil {
+		return resp, nil
 	}
-	resp, err = rep.Client().Do(req)
-	if !timer.Stop() || err != nil {
-		var ht *headerTimeout
-		if errors.As(context.Cause(cctx), &ht) {
-			if resp != nil {
-				resp.Body.Close()
-			}
-			return nil, cancel, ht
+	var ht *headerTimeout
+	if errors.As(context.Cause(cctx), &ht) {
+		if resp != nil {
+			resp.Body.Close()
 		}
+		return nil, ht
 	}
-	return resp, cancel, err
+	return resp, err
 }
 
 // tryPool places the request on ps through the executor. It returns done
@@ -294,29 +300,44 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 			body, injected = b, true
 		}
 	}
-	preq := &pools.Request{}
+	x.preq = pools.Request{}
 	if ps.Balance() == "affinity" {
-		preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
+		x.preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
 	}
 	// Until a replica is chosen, an error names this pool and no replica.
 	x.pool, x.replica = ps.Name, ""
-	ex := &execution{ps: ps, req: preq, attempts: 1 + *ps.cfg.Retries,
-		acquired: func(rep *pools.Replica) { x.replica = rep.Name },
-		send: func(ctx context.Context, rep *pools.Replica) result {
-			return g.attempt(ctx, w, r, x, ps, rep, body, injected)
-		}}
-	res := g.execute(ctx, ex)
-	x.retries += ex.retries
+	x.up = upstreamCall{g: g, w: w, r: r, ps: ps, body: body, injected: injected}
+	x.exec = execution{ps: ps, req: &x.preq, attempts: 1 + *ps.cfg.Retries, call: x}
+	res := g.execute(ctx, &x.exec)
+	x.retries += x.exec.retries
 	if res.abort {
-		// Headers are sent: abort rather than fake a success.
-		// The replica is released; deferred metrics and the access log
-		// still run.
+		// Headers are sent: abort rather than fake a success. The replica
+		// is released; deferred metrics and the access log still run.
 		panic(http.ErrAbortHandler)
 	}
 	if res.done {
 		return true, nil
 	}
 	return false, res.err
+}
+
+// upstreamCall is what a client request's attempts send where.
+type upstreamCall struct {
+	g        *Gateway
+	w        http.ResponseWriter
+	r        *http.Request
+	ps       *poolState
+	body     []byte
+	injected bool
+}
+
+var _ caller = (*exchange)(nil)
+
+func (x *exchange) acquired(rep *pools.Replica) { x.replica = rep.Name }
+
+func (x *exchange) send(ctx context.Context, rep *pools.Replica) result {
+	u := &x.up
+	return u.g.attempt(ctx, u.w, u.r, x, u.ps, rep, u.body, u.injected)
 }
 
 // backoff waits a jittered, growing delay before retry number a (≥1),
@@ -343,23 +364,24 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		span.SetAttributes(attribute.String("switchyard.pool", ps.Name), attribute.String("switchyard.replica", rep.Name),
 			attribute.String("gen_ai.request.model", ps.Model), attribute.String("gen_ai.system", "vllm"))
 	}
-	resp, cancel, err := roundTrip(ctx, ps, rep, func(ctx context.Context) (*http.Request, error) {
-		out, err := http.NewRequestWithContext(ctx, http.MethodPost, rep.URL().String()+x.ep.path(), bytes.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		copyRequestHeaders(out.Header, r.Header)
-		out.Header[headerReqID] = []string{x.id}
-		out.Header["Content-Type"] = jsonContentType
-		if k := ps.cfg.APIKey; k != "" {
-			out.Header.Set("Authorization", "Bearer "+string(k))
-		}
-		if g.tracing {
-			g.prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
-		}
-		return out, nil
-	})
-	defer cancel()
+	hctx, cancel, timer := startHeaderWait(ctx, ps)
+	defer cancel(nil)
+	out, err := http.NewRequestWithContext(hctx, http.MethodPost, rep.Base()+x.ep.path(), bytes.NewReader(body))
+	if err != nil {
+		timer.Stop()
+		return result{err: fmt.Errorf("%w: %v", errUpstream, err)}
+	}
+	copyRequestHeaders(out.Header, r.Header)
+	out.Header[headerReqID] = x.idHeader
+	out.Header["Content-Type"] = jsonContentType
+	if k := ps.cfg.APIKey; k != "" {
+		out.Header.Set("Authorization", "Bearer "+string(k))
+	}
+	if g.tracing {
+		g.prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
+	}
+	resp, err := rep.Client().Do(out)
+	resp, err = endHeaderWait(hctx, timer, resp, err)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 		return judgeError(ctx, ps, rep, err, "")
