@@ -128,20 +128,13 @@ func New(o Options) (*Classifier, error) {
 	if len(o.Labels) < 2 {
 		return nil, errors.New("classifier: at least two labels are required")
 	}
-	if o.OnError == "" {
-		o.OnError = o.Labels[len(o.Labels)-1]
-	}
+	// The config loader fills in every default; a zero here is the
+	// caller's mistake, not a request for a default.
 	if !slices.Contains(o.Labels, o.OnError) {
 		return nil, fmt.Errorf("classifier: on_error %q is not a label", o.OnError)
 	}
-	if o.MaxInputChars <= 0 {
-		o.MaxInputChars = 4000
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 300 * time.Millisecond
-	}
-	if o.Concurrency <= 0 {
-		o.Concurrency = 64
+	if o.MaxInputChars <= 0 || o.Timeout <= 0 || o.Concurrency <= 0 {
+		return nil, errors.New("classifier: max_input_chars, timeout and concurrency must be positive")
 	}
 	b, err := mk(&o)
 	if err != nil {

@@ -204,7 +204,7 @@ func newModel(t testing.TB, tr classifier.Transport, edit func(*classifier.Optio
 	if edit != nil {
 		edit(&o)
 	}
-	c, err := classifier.New(o)
+	c, err := classifier.New(filled(o))
 	if err != nil {
 		t.Fatalf("classifier.New: %v", err)
 	}

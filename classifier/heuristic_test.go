@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchyard/switchyard/classifier"
 )
@@ -36,7 +37,7 @@ func TestHeuristic(t *testing.T) {
 			if ls == nil {
 				ls = labels
 			}
-			c, err := classifier.New(classifier.Options{Kind: "heuristic", Labels: ls})
+			c, err := classifier.New(filled(classifier.Options{Kind: "heuristic", Labels: ls}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,10 +81,27 @@ func TestNewErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := classifier.New(tc.o)
+			_, err := classifier.New(filled(tc.o))
 			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 				t.Errorf("New: %v, want %q", err, tc.want)
 			}
 		})
 	}
+}
+
+// filled sets what the config loader would fill in, where o leaves it zero.
+func filled(o classifier.Options) classifier.Options {
+	if o.OnError == "" && len(o.Labels) > 0 {
+		o.OnError = o.Labels[len(o.Labels)-1]
+	}
+	if o.MaxInputChars == 0 {
+		o.MaxInputChars = 4000
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 300 * time.Millisecond
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = 64
+	}
+	return o
 }

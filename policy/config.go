@@ -324,22 +324,25 @@ const (
 	DefaultHeaderTimeout     = 5 * time.Minute
 	DefaultRetries           = 2
 
-	DefaultHealthPath         = "/health"
-	DefaultHealthInterval     = 5 * time.Second
-	DefaultHealthTimeout      = time.Second
-	DefaultUnhealthyAfter     = 3
-	DefaultHealthyAfter       = 2
-	DefaultConsecutive5xx     = 5
-	DefaultConsecutiveConnect = 3
-	DefaultMaxEjectionPercent = 50
-	DefaultBaseEjection       = 5 * time.Second
-	DefaultMaxEjection        = 2 * time.Minute
-	DefaultScrapePath         = "/metrics"
-	DefaultScrapeInterval     = 50 * time.Millisecond
-	DefaultScrapeTimeout      = 200 * time.Millisecond
-	DefaultScrapeStaleness    = 500 * time.Millisecond
-	DefaultAffinityDepth      = 2
-	DefaultAffinityLoadFactor = 1.25
+	DefaultHealthPath            = "/health"
+	DefaultHealthInterval        = 5 * time.Second
+	DefaultHealthTimeout         = time.Second
+	DefaultUnhealthyAfter        = 3
+	DefaultHealthyAfter          = 2
+	DefaultConsecutive5xx        = 5
+	DefaultConsecutiveConnect    = 3
+	DefaultMaxEjectionPercent    = 50
+	DefaultBaseEjection          = 5 * time.Second
+	DefaultMaxEjection           = 2 * time.Minute
+	DefaultScrapePath            = "/metrics"
+	DefaultScrapeInterval        = 50 * time.Millisecond
+	DefaultScrapeTimeout         = 200 * time.Millisecond
+	DefaultScrapeStaleness       = 500 * time.Millisecond
+	DefaultAffinityDepth         = 2
+	DefaultAffinityLoadFactor    = 1.25
+	DefaultMaxInputChars         = 4000
+	DefaultClassifierTimeout     = 300 * time.Millisecond
+	DefaultClassifierConcurrency = 64
 )
 
 func (c *Config) applyDefaults() {
@@ -439,10 +442,10 @@ func (c *Config) applyDefaults() {
 	}
 	if cl := c.Classifier; cl != nil {
 		if cl.MaxInputChars == 0 {
-			cl.MaxInputChars = 4000
+			cl.MaxInputChars = DefaultMaxInputChars
 		}
 		if cl.Timeout == 0 {
-			cl.Timeout = Duration(300 * time.Millisecond)
+			cl.Timeout = Duration(DefaultClassifierTimeout)
 		}
 		if cl.OnError == "" && len(cl.Labels) > 0 {
 			cl.OnError = cl.Labels[len(cl.Labels)-1]
@@ -458,7 +461,7 @@ func (c *Config) applyDefaults() {
 			cl.Cache.TTL = Duration(10 * time.Minute)
 		}
 		if cl.Concurrency == 0 {
-			cl.Concurrency = 64 // an explicit negative value is rejected by validation
+			cl.Concurrency = DefaultClassifierConcurrency // an explicit negative value is rejected by validation
 		}
 	}
 	if len(c.Models) == 0 {

@@ -217,14 +217,7 @@ func (g *Registry) member(e *Endpoint) *Replica {
 // Start runs the health and scrape loops of every endpoint, now and for
 // endpoints later reconciled in, until ctx ends or Close.
 func (g *Registry) Start(ctx context.Context) {
-	g.mu.Lock()
-	g.ctx = ctx
-	eps := make([]*Endpoint, 0, len(g.endpoints))
-	for _, e := range g.endpoints {
-		eps = append(eps, e)
-	}
-	g.mu.Unlock()
-	for _, e := range eps {
+	for _, e := range g.setContext(ctx) {
 		e.startLoops(ctx)
 	}
 }
@@ -232,14 +225,7 @@ func (g *Registry) Start(ctx context.Context) {
 // Close stops every loop and closes idle upstream connections. Requests in
 // flight keep their connections.
 func (g *Registry) Close() {
-	g.mu.Lock()
-	g.ctx = nil
-	eps := make([]*Endpoint, 0, len(g.endpoints))
-	for _, e := range g.endpoints {
-		eps = append(eps, e)
-	}
-	g.mu.Unlock()
-	for _, e := range eps {
+	for _, e := range g.setContext(nil) {
 		e.stopLoops()
 		if g.opts.Transport == nil {
 			if tr, ok := e.Client().Transport.(*http.Transport); ok {
@@ -247,6 +233,19 @@ func (g *Registry) Close() {
 			}
 		}
 	}
+}
+
+// setContext sets the context loops run under (nil: none) and returns the
+// endpoints at that moment.
+func (g *Registry) setContext(ctx context.Context) []*Endpoint {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ctx = ctx
+	eps := make([]*Endpoint, 0, len(g.endpoints))
+	for _, e := range g.endpoints {
+		eps = append(eps, e)
+	}
+	return eps
 }
 
 // startLoops (re)starts e's health and scrape loops with its current

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/switchyard/switchyard/classifier"
 )
@@ -187,7 +188,8 @@ func (c *captureTransport) ChatCompletion(_ context.Context, body []byte) ([]byt
 // itself with the labels of classifierYAML.
 func classifierTemplate(name string) (bodyTemplate, error) {
 	ct := &captureTransport{}
-	c, err := classifier.New(classifier.Options{Kind: "model", Labels: []string{"simple", "complex"}, Model: classifyModel, Transport: ct})
+	c, err := classifier.New(classifier.Options{Kind: "model", Labels: []string{"simple", "complex"}, Model: classifyModel, Transport: ct,
+		OnError: "complex", MaxInputChars: 4000, Timeout: time.Second, Concurrency: 1})
 	if err != nil {
 		return bodyTemplate{}, err
 	}
