@@ -36,6 +36,14 @@ type Server struct {
 	ReadHeaderTimeout Duration `yaml:"read_header_timeout,omitempty"`
 	// IdleTimeout closes idle client keep-alive connections. Default 120s.
 	IdleTimeout Duration `yaml:"idle_timeout,omitempty"`
+	// MaxJSONDepth bounds how deeply a request body nests arrays and
+	// objects. Default 64.
+	MaxJSONDepth int `yaml:"max_json_depth,omitempty"`
+	// BodyTimeout bounds reading a request body. Default 30s.
+	BodyTimeout Duration `yaml:"body_timeout,omitempty"`
+	// WriteTimeout ends an exchange when one write to the client makes no
+	// progress for this long. Default 60s.
+	WriteTimeout Duration `yaml:"write_timeout,omitempty"`
 	// LogBodies logs prompts and completions. Default false.
 	LogBodies bool `yaml:"log_bodies,omitempty"`
 	// APIKeys enables bearer authentication when non-empty.
@@ -134,6 +142,14 @@ type Pool struct {
 	// ResponseHeaderTimeout bounds the wait for a replica's response headers
 	// (vLLM sends them once the request is scheduled). Default 5m.
 	ResponseHeaderTimeout Duration `yaml:"response_header_timeout,omitempty"`
+	// FirstTokenTimeout bounds the wait for a stream's first event once
+	// its headers arrived. Default 5m; 0s turns it off.
+	FirstTokenTimeout *Duration `yaml:"first_token_timeout,omitempty"`
+	// StreamIdleTimeout bounds the gap between two events of a stream.
+	// Default 2m; 0s turns it off.
+	StreamIdleTimeout *Duration `yaml:"stream_idle_timeout,omitempty"`
+	// MaxStreamDuration bounds a whole stream. Default 0 (off).
+	MaxStreamDuration Duration `yaml:"max_stream_duration,omitempty"`
 	// Retries is how many other replicas are tried before the first byte
 	// reached the client. Default 2.
 	Retries *int `yaml:"retries,omitempty"`
@@ -318,11 +334,16 @@ const (
 	DefaultShutdownGrace     = 30 * time.Second
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout       = 120 * time.Second
+	DefaultMaxJSONDepth      = 64
+	DefaultBodyTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 60 * time.Second
 	DefaultBalance           = "least_outstanding"
 	DefaultQueueTimeout      = 5 * time.Second
 	DefaultConnectTimeout    = 2 * time.Second
 	DefaultHeaderTimeout     = 5 * time.Minute
 	DefaultRetries           = 2
+	DefaultFirstTokenTimeout = 5 * time.Minute
+	DefaultStreamIdleTimeout = 2 * time.Minute
 
 	DefaultHealthPath            = "/health"
 	DefaultHealthInterval        = 5 * time.Second
@@ -365,6 +386,15 @@ func (c *Config) applyDefaults() {
 	if s.IdleTimeout == 0 {
 		s.IdleTimeout = Duration(DefaultIdleTimeout)
 	}
+	if s.MaxJSONDepth == 0 {
+		s.MaxJSONDepth = DefaultMaxJSONDepth
+	}
+	if s.BodyTimeout == 0 {
+		s.BodyTimeout = Duration(DefaultBodyTimeout)
+	}
+	if s.WriteTimeout == 0 {
+		s.WriteTimeout = Duration(DefaultWriteTimeout)
+	}
 	for _, p := range c.Pools {
 		if p.Balance == "" {
 			p.Balance = DefaultBalance
@@ -377,6 +407,14 @@ func (c *Config) applyDefaults() {
 		}
 		if p.ResponseHeaderTimeout == 0 {
 			p.ResponseHeaderTimeout = Duration(DefaultHeaderTimeout)
+		}
+		if p.FirstTokenTimeout == nil {
+			d := Duration(DefaultFirstTokenTimeout)
+			p.FirstTokenTimeout = &d
+		}
+		if p.StreamIdleTimeout == nil {
+			d := Duration(DefaultStreamIdleTimeout)
+			p.StreamIdleTimeout = &d
 		}
 		if p.Retries == nil {
 			r := DefaultRetries

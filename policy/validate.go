@@ -65,6 +65,11 @@ func (v *validator) server() {
 			v.errf(p("server", l.key), "server: %s %q must be HOST:PORT (e.g. 0.0.0.0:8080 or :8080)", l.key, l.addr)
 		}
 	}
+	if f, given := v.number(p("server", "max_json_depth")); s.MaxJSONDepth < 1 || given && f < 1 {
+		v.errf(p("server", "max_json_depth"), "server: max_json_depth must be at least 1")
+	} else if s.MaxJSONDepth > 10000 {
+		v.errf(p("server", "max_json_depth"), "server: max_json_depth %d is over 10000 (deep nesting is a denial-of-service vector)", s.MaxJSONDepth)
+	}
 	names := map[string]bool{}
 	for i, k := range s.APIKeys {
 		at := p("server", "api_keys", i)

@@ -156,7 +156,7 @@ func (g *Gateway) Explain(ctx context.Context, header http.Header, body []byte, 
 	if !gjsonHas(body, "messages") && gjsonHas(body, "prompt") {
 		ep = completionsEndpoint
 	}
-	info, err := parseRequest(body, ep)
+	info, err := parseRequest(body, ep, s.Config.Server.MaxJSONDepth)
 	if err != nil {
 		return nil, err
 	}

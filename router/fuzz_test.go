@@ -2,7 +2,15 @@ package router
 
 import (
 	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/tidwall/gjson"
 )
 
 // FuzzParseRequest: the request reader never panics, and what it accepts
@@ -22,7 +30,7 @@ func FuzzParseRequest(f *testing.F) {
 		if completions {
 			ep = completionsEndpoint
 		}
-		info, err := parseRequest(body, ep)
+		info, err := parseRequest(body, ep, 64)
 		if err != nil {
 			if _, ok := err.(*apiError); !ok {
 				t.Fatalf("error %T is not an API error", err)
@@ -36,11 +44,11 @@ func FuzzParseRequest(f *testing.F) {
 	})
 }
 
-// FuzzSSE: splitting a stream into events loses and invents no byte, and
-// dropping "usage":null leaves the rest of the event intact.
+// FuzzSSE: splitting a stream into events loses and invents no byte.
 func FuzzSSE(f *testing.F) {
 	f.Add([]byte("data: {\"a\":1,\"usage\":null}\n\ndata: [DONE]\n\n"))
 	f.Add([]byte("data: x\r\n\r\ndata: y\n\n"))
+	f.Add([]byte("data: x\r\rdata:y\r\r"))
 	f.Add([]byte("data: {\"usage\":null,\"b\":2}\n\npartial"))
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		var got []byte
@@ -54,16 +62,133 @@ func FuzzSSE(f *testing.F) {
 				t.Fatalf("bad event boundary %d in %q", n, rest)
 			}
 			got = append(got, ev...)
-			_ = hasToken(ev)
-			_ = eventData(ev)
-			dropped := dropUsageNull(bytes.Clone(ev))
-			if len(dropped) > len(ev) {
-				t.Fatalf("dropUsageNull grew %q", ev)
+			if data, ok := eventData(ev); ok {
+				_ = hasToken(data)
 			}
 			rest = rest[n:]
 		}
 		if !bytes.Equal(append(got, rest...), stream) {
 			t.Fatalf("events do not reassemble the stream")
+		}
+	})
+}
+
+// sseEvents parses a stream as a browser's EventSource does (the SSE
+// specification's algorithm, line by line) and returns the data of each
+// dispatched event. It is the reference the pump is checked against.
+func sseEvents(b []byte) []string {
+	var out []string
+	var data []string
+	has := false
+	for len(b) > 0 {
+		i := bytes.IndexAny(b, "\r\n")
+		if i < 0 {
+			break // an incomplete last line is never processed
+		}
+		line := b[:i]
+		n := i + 1
+		if b[i] == '\r' && i+1 < len(b) && b[i+1] == '\n' {
+			n++
+		}
+		b = b[n:]
+		if len(line) == 0 {
+			if has {
+				out = append(out, strings.Join(data, "\n"))
+			}
+			data, has = nil, false
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		if string(field) == "data" {
+			data = append(data, string(value))
+			has = true
+		}
+	}
+	return out
+}
+
+// chunkedReader returns its data in reads cut at the given offsets.
+type chunkedReader struct {
+	data []byte
+	cuts []int
+}
+
+func (r *chunkedReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := len(r.data)
+	if len(r.cuts) > 0 {
+		n = max(1, min(n, r.cuts[0]))
+		r.cuts = r.cuts[1:]
+	}
+	n = copy(p, r.data[:n])
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// FuzzPump runs the stream pump itself over a reader that splits the
+// replica's bytes at arbitrary offsets. Whatever the split, the client must
+// see the events the replica sent, up to [DONE], in order and intact, the
+// pump's verdict must not depend on the split, and with usage injected no
+// usage may reach the client.
+func FuzzPump(f *testing.F) {
+	for _, s := range []string{
+		"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\ndata: [DONE]\n\n",
+		"event: message\r\ndata: {\"choices\":[]}\r\n\r\ndata:[DONE]\r\n\r\n",
+		"data: x\r\rdata: [DONE]\r\r",
+		"data: a\ndata: b\n\n: comment\n\nid: 7\nretry: 10\ndata: c\n\ndata: [DONE]",
+		"data: {\"choices\":[{\"index\":0}],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n",
+		"data: {\"choices\":[{\"delta\":{\"content\":\"cut\"}}]}\n\ndata: {\"cho",
+	} {
+		f.Add([]byte(s), uint64(0), false)
+		f.Add([]byte(s), uint64(0x0123456789abcdef), true)
+	}
+	f.Fuzz(func(t *testing.T, stream []byte, seed uint64, injected bool) {
+		run := func(cuts []int) (string, error, *pump) {
+			rec := httptest.NewRecorder()
+			p := &pump{w: rec, rc: http.NewResponseController(rec), injected: injected}
+			err := p.run(&chunkedReader{data: bytes.Clone(stream), cuts: cuts})
+			return rec.Body.String(), err, p
+		}
+		whole, werr, wp := run(nil)
+		var cuts []int
+		for s := seed; s != 0 && len(cuts) < 64; s >>= 3 {
+			cuts = append(cuts, int(s&7)+1)
+		}
+		split, serr, sp := run(cuts)
+		if (werr == nil) != (serr == nil) || wp.sawDone != sp.sawDone || wp.sawUsage != sp.sawUsage || wp.completion != sp.completion {
+			t.Fatalf("verdict depends on the split: %v/%v done %t/%t usage %t/%t", werr, serr, wp.sawDone, sp.sawDone, wp.sawUsage, sp.sawUsage)
+		}
+		if werr != nil && !errors.Is(werr, errStreamCut) {
+			t.Fatalf("error %v is not a cut stream", werr)
+		}
+		gotWhole, gotSplit := sseEvents([]byte(whole)), sseEvents([]byte(split))
+		if !slices.Equal(gotWhole, gotSplit) {
+			t.Fatalf("events depend on the split:\n%q\n%q", gotWhole, gotSplit)
+		}
+		want := sseEvents(stream)
+		if i := slices.IndexFunc(want, func(d string) bool { return strings.TrimSpace(d) == "[DONE]" }); i >= 0 {
+			want = want[:i+1]
+		}
+		if injected {
+			for _, d := range gotWhole {
+				if gjson.Valid(d) && gjson.Get(d, "usage").Exists() {
+					t.Fatalf("usage reached a client that did not ask for it: %q", d)
+				}
+			}
+			return
+		}
+		if !wp.sawDone {
+			// Without [DONE] the events before the cut must all be there.
+			if !slices.Equal(gotWhole, want) {
+				t.Fatalf("events differ from the replica's:\n got %q\nwant %q", gotWhole, want)
+			}
+			return
+		}
+		if !slices.Equal(gotWhole, want) && !slices.Equal(gotWhole, sseEvents(append(bytes.Clone(stream), "\n\n"...))[:len(gotWhole)]) {
+			t.Fatalf("events differ from the replica's:\n got %q\nwant %q", gotWhole, want)
 		}
 	})
 }

@@ -30,6 +30,7 @@ const (
 // access log and the span.
 type exchange struct {
 	start    time.Time
+	g        *Gateway
 	id       string
 	idHeader []string
 	ep       endpoint
@@ -53,9 +54,17 @@ type exchange struct {
 
 	// Upstream state, kept here so that placing a request allocates
 	// nothing of its own.
-	up   upstreamCall
-	preq pools.Request
-	exec execution
+	up    upstreamCall
+	preq  pools.Request
+	exec  execution
+	clock upstreamClock
+	pump  pump
+}
+
+// firstToken records the time to the first token.
+func (x *exchange) firstToken() {
+	x.ttft = time.Since(x.start)
+	x.g.metrics.ttft.WithLabelValues(x.pool).Observe(x.ttft.Seconds())
 }
 
 func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) { g.serve(w, r, chatEndpoint) }
@@ -64,7 +73,7 @@ func (g *Gateway) completions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
-	x := &exchange{start: time.Now(), ep: ep, snap: g.snap.Load()}
+	x := &exchange{g: g, start: time.Now(), ep: ep, snap: g.snap.Load()}
 	x.id = r.Header.Get(headerReqID)
 	if x.id == "" || len(x.id) > 128 {
 		x.id = g.newRequestID()
@@ -100,7 +109,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return err
 	}
 	x.body = body
-	info, err := parseRequest(body, x.ep)
+	info, err := parseRequest(body, x.ep, s.Config.Server.MaxJSONDepth)
 	if err != nil {
 		return err
 	}

@@ -59,11 +59,54 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return body, nil
 }
 
+// checkDepth reports whether JSON text nests arrays and objects more than
+// max levels deep. It is a flat scan (strings and escapes skipped, no
+// recursion), so it runs before any parser that recurses per level:
+// gjson.ValidBytes overflows the stack on millions of nested brackets, and
+// deep nesting costs memory far beyond the body's size. Malformed JSON is
+// left to the validator.
+func checkDepth(body []byte, max int) bool {
+	depth := 0
+	inString := false
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			depth++
+			if depth > max {
+				return false
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return true
+}
+
+// routingKeys are the top-level fields the gateway reads. Each must appear
+// once: JSON parsers disagree on which duplicate wins (vLLM's keeps the
+// last), so a duplicate could route on one value and run on another.
+var routingKeys = [...]string{"model", "stream", "stream_options", "messages", "prompt", "input", "tools", "user"}
+
 // parseRequest validates the body's JSON and reads the routing fields in one
-// pass over the top-level keys.
-func parseRequest(body []byte, ep endpoint) (*reqInfo, error) {
+// pass over the top-level keys. maxDepth bounds nesting (0: no bound).
+func parseRequest(body []byte, ep endpoint, maxDepth int) (*reqInfo, error) {
 	if len(body) == 0 {
 		return nil, badRequest("", "request body is empty; expected a JSON object")
+	}
+	if maxDepth > 0 && !checkDepth(body, maxDepth) {
+		return nil, badRequest("", fmt.Sprintf("request body nests JSON deeper than %d levels (server.max_json_depth)", maxDepth))
 	}
 	if !gjson.ValidBytes(body) {
 		return nil, badRequest("", "request body is not valid JSON")
@@ -76,12 +119,30 @@ func parseRequest(body []byte, ep endpoint) (*reqInfo, error) {
 	}
 	info := &reqInfo{}
 	var model gjson.Result
+	var seen [len(routingKeys)]bool
+	var dup, badStream string
 	root.ForEach(func(k, v gjson.Result) bool {
+		for i, rk := range routingKeys {
+			if k.Str == rk {
+				if seen[i] {
+					dup = rk
+					return false
+				}
+				seen[i] = true
+				break
+			}
+		}
 		switch k.Str {
 		case "model":
 			model = v
 		case "stream":
-			info.Stream = v.Type == gjson.True
+			switch v.Type {
+			case gjson.True:
+				info.Stream = true
+			case gjson.False, gjson.Null:
+			default:
+				badStream = v.Raw
+			}
 		case "stream_options":
 			info.IncludeUsage = v.Get("include_usage").Type == gjson.True
 		case "messages":
@@ -95,6 +156,12 @@ func parseRequest(body []byte, ep endpoint) (*reqInfo, error) {
 		}
 		return true
 	})
+	if dup != "" {
+		return nil, badRequest(dup, fmt.Sprintf("duplicate key %q in the request body", dup))
+	}
+	if badStream != "" {
+		return nil, badRequest("stream", "'stream' must be a boolean")
+	}
 	if !model.Exists() || model.Type != gjson.String || model.Str == "" {
 		return nil, badRequest("model", "you must provide a model parameter (a non-empty string)")
 	}

@@ -48,7 +48,8 @@ type Snapshot struct {
 // point into the gateway's endpoint registry) and its config.
 type poolState struct {
 	*pools.Pool
-	cfg *policy.Pool
+	cfg      *policy.Pool
+	timeouts *poolTimeouts
 }
 
 // target is what a client-visible model name resolves to.
@@ -98,7 +99,8 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 		return nil, err
 	}
 	for i, pc := range cfg.Pools {
-		ps := &poolState{Pool: views[i], cfg: pc}
+		ps := &poolState{Pool: views[i], cfg: pc, timeouts: newPoolTimeouts(pc.ResponseHeaderTimeout.Std(),
+			pc.FirstTokenTimeout.Std(), pc.StreamIdleTimeout.Std(), pc.MaxStreamDuration.Std())}
 		s.pools[pc.Name] = ps
 		s.poolOrder = append(s.poolOrder, ps)
 	}

@@ -2,16 +2,15 @@ package router
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Stream buffers start small (an SSE chunk is a few hundred bytes) so that
@@ -23,35 +22,60 @@ var streamBufPool = sync.Pool{New: func() any { b := make([]byte, 2<<10); return
 const maxEvent = 4 << 20
 
 var (
-	doneEvent  = []byte("data: [DONE]")
-	usageField = []byte(`"usage":`)
+	usageKey  = []byte(`"usage"`)
+	doneValue = []byte("[DONE]")
 )
 
 // errStreamCut: the replica's stream ended without its final [DONE].
 var errStreamCut = errors.New("replica closed the stream before [DONE]")
 
-// pumpStream copies SSE events from the replica to the client as they come:
-// each read's complete events are written and flushed at once; nothing waits
-// for more data. It notes the first content or tool-call delta (TTFT), reads
-// usage from the final chunk, and drops that chunk when Switchyard asked
-// for it on the client's behalf (injected). A stream that ends without
-// [DONE] gets an error event the OpenAI SDKs surface, and an error return.
-func (g *Gateway) pumpStream(ctx context.Context, w io.Writer, rc *http.ResponseController, x *exchange, ps *poolState, body io.Reader, injected bool, span trace.Span) error {
+// errClientGone: a write or flush to the client failed, so the client has
+// gone even if the request context does not say so yet. It is never held
+// against the replica.
+var errClientGone = errors.New("client went away")
+
+// pump copies one SSE stream from a replica to the client as it comes: the
+// complete events of each read are written and flushed at once; nothing
+// waits for more data. Events are found as the SSE specification defines
+// them (lines end in CR, LF or CRLF; a blank line ends an event) and pass
+// through byte for byte, event:, id:, retry: and comment lines included,
+// except for the usage the gateway asked for on the client's behalf, which
+// is removed. It notes the first token, and reads usage wherever the
+// replica puts it.
+type pump struct {
+	w  io.Writer
+	rc *http.ResponseController
+	// writeTimeout, when positive, is the longest a write to the client
+	// may make no progress (server.write_timeout).
+	writeTimeout time.Duration
+	deadline     time.Time
+	// injected: the client did not ask for usage; the gateway did.
+	injected bool
+	// clock, when set, is told of every read that brought data.
+	clock *upstreamClock
+	// token, when set, is told once of the first content or tool-call
+	// delta.
+	token interface{ firstToken() }
+
+	sawToken, sawDone, sawUsage bool
+	prompt, completion          int64
+	usageModel                  string
+	// midEvent: the bytes written so far end inside an event (an event
+	// too long to parse was passed through), so an error event needs a
+	// blank line first.
+	midEvent bool
+}
+
+// run pumps body to the client until the stream ends. It returns nil once
+// [DONE] was seen (however the client or the replica closes afterwards),
+// errClientGone (wrapped) when writing to the client failed, or
+// errStreamCut (wrapped with the read error) when the stream ended without
+// [DONE]. run writes no error event itself; see (*pump).fail.
+func (p *pump) run(body io.Reader) error {
 	bp := streamBufPool.Get().(*[]byte)
 	defer streamBufPool.Put(bp)
 	buf := *bp
 	start, end := 0, 0
-	sawToken, sawDone := false, false
-	// Usage is counted once, from the last usage object seen: with vLLM's
-	// continuous_usage_stats every chunk carries the running totals.
-	var prompt, completion int64
-	var usageModel string
-	sawUsage := false
-	defer func() {
-		if sawUsage {
-			g.recordUsage(x, ps, prompt, completion, usageModel, span)
-		}
-	}()
 	for {
 		if end == len(buf) {
 			if start > 0 {
@@ -63,13 +87,17 @@ func (g *Gateway) pumpStream(ctx context.Context, w io.Writer, rc *http.Response
 				buf = nb
 			} else {
 				// One event larger than maxEvent: pass it through as is.
-				if _, err := w.Write(buf[:end]); err != nil {
-					return ctxErrOr(ctx, err)
+				if err := p.write(buf[:end]); err != nil {
+					return err
 				}
+				p.midEvent = true
 				start, end = 0, 0
 			}
 		}
 		n, rerr := body.Read(buf[end:])
+		if n > 0 && p.clock != nil {
+			p.clock.event()
+		}
 		end += n
 		wrote := false
 		for {
@@ -78,44 +106,29 @@ func (g *Gateway) pumpStream(ctx context.Context, w io.Writer, rc *http.Response
 				break
 			}
 			start += next
-			if !sawToken && hasToken(ev) {
-				sawToken = true
-				x.ttft = time.Since(x.start)
-				g.metrics.ttft.WithLabelValues(ps.Name).Observe(x.ttft.Seconds())
+			if p.sawDone {
+				// Anything after [DONE] is not for the client.
+				continue
 			}
-			if bytes.HasPrefix(ev, doneEvent) {
-				sawDone = true
-			} else if i := bytes.Index(ev, usageField); i >= 0 {
-				// One scan finds both forms: the final usage object, and
-				// the "usage":null that servers add to other chunks once
-				// include_usage is set.
-				switch v := bytes.TrimLeft(ev[i+len(usageField):], " "); {
-				case bytes.HasPrefix(v, []byte("null")):
-					if injected {
-						ev = dropUsageNull(ev)
-					}
-				case len(v) > 0 && v[0] == '{':
-					data := eventData(ev)
-					if p, c, ok := readUsage(data); ok {
-						prompt, completion, sawUsage = p, c, true
-						if !sawToken || usageModel == "" {
-							usageModel = gjson.GetBytes(data, "model").String()
-						}
-					}
-					if injected && gjson.GetBytes(data, "choices.#").Int() == 0 {
-						continue // the usage chunk the client did not ask for
-					}
-				}
+			out, keep := p.event(ev)
+			if !keep {
+				continue
 			}
-			if _, err := w.Write(ev); err != nil {
-				return ctxErrOr(ctx, err)
+			if err := p.write(out); err != nil {
+				return err
 			}
+			p.midEvent = false
 			wrote = true
 		}
 		if wrote {
-			if err := rc.Flush(); err != nil {
-				return ctxErrOr(ctx, err)
+			if err := p.flush(); err != nil {
+				return err
 			}
+		}
+		if p.sawDone {
+			// The answer is complete: how the replica or the client ends
+			// the connection now does not matter.
+			return nil
 		}
 		if start == end {
 			start, end = 0, 0
@@ -123,100 +136,242 @@ func (g *Gateway) pumpStream(ctx context.Context, w io.Writer, rc *http.Response
 		if rerr == nil {
 			continue
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if tail := buf[start:end]; len(tail) > 0 && !p.midEvent {
+			// The stream ended inside an event. A client parser drops an
+			// incomplete event, so it is not passed on; a [DONE] whose
+			// blank line is missing still completes the stream.
+			if data, ok := eventData(tail); ok && bytes.Equal(bytes.TrimSpace(data), doneValue) {
+				p.sawDone = true
+				end := []byte("\n\n")
+				if c := tail[len(tail)-1]; c == '\n' || c == '\r' {
+					end = end[1:]
+				}
+				if p.write(tail) == nil && p.write(end) == nil {
+					_ = p.flush()
+				}
+				return nil
+			}
 		}
-		if end > start {
-			// A trailing event without its blank line: pass it on.
-			_, _ = w.Write(buf[start:end])
+		if errors.Is(rerr, io.EOF) {
+			return errStreamCut
 		}
-		if errors.Is(rerr, io.EOF) && sawDone {
-			return nil
-		}
-		cause := errStreamCut
-		if !errors.Is(rerr, io.EOF) {
-			cause = fmt.Errorf("%w: %v", errStreamCut, rerr)
-		}
-		ae := &apiError{Type: "upstream_error", Code: "stream_interrupted",
-			Message: fmt.Sprintf("the replica's stream was interrupted before it finished (pool %q): %v", ps.Name, rerr)}
-		_, _ = w.Write([]byte("data: "))
-		_, _ = w.Write(ae.body())
-		_, _ = w.Write([]byte("\n\n"))
-		_ = rc.Flush()
-		return cause
+		return fmt.Errorf("%w: %w", errStreamCut, rerr)
 	}
 }
 
-// errClientGone: a write or flush to the client failed, so the client has
-// gone even if the request context does not say so yet. It is never held
-// against the replica.
-var errClientGone = errors.New("client went away")
-
-func ctxErrOr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
+// event inspects one complete event and returns what to send the client,
+// or keep false to drop it.
+func (p *pump) event(ev []byte) (out []byte, keep bool) {
+	data, ok := eventData(ev)
+	if !ok {
+		return ev, true // comments, id:, retry:, blank lines
 	}
-	return fmt.Errorf("%w: %v", errClientGone, err)
+	if bytes.Equal(bytes.TrimSpace(data), doneValue) {
+		p.sawDone = true
+		return ev, true
+	}
+	if !p.sawToken && hasToken(data) {
+		p.sawToken = true
+		if p.token != nil {
+			p.token.firstToken()
+		}
+	}
+	if !bytes.Contains(data, usageKey) {
+		return ev, true
+	}
+	u := gjson.GetBytes(data, "usage")
+	if u.IsObject() {
+		p.prompt, p.completion = u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
+		p.sawUsage = true
+		if p.usageModel == "" {
+			p.usageModel = gjson.GetBytes(data, "model").String()
+		}
+	}
+	if !p.injected || !u.Exists() {
+		return ev, true
+	}
+	if u.IsObject() && !hasChoices(data) {
+		return nil, false // the usage chunk the client did not ask for
+	}
+	// A usage member in a chunk that also carries choices ("usage":null,
+	// or running totals with continuous usage stats): remove it in place.
+	return removeMember(ev, data, u), true
 }
 
-var usageNull = []byte(`"usage":null`)
+// hasChoices reports whether a chunk's choices array has an entry.
+func hasChoices(data []byte) bool {
+	return gjson.GetBytes(data, "choices.0").Exists()
+}
 
-// dropUsageNull removes the `"usage":null` member that servers following
-// OpenAI add to every chunk once include_usage is set, so a client that did
-// not ask for usage sees the chunks it would have seen. It edits ev in place.
-func dropUsageNull(ev []byte) []byte {
-	i := bytes.Index(ev, usageNull)
-	if i < 0 {
+// removeMember removes the top-level member whose value is v from the JSON
+// object data. When data lies inside ev (one data line) ev is edited in
+// place; otherwise (data joined from several lines) the event is rebuilt
+// as one data line.
+func removeMember(ev, data []byte, v gjson.Result) []byte {
+	base := offsetIn(ev, data)
+	if base < 0 {
+		d := removeMember(data, data, v) // data is a copy: edit it in place
+		return append(append([]byte("data: "), d...), '\n', '\n')
+	}
+	keyStart := bytes.LastIndex(data[:v.Index], usageKey)
+	if keyStart < 0 {
 		return ev
 	}
-	start, end := i, i+len(usageNull)
-	switch {
-	case start > 0 && ev[start-1] == ',':
-		start--
-	case end < len(ev) && ev[end] == ',':
-		end++
+	start, end := base+keyStart, base+v.Index+len(v.Raw)
+	// Take a comma and the white space before it (or after the member).
+	i := start - 1
+	for i >= base && isSpace(ev[i]) {
+		i--
+	}
+	if i >= base && ev[i] == ',' {
+		start = i
+	} else {
+		j := end
+		for j < base+len(data) && isSpace(ev[j]) {
+			j++
+		}
+		if j < base+len(data) && ev[j] == ',' {
+			end = j + 1
+		}
 	}
 	n := copy(ev[start:], ev[end:])
 	return ev[:start+n]
 }
 
-// nextEvent returns the first complete SSE event in b (including its
-// terminating blank line) and its length, or nil.
+// offsetIn returns where sub starts inside b, or -1 when sub does not
+// share b's memory.
+func offsetIn(b, sub []byte) int {
+	if len(sub) == 0 || len(b) == 0 {
+		return -1
+	}
+	d := int(uintptr(unsafe.Pointer(&sub[0])) - uintptr(unsafe.Pointer(&b[0])))
+	if d < 0 || d+len(sub) > len(b) {
+		return -1
+	}
+	return d
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// write sends b to the client, bounding how long it may block.
+func (p *pump) write(b []byte) error {
+	p.armWrite()
+	if _, err := p.w.Write(b); err != nil {
+		return fmt.Errorf("%w: %w", errClientGone, err)
+	}
+	return nil
+}
+
+func (p *pump) flush() error {
+	if p.rc == nil {
+		return nil
+	}
+	p.armWrite()
+	if err := p.rc.Flush(); err != nil {
+		return fmt.Errorf("%w: %w", errClientGone, err)
+	}
+	return nil
+}
+
+// armWrite pushes the client connection's write deadline to
+// write_timeout from now, at most once per quarter of it, so a write fails
+// after between 3/4 and all of write_timeout without progress.
+func (p *pump) armWrite() {
+	if p.writeTimeout <= 0 || p.rc == nil {
+		return
+	}
+	now := time.Now()
+	if p.deadline.Sub(now) > p.writeTimeout*3/4 {
+		return
+	}
+	p.deadline = now.Add(p.writeTimeout)
+	_ = p.rc.SetWriteDeadline(p.deadline)
+}
+
+// fail ends a stream the replica cut with an error event the OpenAI SDKs
+// raise, starting on a fresh line.
+func (p *pump) fail(ae *apiError) {
+	if p.midEvent {
+		_ = p.write([]byte("\n\n"))
+	}
+	_ = p.write([]byte("data: "))
+	_ = p.write(ae.body())
+	_ = p.write([]byte("\n\n"))
+	_ = p.flush()
+}
+
+// nextEvent returns the first complete SSE event in b, through the blank
+// line that ends it, and its length; nil when b holds no complete event.
+// Lines end in CRLF, LF or CR. A CR at the very end of b counts as a line
+// end: if an LF follows in the next read, it reads as a blank line of its
+// own, which passes through and dispatches nothing, so the bytes the client
+// gets and the events it sees are unchanged.
 func nextEvent(b []byte) ([]byte, int) {
-	for i := 0; i+1 < len(b); i++ {
-		if b[i] != '\n' {
+	lineStart := 0
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c != '\n' && c != '\r' {
 			continue
 		}
-		if b[i+1] == '\n' {
-			return b[:i+2], i + 2
+		end := i + 1
+		if c == '\r' && end < len(b) && b[end] == '\n' {
+			end++
 		}
-		if b[i+1] == '\r' && i+2 < len(b) && b[i+2] == '\n' {
-			return b[:i+3], i + 3
+		if i == lineStart {
+			return b[:end], end
 		}
+		lineStart = end
+		i = end - 1
 	}
 	return nil, 0
 }
 
-// eventData returns the payload of an event's data line(s).
-func eventData(ev []byte) []byte {
-	i := bytes.Index(ev, []byte("data:"))
-	if i < 0 {
-		return nil
+// eventData returns an event's data: the values of its data lines (one
+// optional space after "data:" removed) joined by LF, and whether it has
+// any. A single data line, the usual case, is returned without copying.
+func eventData(ev []byte) ([]byte, bool) {
+	var data []byte
+	found, joined := false, false
+	for len(ev) > 0 {
+		line := ev
+		next := len(ev)
+		if i := bytes.IndexAny(ev, "\r\n"); i >= 0 {
+			line = ev[:i]
+			next = i + 1
+			if ev[i] == '\r' && i+1 < len(ev) && ev[i+1] == '\n' {
+				next++
+			}
+		}
+		ev = ev[next:]
+		v, ok := bytes.CutPrefix(line, []byte("data"))
+		if !ok || len(v) > 0 && v[0] != ':' {
+			continue
+		}
+		if len(v) > 0 {
+			v = v[1:]
+			if len(v) > 0 && v[0] == ' ' {
+				v = v[1:]
+			}
+		}
+		switch {
+		case !found:
+			data, found = v, true
+		case !joined:
+			data = append(append(append([]byte(nil), data...), '\n'), v...)
+			joined = true
+		default:
+			data = append(append(data, '\n'), v...)
+		}
 	}
-	d := ev[i+5:]
-	if len(d) > 0 && d[0] == ' ' {
-		d = d[1:]
-	}
-	return bytes.TrimRight(d, "\r\n")
+	return data, found
 }
 
-// hasToken reports whether an event carries the first generated content: a
+// hasToken reports whether a chunk carries the first generated content: a
 // non-empty content or text delta, or a tool-call delta.
-func hasToken(ev []byte) bool {
-	if !bytes.Contains(ev, []byte(`"content"`)) && !bytes.Contains(ev, []byte(`"tool_calls"`)) && !bytes.Contains(ev, []byte(`"text"`)) {
+func hasToken(data []byte) bool {
+	if !bytes.Contains(data, []byte(`"content"`)) && !bytes.Contains(data, []byte(`"tool_calls"`)) && !bytes.Contains(data, []byte(`"text"`)) {
 		return false
 	}
-	data := eventData(ev)
 	c := gjson.GetBytes(data, "choices.0")
 	if d := c.Get("delta"); d.Exists() {
 		if s := d.Get("content"); s.Type == gjson.String && s.Str != "" {

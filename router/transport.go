@@ -63,11 +63,11 @@ func (c *classifierCall) send(ctx context.Context, rep *pools.Replica) result {
 }
 
 func (t *poolTransport) once(ctx context.Context, ps *poolState, rep *pools.Replica, body []byte) ([]byte, result) {
-	hctx, cancel, timer := startHeaderWait(ctx, ps)
-	defer cancel(nil)
+	var clock upstreamClock
+	hctx := clock.start(ctx, ps.timeouts)
+	defer clock.stop()
 	req, err := http.NewRequestWithContext(hctx, http.MethodPost, rep.Base()+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
-		timer.Stop()
 		return nil, result{err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
@@ -78,7 +78,7 @@ func (t *poolTransport) once(ctx context.Context, ps *poolState, rep *pools.Repl
 		t.g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	}
 	resp, err := rep.Client().Do(req)
-	resp, err = endHeaderWait(hctx, timer, resp, err)
+	resp, err = clock.headers(hctx, resp, err)
 	if err != nil {
 		return nil, judgeError(ctx, ps, rep, err, "")
 	}

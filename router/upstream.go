@@ -243,45 +243,6 @@ func judgeError(ctx context.Context, ps *poolState, rep *pools.Replica, err erro
 	return result{retry: true, outcome: pools.ConnectFailure, detail: ue.err.Error(), reason: "connect", err: ue}
 }
 
-// headerTimeout is the error of a request whose replica sent no response
-// headers within the pool's response_header_timeout. It is a net.Error
-// with Timeout() true, so it maps to 504 and is never retried.
-type headerTimeout struct{ d time.Duration }
-
-func (h *headerTimeout) Error() string {
-	return "no response headers within " + h.d.String() + " (response_header_timeout)"
-}
-func (h *headerTimeout) Timeout() bool   { return true }
-func (h *headerTimeout) Temporary() bool { return false }
-
-// startHeaderWait bounds the wait for a replica's response headers by the
-// pool's response_header_timeout: the upstream request must use the
-// returned context, and endHeaderWait must see its outcome. The timeout is
-// enforced per request rather than in the transport because one server may
-// be listed in pools with different timeouts. cancel(nil) must be called
-// once the response body is closed.
-func startHeaderWait(ctx context.Context, ps *poolState) (context.Context, context.CancelCauseFunc, *time.Timer) {
-	d := ps.cfg.ResponseHeaderTimeout.Std()
-	cctx, cancel := context.WithCancelCause(ctx)
-	return cctx, cancel, time.AfterFunc(d, func() { cancel(&headerTimeout{d}) })
-}
-
-// endHeaderWait stops the header timer once Do returned and turns a
-// cancellation by the timer into a headerTimeout error.
-func endHeaderWait(cctx context.Context, timer *time.Timer, resp *http.Response, err error) (*http.Response, error) {
-	if timer.Stop() && err == nil {
-		return resp, nil
-	}
-	var ht *headerTimeout
-	if errors.As(context.Cause(cctx), &ht) {
-		if resp != nil {
-			resp.Body.Close()
-		}
-		return nil, ht
-	}
-	return resp, err
-}
-
 // tryPool places the request on ps through the executor. It returns done
 // once a response has been committed to the client.
 func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, ps *poolState) (bool, error) {
@@ -364,11 +325,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		span.SetAttributes(attribute.String("switchyard.pool", ps.Name), attribute.String("switchyard.replica", rep.Name),
 			attribute.String("gen_ai.request.model", ps.Model), attribute.String("gen_ai.system", "vllm"))
 	}
-	hctx, cancel, timer := startHeaderWait(ctx, ps)
-	defer cancel(nil)
+	clock := &x.clock
+	hctx := clock.start(ctx, ps.timeouts)
+	defer clock.stop()
 	out, err := http.NewRequestWithContext(hctx, http.MethodPost, rep.Base()+x.ep.path(), bytes.NewReader(body))
 	if err != nil {
-		timer.Stop()
 		return result{err: fmt.Errorf("%w: %v", errUpstream, err)}
 	}
 	copyRequestHeaders(out.Header, r.Header)
@@ -381,7 +342,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		g.prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
 	}
 	resp, err := rep.Client().Do(out)
-	resp, err = endHeaderWait(hctx, timer, resp, err)
+	resp, err = clock.headers(hctx, resp, err)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 		return judgeError(ctx, ps, rep, err, "")
@@ -412,7 +373,10 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		g.writeHeaders(w, x, resp, int64(buf.Len()))
 		w.WriteHeader(resp.StatusCode)
 		x.status = resp.StatusCode
-		_, _ = w.Write(buf.Bytes())
+		p := pump{w: w, rc: http.NewResponseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std()}
+		if err := p.write(buf.Bytes()); err == nil {
+			_ = p.flush()
+		}
 		if resp.StatusCode == http.StatusOK {
 			g.usage(x, ps, buf.Bytes(), span)
 		}
@@ -421,22 +385,40 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	g.writeHeaders(w, x, resp, -1)
 	w.WriteHeader(resp.StatusCode)
 	x.status = resp.StatusCode
-	rc := http.NewResponseController(w)
-	_ = rc.Flush()
-	if err := g.pumpStream(ctx, w, rc, x, ps, resp.Body, injected, span); err != nil {
-		if ctx.Err() != nil || errors.Is(err, errClientGone) {
-			// The client went away; the upstream request is cancelled with
-			// its context (vLLM then frees the KV cache).
-			x.status = statusClientClosed
-			return result{done: true, outcome: pools.Neutral}
-		}
-		x.errMsg = err.Error()
-		x.status = http.StatusBadGateway // counted as failed although 200 was sent
-		span.SetStatus(codes.Error, err.Error())
-		g.log.Warn("stream cut by replica; ended the client stream with an error event", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
-		return result{done: true, abort: true, outcome: pools.Status5xx, detail: "stream: " + err.Error()}
+	clock.streaming()
+	x.pump = pump{w: w, rc: http.NewResponseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std(),
+		injected: injected, clock: clock, token: x}
+	p := &x.pump
+	err = p.flush()
+	if err == nil {
+		err = p.run(resp.Body)
 	}
-	return result{done: true, outcome: pools.Success}
+	if p.sawUsage {
+		g.recordUsage(x, ps, p.prompt, p.completion, p.usageModel, span)
+	}
+	if err == nil {
+		return result{done: true, outcome: pools.Success}
+	}
+	if ctx.Err() != nil || errors.Is(err, errClientGone) {
+		// The client went away (or stopped reading for write_timeout);
+		// the upstream request is cancelled with the attempt's context
+		// (vLLM then frees the KV cache).
+		x.status = statusClientClosed
+		x.errMsg = err.Error()
+		return result{done: true, outcome: pools.Neutral}
+	}
+	outcome := pools.Status5xx
+	var pt *phaseTimeout
+	if errors.As(context.Cause(hctx), &pt) {
+		err = fmt.Errorf("%w: %s", errStreamCut, pt.msg)
+	}
+	x.errMsg = err.Error()
+	x.status = http.StatusBadGateway // counted as failed although 200 was sent
+	span.SetStatus(codes.Error, err.Error())
+	p.fail(&apiError{Type: "upstream_error", Code: "stream_interrupted",
+		Message: fmt.Sprintf("the replica's stream was interrupted before it finished (pool %q): %v", ps.Name, err)})
+	g.log.Warn("stream cut by replica; ended the client stream with an error event", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
+	return result{done: true, abort: true, outcome: outcome, detail: "stream: " + err.Error()}
 }
 
 // upstreamError is a failure to reach a replica or read its answer; it
