@@ -3,6 +3,7 @@ package pools
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -37,11 +38,21 @@ const (
 type waitQueue struct {
 	items []*waiter
 	head  int
+	// maxCap is the largest cap of any waiter queued since the queue was
+	// last empty (an upper bound, never lowered while it holds waiters).
+	maxCap int64
 }
 
 func (q *waitQueue) len() int { return len(q.items) - q.head }
 
-func (q *waitQueue) push(w *waiter) { q.items = append(q.items, w) }
+func (q *waitQueue) push(w *waiter) {
+	q.items = append(q.items, w)
+	if w.max <= 0 {
+		q.maxCap = 1 << 62 // unlimited
+	} else {
+		q.maxCap = max(q.maxCap, w.max)
+	}
+}
 
 func (q *waitQueue) peek() *waiter { return q.items[q.head] }
 
@@ -49,7 +60,7 @@ func (q *waitQueue) pop() {
 	q.items[q.head] = nil
 	q.head++
 	if q.head == len(q.items) {
-		q.items, q.head = q.items[:0], 0
+		q.items, q.head, q.maxCap = q.items[:0], 0, 0
 	} else if q.head > 64 && q.head*2 > len(q.items) {
 		n := copy(q.items, q.items[q.head:])
 		clear(q.items[n:])
@@ -79,94 +90,116 @@ func (e *Endpoint) dropDead() {
 	}
 }
 
-// unqueue removes w, which gave up, from e's queue. Giving up is rare
-// next to releases, so this scan keeps the queue exact (an arrival is not
-// held back by waiters that left) at a cost paid only then.
-func (e *Endpoint) unqueue(w *waiter) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	q := &e.queue
-	for i := q.head; i < len(q.items); i++ {
-		if q.items[i] == w {
-			copy(q.items[i:], q.items[i+1:])
-			q.items[len(q.items)-1] = nil
-			q.items = q.items[:len(q.items)-1]
-			e.queued.Add(-1)
-			break
-		}
+// dispatch hands free slots to queued waiters, oldest first, while e is
+// available. A waiter whose own pool's max_inflight is lower than the
+// load does not hold back one with a higher cap behind it (one server in
+// two pools); among waiters of one cap the order is strictly FIFO, and
+// with a single cap in the queue dispatch stops at the first that does not
+// fit, so a release costs O(1) apart from dropping waiters that left.
+// e.mu is held.
+func (e *Endpoint) dispatch() {
+	e.dropDead()
+	if e.queue.len() == 0 || !e.Available(e.reg.now()) {
+		return
 	}
-	if q.len() == 0 {
-		q.items, q.head = q.items[:0], 0
+	var blocked int64 = -1 // the largest cap found not to fit
+	// k is relative to the queue's head: removing an entry at or after
+	// it, or compacting the queue, keeps the entries behind it at k.
+	for k := 0; k < e.queue.len(); {
+		w := e.queue.items[e.queue.head+k]
+		switch {
+		case w.state.Load() != waiting:
+			e.removeAt(k)
+			continue
+		case blocked >= 0 && w.max > 0 && w.max <= blocked:
+			k++
+			continue
+		case !e.admit(w.max):
+			if w.max <= 0 {
+				return // unlimited waiter blocked: nothing fits
+			}
+			blocked = max(blocked, w.max)
+			if w.max >= e.queue.maxCap {
+				return // no waiter with a higher cap is queued
+			}
+			k++
+			continue
+		}
+		if !w.state.CompareAndSwap(waiting, served) {
+			e.inflight.Add(-1) // it left in between: offer the slot on
+			e.removeAt(k)
+			continue
+		}
+		e.removeAt(k)
+		w.ch <- e
 	}
 }
 
-// enqueue admits w's request on e at once when the queue is empty and there
-// is room (claiming w), else queues w. It reports whether the request was
-// admitted; false with w no longer waiting means another endpoint served
-// w meanwhile.
+// removeAt removes the queue entry k places behind the head. e.mu is held.
+func (e *Endpoint) removeAt(k int) {
+	q := &e.queue
+	if k == 0 {
+		q.pop()
+	} else {
+		i := q.head + k
+		copy(q.items[i:], q.items[i+1:])
+		q.items[len(q.items)-1] = nil
+		q.items = q.items[:len(q.items)-1]
+	}
+	e.queued.Add(-1)
+	if q.len() == 0 {
+		q.items, q.head, q.maxCap = q.items[:0], 0, 0
+	}
+}
+
+// unqueue removes w, which gave up, from e's queue, and lets the waiters
+// behind it have any slot it was holding back. Giving up is rare next to
+// releases, so this scan keeps the queue exact at a cost paid only then.
+func (e *Endpoint) unqueue(w *waiter) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k := 0; k < e.queue.len(); k++ {
+		if e.queue.items[e.queue.head+k] == w {
+			e.removeAt(k)
+			break
+		}
+	}
+	e.dispatch()
+}
+
+// enqueue queues w on e and dispatches: if e has room, w (when it is the
+// oldest waiter that fits) is served at once, on its channel like any
+// hand-off.
 //
-// queued is raised before the room check, and release lowers inflight
-// before reading queued: so either release sees the waiter and hands its
-// slot over, or this check sees the freed slot. No wake-up is lost.
-func (e *Endpoint) enqueue(w *waiter) bool {
+// queued is raised before dispatch reads inflight, and release lowers
+// inflight before reading queued: so either release sees the waiter and
+// dispatches, or this dispatch sees the freed slot. No wake-up is lost.
+func (e *Endpoint) enqueue(w *waiter) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.queued.Add(1)
-	e.dropDead()
-	if e.queue.len() == 0 && e.Available(e.reg.now()) && (w.max <= 0 || e.inflight.Load() < w.max) {
-		e.queued.Add(-1)
-		if !w.state.CompareAndSwap(waiting, served) {
-			return false
-		}
-		if e.admit(w.max) {
-			return true
-		}
-		// Lost the slot to a concurrent hand-off; wait after all.
-		w.state.Store(waiting)
-		e.queued.Add(1)
-	}
 	e.queue.push(w)
-	return false
+	e.dispatch()
 }
 
 // release ends one request on e. When requests wait, the slot passes
 // straight to the oldest waiter that can use it (it stays counted in
-// flight), so arrivals cannot overtake the queue and a release does O(1)
-// work apart from dropping waiters that left.
+// flight), so arrivals cannot overtake the queue.
 func (e *Endpoint) release() {
 	n := e.inflight.Add(-1)
-	if e.queued.Load() == 0 {
-		if n == 0 && e.retired.Load() {
-			e.closeOld()
-		} else if n == 0 {
-			e.mu.Lock()
-			old := len(e.old)
-			e.mu.Unlock()
-			if old > 0 {
-				e.closeOld()
-			}
-		}
-		return
+	if e.queued.Load() > 0 {
+		e.mu.Lock()
+		e.dispatch()
+		e.mu.Unlock()
+		n = e.inflight.Load()
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for {
-		e.dropDead()
-		if e.queue.len() == 0 || !e.Available(e.reg.now()) {
-			return
+	if n == 0 {
+		e.mu.Lock()
+		old := len(e.old)
+		e.mu.Unlock()
+		if old > 0 || e.retired.Load() {
+			e.closeOld()
 		}
-		w := e.queue.peek()
-		if !e.admit(w.max) {
-			return // taken meanwhile, or the head's cap is lower than the load
-		}
-		if !w.state.CompareAndSwap(waiting, served) {
-			e.inflight.Add(-1) // it left in between: offer the slot to the next
-			continue
-		}
-		e.queue.pop()
-		e.queued.Add(-1)
-		w.ch <- e
-		return
 	}
 }
 
@@ -178,36 +211,27 @@ func (e *Endpoint) release() {
 // replica it returns ErrNoReplica at once. It returns ctx.Err() if ctx
 // ends first.
 func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica) bool) (*Replica, error) {
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
+	changed := p.reg.changes()
+	r, full := p.tryAcquire(req, exclude)
+	if r != nil {
+		return r, nil
+	}
+	if len(full) == 0 {
+		return nil, ErrNoReplica
+	}
+	if p.opts.QueueTimeout <= 0 {
+		return nil, ErrSaturated
+	}
+	timer := time.NewTimer(p.opts.QueueTimeout)
+	defer timer.Stop()
+	w := &waiter{ch: make(chan *Endpoint, 1), max: int64(p.opts.MaxInflight)}
+	for _, f := range full {
+		f.enqueue(w)
+		if w.state.Load() != waiting {
+			break // served
 		}
-	}()
+	}
 	for {
-		changed := p.reg.changes()
-		r, full := p.tryAcquire(req, exclude)
-		if r != nil {
-			return r, nil
-		}
-		if len(full) == 0 {
-			return nil, ErrNoReplica
-		}
-		if p.opts.QueueTimeout <= 0 {
-			return nil, ErrSaturated
-		}
-		if timer == nil {
-			timer = time.NewTimer(p.opts.QueueTimeout)
-		}
-		w := &waiter{ch: make(chan *Endpoint, 1), max: int64(p.opts.MaxInflight)}
-		for _, f := range full {
-			if f.enqueue(w) {
-				return f, nil
-			}
-			if w.state.Load() != waiting {
-				break
-			}
-		}
 		// A replica whose ejection ends frees capacity without a release.
 		var readmit <-chan time.Time
 		var rt *time.Timer
@@ -215,44 +239,66 @@ func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica)
 			rt = time.NewTimer(d)
 			readmit = rt.C
 		}
-		r, err, retry := p.wait(ctx, w, full, timer.C, readmit, changed)
+		var err error
+		recheck := false
+		select {
+		case e := <-w.ch:
+			if rt != nil {
+				rt.Stop()
+			}
+			return replicaOf(full, e), nil
+		case <-timer.C:
+			err = ErrSaturated
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-readmit:
+			recheck = true
+		case <-changed:
+			recheck = true
+		}
 		if rt != nil {
 			rt.Stop()
 		}
-		if !retry {
-			return r, err
+		if recheck {
+			// Something changed (a replica back, a reload): look again
+			// without giving up the place in the queues.
+			changed = p.reg.changes()
+			r, more := p.tryAcquire(req, exclude)
+			if r == nil {
+				for _, f := range more {
+					if !slices.Contains(full, f) {
+						full = append(full, f)
+						f.enqueue(w)
+					}
+				}
+				continue
+			}
+			if w.state.CompareAndSwap(waiting, gone) {
+				p.unqueueAll(w, full)
+				return r, nil
+			}
+			// Served meanwhile as well: keep the hand-off, free r.
+			r.release()
+			return replicaOf(full, <-w.ch), nil
 		}
+		if w.state.CompareAndSwap(waiting, gone) {
+			p.unqueueAll(w, full)
+			return nil, err
+		}
+		// Served while giving up: the slot is ours.
+		e := <-w.ch
+		if ctx.Err() != nil {
+			e.release()
+			return nil, ctx.Err()
+		}
+		return replicaOf(full, e), nil
 	}
 }
 
-// wait blocks until w is served, the queue timeout fires, ctx ends, or
-// something changed that may have made room elsewhere (retry).
-func (p *Pool) wait(ctx context.Context, w *waiter, full []*Replica, timeout, readmit <-chan time.Time, changed <-chan struct{}) (r *Replica, err error, retry bool) {
-	select {
-	case e := <-w.ch:
-		return replicaOf(full, e), nil, false
-	case <-timeout:
-		err = ErrSaturated
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-readmit:
-		retry = true
-	case <-changed:
-		retry = true
+func (p *Pool) unqueueAll(w *waiter, full []*Replica) {
+	for _, r := range full {
+		r.unqueue(w)
 	}
-	if w.state.CompareAndSwap(waiting, gone) {
-		for _, r := range full {
-			r.unqueue(w)
-		}
-		return nil, err, retry
-	}
-	// Served while giving up: the slot is ours.
-	e := <-w.ch
-	if ctx.Err() != nil {
-		e.release()
-		return nil, ctx.Err(), false
-	}
-	return replicaOf(full, e), nil, false
 }
 
 func replicaOf(rs []*Replica, e *Endpoint) *Replica {

@@ -2,6 +2,7 @@ package pools
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -22,9 +23,10 @@ type OutlierOptions struct {
 	MaxEjectionPercent int
 	BaseEjection       time.Duration
 	MaxEjection        time.Duration
-	// CountTimeouts counts a header, first-token or idle timeout as a 5xx.
-	// Off by default: a long generation that times out is usually not the
-	// replica's fault.
+	// CountTimeouts counts a response header timeout as a 5xx. Off by
+	// default: a long generation that times out is usually not the
+	// replica's fault. (A stream that stalls after it started is the
+	// replica's fault and is reported as Status5xx by the caller.)
 	CountTimeouts bool
 }
 
@@ -67,6 +69,12 @@ func (p *Pool) Observe(r *Replica, o Outcome, detail string) {
 		return
 	case Misconfigured:
 		e.setErr(detail)
+		if e.Options().Health.Disabled {
+			// No probe would ever clear the mark: eject instead, so the
+			// replica is tried again later.
+			p.eject(r, "misconfigured: "+detail)
+			return
+		}
 		if e.misconfigured.CompareAndSwap(false, true) {
 			why := "misconfigured: " + detail
 			e.mu.Lock()
@@ -116,26 +124,19 @@ func (p *Pool) eject(r *Replica, cause string) {
 	now := g.now()
 	if e.Ejected(now) {
 		g.ejectMu.Unlock()
+		e.mu.Lock()
+		e.cons5xx, e.consConnect = 0, 0 // failures of requests sent before the ejection
+		e.mu.Unlock()
 		return
 	}
-	ejected, others := 0, 0
-	for _, o := range p.replicas {
-		if o.Endpoint == e {
-			continue
+	// The server is ejected from every pool that lists it, so every such
+	// pool must be able to spare it.
+	for _, q := range g.poolsOf(e, p) {
+		if why := q.cannotSpare(e, now); why != "" {
+			g.ejectMu.Unlock()
+			e.setErr(cause + " (not ejected: " + why + ")")
+			return
 		}
-		if o.Ejected(now) {
-			ejected++
-		} else if o.Available(now) {
-			others++
-		}
-	}
-	// Envoy's rule: eject while the ejected share stays within the cap,
-	// and always allow one in a pool of two or more.
-	within := (ejected+1)*100 <= od.MaxEjectionPercent*len(p.replicas) || ejected == 0
-	if others == 0 || !within {
-		g.ejectMu.Unlock()
-		e.setErr(cause + " (not ejected: " + map[bool]string{true: "it is the last available replica", false: "max_ejection_percent reached"}[others == 0] + ")")
-		return
 	}
 	e.mu.Lock()
 	// A replica that behaved for a full max_ejection since its last
@@ -157,6 +158,31 @@ func (p *Pool) eject(r *Replica, cause string) {
 	g.ejectMu.Unlock()
 	e.ejections.Add(1)
 	g.changedState(e, false, why)
+}
+
+// cannotSpare says why the pool cannot have e ejected now ("" when it
+// can): it is the pool's last available replica, or the pool is at its
+// max_ejection_percent. Envoy's rule: eject while the ejected share stays
+// within the cap, and always allow one in a pool of two or more.
+func (p *Pool) cannotSpare(e *Endpoint, now time.Time) string {
+	ejected, others := 0, 0
+	for _, o := range p.replicas {
+		if o.Endpoint == e {
+			continue
+		}
+		if o.Ejected(now) {
+			ejected++
+		} else if o.Available(now) {
+			others++
+		}
+	}
+	if others == 0 {
+		return "it is the last available replica of pool " + strconv.Quote(p.Name)
+	}
+	if ejected > 0 && (ejected+1)*100 > p.opts.Outlier.MaxEjectionPercent*len(p.replicas) {
+		return "max_ejection_percent of pool " + strconv.Quote(p.Name) + " reached"
+	}
+	return ""
 }
 
 // changedState reports a change of e's state to the OnChange hook and

@@ -196,8 +196,18 @@ func TestOutlierDetection(t *testing.T) {
 		}
 	})
 
-	t.Run("misconfigured replica leaves rotation", func(t *testing.T) {
+	t.Run("misconfigured replica with probes off is ejected", func(t *testing.T) {
 		p, clk := setup(t, 2, defaults)
+		r := p.Replicas()[0]
+		p.Observe(r, pools.Misconfigured, "status 401: bad key")
+		if !r.Ejected(clk.Now()) || r.Misconfigured() {
+			t.Errorf("ejected %t misconfigured %t; with no probe to clear the mark it must be an ejection", r.Ejected(clk.Now()), r.Misconfigured())
+		}
+	})
+
+	t.Run("misconfigured replica leaves rotation", func(t *testing.T) {
+		clk := newClock()
+		p := newPool(t, pools.Options{Balance: "round_robin", Replicas: specs(2), Outlier: defaults}, pools.RegistryOptions{Now: clk.Now})
 		r := p.Replicas()[0]
 		p.Observe(r, pools.Misconfigured, "status 404: the model `m` does not exist")
 		if r.Available(clk.Now()) || !r.Misconfigured() {

@@ -44,6 +44,10 @@ type Registry struct {
 	members map[*Endpoint]*Replica
 	ctx     context.Context // set by Start; nil means no loops
 	changed chan struct{}
+	// views are the pools of the last Apply.
+	views []*Pool
+	// applyMu serialises Apply.
+	applyMu sync.Mutex
 
 	// ejectMu serialises ejections across every pool and reload, so that
 	// concurrent failures cannot each see another replica available and
@@ -110,6 +114,8 @@ func (g *Registry) Endpoints() []*Endpoint {
 // endpoint options, except that it is scraped when any of them scrapes.
 // Apply fails, changing nothing, if a pool's options are invalid.
 func (g *Registry) Apply(opts []Options) ([]*Pool, error) {
+	g.applyMu.Lock()
+	defer g.applyMu.Unlock()
 	want := map[string]EndpointOptions{}
 	urls := map[string]*url.URL{}
 	models := map[string][]string{}
@@ -163,6 +169,18 @@ func (g *Registry) Apply(opts []Options) ([]*Pool, error) {
 		if old == eo {
 			continue
 		}
+		if old.APIKey != eo.APIKey || old.Models != eo.Models || old.Health != eo.Health {
+			// What made it misconfigured or unhealthy may be fixed, and
+			// with probes off nothing else would clear the marks: let
+			// requests and probes judge it afresh.
+			e.misconfigured.Store(false)
+			if eo.Health.Disabled {
+				e.healthy.Store(true)
+			}
+			e.mu.Lock()
+			e.why, e.probeOK, e.probeFail = "", 0, 0
+			e.mu.Unlock()
+		}
 		if old.ConnectTimeout != eo.ConnectTimeout {
 			prev := e.client.Swap(g.newClient(eo))
 			e.retireClient(prev)
@@ -185,6 +203,7 @@ func (g *Registry) Apply(opts []Options) ([]*Pool, error) {
 	}
 	g.mu.Lock()
 	g.members = members
+	g.views = pools
 	g.mu.Unlock()
 
 	for _, e := range retire {
@@ -201,6 +220,25 @@ func (g *Registry) Apply(opts []Options) ([]*Pool, error) {
 	}
 	g.broadcast()
 	return pools, nil
+}
+
+// poolsOf returns p and every current pool that lists e.
+func (g *Registry) poolsOf(e *Endpoint, p *Pool) []*Pool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := []*Pool{p}
+	for _, v := range g.views {
+		if v == p {
+			continue
+		}
+		for _, r := range v.replicas {
+			if r.Endpoint == e {
+				out = append(out, v)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // member returns a replica listing e (for callbacks), or a bare one.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -222,5 +223,66 @@ func TestRemovedEndpointClosesConnections(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if after := requests.Load(); after != before {
 		t.Errorf("%d requests reached the removed endpoint after removal", after-before)
+	}
+}
+
+// TestSharedEndpointEjection: a server listed in two pools is ejected only
+// when every pool listing it can spare it.
+func TestSharedEndpointEjection(t *testing.T) {
+	reg := pools.NewRegistry(pools.RegistryOptions{})
+	t.Cleanup(reg.Close)
+	e := &url.URL{Scheme: "http", Host: "127.0.0.1:9"}
+	f := &url.URL{Scheme: "http", Host: "127.0.0.1:10"}
+	od := pools.OutlierOptions{Consecutive5xx: 1, MaxEjectionPercent: 100}
+	a := withDefaults(pools.Options{Name: "a", Balance: "round_robin", Outlier: od, Health: pools.HealthOptions{Disabled: true},
+		Replicas: []pools.ReplicaSpec{{Name: "e", URL: e}, {Name: "f", URL: f}}})
+	b := withDefaults(pools.Options{Name: "b", Balance: "round_robin", Outlier: od, Health: pools.HealthOptions{Disabled: true},
+		Replicas: []pools.ReplicaSpec{{Name: "e", URL: e}}})
+	ps, err := reg.Apply([]pools.Options{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := ps[0].Replica("e")
+	ps[0].Observe(r, pools.Status5xx, "status 500")
+	if !r.Available(time.Now()) {
+		t.Fatal("ejected the only replica of pool b")
+	}
+	if lastErr, _ := r.LastError(); !strings.Contains(lastErr, `last available replica of pool "b"`) {
+		t.Errorf("last error %q", lastErr)
+	}
+}
+
+// TestMixedCapsDoNotBlock: a waiter of a pool with a low max_inflight at the
+// head of a shared server's queue does not hold back a waiter of a pool
+// whose higher cap the server can still take.
+func TestMixedCapsDoNotBlock(t *testing.T) {
+	reg := pools.NewRegistry(pools.RegistryOptions{})
+	t.Cleanup(reg.Close)
+	u := &url.URL{Scheme: "http", Host: "127.0.0.1:9"}
+	cls := withDefaults(pools.Options{Name: "classifier", Balance: "round_robin", MaxInflight: 1, QueueTimeout: time.Minute,
+		Replicas: []pools.ReplicaSpec{{Name: "c", URL: u}}})
+	traffic := withDefaults(pools.Options{Name: "traffic", Balance: "round_robin", MaxInflight: 4, QueueTimeout: time.Minute,
+		Replicas: []pools.ReplicaSpec{{Name: "t", URL: u}}})
+	ps, err := reg.Apply([]pools.Options{cls, traffic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	held, err := ps[1].Acquire(ctx, &pools.Request{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := acquireAsync(ctx, ps[0], nil)
+	eventually(t, "the classifier request to queue", func() bool { return ps[0].Waiters() == 1 })
+	got := receive(t, acquireAsync(ctx, ps[1], nil))
+	if got.err != nil {
+		t.Fatalf("traffic request: %v", got.err)
+	}
+	ps[1].Release(got.r)
+	ps[1].Release(held)
+	if a := receive(t, head); a.err != nil {
+		t.Fatalf("classifier request: %v", a.err)
+	} else {
+		ps[0].Release(a.r)
 	}
 }

@@ -46,11 +46,18 @@ func newPoolTimeouts(header, firstToken, idle, total time.Duration) *poolTimeout
 // fires it cancels the attempt's context with the phase's phaseTimeout.
 // The timeouts are enforced per request rather than in the transport
 // because one server may be listed in pools with different timeouts.
+//
+// The timer goroutine and the request goroutine meet only in atomics:
+// pending is the armed phase (taken by whichever side acts first) and
+// deadline tells a firing that was overtaken by a push to stand down. An
+// exchange reuses its clock across attempts; each start makes a new timer
+// and context, so a late firing of an old one cancels only its own.
 type upstreamClock struct {
-	t       *poolTimeouts
-	timer   *time.Timer
-	cancel  context.CancelCauseFunc
-	pending atomic.Pointer[phaseTimeout]
+	t        *poolTimeouts
+	timer    *time.Timer
+	cancel   context.CancelCauseFunc
+	pending  atomic.Pointer[phaseTimeout]
+	deadline atomic.Int64 // unix nanos of the armed phase's end
 	// Stream phase: when it began and when the timer was last pushed back.
 	streamStart, lastPush time.Time
 }
@@ -61,26 +68,45 @@ func (c *upstreamClock) start(ctx context.Context, t *poolTimeouts) context.Cont
 	c.t = t
 	cctx, cancel := context.WithCancelCause(ctx)
 	c.cancel = cancel
+	c.deadline.Store(time.Now().Add(t.header).UnixNano())
 	c.pending.Store(t.headerErr)
-	c.timer = time.AfterFunc(t.header, c.fire)
+	// The closure holds this attempt's cancel: a firing that comes late
+	// for this attempt never touches the next one's.
+	c.timer = time.AfterFunc(t.header, func() { c.fire(cancel) })
 	return cctx
 }
 
-func (c *upstreamClock) fire() { c.cancel(c.pending.Load()) }
+func (c *upstreamClock) fire(cancel context.CancelCauseFunc) {
+	if time.Now().UnixNano() < c.deadline.Load() {
+		return // pushed back meanwhile; the timer was reset
+	}
+	if why := c.pending.Swap(nil); why != nil {
+		cancel(why)
+	}
+}
 
 // stop disarms the timer and cancels the attempt's context.
 func (c *upstreamClock) stop() {
 	if c.timer != nil {
+		c.pending.Store(nil)
 		c.timer.Stop()
 		c.cancel(nil)
+		c.timer = nil
 	}
 }
 
-// headers is called with the result of sending the request: it stops the
-// header timeout and turns a cancellation by it into its phaseTimeout.
+// headers is called with the result of sending the request: it takes the
+// header timeout back, and turns a cancellation by it into its
+// phaseTimeout. If the timer fired as the headers arrived, the timeout
+// wins: the context is (being) cancelled, so the body could not be read.
 func (c *upstreamClock) headers(cctx context.Context, resp *http.Response, err error) (*http.Response, error) {
-	if c.timer.Stop() && err == nil {
-		return resp, nil
+	if c.pending.Swap(nil) != nil {
+		c.timer.Stop()
+		if err == nil {
+			return resp, nil
+		}
+	} else {
+		<-cctx.Done() // the timer fired: its cancel is done or under way
 	}
 	var pt *phaseTimeout
 	if errors.As(context.Cause(cctx), &pt) {
@@ -98,10 +124,20 @@ func (c *upstreamClock) streaming() {
 	c.streamStart = time.Now()
 	c.lastPush = c.streamStart
 	if c.t.firstToken > 0 {
-		c.arm(c.t.firstTokenErr, c.t.firstToken)
+		c.arm(c.t.firstTokenErr, c.t.firstToken, c.streamStart)
 		return
 	}
 	c.push(c.streamStart)
+}
+
+// body arms the idle timeout for reading a non-stream answer's body once
+// its headers arrived.
+func (c *upstreamClock) body() {
+	c.streamStart = time.Now()
+	c.lastPush = c.streamStart
+	if c.t.idle > 0 {
+		c.arm(c.t.idleErr, c.t.idle, c.streamStart)
+	}
 }
 
 // event is called when the stream made progress: it pushes the idle
@@ -112,8 +148,12 @@ func (c *upstreamClock) event() {
 	if c.timer == nil {
 		return
 	}
+	first := c.pending.Load() == c.t.firstTokenErr
+	if !first && c.t.idle <= 0 && c.t.total <= 0 {
+		return // nothing left to arm
+	}
 	now := time.Now()
-	if c.pending.Load() == c.t.firstTokenErr || now.Sub(c.lastPush) >= c.t.idle/8 {
+	if first || now.Sub(c.lastPush) >= c.t.idle/8 {
 		c.lastPush = now
 		c.push(now)
 	}
@@ -129,14 +169,18 @@ func (c *upstreamClock) push(now time.Time) {
 		}
 	}
 	if d <= 0 {
-		c.timer.Stop()
 		c.pending.Store(nil)
+		c.timer.Stop()
 		return
 	}
-	c.arm(why, d)
+	c.arm(why, d, now)
 }
 
-func (c *upstreamClock) arm(why *phaseTimeout, d time.Duration) {
+// arm sets the phase and its deadline before resetting the timer, so a
+// firing of the previous phase that races with this either sees the new
+// deadline and stands down, or wins (the stream had reached its limit).
+func (c *upstreamClock) arm(why *phaseTimeout, d time.Duration, now time.Time) {
+	c.deadline.Store(now.Add(d).UnixNano())
 	c.pending.Store(why)
 	c.timer.Reset(d)
 }

@@ -27,7 +27,7 @@ var (
 )
 
 // errStreamCut: the replica's stream ended without its final [DONE].
-var errStreamCut = errors.New("replica closed the stream before [DONE]")
+var errStreamCut = errors.New("the replica ended the stream before it was complete")
 
 // errClientGone: a write or flush to the client failed, so the client has
 // gone even if the request context does not say so yet. It is never held

@@ -139,7 +139,7 @@ type execution struct {
 	retries int
 	// triedBuf backs the list of replicas tried, so that it costs no
 	// allocation for the usual few attempts.
-	triedBuf [4]*pools.Replica
+	triedBuf, refusedBuf [4]*pools.Replica
 }
 
 // execute is the one upstream executor, for client requests and classifier
@@ -157,12 +157,16 @@ func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 	ps := ex.ps
 	tried := ex.triedBuf[:0]
 	exclude := func(r *pools.Replica) bool { return slices.Contains(tried, r) }
+	// refused lists the replicas whose attempt got no answer at all; only
+	// those may be asked again when no other replica can take the request.
+	refused := ex.refusedBuf[:0]
+	answered := func(r *pools.Replica) bool { return slices.Contains(tried, r) && !slices.Contains(refused, r) }
 	var last result
 	for a := 0; a < ex.attempts; a++ {
 		same := false
 		if a > 0 {
 			if !ps.CanTake(exclude) {
-				if last.outcome != pools.ConnectFailure || !ps.CanTake(nil) {
+				if last.outcome != pools.ConnectFailure || !ps.CanTake(answered) {
 					break
 				}
 				same = true
@@ -175,7 +179,7 @@ func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 		var rep *pools.Replica
 		var err error
 		if same {
-			rep, err = ps.Acquire(ctx, ex.req, nil)
+			rep, err = ps.Acquire(ctx, ex.req, answered)
 		} else {
 			rep, err = ps.Acquire(ctx, ex.req, exclude)
 		}
@@ -202,6 +206,9 @@ func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 		ps.Release(rep)
 		if res.done || !res.retry || ctx.Err() != nil {
 			return res
+		}
+		if res.outcome == pools.ConnectFailure && !slices.Contains(refused, rep) {
+			refused = append(refused, rep)
 		}
 		last = res
 	}
@@ -345,6 +352,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	resp, err = clock.headers(hctx, resp, err)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
+		if ctx.Err() != nil {
+			x.status = statusClientClosed
+		}
 		return judgeError(ctx, ps, rep, err, "")
 	}
 	defer resp.Body.Close()
@@ -361,13 +371,22 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if !isStream {
 		buf := getBuffer()
 		defer putBuffer(buf)
+		clock.body()
 		if n, err := buf.ReadFrom(io.LimitReader(resp.Body, maxResponseBytes+1)); err == nil && n > maxResponseBytes {
 			// Terminal: the answer is the request's, not the replica's
 			// fault; neither retried nor counted against the replica.
 			return result{outcome: pools.Neutral, err: &upstreamError{pool: ps.Name, replica: rep.Name,
 				err: fmt.Errorf("%w: non-stream answer larger than %d bytes", errAnswerTooLarge, maxResponseBytes)}}
 		} else if err != nil {
-			// Nothing has reached the client yet: safe to retry.
+			if ctx.Err() != nil {
+				x.status = statusClientClosed
+			}
+			var pt *phaseTimeout
+			if errors.As(context.Cause(hctx), &pt) {
+				err = pt // the answer stalled (stream_idle_timeout)
+			}
+			// Nothing has reached the client yet: safe to retry, unless
+			// it was a timeout.
 			return judgeError(ctx, ps, rep, err, "reading body")
 		}
 		g.writeHeaders(w, x, resp, int64(buf.Len()))
@@ -407,16 +426,22 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		x.errMsg = err.Error()
 		return result{done: true, outcome: pools.Neutral}
 	}
+	// A replica that cut its stream, or stalled it past first_token_timeout
+	// or stream_idle_timeout, failed; one that ran into
+	// max_stream_duration just produced a long answer.
 	outcome := pools.Status5xx
 	var pt *phaseTimeout
 	if errors.As(context.Cause(hctx), &pt) {
 		err = fmt.Errorf("%w: %s", errStreamCut, pt.msg)
+		if pt == ps.timeouts.totalErr {
+			outcome = pools.Neutral
+		}
 	}
 	x.errMsg = err.Error()
 	x.status = http.StatusBadGateway // counted as failed although 200 was sent
 	span.SetStatus(codes.Error, err.Error())
 	p.fail(&apiError{Type: "upstream_error", Code: "stream_interrupted",
-		Message: fmt.Sprintf("the replica's stream was interrupted before it finished (pool %q): %v", ps.Name, err)})
+		Message: fmt.Sprintf("the stream was interrupted (pool %q): %v", ps.Name, err)})
 	g.log.Warn("stream cut by replica; ended the client stream with an error event", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
 	return result{done: true, abort: true, outcome: outcome, detail: "stream: " + err.Error()}
 }
