@@ -428,6 +428,11 @@ routes:
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// End on the warm-up config: same replicas, balancer and loops.
+	if _, err := gw.G.Apply(loadConfig(t, render(1), urls, nil)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
 	stop()
 	wg.Wait()
 	if failed.Load() != 0 {
@@ -436,7 +441,7 @@ routes:
 	if ok.Load() < 20 {
 		t.Errorf("only %d requests completed; the storm proves little", ok.Load())
 	}
-	// The final config (i = 59) has no replica c: its connections close.
+	// The final config has no replica c: its connections close.
 	client.CloseIdleConnections()
 	eventually(t, 10*time.Second, fmt.Sprintf("open fds to return to the baseline of %d", fdsBefore), func() bool { return openFDs(t) <= fdsBefore+4 })
 	for _, name := range []string{"a", "b"} {

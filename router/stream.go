@@ -288,8 +288,12 @@ func (p *pump) armWrite() {
 	_ = p.rc.SetWriteDeadline(p.deadline)
 }
 
-// fail ends a stream the replica cut with an error event the OpenAI SDKs
-// raise, starting on a fresh line.
+// fail ends a stream the replica cut with an error event, starting on a
+// fresh line, and no [DONE]; the handler then ends the response normally.
+// The event is not a fake success: the OpenAI SDKs (Python, Node, Go),
+// LangChain and the Vercel AI SDK all raise it with its message. Aborting
+// the connection instead, as a proxy without an error channel must, makes
+// the Vercel AI SDK report only "Failed to process successful response".
 func (p *pump) fail(ae *apiError) {
 	if p.midEvent {
 		_ = p.write([]byte("\n\n"))

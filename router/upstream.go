@@ -108,9 +108,6 @@ type result struct {
 	// retry: nothing reached the client and another replica may take the
 	// request (only with !done).
 	retry bool
-	// abort: a stream broke after its headers were sent; the handler
-	// aborts the client connection once the replica is released.
-	abort bool
 	// outcome and detail feed passive health; reason labels the retry
 	// metric if this attempt is retried.
 	outcome pools.Outcome
@@ -278,11 +275,6 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 	x.exec = execution{ps: ps, req: &x.preq, attempts: 1 + *ps.cfg.Retries, call: x}
 	res := g.execute(ctx, &x.exec)
 	x.retries += x.exec.retries
-	if res.abort {
-		// Headers are sent: abort rather than fake a success. The replica
-		// is released; deferred metrics and the access log still run.
-		panic(http.ErrAbortHandler)
-	}
 	if res.done {
 		return true, nil
 	}
@@ -443,7 +435,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	p.fail(&apiError{Type: "upstream_error", Code: "stream_interrupted",
 		Message: fmt.Sprintf("the stream was interrupted (pool %q): %v", ps.Name, err)})
 	g.log.Warn("stream cut by replica; ended the client stream with an error event", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
-	return result{done: true, abort: true, outcome: outcome, detail: "stream: " + err.Error()}
+	return result{done: true, outcome: outcome, detail: "stream: " + err.Error()}
 }
 
 // upstreamError is a failure to reach a replica or read its answer; it
