@@ -277,7 +277,12 @@ type Model struct {
 
 // Session keeps a conversation on its first decision.
 type Session struct {
-	Header string   `yaml:"header,omitempty"`
+	Header string `yaml:"header,omitempty"`
+	// FromUser also takes the body's user field as the session id when
+	// the header is absent. Default false: in the OpenAI API user names
+	// the end user, and one person's conversations would share one
+	// decision.
+	FromUser bool     `yaml:"from_user,omitempty"`
 	TTL    Duration `yaml:"ttl,omitempty"`
 	// Size caps the number of remembered sessions. Default 100000.
 	Size int `yaml:"size,omitempty"`

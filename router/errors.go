@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // apiError is an error with its OpenAI shape and HTTP status. Every error
@@ -31,11 +32,28 @@ var (
 	errForbidden     = errors.New("API key not allowed")
 	errModelNotFound = errors.New("model not found")
 	errTooLarge      = errors.New("request body too large")
+	errBodyTimeout   = errors.New("request body too slow")
 	errRateLimited   = errors.New("rate limited")
 	errNoReplica     = errors.New("no replica available")
 	errUpstream      = errors.New("upstream failed")
 	errUpstream429   = errors.New("upstream rate limited")
 )
+
+// retryAfter carries how long a client should wait before trying again: the
+// time until the key's token bucket has a token, or the largest
+// Retry-After of the replicas that answered 429.
+type retryAfter struct {
+	err   error
+	after time.Duration
+}
+
+func (r *retryAfter) Error() string { return r.err.Error() }
+func (r *retryAfter) Unwrap() error { return r.err }
+
+// retryAfterSeconds rounds d up to whole seconds, at least 1.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
+}
 
 // badRequest is a 400 invalid_request_error about param.
 func badRequest(param, msg string) *apiError {
@@ -45,6 +63,15 @@ func badRequest(param, msg string) *apiError {
 // toAPIError maps any error of the request path to its status and OpenAI
 // shape. It is the one place that decides statuses.
 func toAPIError(err error, detail string) *apiError {
+	ae := mapError(err, detail)
+	var ra *retryAfter
+	if errors.As(err, &ra) && ae.RetryAfter > 0 {
+		ae.RetryAfter = retryAfterSeconds(ra.after)
+	}
+	return ae
+}
+
+func mapError(err error, detail string) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
 		return ae
@@ -62,6 +89,8 @@ func toAPIError(err error, detail string) *apiError {
 		return &apiError{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model", Message: msg}
 	case errors.Is(err, errTooLarge):
 		return &apiError{Status: 413, Type: "invalid_request_error", Code: "request_too_large", Message: msg}
+	case errors.Is(err, errBodyTimeout):
+		return &apiError{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout", Message: msg}
 	case errors.Is(err, errRateLimited):
 		return &apiError{Status: 429, Type: "rate_limit_error", Code: "rate_limit_exceeded", Message: msg, RetryAfter: 1}
 	case errors.Is(err, errUpstream429):
@@ -110,6 +139,9 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	h.Set("Content-Type", "application/json")
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	if e.Status == http.StatusRequestTimeout {
+		h.Set("Connection", "close") // the rest of the body may still be coming
 	}
 	h.Del("Content-Length")
 	w.WriteHeader(e.Status)

@@ -104,7 +104,14 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return err
 	}
 	x.key = key
+	// server.body_timeout bounds reading the body, however slowly it
+	// trickles in; the deadline is lifted once it is read.
+	rc := http.NewResponseController(w)
+	timed := rc.SetReadDeadline(time.Now().Add(s.Config.Server.BodyTimeout.Std())) == nil
 	body, err := readBody(r, int64(s.Config.Server.MaxBodyBytes))
+	if timed {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		return err
 	}
@@ -114,8 +121,10 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return err
 	}
 	x.info = info
-	if key != nil && key.limiter != nil && !key.limiter.Allow() {
-		return fmt.Errorf("%w: API key %q is over its rate of %g requests/s", errRateLimited, key.name, key.rate.RPS)
+	if key != nil && key.limiter != nil {
+		if wait := key.wait(time.Now()); wait > 0 {
+			return &retryAfter{err: fmt.Errorf("%w: API key %q is over its rate of %g requests/s", errRateLimited, key.name, key.rate.RPS), after: wait}
+		}
 	}
 	tgt, ok := s.models[info.Model]
 	if !ok {
@@ -148,7 +157,7 @@ func (g *Gateway) fail(w http.ResponseWriter, x *exchange, err error, detail str
 	var uf *upstreamFailure
 	if errors.As(err, &uf) {
 		if uf.status == http.StatusTooManyRequests {
-			ae = toAPIError(fmt.Errorf("%w: %s", errUpstream429, uf.msg), "")
+			ae = toAPIError(&retryAfter{err: fmt.Errorf("%w: %s", errUpstream429, uf.msg), after: uf.retryAfter}, "")
 		} else {
 			ae = toAPIError(fmt.Errorf("%w: replica answered %d: %s", errUpstream, uf.status, uf.msg), "")
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"unsafe"
 
@@ -53,6 +54,9 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, fmt.Errorf("%w: over the %d-byte limit", errTooLarge, limit)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, fmt.Errorf("%w: the request body did not arrive within server.body_timeout", errBodyTimeout)
 		}
 		return nil, badRequest("", "could not read request body: "+err.Error())
 	}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"crypto/sha256"
 	"net/http"
 	"strconv"
 	"strings"
@@ -29,7 +30,7 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	if id := sessionID(s, r, info); id != "" {
 		// A session's decision is kept per API key and model name, so a
 		// session id cannot carry one key's (or model's) route to another.
-		preq.Session = preq.Key + "\x00" + info.Model + "\x00" + id
+		preq.Session = id + preq.Key + "\x00" + info.Model
 	}
 	d := s.Policy.Decide(preq, func() policy.Classification { return g.classify(ctx, x) }, explain)
 	if d.Sticky && d.Classified && s.classifier != nil {
@@ -41,18 +42,28 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	return d
 }
 
-// sessionID is the configured session header's value, else the body's user
-// field ("" without a session section).
+// sessionID is a fixed-size digest of the configured session header's
+// value (else, with session.from_user, of the body's user field), "" when
+// there is none. Ids are client input of any length; hashing them keeps
+// every session key the same small size in the session store and the
+// affinity ranking, and is the same on every instance.
 func sessionID(s *Snapshot, r *http.Request, info *reqInfo) string {
-	if s.Config.Session == nil {
+	se := s.Config.Session
+	if se == nil {
 		return ""
 	}
-	if h := s.Config.Session.Header; h != "" {
-		if v := r.Header.Get(h); v != "" {
-			return v
-		}
+	id := ""
+	if se.Header != "" {
+		id = r.Header.Get(se.Header)
 	}
-	return info.User
+	if id == "" && se.FromUser {
+		id = info.User
+	}
+	if id == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(id))
+	return string(sum[:16])
 }
 
 func (g *Gateway) classify(ctx context.Context, x *exchange) policy.Classification {

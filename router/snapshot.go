@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"time"
 
 	"golang.org/x/time/rate"
 
@@ -226,7 +227,11 @@ func (s *Snapshot) authenticate(r *http.Request) (*apiKey, error) {
 		return nil, nil
 	}
 	h := r.Header.Get("Authorization")
-	token, ok := strings.CutPrefix(h, "Bearer ")
+	// The scheme is case-insensitive (RFC 9110 §11.1).
+	token, ok := "", len(h) > 7 && strings.EqualFold(h[:7], "Bearer ")
+	if ok {
+		token = strings.TrimSpace(h[7:])
+	}
 	if !ok || token == "" {
 		return nil, fmt.Errorf("%w: send Authorization: Bearer <key>", errUnauthorized)
 	}
@@ -241,6 +246,20 @@ func (s *Snapshot) authenticate(r *http.Request) (*apiKey, error) {
 		return nil, fmt.Errorf("%w: the API key is not valid", errUnauthorized)
 	}
 	return found, nil
+}
+
+// wait takes a token from the key's bucket, or says how long until one is
+// there (nothing taken).
+func (k *apiKey) wait(now time.Time) time.Duration {
+	r := k.limiter.ReserveN(now, 1)
+	if !r.OK() {
+		return time.Second
+	}
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return d
+	}
+	return 0
 }
 
 // allows reports whether key may use the client-visible model name.

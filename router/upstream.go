@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/textproto"
 	"slices"
 	"strconv"
 	"strings"
@@ -94,6 +96,23 @@ var errAnswerTooLarge = errors.New("answer over the size limit")
 type upstreamFailure struct {
 	status int
 	msg    string
+	// retryAfter is what the replica's Retry-After said (0: nothing).
+	retryAfter time.Duration
+}
+
+// parseRetryAfter reads a Retry-After header: delay seconds or an HTTP
+// date (RFC 9110 §10.2.3). 0 when absent or unreadable.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 {
+		return time.Duration(min(n, 86400)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return min(t.Sub(now), 24*time.Hour)
+	}
+	return 0
 }
 
 func (u *upstreamFailure) Error() string {
@@ -137,6 +156,8 @@ type execution struct {
 	// triedBuf backs the list of replicas tried, so that it costs no
 	// allocation for the usual few attempts.
 	triedBuf, refusedBuf [4]*pools.Replica
+	// retryAfter is the largest Retry-After of the 429s seen.
+	retryAfter time.Duration
 }
 
 // execute is the one upstream executor, for client requests and classifier
@@ -203,6 +224,12 @@ func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 		ps.Release(rep)
 		if res.done || !res.retry || ctx.Err() != nil {
 			return res
+		}
+		var uf *upstreamFailure
+		if errors.As(res.err, &uf) && uf.status == http.StatusTooManyRequests {
+			// The client is told the longest wait any replica asked for.
+			ex.retryAfter = max(ex.retryAfter, uf.retryAfter)
+			uf.retryAfter = ex.retryAfter
 		}
 		if res.outcome == pools.ConnectFailure && !slices.Contains(refused, rep) {
 			refused = append(refused, rep)
@@ -332,6 +359,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return result{err: fmt.Errorf("%w: %v", errUpstream, err)}
 	}
 	copyRequestHeaders(out.Header, r.Header)
+	setForwarded(out.Header, r)
 	out.Header[headerReqID] = x.idHeader
 	out.Header["Content-Type"] = jsonContentType
 	if k := ps.cfg.APIKey; k != "" {
@@ -356,8 +384,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if o, retry, reason := judgeStatus(resp.StatusCode); retry {
 		msg := readErrorMessage(resp.Body)
 		span.SetStatus(codes.Error, fmt.Sprintf("status %d", resp.StatusCode))
-		return result{retry: true, outcome: o, reason: reason, detail: fmt.Sprintf("status %d: %s", resp.StatusCode, msg),
-			err: &upstreamFailure{status: resp.StatusCode, msg: msg}}
+		uf := &upstreamFailure{status: resp.StatusCode, msg: msg}
+		if resp.StatusCode == http.StatusTooManyRequests {
+			uf.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		}
+		return result{retry: true, outcome: o, reason: reason, detail: fmt.Sprintf("status %d: %s", resp.StatusCode, msg), err: uf}
 	}
 	isStream := resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	if !isStream {
@@ -509,12 +540,54 @@ func copyRequestHeaders(dst, src http.Header) {
 		}
 		dst[k] = vv
 	}
-	// Headers named in Connection are hop-by-hop too.
+	dropConnectionHeaders(dst, src)
+}
+
+// dropConnectionHeaders removes from dst the headers that src's Connection
+// header names: they are hop-by-hop too (RFC 9110 §7.6.1).
+func dropConnectionHeaders(dst, src http.Header) {
 	for _, f := range src["Connection"] {
-		for _, name := range strings.Split(f, ",") {
-			dst.Del(strings.TrimSpace(name))
+		for name := range strings.SplitSeq(f, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				dst.Del(name)
+			}
 		}
 	}
+}
+
+// setForwarded tells the replica who the client is, as
+// httputil.ReverseProxy does: the peer's address is appended to
+// X-Forwarded-For, and X-Forwarded-Host and X-Forwarded-Proto describe the
+// request the gateway received. A Forwarded element (RFC 7239) is
+// appended with the same facts.
+func setForwarded(dst http.Header, in *http.Request) {
+	proto := "http"
+	if in.TLS != nil {
+		proto = "https"
+	}
+	dst["X-Forwarded-Proto"] = []string{proto}
+	if in.Host != "" {
+		dst["X-Forwarded-Host"] = []string{in.Host}
+	}
+	ip, _, err := net.SplitHostPort(in.RemoteAddr)
+	if err != nil {
+		dst.Del("X-Forwarded-For")
+		return
+	}
+	if prior := dst["X-Forwarded-For"]; len(prior) > 0 {
+		dst["X-Forwarded-For"] = []string{strings.Join(prior, ", ") + ", " + ip}
+	} else {
+		dst["X-Forwarded-For"] = []string{ip}
+	}
+	node := ip
+	if strings.Contains(ip, ":") {
+		node = `"[` + ip + `]"` // IPv6 is quoted and bracketed (RFC 7239 §6)
+	}
+	el := "for=" + node + ";proto=" + proto
+	if prior := dst["Forwarded"]; len(prior) > 0 {
+		el = strings.Join(prior, ", ") + ", " + el
+	}
+	dst["Forwarded"] = []string{el}
 }
 
 // writeHeaders copies the replica's response headers and adds Switchyard's.
@@ -527,6 +600,7 @@ func (g *Gateway) writeHeaders(w http.ResponseWriter, x *exchange, resp *http.Re
 		}
 		h[k] = vv
 	}
+	dropConnectionHeaders(h, resp.Header)
 	if length >= 0 {
 		h.Set("Content-Length", strconv.FormatInt(length, 10))
 	}
