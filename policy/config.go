@@ -283,7 +283,7 @@ type Session struct {
 	// the end user, and one person's conversations would share one
 	// decision.
 	FromUser bool     `yaml:"from_user,omitempty"`
-	TTL    Duration `yaml:"ttl,omitempty"`
+	TTL      Duration `yaml:"ttl,omitempty"`
 	// Size caps the number of remembered sessions. Default 100000.
 	Size int `yaml:"size,omitempty"`
 }
