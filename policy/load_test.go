@@ -60,8 +60,9 @@ func TestLoadBad(t *testing.T) {
 		}},
 		{"server-and-classifier-values", []string{
 			`../testdata/server-and-classifier-values.bad.yaml:3:11: server: listen "8080" must be HOST:PORT (e.g. 0.0.0.0:8080 or :8080)`,
-			`../testdata/server-and-classifier-values.bad.yaml:11:16: classifier: concurrency must be at least 1`,
-			`../testdata/server-and-classifier-values.bad.yaml:12:11: classifier: prompt is not a valid Go template: template: prompt:1:2: executing "prompt" at <index .Labels 5>: error calling index: index out of range: 5`,
+			`../testdata/server-and-classifier-values.bad.yaml:4:19: server: max_json_depth must be at least 1`,
+			`../testdata/server-and-classifier-values.bad.yaml:12:16: classifier: concurrency must be at least 1`,
+			`../testdata/server-and-classifier-values.bad.yaml:13:11: classifier: prompt is not a valid Go template: template: prompt:1:2: executing "prompt" at <index .Labels 5>: error calling index: index out of range: 5`,
 		}},
 		{"topology-node-without-partition", []string{
 			`../testdata/topology-node-without-partition.bad.yaml:10:63: pool "big": replica "b": node "n2" is in no partition; with partitions declared, a replica's nodes must sit in one`,
@@ -181,7 +182,7 @@ func TestLoadBad(t *testing.T) {
 			`../testdata/unknown-nested-keys.bad.yaml:8:7: pool "small": health: unknown key "timout" (known: path, interval, timeout, unhealthy_after, healthy_after, check_models, disabled)`,
 		}},
 		{"unknown-pool-key", []string{
-			`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, retries, api_key_env, health, outlier, scrape, affinity, replicas)`,
+			`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, retries, api_key_env, health, outlier, scrape, affinity, replicas)`,
 		}},
 		{"unknown-route-key", []string{
 			`../testdata/unknown-route-key.bad.yaml:10:5: routes[0] "default": unknown key "fallbacks" (known: name, when, to, split, fallback, spill, sticky)`,

@@ -60,11 +60,15 @@ type Gateway struct {
 	snap      atomic.Pointer[Snapshot]
 	// draining is set on shutdown: /readyz answers 503.
 	draining atomic.Bool
-	reloadMu sync.Mutex // serialises Reload/Apply
-	gen      atomic.Int64
-	ctx      context.Context // owns pool loops
-	stop     context.CancelFunc
-	reqSeq   atomic.Uint64
+	// streams are the client streams being pumped, with the cancel of
+	// their upstream attempt, so that shutdown can end them cleanly.
+	streamsMu sync.Mutex
+	streams   map[*exchange]context.CancelCauseFunc
+	reloadMu  sync.Mutex // serialises Reload/Apply
+	gen       atomic.Int64
+	ctx       context.Context // owns pool loops
+	stop      context.CancelFunc
+	reqSeq    atomic.Uint64
 	// rand jitters retry backoff (Options.Rand, else math/rand/v2).
 	rand func() uint64
 }
@@ -130,6 +134,38 @@ func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
 func (g *Gateway) Close() {
 	g.stop()
 	g.endpoints.Close()
+}
+
+// errShuttingDown ends the streams still open when the shutdown grace runs
+// out.
+var errShuttingDown = errors.New("the gateway is shutting down")
+
+func (g *Gateway) trackStream(x *exchange, cancel context.CancelCauseFunc) {
+	g.streamsMu.Lock()
+	if g.streams == nil {
+		g.streams = map[*exchange]context.CancelCauseFunc{}
+	}
+	g.streams[x] = cancel
+	g.streamsMu.Unlock()
+}
+
+func (g *Gateway) untrackStream(x *exchange) {
+	g.streamsMu.Lock()
+	delete(g.streams, x)
+	g.streamsMu.Unlock()
+}
+
+// CutStreams ends every client stream in progress with an error event
+// saying the gateway is shutting down (their upstream requests are
+// cancelled), and returns how many there were. The handlers finish
+// writing on their own goroutines.
+func (g *Gateway) CutStreams() int {
+	g.streamsMu.Lock()
+	defer g.streamsMu.Unlock()
+	for _, cancel := range g.streams {
+		cancel(errShuttingDown)
+	}
+	return len(g.streams)
 }
 
 // Drain marks the gateway as shutting down: /readyz answers 503 from now

@@ -428,6 +428,8 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	w.WriteHeader(resp.StatusCode)
 	x.status = resp.StatusCode
 	clock.streaming()
+	g.trackStream(x, clock.cancel)
+	defer g.untrackStream(x)
 	x.pump = pump{w: w, rc: http.NewResponseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std(),
 		injected: injected, clock: clock, token: x}
 	p := &x.pump
@@ -453,15 +455,18 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	// or stream_idle_timeout, failed; one that ran into
 	// max_stream_duration just produced a long answer.
 	outcome := pools.Status5xx
+	x.status = http.StatusBadGateway // counted as failed although 200 was sent
 	var pt *phaseTimeout
-	if errors.As(context.Cause(hctx), &pt) {
+	switch cause := context.Cause(hctx); {
+	case errors.As(cause, &pt):
 		err = fmt.Errorf("%w: %s", errStreamCut, pt.msg)
 		if pt == ps.timeouts.totalErr {
 			outcome = pools.Neutral
 		}
+	case errors.Is(cause, errShuttingDown):
+		err, outcome, x.status = errShuttingDown, pools.Neutral, http.StatusServiceUnavailable
 	}
 	x.errMsg = err.Error()
-	x.status = http.StatusBadGateway // counted as failed although 200 was sent
 	span.SetStatus(codes.Error, err.Error())
 	p.fail(&apiError{Type: "upstream_error", Code: "stream_interrupted",
 		Message: fmt.Sprintf("the stream was interrupted (pool %q): %v", ps.Name, err)})

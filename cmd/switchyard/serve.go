@@ -92,6 +92,9 @@ type Server struct {
 	Log         *slog.Logger
 	Listen      string
 	AdminListen string
+	// Exit ends the process on a second SIGINT/SIGTERM during the drain;
+	// nil means os.Exit.
+	Exit func(code int)
 }
 
 // Run serves until ctx ends, then drains in-flight requests (streams
@@ -137,18 +140,45 @@ func (s *Server) Run(ctx context.Context, ready func(api, admin net.Addr)) error
 	case <-ctx.Done():
 	}
 	grace := s.Gateway.Snapshot().Config.Server.ShutdownGrace.Std()
+	// A second SIGINT or SIGTERM during the drain exits at once, as an
+	// operator pressing Ctrl-C twice expects.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	s.Log.Info("shutting down; draining in-flight requests", "grace", grace.String())
+	drained := make(chan struct{})
+	defer close(drained)
+	go func() {
+		select {
+		case sig := <-sigs:
+			s.Log.Error("second signal during the drain: exiting now", "signal", sig.String())
+			exit := s.Exit
+			if exit == nil {
+				exit = os.Exit
+			}
+			exit(1)
+		case <-drained:
+		}
+	}()
 	// /readyz answers 503 from now on. The admin listener (metrics, and
 	// /readyz) stays up until the client API has drained.
 	s.Gateway.Drain()
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	err = api.Shutdown(sctx)
-	_ = admin.Shutdown(sctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		s.Log.Warn("shutdown grace expired; closing remaining connections")
+		// Streams still open get an error event rather than a bare EOF,
+		// then a moment to write it before their connections close.
+		n := s.Gateway.CutStreams()
+		s.Log.Warn("shutdown grace expired; ending open streams with an error event and closing connections", "streams", n)
+		fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = api.Shutdown(fctx)
+		fcancel()
 		api.Close()
 	}
+	actx, acancel := context.WithTimeout(context.Background(), time.Second)
+	_ = admin.Shutdown(actx)
+	acancel()
 	return nil
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -152,5 +155,90 @@ routes:
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %s", want)
 		}
+	}
+}
+
+// TestShutdownGraceAndSecondSignal: streams still open when the grace runs
+// out end with an error event, not a bare EOF; a second SIGTERM during the
+// drain exits at once with code 1.
+func TestShutdownGraceAndSecondSignal(t *testing.T) {
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n")
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	}))
+	defer hang.Close()
+	for _, second := range []bool{false, true} {
+		grace := "300ms"
+		if second {
+			grace = "1m"
+		}
+		cfg, err := policy.Load("t.yaml", []byte(`version: 1
+server: {shutdown_grace: `+grace+`}
+pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "`+hang.URL+`"}]}
+routes:
+  - name: main
+    to: p
+`), router.Registry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs syncWriter
+		log := slog.New(slog.NewJSONHandler(&logs, nil))
+		g, err := router.New(cfg, router.Options{Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan int, 1)
+		srv := &Server{Gateway: g, Log: log, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", Exit: func(code int) { exited <- code }}
+		ctx, stop := context.WithCancel(context.Background())
+		addrs := make(chan net.Addr, 2)
+		done := make(chan error, 1)
+		go func() { done <- srv.Run(ctx, func(api, admin net.Addr) { addrs <- api; addrs <- admin }) }()
+		api := <-addrs
+		<-addrs
+		resp, err := http.Post("http://"+api.String()+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"auto","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		if second {
+			poll(t, "the drain to begin", func() bool { return strings.Contains(logs.String(), "shutting down") })
+			if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case code := <-exited:
+				if code != 1 || !strings.Contains(logs.String(), "second signal") {
+					t.Errorf("exit %d, logs %s", code, logs.String())
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("a second SIGTERM did not exit")
+			}
+			// Let the test's Run finish: end the stream.
+			g.CutStreams()
+			resp.Body.Close()
+		} else {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.Contains(string(body), "shutting down") || !strings.Contains(string(body), `"error"`) {
+				t.Errorf("stream at the end of the grace: %q", body)
+			}
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("Run did not return")
+		}
+		g.Close()
 	}
 }

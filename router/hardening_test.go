@@ -1,0 +1,455 @@
+package router_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/vllmsim"
+)
+
+// sseUpstream is a replica that answers every chat request with the given
+// raw stream bytes, written in one go (or by write, when set).
+func sseUpstream(t *testing.T, raw string, write func(w http.ResponseWriter, r *http.Request)) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(200)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		if write != nil {
+			write(w, r)
+			return
+		}
+		_, _ = io.WriteString(w, raw)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// oneReplicaGateway runs a gateway with one pool "p" on the replica at url;
+// extra is added to the pool's YAML mapping, server to the server section.
+func oneReplicaGateway(t *testing.T, url, extra, server string) *gateway {
+	t.Helper()
+	if server == "" {
+		server = "{}"
+	}
+	return startGateway(t, loadConfig(t, `
+version: 1
+server: `+server+`
+pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "{{u}}"}]`+extra+`}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"u": url}, nil))
+}
+
+const streamReq = `{"model":"auto","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+
+func TestDeepNestingRefused(t *testing.T) {
+	gw := oneReplicaGateway(t, refusedURL(t), "", "{max_body_bytes: 16MiB}")
+	for _, depth := range []int{65, 100_000, 8_000_000} {
+		body := `{"model":"auto","messages":[{"role":"user","content":"x"}],"x":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + "}"
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		resp, b := post(t, gw.API.URL+"/v1/chat/completions", body, nil)
+		runtime.ReadMemStats(&after)
+		if resp.StatusCode != 400 || !strings.Contains(string(b), "max_json_depth") {
+			t.Fatalf("depth %d: %d %s", depth, resp.StatusCode, b)
+		}
+		// The body itself, its copy while being read and the client's
+		// copy: a small multiple of its size (it was ~100x before).
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(8*len(body))+16<<20 {
+			t.Errorf("depth %d: %d MiB allocated for a %d MiB body", depth, alloc>>20, len(body)>>20)
+		}
+	}
+	// 64 levels is still fine.
+	ok := `{"model":"auto","messages":[{"role":"user","content":"x"}],"x":` + strings.Repeat("[", 62) + strings.Repeat("]", 62) + "}"
+	up := startReplica(t, fast("m"))
+	gw2 := oneReplicaGateway(t, up.Srv.URL, "", "")
+	if resp, b := post(t, gw2.API.URL+"/v1/chat/completions", ok, nil); resp.StatusCode != 200 {
+		t.Errorf("64 levels: %d %s", resp.StatusCode, b)
+	}
+}
+
+func TestOneViewOfTheRequest(t *testing.T) {
+	up := startReplica(t, fast("m"))
+	gw := oneReplicaGateway(t, up.Srv.URL, "", "")
+	for _, tc := range []struct{ name, body, param string }{
+		{"duplicate model", `{"model":"auto","messages":[{"role":"user","content":"x"}],"model":"m"}`, "model"},
+		{"duplicate stream", `{"model":"auto","stream":false,"messages":[{"role":"user","content":"x"}],"stream":true}`, "stream"},
+		{"duplicate messages", `{"model":"auto","messages":[],"messages":[{"role":"user","content":"x"}]}`, "messages"},
+		{"duplicate stream_options", `{"model":"auto","stream_options":{},"stream_options":{},"messages":[{"role":"user","content":"x"}]}`, "stream_options"},
+		{"stream not a boolean", `{"model":"auto","stream":"yes","messages":[{"role":"user","content":"x"}]}`, "stream"},
+		{"stream a number", `{"model":"auto","stream":1,"messages":[{"role":"user","content":"x"}]}`, "stream"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, b := post(t, gw.API.URL+"/v1/chat/completions", tc.body, nil)
+			if resp.StatusCode != 400 || !strings.Contains(string(b), `"param":"`+tc.param+`"`) {
+				t.Errorf("%d %s", resp.StatusCode, b)
+			}
+		})
+	}
+	if up.count() != 0 {
+		t.Errorf("%d refused requests reached the replica", up.count())
+	}
+	if resp, b := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","stream":null,"messages":[{"role":"user","content":"x"}]}`, nil); resp.StatusCode != 200 {
+		t.Errorf("stream null: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestSSEForms: streams that end in any form the SSE specification allows
+// are complete answers: 200, no error event, nothing ejected, and the
+// client gets every event.
+func TestSSEForms(t *testing.T) {
+	chunk := `{"choices":[{"index":0,"delta":{"content":"hi"}}]}`
+	for _, tc := range []struct{ name, raw string }{
+		{"no space after data", "data:" + chunk + "\n\ndata:[DONE]\n\n"},
+		{"event line before done", "data: " + chunk + "\n\nevent: done\ndata: [DONE]\n\n"},
+		{"CR line ends", "data: " + chunk + "\r\rdata: [DONE]\r\r"},
+		{"CRLF line ends", "data: " + chunk + "\r\n\r\ndata: [DONE]\r\n\r\n"},
+		{"comments, id and retry", ": keep-alive\n\nid: 1\nretry: 100\ndata: " + chunk + "\n\ndata: [DONE]\n\n"},
+		{"multi-line data", "data: {\"choices\":\ndata: [{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"},
+		{"done without its blank line", "data: " + chunk + "\n\ndata: [DONE]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := sseUpstream(t, tc.raw, nil)
+			gw := oneReplicaGateway(t, up.URL, "", "")
+			resp, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq+"", nil)
+			if resp.StatusCode != 200 || strings.Contains(string(b), `"error"`) {
+				t.Fatalf("%d %q", resp.StatusCode, b)
+			}
+			if !strings.HasPrefix(tc.raw, string(b)[:min(len(b), len(tc.raw))]) && tc.name != "done without its blank line" {
+				t.Errorf("the client got %q, not the replica's bytes %q", b, tc.raw)
+			}
+			eventually(t, 5*time.Second, "the request to be counted", func() bool {
+				return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}) == 1
+			})
+			if v := adminReplicaView(t, gw, "p", "r"); v.Ejections != 0 || v.LastError != "" {
+				t.Errorf("replica blamed: %+v", v)
+			}
+		})
+	}
+}
+
+// TestUsageStrippedEverywhere: a client that did not ask for usage gets
+// none, wherever the replica puts it (running totals in chunks with
+// choices, a final usage chunk), and the gateway counts the last totals.
+func TestUsageStrippedEverywhere(t *testing.T) {
+	raw := `data: {"choices":[{"index":0,"delta":{"content":"a"}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}` + "\n\n" +
+		`data: {"usage": {"prompt_tokens":5,"completion_tokens":2}, "choices":[{"index":0,"delta":{"content":"b"}}]}` + "\n\n" +
+		`data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}` + "\n\n" +
+		"data: [DONE]\n\n"
+	up := sseUpstream(t, raw, nil)
+	gw := oneReplicaGateway(t, up.URL, "", "")
+	resp, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
+	if resp.StatusCode != 200 || strings.Contains(string(b), "usage") {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if !strings.Contains(string(b), `"content":"a"`) || !strings.Contains(string(b), `"content":"b"`) || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+		t.Errorf("content lost: %s", b)
+	}
+	eventually(t, 5*time.Second, "tokens to be counted", func() bool {
+		return metricValue(t, gw, "switchyard_tokens_total", map[string]string{"pool": "p", "kind": "completion"}) == 2
+	})
+}
+
+// TestErrorEventOnFreshLine: a replica that dies in the middle of an event
+// leaves no partial line for the error event to be glued to.
+func TestErrorEventOnFreshLine(t *testing.T) {
+	up := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"content":"a"}}]}`+"\n\n"+`data: {"choi`)
+		http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler)
+	})
+	gw := oneReplicaGateway(t, up.URL, "", "")
+	resp, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
+	body := string(b)
+	if resp.StatusCode != 200 || strings.Contains(body, `"choi"`) || strings.Contains(body, `{"choidata`) {
+		t.Fatalf("partial event passed on: %q", body)
+	}
+	want := `data: {"content":"a"}`
+	_ = want
+	if !strings.Contains(body, "\n\ndata: {\"error\":") || !strings.HasSuffix(body, "}}\n\n") {
+		t.Errorf("error event not on a fresh line: %q", body)
+	}
+	if events := sseData(body); len(events) != 2 || !strings.Contains(events[1], "stream_interrupted") {
+		t.Errorf("events %q", events)
+	}
+}
+
+// sseData returns the data of the events in a well-formed LF stream.
+func sseData(s string) []string {
+	var out []string
+	for _, ev := range strings.Split(s, "\n\n") {
+		if d, ok := strings.CutPrefix(ev, "data: "); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// TestCompletedStreamIsOK reproduces the 499s: clients that read a stream
+// to [DONE] and close at once are 200s, every one.
+func TestCompletedStreamIsOK(t *testing.T) {
+	up := startReplica(t, fast("m"))
+	gw := oneReplicaGateway(t, up.Srv.URL, "", "")
+	const n = 60
+	for range n {
+		req, _ := http.NewRequest(http.MethodPost, gw.API.URL+"/v1/chat/completions", strings.NewReader(streamReq))
+		tr := &http.Transport{}
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if sc.Text() == "data: [DONE]" {
+				break
+			}
+		}
+		resp.Body.Close()
+		tr.CloseIdleConnections() // close the connection right after [DONE]
+	}
+	eventually(t, 5*time.Second, "every stream to be logged", func() bool {
+		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": "p"}) == n
+	})
+	if got := metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}); got != n {
+		t.Errorf("%v of %d completed streams counted 200 (the rest as 499)", got, n)
+	}
+}
+
+// TestStreamTimeouts: a replica that starts a stream and stalls before the
+// first event, or between events, ends the client stream with an error
+// event naming the timeout, frees the slot and counts against the replica.
+func TestStreamTimeouts(t *testing.T) {
+	for _, tc := range []struct{ name, extra, want string }{
+		{"first token", ", first_token_timeout: 200ms", "first_token_timeout"},
+		{"idle", ", stream_idle_timeout: 200ms", "stream_idle_timeout"},
+		{"whole stream", ", max_stream_duration: 300ms", "max_stream_duration"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			released := make(chan struct{})
+			up := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
+				defer close(released)
+				rc := http.NewResponseController(w)
+				_ = rc.Flush()
+				if tc.want != "first_token_timeout" {
+					for i := 0; i < 3; i++ {
+						_, _ = io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"content":"a"}}]}`+"\n\n")
+						_ = rc.Flush()
+						time.Sleep(50 * time.Millisecond)
+					}
+				}
+				<-r.Context().Done() // stall until the gateway gives up
+			})
+			gw := oneReplicaGateway(t, up.URL, ", max_inflight: 1"+tc.extra, "")
+			resp, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
+			if resp.StatusCode != 200 || !strings.Contains(string(b), tc.want) || !strings.Contains(string(b), "stream_interrupted") {
+				t.Fatalf("%d %s", resp.StatusCode, b)
+			}
+			select {
+			case <-released:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the upstream request was not cancelled")
+			}
+			if v := adminReplicaView(t, gw, "p", "r"); v.Inflight != 0 {
+				t.Errorf("slot still held: %+v", v)
+			}
+			wantFailure := tc.want != "max_stream_duration"
+			if v := adminReplicaView(t, gw, "p", "r"); (v.LastError != "") != wantFailure {
+				t.Errorf("replica failure recorded %t, want %t: %+v", v.LastError != "", wantFailure, v)
+			}
+		})
+	}
+}
+
+// TestWriteTimeout: a client that never reads its stream is cut off after
+// write_timeout, which frees the replica's slot and cancels upstream.
+func TestWriteTimeout(t *testing.T) {
+	var cancelled atomic.Bool
+	big := `data: {"choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 60<<10) + `"}}]}` + "\n\n"
+	up := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		for r.Context().Err() == nil {
+			if _, err := io.WriteString(w, big); err != nil {
+				break
+			}
+			_ = rc.Flush()
+		}
+		cancelled.Store(true)
+	})
+	gw := oneReplicaGateway(t, up.URL, ", max_inflight: 1", "{write_timeout: 300ms}")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(gw.API.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(streamReq), streamReq)
+	// Never read.
+	eventually(t, 20*time.Second, "the upstream request to be cancelled", cancelled.Load)
+	eventually(t, 5*time.Second, "the slot to be free", func() bool { return adminReplicaView(t, gw, "p", "r").Inflight == 0 })
+	eventually(t, 5*time.Second, "a 499 to be logged", func() bool {
+		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "499"}) == 1
+	})
+}
+
+// TestBodyTimeout: a client that sends headers and never the body gets 408
+// after body_timeout, and its connection is closed.
+func TestBodyTimeout(t *testing.T) {
+	gw := oneReplicaGateway(t, refusedURL(t), "", "{body_timeout: 200ms}")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(gw.API.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\"")
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "request_timeout") || !resp.Close {
+		t.Errorf("%d close=%t %s", resp.StatusCode, resp.Close, b)
+	}
+}
+
+// TestRetryAfter: a 429 passes on the replica's Retry-After; the local rate
+// limit says how long until its bucket has a token.
+func TestRetryAfter(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "7")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = io.WriteString(w, `{"error":{"message":"busy"}}`)
+	}))
+	t.Cleanup(up.Close)
+	gw := oneReplicaGateway(t, up.URL, "", "")
+	if resp, b := post(t, gw.API.URL+"/v1/chat/completions", chatBody("x", ""), nil); resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "7" {
+		t.Errorf("replica 429: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
+	}
+
+	good := startReplica(t, fast("m"))
+	gw2 := startGateway(t, loadConfig(t, `
+version: 1
+server:
+  api_keys: [{name: slow, key_env: K, rate: {rps: 0.2, burst: 1}}]
+pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "{{u}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"u": good.Srv.URL}, map[string]string{"K": "sk-slow"}))
+	auth := map[string]string{"Authorization": "bearer sk-slow"} // lower-case scheme is fine
+	if resp, b := post(t, gw2.API.URL+"/v1/chat/completions", chatBody("x", ""), auth); resp.StatusCode != 200 {
+		t.Fatalf("first: %d %s", resp.StatusCode, b)
+	}
+	resp, _ := post(t, gw2.API.URL+"/v1/chat/completions", chatBody("x", ""), auth)
+	if ra := resp.Header.Get("Retry-After"); resp.StatusCode != 429 || ra != "5" && ra != "4" {
+		t.Errorf("rate limited: %d Retry-After %q, want 4 or 5 (one token per 5s)", resp.StatusCode, ra)
+	}
+}
+
+// TestForwardingHeaders: headers the replica names in Connection do not
+// reach the client; the replica learns the client's address.
+func TestForwardingHeaders(t *testing.T) {
+	var seen http.Header
+	sim := vllmsim.New(fast("m"))
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = r.Header.Clone()
+		w.Header().Set("Connection", "X-Hop, keep-alive")
+		w.Header().Set("X-Hop", "secret")
+		w.Header().Set("X-Kept", "yes")
+		sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(up.Close)
+	gw := oneReplicaGateway(t, up.URL, "", "")
+	resp, _ := post(t, gw.API.URL+"/v1/chat/completions", chatBody("x", ""), map[string]string{"X-Forwarded-For": "203.0.113.9"})
+	if resp.Header.Get("X-Hop") != "" || resp.Header.Get("X-Kept") != "yes" {
+		t.Errorf("X-Hop %q X-Kept %q", resp.Header.Get("X-Hop"), resp.Header.Get("X-Kept"))
+	}
+	if got := seen.Get("X-Forwarded-For"); got != "203.0.113.9, 127.0.0.1" {
+		t.Errorf("X-Forwarded-For %q", got)
+	}
+	if seen.Get("X-Forwarded-Proto") != "http" || seen.Get("Forwarded") != "for=127.0.0.1;proto=http" || seen.Get("X-Forwarded-Host") == "" {
+		t.Errorf("forwarding headers %v", seen)
+	}
+}
+
+// TestSessionFromUser: the body's user field keeps a session only with
+// session.from_user; long ids work and are stored hashed.
+func TestSessionFromUser(t *testing.T) {
+	a, b := startReplica(t, fast("a")), startReplica(t, fast("b"))
+	for _, fromUser := range []bool{false, true} {
+		gw := startGateway(t, loadConfig(t, fmt.Sprintf(`
+version: 1
+session: {header: X-Session, from_user: %t}
+pools:
+  a: {model: a, health: {disabled: true}, replicas: [{name: a, url: "{{a}}"}]}
+  b: {model: b, health: {disabled: true}, replicas: [{name: b, url: "{{b}}"}]}
+routes:
+  - name: split
+    split: {a: 50, b: 50}
+`, fromUser), map[string]string{"a": a.Srv.URL, "b": b.Srv.URL}, nil))
+		pools := map[string]int{}
+		for range 20 {
+			resp, _ := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","user":"alice","messages":[{"role":"user","content":"x"}]}`, nil)
+			pools[resp.Header.Get("X-Switchyard-Pool")]++
+		}
+		if sticky := len(pools) == 1; sticky != fromUser {
+			t.Errorf("from_user %t: pools %v", fromUser, pools)
+		}
+		long := strings.Repeat("s", 512<<10)
+		first := ""
+		for range 5 {
+			resp, _ := post(t, gw.API.URL+"/v1/chat/completions", chatBody("x", ""), map[string]string{"X-Session": long})
+			if first == "" {
+				first = resp.Header.Get("X-Switchyard-Pool")
+			} else if p := resp.Header.Get("X-Switchyard-Pool"); p != first {
+				t.Errorf("a long session id did not stick: %s then %s", first, p)
+			}
+		}
+	}
+}
+
+// TestShutdownEndsOpenStreams: CutStreams ends streams with an error event
+// saying the gateway is shutting down.
+func TestShutdownEndsOpenStreams(t *testing.T) {
+	up := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"content":"a"}}]}`+"\n\n")
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	})
+	gw := oneReplicaGateway(t, up.URL, "", "")
+	done := make(chan string, 1)
+	go func() {
+		_, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
+		done <- string(b)
+	}()
+	eventually(t, 5*time.Second, "the stream to start", func() bool { return adminReplicaView(t, gw, "p", "r").Inflight == 1 })
+	var n int
+	eventually(t, 5*time.Second, "the stream to be tracked", func() bool { n = gw.G.CutStreams(); return n == 1 })
+	select {
+	case b := <-done:
+		if !strings.Contains(b, "shutting down") || strings.Contains(b, "[DONE]") {
+			t.Errorf("stream at shutdown: %q", b)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not end")
+	}
+	eventually(t, 5*time.Second, "a 503 to be logged", func() bool {
+		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "503"}) == 1
+	})
+	_ = context.Background
+}
