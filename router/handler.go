@@ -109,11 +109,14 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 	rc := http.NewResponseController(w)
 	timed := rc.SetReadDeadline(time.Now().Add(s.Config.Server.BodyTimeout.Std())) == nil
 	body, err := readBody(r, int64(s.Config.Server.MaxBodyBytes))
+	if err != nil {
+		// The deadline stays: after the answer the server would read on
+		// to discard the rest of the body, and a client that trickles it
+		// must not hold the connection that way either.
+		return err
+	}
 	if timed {
 		_ = rc.SetReadDeadline(time.Time{})
-	}
-	if err != nil {
-		return err
 	}
 	x.body = body
 	info, err := parseRequest(body, x.ep, s.Config.Server.MaxJSONDepth)

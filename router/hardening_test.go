@@ -324,6 +324,11 @@ func TestBodyTimeout(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "request_timeout") || !resp.Close {
 		t.Errorf("%d close=%t %s", resp.StatusCode, resp.Close, b)
 	}
+	// The connection is closed, not held open waiting for the rest.
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := conn.Read(make([]byte, 1)); err == nil || n > 0 || strings.Contains(err.Error(), "timeout") {
+		t.Errorf("connection still open after the 408: %d, %v", n, err)
+	}
 }
 
 // TestRetryAfter: a 429 passes on the replica's Retry-After; the local rate
