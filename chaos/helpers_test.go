@@ -183,7 +183,9 @@ func (p *proc) settles(t *testing.T, b baseline) {
 	eventually(t, 20*time.Second, "fds and goroutines to return to the baseline", func() bool {
 		fds, gs = float64(p.fds(t)), p.metric(t, "go_goroutines")
 		return fds <= b.fds+4 && gs <= b.goroutines+8
-	}, func() string { return fmt.Sprintf("fds %v (baseline %v), goroutines %v (baseline %v)", fds, b.fds, gs, b.goroutines) })
+	}, func() string {
+		return fmt.Sprintf("fds %v (baseline %v), goroutines %v (baseline %v)", fds, b.fds, gs, b.goroutines)
+	})
 }
 
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool, state ...func() string) {
