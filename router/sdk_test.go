@@ -1,0 +1,94 @@
+package router_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/vllmsim"
+)
+
+// sdkResult is one line of testdata/sdk/clients.mjs.
+type sdkResult struct {
+	SDK   string `json:"sdk"`
+	OK    bool   `json:"ok"`
+	Text  string `json:"text"`
+	Error string `json:"error"`
+}
+
+// runSDKs runs the Node client SDKs of testdata/sdk against baseURL. It
+// skips the test when Node or the SDKs are not installed (.ci/run installs
+// them with npm ci).
+func runSDKs(t *testing.T, baseURL string, stream bool) map[string]sdkResult {
+	t.Helper()
+	dir, err := filepath.Abs("../testdata/sdk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed; .ci/run installs it")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules")); err != nil {
+		t.Skip("the SDKs are not installed: run npm ci --prefix testdata/sdk (.ci/run does)")
+	}
+	args := []string{filepath.Join(dir, "clients.mjs"), baseURL}
+	if stream {
+		args = append(args, "stream")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, stderr.String())
+	}
+	res := map[string]sdkResult{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		var r sdkResult
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("bad line %q: %v", sc.Text(), err)
+		}
+		res[r.SDK] = r
+	}
+	if len(res) != 4 {
+		t.Fatalf("results %v; stderr %s", res, stderr.String())
+	}
+	return res
+}
+
+// TestSDKsSurfaceCutStreams: with the real OpenAI Node SDK, both Vercel AI
+// SDK providers and LangChain, a stream the replica cuts raises an error
+// carrying the gateway's message (not a silent truncation, not a generic
+// "Failed to process successful response"); a healthy stream and a plain
+// request succeed in each.
+func TestSDKsSurfaceCutStreams(t *testing.T) {
+	good := startReplica(t, fast("m"))
+	gw := oneReplicaGateway(t, good.Srv.URL, "", "")
+	for _, stream := range []bool{false, true} {
+		for sdk, r := range runSDKs(t, gw.API.URL+"/v1", stream) {
+			if !r.OK || r.Text == "" {
+				t.Errorf("%s (stream %t) against a healthy replica: %+v", sdk, stream, r)
+			}
+		}
+	}
+
+	cut := startReplica(t, fast("m"))
+	cut.Sim.SetFaults(vllmsim.Faults{CutAfterChunks: 3})
+	gw2 := oneReplicaGateway(t, cut.Srv.URL, "", "")
+	for sdk, r := range runSDKs(t, gw2.API.URL+"/v1", true) {
+		if r.OK || !strings.Contains(r.Error, "stream was interrupted") {
+			t.Errorf("%s on a cut stream: %+v; want an error with the gateway's message", sdk, r)
+		}
+	}
+}
