@@ -21,6 +21,10 @@ func FuzzParseRequest(f *testing.F) {
 		`{"model":"auto","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"system","content":[{"type":"text","text":"x"}]},{"role":"user","content":"y"}],"tools":[{"type":"function","function":{"name":"f"}}],"user":"u"}`,
 		`{"model":"auto","prompt":["a","b"]}`,
 		`{"model":1}`, `[]`, `{"model":"m","messages":"x"}`, `{"model":"m","messages":[1]}`, ``, `{`, `{"a":"\ud800"}`,
+		`{"model":"a","messages":[{"role":"user","content":"x"}],"model":"b"}`,
+		`{"model":"a","stream":"yes","messages":[{"role":"user","content":"x"}]}`,
+		`{"model":"a","messages":[{"role":"user","content":"x"}],"x":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}`,
+		`{"model":"a","messages":[{"role":"user","content":"[[[[\"{{{"}]}`,
 	} {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
@@ -39,6 +43,23 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		if info.Model == "" || info.Messages <= 0 || info.PromptTokens < 0 || info.Tools < 0 {
 			t.Fatalf("accepted %q with %+v", body, info)
+		}
+		// Accepted bodies nest at most 64 deep and name each routing key
+		// once, so every parser downstream reads the same request.
+		if !checkDepth(body, 64) {
+			t.Fatalf("accepted a body nested deeper than 64: %q", body)
+		}
+		for _, k := range routingKeys {
+			n := 0
+			gjson.ParseBytes(body).ForEach(func(key, _ gjson.Result) bool {
+				if key.Str == k {
+					n++
+				}
+				return true
+			})
+			if n > 1 {
+				t.Fatalf("accepted a duplicate %q: %q", k, body)
+			}
 		}
 		_ = classifierInput(info)
 	})
