@@ -40,6 +40,35 @@ func newPoolTimeouts(header, firstToken, idle, total time.Duration) *poolTimeout
 	}
 }
 
+// Phases of an upstream attempt, as the clock's state encodes them.
+const (
+	phaseNone = iota
+	phaseHeader
+	phaseFirstToken
+	phaseIdle
+	phaseTotal
+)
+
+func (t *poolTimeouts) err(phase uint64) *phaseTimeout {
+	switch phase {
+	case phaseHeader:
+		return t.headerErr
+	case phaseFirstToken:
+		return t.firstTokenErr
+	case phaseIdle:
+		return t.idleErr
+	case phaseTotal:
+		return t.totalErr
+	}
+	return nil
+}
+
+// monoStart anchors the clock's deadlines to the monotonic clock, so a step
+// of the wall clock cannot make a firing stand down for good.
+var monoStart = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoStart)) }
+
 // upstreamClock bounds the phases of one upstream attempt with one timer:
 // the wait for response headers and, for a stream, the wait for its first
 // event, the gaps between events and the stream's whole length. When it
@@ -47,17 +76,19 @@ func newPoolTimeouts(header, firstToken, idle, total time.Duration) *poolTimeout
 // The timeouts are enforced per request rather than in the transport
 // because one server may be listed in pools with different timeouts.
 //
-// The timer goroutine and the request goroutine meet only in atomics:
-// pending is the armed phase (taken by whichever side acts first) and
-// deadline tells a firing that was overtaken by a push to stand down. An
-// exchange reuses its clock across attempts; each start makes a new timer
-// and context, so a late firing of an old one cancels only its own.
+// The timer goroutine and the request goroutine meet only in atomics.
+// state holds the attempt's generation and the armed phase; whichever side
+// takes the phase first (a CompareAndSwap on the whole word) acts on it,
+// and a firing left over from an earlier attempt of the same exchange sees
+// another generation and does nothing. deadline (monotonic) tells a firing
+// that was overtaken by a push to stand down.
 type upstreamClock struct {
 	t        *poolTimeouts
 	timer    *time.Timer
 	cancel   context.CancelCauseFunc
-	pending  atomic.Pointer[phaseTimeout]
-	deadline atomic.Int64 // unix nanos of the armed phase's end
+	gen      uint64
+	state    atomic.Uint64 // gen<<8 | phase
+	deadline atomic.Int64  // monoNow() at which the armed phase ends
 	// Stream phase: when it began and when the timer was last pushed back.
 	streamStart, lastPush time.Time
 }
@@ -66,29 +97,40 @@ type upstreamClock struct {
 // request must use. stop must be called once the response body is closed.
 func (c *upstreamClock) start(ctx context.Context, t *poolTimeouts) context.Context {
 	c.t = t
+	c.gen++
 	cctx, cancel := context.WithCancelCause(ctx)
 	c.cancel = cancel
-	c.deadline.Store(time.Now().Add(t.header).UnixNano())
-	c.pending.Store(t.headerErr)
-	// The closure holds this attempt's cancel: a firing that comes late
-	// for this attempt never touches the next one's.
-	c.timer = time.AfterFunc(t.header, func() { c.fire(cancel) })
+	c.deadline.Store(monoNow() + int64(t.header))
+	c.state.Store(c.gen<<8 | phaseHeader)
+	gen := c.gen
+	// The closure holds this attempt's generation, timeouts and cancel.
+	c.timer = time.AfterFunc(t.header, func() { c.fire(gen, t, cancel) })
 	return cctx
 }
 
-func (c *upstreamClock) fire(cancel context.CancelCauseFunc) {
-	if time.Now().UnixNano() < c.deadline.Load() {
+func (c *upstreamClock) fire(gen uint64, t *poolTimeouts, cancel context.CancelCauseFunc) {
+	v := c.state.Load()
+	if v>>8 != gen || v&0xff == phaseNone {
+		return // another attempt's clock, or disarmed
+	}
+	if monoNow() < c.deadline.Load() {
 		return // pushed back meanwhile; the timer was reset
 	}
-	if why := c.pending.Swap(nil); why != nil {
-		cancel(why)
+	if c.state.CompareAndSwap(v, gen<<8|phaseNone) {
+		cancel(t.err(v & 0xff))
 	}
+}
+
+// take disarms the current phase; false means the timer took it first.
+func (c *upstreamClock) take() bool {
+	v := c.state.Load()
+	return v&0xff != phaseNone && c.state.CompareAndSwap(v, c.gen<<8|phaseNone)
 }
 
 // stop disarms the timer and cancels the attempt's context.
 func (c *upstreamClock) stop() {
 	if c.timer != nil {
-		c.pending.Store(nil)
+		c.state.Store(c.gen<<8 | phaseNone)
 		c.timer.Stop()
 		c.cancel(nil)
 		c.timer = nil
@@ -100,7 +142,7 @@ func (c *upstreamClock) stop() {
 // phaseTimeout. If the timer fired as the headers arrived, the timeout
 // wins: the context is (being) cancelled, so the body could not be read.
 func (c *upstreamClock) headers(cctx context.Context, resp *http.Response, err error) (*http.Response, error) {
-	if c.pending.Swap(nil) != nil {
+	if c.take() {
 		c.timer.Stop()
 		if err == nil {
 			return resp, nil
@@ -118,37 +160,43 @@ func (c *upstreamClock) headers(cctx context.Context, resp *http.Response, err e
 	return resp, err
 }
 
-// streaming arms the first-event timeout (or the idle and total ones when
-// that is off) for a stream whose headers arrived.
+// streaming arms the first-event timeout (bounded by the whole-stream one)
+// for a stream whose headers arrived, or the idle and total ones when it
+// is off.
 func (c *upstreamClock) streaming() {
 	c.streamStart = time.Now()
 	c.lastPush = c.streamStart
 	if c.t.firstToken > 0 {
-		c.arm(c.t.firstTokenErr, c.t.firstToken, c.streamStart)
+		if c.t.total > 0 && c.t.total < c.t.firstToken {
+			c.arm(phaseTotal, c.t.total, c.streamStart)
+		} else {
+			c.arm(phaseFirstToken, c.t.firstToken, c.streamStart)
+		}
 		return
 	}
 	c.push(c.streamStart)
 }
 
-// body arms the idle timeout for reading a non-stream answer's body once
-// its headers arrived.
+// body bounds reading a non-stream answer's body once its headers arrived
+// by stream_idle_timeout, as a whole (vLLM sends such a body at once).
 func (c *upstreamClock) body() {
 	c.streamStart = time.Now()
 	c.lastPush = c.streamStart
 	if c.t.idle > 0 {
-		c.arm(c.t.idleErr, c.t.idle, c.streamStart)
+		c.arm(phaseIdle, c.t.idle, c.streamStart)
 	}
 }
 
-// event is called when the stream made progress: it pushes the idle
-// deadline back. To keep this cheap on every read, the timer is moved only
-// once an eighth of the idle timeout has passed since the last push, so a
-// stalled stream is ended after between 7/8 and all of stream_idle_timeout.
+// event is called for each event of the stream that carries data: it
+// pushes the idle deadline back. To keep this cheap, the timer is moved
+// only once an eighth of the idle timeout has passed since the last push,
+// so a stalled stream is ended after between 7/8 and all of
+// stream_idle_timeout.
 func (c *upstreamClock) event() {
 	if c.timer == nil {
 		return
 	}
-	first := c.pending.Load() == c.t.firstTokenErr
+	first := c.state.Load()&0xff == phaseFirstToken
 	if !first && c.t.idle <= 0 && c.t.total <= 0 {
 		return // nothing left to arm
 	}
@@ -161,26 +209,27 @@ func (c *upstreamClock) event() {
 
 // push arms the sooner of the idle and the total deadline.
 func (c *upstreamClock) push(now time.Time) {
-	d, why := c.t.idle, c.t.idleErr
+	d, phase := c.t.idle, uint64(phaseIdle)
 	if c.t.total > 0 {
 		left := c.t.total - now.Sub(c.streamStart)
 		if d <= 0 || left < d {
-			d, why = max(left, time.Nanosecond), c.t.totalErr
+			d, phase = max(left, time.Nanosecond), phaseTotal
 		}
 	}
 	if d <= 0 {
-		c.pending.Store(nil)
+		c.state.Store(c.gen<<8 | phaseNone)
 		c.timer.Stop()
 		return
 	}
-	c.arm(why, d, now)
+	c.arm(phase, d, now)
 }
 
-// arm sets the phase and its deadline before resetting the timer, so a
-// firing of the previous phase that races with this either sees the new
-// deadline and stands down, or wins (the stream had reached its limit).
-func (c *upstreamClock) arm(why *phaseTimeout, d time.Duration, now time.Time) {
-	c.deadline.Store(now.Add(d).UnixNano())
-	c.pending.Store(why)
+// arm sets the phase and its deadline before resetting the timer. A firing
+// of the previous phase that races with this either sees the new deadline
+// and stands down, or takes the phase first (the stream had reached its
+// limit).
+func (c *upstreamClock) arm(phase uint64, d time.Duration, now time.Time) {
+	c.deadline.Store(monoNow() + int64(d))
+	c.state.Store(c.gen<<8 | phase)
 	c.timer.Reset(d)
 }

@@ -75,7 +75,7 @@ func FuzzSSE(f *testing.F) {
 		var got []byte
 		rest := stream
 		for {
-			ev, n := nextEvent(rest)
+			ev, n, _ := nextEvent(rest, 0)
 			if ev == nil {
 				break
 			}

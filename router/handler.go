@@ -99,15 +99,17 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
 // prepare authenticates, reads and checks the request, and decides its route.
 func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange) error {
 	s := x.snap
+	// server.body_timeout bounds reading the body, however slowly it
+	// trickles in; the deadline is lifted once it is read. It is armed
+	// first: a request refused before its body is read leaves the server
+	// discarding that body, which must be bounded too.
+	rc := http.NewResponseController(w)
+	timed := rc.SetReadDeadline(time.Now().Add(s.Config.Server.BodyTimeout.Std())) == nil
 	key, err := s.authenticate(r)
 	if err != nil {
 		return err
 	}
 	x.key = key
-	// server.body_timeout bounds reading the body, however slowly it
-	// trickles in; the deadline is lifted once it is read.
-	rc := http.NewResponseController(w)
-	timed := rc.SetReadDeadline(time.Now().Add(s.Config.Server.BodyTimeout.Std())) == nil
 	body, err := readBody(r, int64(s.Config.Server.MaxBodyBytes))
 	if err != nil {
 		// The deadline stays: after the answer the server would read on

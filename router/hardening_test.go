@@ -3,6 +3,7 @@ package router_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -457,4 +458,70 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "503"}) == 1
 	})
 	_ = context.Background
+}
+
+// TestStreamEdgeForms: usage in data split over several lines is removed
+// and the event stays well formed; a [DONE] cut after its CR completes the
+// stream; keep-alive comments do not count as progress; a duplicate
+// include_usage and a malformed client Forwarded value are handled.
+func TestStreamEdgeForms(t *testing.T) {
+	t.Run("multi-line data with usage", func(t *testing.T) {
+		raw := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}],\ndata: \"usage\":null}\n\ndata: [DONE]\n\n"
+		up := sseUpstream(t, raw, nil)
+		gw := oneReplicaGateway(t, up.URL, "", "")
+		_, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
+		ev := strings.Split(string(b), "\n\n")[0]
+		var data []string
+		for _, line := range strings.Split(ev, "\n") {
+			data = append(data, strings.TrimPrefix(line, "data: "))
+		}
+		joined := strings.Join(data, "\n")
+		if strings.Contains(joined, "usage") || !strings.HasPrefix(ev, "data: ") || !json.Valid([]byte(joined)) {
+			t.Errorf("event %q (data %q)", ev, joined)
+		}
+	})
+	t.Run("done cut after CR", func(t *testing.T) {
+		up := sseUpstream(t, "data: {\"choices\":[]}\r\rdata: [DONE]\r", nil)
+		gw := oneReplicaGateway(t, up.URL, "", "")
+		_, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
+		if !strings.HasSuffix(string(b), "data: [DONE]\r\n\n") {
+			t.Errorf("%q", b)
+		}
+	})
+	t.Run("comments are not progress", func(t *testing.T) {
+		up := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
+			rc := http.NewResponseController(w)
+			for r.Context().Err() == nil {
+				_, _ = io.WriteString(w, ": ping\n\n")
+				_ = rc.Flush()
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+		gw := oneReplicaGateway(t, up.URL, ", first_token_timeout: 300ms", "")
+		_, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
+		if !strings.Contains(string(b), "first_token_timeout") {
+			t.Errorf("%q", b)
+		}
+	})
+	t.Run("duplicate include_usage", func(t *testing.T) {
+		gw := oneReplicaGateway(t, refusedURL(t), "", "")
+		resp, b := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","stream":true,"stream_options":{"include_usage":true,"include_usage":false},"messages":[{"role":"user","content":"x"}]}`, nil)
+		if resp.StatusCode != 400 || !strings.Contains(string(b), "include_usage") {
+			t.Errorf("%d %s", resp.StatusCode, b)
+		}
+	})
+	t.Run("malformed Forwarded", func(t *testing.T) {
+		var seen string
+		sim := vllmsim.New(fast("m"))
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			seen = r.Header.Get("Forwarded")
+			sim.ServeHTTP(w, r)
+		}))
+		t.Cleanup(up.Close)
+		gw := oneReplicaGateway(t, up.URL, "", "")
+		post(t, gw.API.URL+"/v1/chat/completions", chatBody("x", ""), map[string]string{"Forwarded": `for="x`})
+		if seen != "for=127.0.0.1;proto=http" {
+			t.Errorf("Forwarded %q", seen)
+		}
+	})
 }

@@ -148,7 +148,18 @@ func parseRequest(body []byte, ep endpoint, maxDepth int) (*reqInfo, error) {
 				badStream = v.Raw
 			}
 		case "stream_options":
-			info.IncludeUsage = v.Get("include_usage").Type == gjson.True
+			n := 0
+			v.ForEach(func(k, o gjson.Result) bool {
+				if k.Str == "include_usage" {
+					n++
+					info.IncludeUsage = o.Type == gjson.True
+				}
+				return true
+			})
+			if n > 1 {
+				dup = "stream_options.include_usage"
+				return false
+			}
 		case "messages":
 			info.messages = v
 		case "prompt":

@@ -67,15 +67,20 @@ type pump struct {
 }
 
 // run pumps body to the client until the stream ends. It returns nil once
-// [DONE] was seen (however the client or the replica closes afterwards),
-// errClientGone (wrapped) when writing to the client failed, or
-// errStreamCut (wrapped with the read error) when the stream ended without
-// [DONE]. run writes no error event itself; see (*pump).fail.
+// the [DONE] event has been passed to the client (however the client or
+// the replica closes afterwards), errClientGone (wrapped) when writing to
+// the client failed, or errStreamCut (wrapped with the read error) when the
+// stream ended without [DONE]. run writes no error event itself; see
+// (*pump).fail.
 func (p *pump) run(body io.Reader) error {
 	bp := streamBufPool.Get().(*[]byte)
 	defer streamBufPool.Put(bp)
 	buf := *bp
 	start, end := 0, 0
+	// scan is where the search for the end of the pending event resumes
+	// (relative to start), so a slowly arriving event is scanned once,
+	// not once per read.
+	scan := 0
 	for {
 		if end == len(buf) {
 			if start > 0 {
@@ -87,27 +92,31 @@ func (p *pump) run(body io.Reader) error {
 				buf = nb
 			} else {
 				// One event larger than maxEvent: pass it through as is.
+				// Its rest is passed through unread when its end comes.
 				if err := p.write(buf[:end]); err != nil {
 					return err
 				}
 				p.midEvent = true
-				start, end = 0, 0
+				start, end, scan = 0, 0, 0
 			}
 		}
 		n, rerr := body.Read(buf[end:])
-		if n > 0 && p.clock != nil {
-			p.clock.event()
-		}
 		end += n
 		wrote := false
 		for {
-			ev, next := nextEvent(buf[start:end])
+			ev, next, resume := nextEvent(buf[start:end], scan)
 			if ev == nil {
+				scan = resume
 				break
 			}
 			start += next
-			if p.sawDone {
-				// Anything after [DONE] is not for the client.
+			scan = 0
+			if p.midEvent {
+				// The end of an event too long to parse.
+				if err := p.write(ev); err != nil {
+					return err
+				}
+				p.midEvent, wrote = false, true
 				continue
 			}
 			out, keep := p.event(ev)
@@ -117,8 +126,10 @@ func (p *pump) run(body io.Reader) error {
 			if err := p.write(out); err != nil {
 				return err
 			}
-			p.midEvent = false
 			wrote = true
+			if p.sawDone {
+				break // anything after [DONE] is not for the client
+			}
 		}
 		if wrote {
 			if err := p.flush(); err != nil {
@@ -131,7 +142,7 @@ func (p *pump) run(body io.Reader) error {
 			return nil
 		}
 		if start == end {
-			start, end = 0, 0
+			start, end, scan = 0, 0, 0
 		}
 		if rerr == nil {
 			continue
@@ -141,14 +152,20 @@ func (p *pump) run(body io.Reader) error {
 			// incomplete event, so it is not passed on; a [DONE] whose
 			// blank line is missing still completes the stream.
 			if data, ok := eventData(tail); ok && bytes.Equal(bytes.TrimSpace(data), doneValue) {
-				p.sawDone = true
 				end := []byte("\n\n")
-				if c := tail[len(tail)-1]; c == '\n' || c == '\r' {
-					end = end[1:]
+				if tail[len(tail)-1] == '\n' {
+					end = end[1:] // the line is ended; add the blank line
 				}
-				if p.write(tail) == nil && p.write(end) == nil {
-					_ = p.flush()
+				if err := p.write(tail); err != nil {
+					return err
 				}
+				if err := p.write(end); err != nil {
+					return err
+				}
+				if err := p.flush(); err != nil {
+					return err
+				}
+				p.sawDone = true
 				return nil
 			}
 		}
@@ -165,6 +182,9 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 	data, ok := eventData(ev)
 	if !ok {
 		return ev, true // comments, id:, retry:, blank lines
+	}
+	if p.clock != nil {
+		p.clock.event() // progress: only events with data count
 	}
 	if bytes.Equal(bytes.TrimSpace(data), doneValue) {
 		p.sawDone = true
@@ -233,8 +253,11 @@ func removeMember(ev, data []byte, v gjson.Result) []byte {
 func removeSpan(ev, data []byte, start, end int) []byte {
 	base := offsetIn(ev, data)
 	if base < 0 {
-		d := removeSpan(data, data, start, end) // data is a copy: edit it in place
-		return append(append([]byte("data: "), d...), '\n', '\n')
+		// data was joined from several data lines: edit the copy, then
+		// rebuild the event with the other lines kept in their places
+		// and the data split back into lines where it had line breaks.
+		d := removeSpan(data, data, start, end)
+		return rebuildData(ev, d)
 	}
 	start, end = base+start, base+end
 	i := start - 1
@@ -254,6 +277,35 @@ func removeSpan(ev, data []byte, start, end int) []byte {
 	}
 	n := copy(ev[start:], ev[end:])
 	return ev[:start+n]
+}
+
+// rebuildData returns ev with its data lines replaced by data, written as
+// "data: " lines at the place of the first one; other lines are kept.
+func rebuildData(ev, data []byte) []byte {
+	out := make([]byte, 0, len(ev))
+	wroteData := false
+	for len(ev) > 0 {
+		next := len(ev)
+		if i := lineEnd(ev); i >= 0 {
+			next = i + 1
+			if ev[i] == '\r' && i+1 < len(ev) && ev[i+1] == '\n' {
+				next++
+			}
+		}
+		line := ev[:next]
+		ev = ev[next:]
+		if v, ok := bytes.CutPrefix(line, []byte("data")); ok && (len(v) == 0 || v[0] == ':' || v[0] == '\r' || v[0] == '\n') {
+			if !wroteData {
+				for part := range bytes.SplitSeq(data, []byte("\n")) {
+					out = append(append(append(out, "data: "...), part...), '\n')
+				}
+				wroteData = true
+			}
+			continue
+		}
+		out = append(out, line...)
+	}
+	return out
 }
 
 func skipSpace(b []byte) []byte {
@@ -300,7 +352,9 @@ func (p *pump) flush() error {
 
 // armWrite pushes the client connection's write deadline to
 // write_timeout from now, at most once per quarter of it, so a write fails
-// after between 3/4 and all of write_timeout without progress.
+// after between 3/4 and all of write_timeout without progress. net/http
+// lifts the deadline once the handler returns, so a later request on the
+// same connection does not inherit it.
 func (p *pump) armWrite() {
 	if p.writeTimeout <= 0 || p.rc == nil {
 		return
@@ -330,17 +384,20 @@ func (p *pump) fail(ae *apiError) {
 }
 
 // nextEvent returns the first complete SSE event in b, through the blank
-// line that ends it, and its length; nil when b holds no complete event.
-// Lines end in CRLF, LF or CR. A CR at the very end of b counts as a line
-// end: if an LF follows in the next read, it reads as a blank line of its
-// own, which passes through and dispatches nothing, so the bytes the client
-// gets and the events it sees are unchanged.
-func nextEvent(b []byte) ([]byte, int) {
-	lineStart := 0
+// line that ends it, and its length. When b holds no complete event it
+// returns nil and the offset to resume from once more bytes arrive (the
+// start of b's last, unfinished line); from is such an offset from an
+// earlier call on the same pending bytes (0 for new ones). Lines end in
+// CRLF, LF or CR. A CR at the very end of b counts as a line end: if an LF
+// follows in the next read, it reads as a blank line of its own, which
+// passes through and dispatches nothing, so the bytes the client gets and
+// the events it sees are unchanged.
+func nextEvent(b []byte, from int) (ev []byte, n, resume int) {
+	lineStart := from
 	for lineStart < len(b) {
 		j := lineEnd(b[lineStart:])
 		if j < 0 {
-			return nil, 0
+			return nil, 0, lineStart
 		}
 		i := lineStart + j
 		end := i + 1
@@ -348,11 +405,11 @@ func nextEvent(b []byte) ([]byte, int) {
 			end++
 		}
 		if i == lineStart {
-			return b[:end], end
+			return b[:end], end, 0
 		}
 		lineStart = end
 	}
-	return nil, 0
+	return nil, 0, lineStart
 }
 
 // eventData returns an event's data: the values of its data lines (one

@@ -106,8 +106,12 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 {
-		return time.Duration(min(n, 86400)) * time.Second
+	if v = strings.TrimSpace(v); v != "" && strings.Trim(v, "0123456789") == "" {
+		// delay-seconds: digits only; absurd values are capped at a day.
+		if n, err := strconv.Atoi(v); err == nil {
+			return time.Duration(min(n, 86400)) * time.Second
+		}
+		return 24 * time.Hour
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
 		return min(t.Sub(now), 24*time.Hour)
@@ -239,6 +243,17 @@ func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 	return last
 }
 
+// isConnectTimeout reports a timeout while connecting (dial or TLS
+// handshake): the request was never sent, so it is a connection failure,
+// retried elsewhere, not a slow answer.
+func isConnectTimeout(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return true
+	}
+	return strings.Contains(err.Error(), "TLS handshake timeout")
+}
+
 // judgeStatus classifies a replica's answer status: what it says about the
 // replica, and whether another replica may be asked instead.
 func judgeStatus(status int) (o pools.Outcome, retry bool, reason string) {
@@ -266,7 +281,7 @@ func judgeError(ctx context.Context, ps *poolState, rep *pools.Replica, err erro
 	if what != "" {
 		ue.err = fmt.Errorf("%s: %w", what, err)
 	}
-	if isTimeout(err) {
+	if isTimeout(err) && !isConnectTimeout(err) {
 		// Not replayed: the request may be slow rather than lost, and a
 		// replay doubles the load. Answers 504.
 		return result{outcome: pools.Timeout, detail: ue.err.Error(), err: ue}
@@ -577,6 +592,7 @@ func setForwarded(dst http.Header, in *http.Request) {
 	ip, _, err := net.SplitHostPort(in.RemoteAddr)
 	if err != nil {
 		dst.Del("X-Forwarded-For")
+		dst.Del("Forwarded")
 		return
 	}
 	if prior := dst["X-Forwarded-For"]; len(prior) > 0 {
@@ -589,8 +605,10 @@ func setForwarded(dst http.Header, in *http.Request) {
 		node = `"[` + ip + `]"` // IPv6 is quoted and bracketed (RFC 7239 §6)
 	}
 	el := "for=" + node + ";proto=" + proto
-	if prior := dst["Forwarded"]; len(prior) > 0 {
-		el = strings.Join(prior, ", ") + ", " + el
+	if prior := strings.Join(dst["Forwarded"], ", "); prior != "" && strings.Count(prior, `"`)%2 == 0 {
+		// A client's value with an open quote would swallow ours; such a
+		// value is dropped rather than passed on.
+		el = prior + ", " + el
 	}
 	dst["Forwarded"] = []string{el}
 }
