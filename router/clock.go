@@ -187,6 +187,17 @@ func (c *upstreamClock) body() {
 	}
 }
 
+// drainWait bounds reading the end of a replica's response after [DONE].
+const drainWait = 500 * time.Millisecond
+
+// drainSoon bounds what is left of the attempt (reading the replica's end
+// of the response after [DONE]) by drainWait.
+func (c *upstreamClock) drainSoon() {
+	if c.timer != nil {
+		c.arm(phaseIdle, drainWait, time.Now())
+	}
+}
+
 // event is called for each event of the stream that carries data: it
 // pushes the idle deadline back. To keep this cheap, the timer is moved
 // only once an eighth of the idle timeout has passed since the last push,

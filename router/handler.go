@@ -59,6 +59,15 @@ type exchange struct {
 	exec  execution
 	clock upstreamClock
 	pump  pump
+	rc    *http.ResponseController
+}
+
+// responseController returns the exchange's one controller of w.
+func (x *exchange) responseController(w http.ResponseWriter) *http.ResponseController {
+	if x.rc == nil {
+		x.rc = http.NewResponseController(w)
+	}
+	return x.rc
 }
 
 // firstToken records the time to the first token.
@@ -103,7 +112,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 	// trickles in; the deadline is lifted once it is read. It is armed
 	// first: a request refused before its body is read leaves the server
 	// discarding that body, which must be bounded too.
-	rc := http.NewResponseController(w)
+	rc := x.responseController(w)
 	timed := rc.SetReadDeadline(time.Now().Add(s.Config.Server.BodyTimeout.Std())) == nil
 	key, err := s.authenticate(r)
 	if err != nil {

@@ -138,7 +138,12 @@ func (p *pump) run(body io.Reader) error {
 		}
 		if p.sawDone {
 			// The answer is complete: how the replica or the client ends
-			// the connection now does not matter.
+			// the connection now does not matter. The replica's own end
+			// of the response follows at once; reading it lets the
+			// transport reuse the connection instead of closing it.
+			if rerr == nil {
+				p.drain(body, buf)
+			}
 			return nil
 		}
 		if start == end {
@@ -173,6 +178,22 @@ func (p *pump) run(body io.Reader) error {
 			return errStreamCut
 		}
 		return fmt.Errorf("%w: %w", errStreamCut, rerr)
+	}
+}
+
+// drain reads what follows [DONE] to the end of the replica's response,
+// at most 64 KiB and, with a clock, for at most drainWait: nothing of it
+// goes to the client.
+func (p *pump) drain(body io.Reader, buf []byte) {
+	if p.clock != nil {
+		p.clock.drainSoon()
+	}
+	for total := 0; total < 64<<10; {
+		n, err := body.Read(buf)
+		total += n
+		if err != nil {
+			return
+		}
 	}
 }
 

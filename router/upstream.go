@@ -430,7 +430,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		g.writeHeaders(w, x, resp, int64(buf.Len()))
 		w.WriteHeader(resp.StatusCode)
 		x.status = resp.StatusCode
-		p := pump{w: w, rc: http.NewResponseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std()}
+		p := pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std()}
 		if err := p.write(buf.Bytes()); err == nil {
 			_ = p.flush()
 		}
@@ -445,7 +445,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	clock.streaming()
 	g.trackStream(x, clock.cancel)
 	defer g.untrackStream(x)
-	x.pump = pump{w: w, rc: http.NewResponseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std(),
+	x.pump = pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std(),
 		injected: injected, clock: clock, token: x}
 	p := &x.pump
 	err = p.flush()
@@ -581,37 +581,45 @@ func dropConnectionHeaders(dst, src http.Header) {
 // request the gateway received. A Forwarded element (RFC 7239) is
 // appended with the same facts.
 func setForwarded(dst http.Header, in *http.Request) {
-	proto := "http"
+	proto, protoV := "http", protoHTTP
 	if in.TLS != nil {
-		proto = "https"
+		proto, protoV = "https", protoHTTPS
 	}
-	dst["X-Forwarded-Proto"] = []string{proto}
-	if in.Host != "" {
-		dst["X-Forwarded-Host"] = []string{in.Host}
-	}
+	dst["X-Forwarded-Proto"] = protoV // shared, read-only
 	ip, _, err := net.SplitHostPort(in.RemoteAddr)
 	if err != nil {
 		dst.Del("X-Forwarded-For")
 		dst.Del("Forwarded")
 		return
 	}
-	if prior := dst["X-Forwarded-For"]; len(prior) > 0 {
-		dst["X-Forwarded-For"] = []string{strings.Join(prior, ", ") + ", " + ip}
-	} else {
-		dst["X-Forwarded-For"] = []string{ip}
+	// One backing array for the three values: one allocation, not three.
+	vals := make([]string, 3)
+	if in.Host != "" {
+		vals[0] = in.Host
+		dst["X-Forwarded-Host"] = vals[0:1:1]
 	}
+	vals[1] = ip
+	if prior := dst["X-Forwarded-For"]; len(prior) > 0 {
+		vals[1] = strings.Join(prior, ", ") + ", " + ip
+	}
+	dst["X-Forwarded-For"] = vals[1:2:2]
 	node := ip
 	if strings.Contains(ip, ":") {
 		node = `"[` + ip + `]"` // IPv6 is quoted and bracketed (RFC 7239 §6)
 	}
-	el := "for=" + node + ";proto=" + proto
+	vals[2] = "for=" + node + ";proto=" + proto
 	if prior := strings.Join(dst["Forwarded"], ", "); prior != "" && strings.Count(prior, `"`)%2 == 0 {
 		// A client's value with an open quote would swallow ours; such a
 		// value is dropped rather than passed on.
-		el = prior + ", " + el
+		vals[2] = prior + ", " + vals[2]
 	}
-	dst["Forwarded"] = []string{el}
+	dst["Forwarded"] = vals[2:3:3]
 }
+
+var (
+	protoHTTP  = []string{"http"}
+	protoHTTPS = []string{"https"}
+)
 
 // writeHeaders copies the replica's response headers and adds Switchyard's.
 // length < 0 means streamed (no Content-Length).
