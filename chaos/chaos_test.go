@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tidwall/gjson"
 )
 
 func threeReplicaConfig(a, b, c string, extra string) string {
@@ -335,5 +337,74 @@ func TestDrainWithOpenStreams(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the gateway did not exit after draining")
+	}
+}
+
+// TestKillReplicaMidStreamResumes: with resume on, kill -9 a replica while
+// streams run on it: every client stream completes with [DONE], and its
+// text is the whole answer (the prefix the dead replica sent plus the
+// continuation of another), with one chunk id throughout.
+func TestKillReplicaMidStreamResumes(t *testing.T) {
+	slow := []string{"--decode-tps", "100", "--max-tokens", "30"}
+	a, b, c := sim(t, slow...), sim(t, slow...), sim(t, slow...)
+	gw, _ := gateway(t, threeReplicaConfig(a.addr, b.addr, c.addr, "    resume: {enabled: true}\n"))
+	hc := &http.Client{Timeout: 30 * time.Second}
+	read := func() (text string, ids map[string]bool, done bool, err error) {
+		resp, err := hc.Post("http://"+gw.addr+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"auto","stream":true,"messages":[{"role":"user","content":"hello there"}]}`))
+		if err != nil {
+			return "", nil, false, err
+		}
+		defer resp.Body.Close()
+		ids = map[string]bool{}
+		var sb strings.Builder
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			d, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			if d == "[DONE]" {
+				done = true
+				continue
+			}
+			if gjson.Get(d, "error").Exists() {
+				return sb.String(), ids, false, fmt.Errorf("error event: %s", d)
+			}
+			ids[gjson.Get(d, "id").String()] = true
+			sb.WriteString(gjson.Get(d, "choices.0.delta.content").String())
+		}
+		return sb.String(), ids, done, sc.Err()
+	}
+	want, _, _, err := read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 12
+	type res struct {
+		text string
+		ids  map[string]bool
+		done bool
+		err  error
+	}
+	results := make(chan res, n)
+	for range n {
+		go func() {
+			text, ids, done, err := read()
+			results <- res{text, ids, done, err}
+		}()
+	}
+	eventually(t, 10*time.Second, "streams to run on every replica", func() bool { return gw.metric(t, "switchyard_replica_inflight") >= n })
+	time.Sleep(100 * time.Millisecond) // a few tokens into each stream
+	_ = b.cmd.Process.Kill()
+	for range n {
+		r := <-results
+		if r.err != nil || !r.done || r.text != want || len(r.ids) != 1 {
+			t.Errorf("stream: done %t, %d ids, err %v\n got %q\nwant %q", r.done, len(r.ids), r.err, r.text, want)
+		}
+	}
+	if got := gw.metric(t, "switchyard_stream_resumes_total"); got < 1 {
+		t.Errorf("no stream was resumed (%v); the kill came too late to test anything", got)
 	}
 }

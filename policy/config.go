@@ -159,6 +159,7 @@ type Pool struct {
 
 	Health   *Health    `yaml:"health,omitempty"`
 	Outlier  *Outlier   `yaml:"outlier,omitempty"`
+	Resume   *Resume    `yaml:"resume,omitempty"`
 	Scrape   *Scrape    `yaml:"scrape,omitempty"`
 	Affinity *Affinity  `yaml:"affinity,omitempty"`
 	Replicas []*Replica `yaml:"replicas"`
@@ -177,6 +178,19 @@ type Health struct {
 	CheckModels bool `yaml:"check_models,omitempty"`
 	// Disabled turns active probes off.
 	Disabled bool `yaml:"disabled,omitempty"`
+}
+
+// Resume configures continuing a chat stream on another replica when its
+// replica fails mid-way.
+type Resume struct {
+	// Enabled turns resuming on. Default false.
+	Enabled bool `yaml:"enabled,omitempty"`
+	// MaxAttempts is how many other replicas may continue one stream.
+	// Default 1.
+	MaxAttempts int `yaml:"max_attempts,omitempty"`
+	// MaxBuffer bounds the text kept per stream to resume it; a longer
+	// answer is not resumed. Default 1MiB.
+	MaxBuffer ByteSize `yaml:"max_buffer,omitempty"`
 }
 
 // Outlier configures passive health (outlier detection, as in Envoy).
@@ -349,6 +363,8 @@ const (
 	DefaultRetries           = 2
 	DefaultFirstTokenTimeout = 5 * time.Minute
 	DefaultStreamIdleTimeout = 2 * time.Minute
+	DefaultResumeAttempts    = 1
+	DefaultResumeBuffer      = 1 << 20
 
 	DefaultHealthPath            = "/health"
 	DefaultHealthInterval        = 5 * time.Second
@@ -443,6 +459,15 @@ func (c *Config) applyDefaults() {
 		}
 		if h.HealthyAfter == 0 {
 			h.HealthyAfter = DefaultHealthyAfter
+		}
+		if p.Resume == nil {
+			p.Resume = &Resume{}
+		}
+		if p.Resume.MaxAttempts == 0 {
+			p.Resume.MaxAttempts = DefaultResumeAttempts
+		}
+		if p.Resume.MaxBuffer == 0 {
+			p.Resume.MaxBuffer = DefaultResumeBuffer
 		}
 		if p.Outlier == nil {
 			p.Outlier = &Outlier{}

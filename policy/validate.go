@@ -150,6 +150,9 @@ func (v *validator) pools() {
 		if od := pool.Outlier; od.BaseEjection > od.MaxEjection {
 			v.errf(appendCopy(at, "outlier"), "pool %q: outlier.base_ejection %s is longer than max_ejection %s", pool.Name, od.BaseEjection.Std(), od.MaxEjection.Std())
 		}
+		if f, given := v.number(appendCopy(at, "resume", "max_attempts")); pool.Resume.MaxAttempts < 1 || given && f < 1 {
+			v.errf(appendCopy(at, "resume", "max_attempts"), "pool %q: resume.max_attempts must be at least 1", pool.Name)
+		}
 		if od := pool.Outlier; *od.Consecutive5xx < 0 {
 			v.errf(appendCopy(at, "outlier", "consecutive_5xx"), "pool %q: outlier.consecutive_5xx must not be negative (0 turns it off)", pool.Name)
 		}

@@ -50,6 +50,8 @@ type exchange struct {
 	prompt   int64
 	complete int64
 	errMsg   string
+	// resume says what became of a stream its replica cut (access log).
+	resume string
 	span     trace.Span
 
 	// Upstream state, kept here so that placing a request allocates
@@ -225,6 +227,9 @@ func (g *Gateway) finish(x *exchange) {
 	}
 	if x.errMsg != "" {
 		attrs = append(attrs, slog.String("error", x.errMsg))
+	}
+	if x.resume != "" {
+		attrs = append(attrs, slog.String("resume", x.resume))
 	}
 	if x.snap != nil && x.snap.Config.Server.LogBodies && x.body != nil {
 		attrs = append(attrs, slog.String("request_body", string(x.body)))

@@ -16,6 +16,7 @@ type metrics struct {
 	tokens     *prometheus.CounterVec
 	retries    *prometheus.CounterVec
 	fallbacks  *prometheus.CounterVec
+	resumes    *prometheus.CounterVec
 	reloads    *prometheus.CounterVec
 	generation prometheus.Gauge
 	inflight   *prometheus.GaugeVec
@@ -45,6 +46,10 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_upstream_retries_total", Help: "Attempts retried on another replica, by pool and reason.",
 		}, []string{"pool", "reason"}),
+		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_stream_resumes_total",
+			Help: "Chat streams whose replica failed mid-way, by pool and result: resumed (continued on another replica), failed, not_resumable.",
+		}, []string{"pool", "result"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_fallbacks_total", Help: "Requests sent to another pool than the route's target, by reason (fallback or spill).",
 		}, []string{"from", "to", "reason"}),
@@ -67,7 +72,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.retries, m.fallbacks,
+	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.retries, m.fallbacks, m.resumes,
 		m.reloads, m.generation, m.inflight, m.queueWait, build)
 	for _, r := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(r)

@@ -83,6 +83,21 @@ func TestSDKsSurfaceCutStreams(t *testing.T) {
 		}
 	}
 
+	// With resume on, the same cut is invisible: each SDK sees one normal
+	// completion with the whole answer.
+	gw3, _, _ := resumeGateway(t, 5, "")
+	want := uncut(t, `{"model":"auto","stream":true,"messages":[{"role":"user","content":"hello"}]}`)
+	for sdk, r := range runSDKs(t, gw3.API.URL+"/v1", true) {
+		if !r.OK || r.Text != want {
+			t.Errorf("%s on a resumed stream: %+v; want the whole answer %q", sdk, r, want)
+		}
+	}
+	// round_robin also advances on each continuation's replica, so every
+	// SDK's request starts on the replica that cuts: all four resumed.
+	if got := metricValue(t, gw3, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 4 {
+		t.Errorf("%v streams resumed, want all 4", got)
+	}
+
 	cut := startReplica(t, fast("m"))
 	cut.Sim.SetFaults(vllmsim.Faults{CutAfterChunks: 3})
 	gw2 := oneReplicaGateway(t, cut.Srv.URL, "", "")

@@ -56,6 +56,10 @@ type pump struct {
 	// token, when set, is told once of the first content or tool-call
 	// delta.
 	token interface{ firstToken() }
+	// resume, when set, follows what the client was sent so that the
+	// stream can be continued on another replica (and, while relaying a
+	// continuation, rewrites its chunks).
+	resume *resumeState
 
 	sawToken, sawDone, sawUsage bool
 	prompt, completion          int64
@@ -210,6 +214,17 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 	if bytes.Equal(bytes.TrimSpace(data), doneValue) {
 		p.sawDone = true
 		return ev, true
+	}
+	if rs := p.resume; rs != nil {
+		if rs.cont {
+			out, keep := rs.continuation(data)
+			if !keep {
+				return nil, false
+			}
+			ev = append(append(append(make([]byte, 0, len(out)+8), "data: "...), out...), '\n', '\n')
+			data = ev[len("data: ") : len(ev)-2]
+		}
+		rs.observe(data) // before any in-place edit of the event
 	}
 	if !p.sawToken && hasToken(data) {
 		p.sawToken = true

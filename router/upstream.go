@@ -447,6 +447,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	defer g.untrackStream(x)
 	x.pump = pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std(),
 		injected: injected, clock: clock, token: x}
+	if rc := ps.cfg.Resume; rc.Enabled {
+		x.pump.resume = newResumeState(x, int(rc.MaxBuffer))
+	}
 	p := &x.pump
 	err = p.flush()
 	if err == nil {
@@ -480,6 +483,20 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 	case errors.Is(cause, errShuttingDown):
 		err, outcome, x.status = errShuttingDown, pools.Neutral, http.StatusServiceUnavailable
+	}
+	if p.resume != nil {
+		cause := context.Cause(hctx)
+		clock.stop()
+		if g.resume(ctx, x, ps, rep, p, cause) {
+			if x.status != statusClientClosed {
+				x.status = http.StatusOK
+			}
+			g.log.Warn("stream cut by replica; resumed on another replica", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
+			if p.sawUsage {
+				g.recordUsage(x, ps, p.prompt, p.completion, p.usageModel, span)
+			}
+			return result{done: true, outcome: outcome, detail: "stream: " + err.Error()}
+		}
 	}
 	x.errMsg = err.Error()
 	span.SetStatus(codes.Error, err.Error())

@@ -55,6 +55,10 @@ type plan struct {
 	topLogprobs int
 	tool        toolCall       // modeTool
 	answers     []choiceAnswer // modeChoice: one per prompt
+	// continueFrom, when > 0, is 1 + the passage token a continued answer
+	// started at (continue_final_message), and offset the number of its
+	// tokens the final assistant message already holds.
+	continueFrom, offset int
 }
 
 // toolCall is the call a modeTool request answers with.
@@ -82,6 +86,9 @@ func (p *plan) choices() int { return p.n * p.prompts }
 // textStart is the passage token a text choice starts at: the beginning of a
 // sentence that depends on the prompt size and the choice index.
 func (p *plan) textStart(choice int) int {
+	if p.continueFrom > 0 {
+		return p.continueFrom - 1
+	}
 	return sentenceStarts[(p.promptTokens+choice)%len(sentenceStarts)]
 }
 
@@ -96,7 +103,7 @@ func (p *plan) token(choice, step int) string {
 		}
 		return p.tool.pieces[step-1]
 	}
-	return textToken(p.textStart(choice), step)
+	return textToken(p.textStart(choice), step+p.offset)
 }
 
 // tokenLogprob is the logprob of token step of a choice.
@@ -211,6 +218,7 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 	var (
 		chars, count int
 		lastRole     string
+		lastContent  gjson.Result
 		messages     []Message // collected only for a Chooser
 	)
 	msgs.ForEach(func(_, m gjson.Result) bool {
@@ -232,7 +240,7 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 		if labels != nil {
 			messages = append(messages, Message{Role: role.Str, Content: text})
 		}
-		lastRole = role.Str
+		lastRole, lastContent = role.Str, m.Get("content")
 		count++
 		return true
 	})
@@ -251,6 +259,24 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 	p.promptTokens = estimateTokens(chars)
 	if e = s.fitContext(p, p.promptTokens, maxTokens, explicit); e != nil {
 		return nil, e
+	}
+
+	cont, e := boolField(root, "continue_final_message")
+	if e != nil {
+		return nil, e
+	}
+	if cont && labels == nil && lastRole == "assistant" && lastContent.Type == gjson.String {
+		// vLLM continues the final assistant message instead of starting
+		// a new one. A prefix this simulator wrote itself is continued
+		// where it left off, so prefix and continuation read as one
+		// answer of the length an uncut one would have had.
+		if start, k, ok := findPrefix(lastContent.Str); ok {
+			p.continueFrom, p.offset = start+1, k
+			if !explicit {
+				p.steps = max(1, p.steps-k)
+			}
+		}
+		return p, nil
 	}
 
 	switch {

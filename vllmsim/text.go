@@ -75,3 +75,29 @@ func alternative(tok string, lp float64, i int) (string, float64) {
 
 // round4 rounds x to four decimals, so logprobs print short.
 func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
+
+// findPrefix finds the passage position a text answer that begins with
+// prefix started at, and how many of its tokens prefix holds: prefix must
+// be exactly the first k tokens of an answer this simulator writes.
+func findPrefix(prefix string) (start, k int, ok bool) {
+	if prefix == "" {
+		return 0, 0, false
+	}
+	for _, st := range sentenceStarts {
+		rest := prefix
+		for k := 0; ; k++ {
+			tok := textToken(st, k)
+			if !strings.HasPrefix(rest, tok) {
+				break
+			}
+			rest = rest[len(tok):]
+			if rest == "" {
+				return st, k + 1, true
+			}
+			if k > len(passageTokens)*4 {
+				break
+			}
+		}
+	}
+	return 0, 0, false
+}

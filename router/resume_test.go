@@ -1,0 +1,147 @@
+package router_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/tidwall/gjson"
+
+	"github.com/switchyard/switchyard/vllmsim"
+)
+
+// resumeGateway runs pool p with replicas a (cut after cutAfter events) and
+// b (healthy); round_robin sends the first request to a.
+func resumeGateway(t *testing.T, cutAfter int, extra string) (*gateway, *replica, *replica) {
+	t.Helper()
+	prof := vllmsim.Profile{Model: "m", DefaultMaxTokens: 24}
+	a, b := startReplica(t, prof), startReplica(t, prof)
+	a.Sim.SetFaults(vllmsim.Faults{CutAfterChunks: cutAfter})
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p:
+    model: m
+    balance: round_robin
+    retries: 0
+    health: {disabled: true}
+    resume: {enabled: true`+extra+`}
+    replicas: [{name: a, url: "{{a}}"}, {name: b, url: "{{b}}"}]
+routes:
+  - name: default
+    to: p
+`, map[string]string{"a": a.Srv.URL, "b": b.Srv.URL}, nil))
+	return gw, a, b
+}
+
+// uncut is the answer a healthy replica gives to body, for comparison.
+func uncut(t *testing.T, body string) string {
+	t.Helper()
+	r := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 24})
+	gw := oneReplicaGateway(t, r.Srv.URL, "", "")
+	_, b := post(t, gw.API.URL+"/v1/chat/completions", strings.Replace(body, `"stream":true`, `"stream":false`, 1), nil)
+	return gjson.GetBytes(b, "choices.0.message.content").String()
+}
+
+// TestResumeOnAnotherReplica: a replica that dies mid-stream is invisible
+// to the client: the official SDK's accumulator sees one normal
+// completion whose text is the whole answer, every chunk carries the first
+// replica's id, and usage counts the whole answer.
+func TestResumeOnAnotherReplica(t *testing.T) {
+	gw, a, b := resumeGateway(t, 5, "")
+	client := sdk(gw)
+	stream := client.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{
+		Model:         "auto",
+		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Describe the harbor.")},
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	})
+	var acc openai.ChatCompletionAccumulator
+	ids := map[string]bool{}
+	finishes, roles := 0, 0
+	for stream.Next() {
+		ch := stream.Current()
+		acc.AddChunk(ch)
+		ids[ch.ID] = true
+		for _, c := range ch.Choices {
+			if c.FinishReason != "" {
+				finishes++
+			}
+			if c.Delta.Role != "" {
+				roles++
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("the SDK saw an error: %v", err)
+	}
+	want := uncut(t, `{"model":"auto","stream":true,"messages":[{"role":"user","content":"Describe the harbor."}]}`)
+	if got := acc.Choices[0].Message.Content; got != want {
+		t.Errorf("text %q\nwant the uncut answer %q", got, want)
+	}
+	if len(ids) != 1 || finishes != 1 || roles != 1 {
+		t.Errorf("chunk ids %v, %d finish reasons, %d role chunks; want one of each", ids, finishes, roles)
+	}
+	if acc.Usage.CompletionTokens != 24 {
+		t.Errorf("usage %+v, want 24 completion tokens for the whole answer", acc.Usage)
+	}
+	// The continuation asked b to continue a's text.
+	cont := b.lastBody()
+	prefix := gjson.GetBytes(cont, "messages.1.content").String()
+	if !gjson.GetBytes(cont, "continue_final_message").Bool() || gjson.GetBytes(cont, "messages.1.role").String() != "assistant" ||
+		!strings.HasPrefix(want, prefix) || prefix == "" {
+		t.Errorf("continuation request %s", cont)
+	}
+	if a.count() != 1 || b.count() != 1 {
+		t.Errorf("a got %d requests, b %d", a.count(), b.count())
+	}
+	if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"pool": "p", "result": "resumed"}); got != 1 {
+		t.Errorf("resumes metric %v", got)
+	}
+	if got := metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}); got != 1 {
+		t.Errorf("requests counted 200: %v", got)
+	}
+	if !strings.Contains(gw.Logs.String(), `"resume":"resumed on b after`) {
+		t.Errorf("access log lacks the resume field: %s", gw.Logs.String())
+	}
+}
+
+// TestResumeNotPossible: the cases that cannot be resumed faithfully end
+// with the error event as before.
+func TestResumeNotPossible(t *testing.T) {
+	for _, tc := range []struct{ name, body, extra, why string }{
+		{"n > 1", `{"model":"auto","stream":true,"n":2,"messages":[{"role":"user","content":"x"}]}`, "", "n > 1"},
+		{"logprobs", `{"model":"auto","stream":true,"logprobs":true,"messages":[{"role":"user","content":"x"}]}`, "", "logprobs"},
+		{"max_buffer", `{"model":"auto","stream":true,"messages":[{"role":"user","content":"x"}]}`, ", max_buffer: 8", "max_buffer"},
+		{"tool call", `{"model":"auto","stream":true,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"city":{"type":"string"},"country":{"type":"string"}}}}}],"tool_choice":"required","messages":[{"role":"user","content":"x"}]}`, "", "tool call"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gw, _, b := resumeGateway(t, 4, tc.extra)
+			_, body := post(t, gw.API.URL+"/v1/chat/completions", tc.body, nil)
+			if !strings.Contains(string(body), "stream_interrupted") || strings.Contains(string(body), "[DONE]") {
+				t.Errorf("body %q", body)
+			}
+			if b.count() != 0 {
+				t.Errorf("a continuation was sent")
+			}
+			if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "not_resumable"}); got != 1 {
+				t.Errorf("not_resumable %v", got)
+			}
+			if !strings.Contains(gw.Logs.String(), tc.why) {
+				t.Errorf("log does not say why (%s): %s", tc.why, gw.Logs.String())
+			}
+		})
+	}
+	t.Run("no other replica", func(t *testing.T) {
+		a := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 24})
+		a.Sim.SetFaults(vllmsim.Faults{CutAfterChunks: 4})
+		gw := oneReplicaGateway(t, a.Srv.URL, ", resume: {enabled: true}", "")
+		_, body := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
+		if !strings.Contains(string(body), "stream_interrupted") {
+			t.Errorf("body %q", body)
+		}
+		if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "failed"}); got != 1 {
+			t.Errorf("failed %v", got)
+		}
+	})
+}
