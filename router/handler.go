@@ -52,7 +52,7 @@ type exchange struct {
 	errMsg   string
 	// resume says what became of a stream its replica cut (access log).
 	resume string
-	span     trace.Span
+	span   trace.Span
 
 	// Upstream state, kept here so that placing a request allocates
 	// nothing of its own.
