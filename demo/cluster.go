@@ -20,6 +20,20 @@ type Cluster struct {
 	// Replicas maps "pool/replica" to its simulator.
 	Replicas map[string]*vllmsim.Server
 	servers  []*http.Server
+	byName   map[string]*http.Server // "pool/replica" and bare replica names
+}
+
+// Kill stops the replica called name ("pool/replica" or the replica's own
+// name) the way a crash would: its listener and every connection close at
+// once, cutting the streams it was serving. It reports whether the replica
+// existed.
+func (c *Cluster) Kill(name string) bool {
+	srv := c.byName[name]
+	if srv == nil {
+		return false
+	}
+	srv.Close()
+	return true
 }
 
 // ProfileFor picks the simulated model for a pool; nil means ProfileByModel.
@@ -45,7 +59,7 @@ func StartCluster(cfg *policy.Config, profile ProfileFor, speedUp float64, opts 
 	if profile == nil {
 		profile = ProfileByModel
 	}
-	c := &Cluster{Replicas: map[string]*vllmsim.Server{}}
+	c := &Cluster{Replicas: map[string]*vllmsim.Server{}, byName: map[string]*http.Server{}}
 	for _, pool := range cfg.Pools {
 		for _, r := range pool.Replicas {
 			p := profile(pool)
@@ -64,6 +78,7 @@ func StartCluster(cfg *policy.Config, profile ProfileFor, speedUp float64, opts 
 			}()
 			c.servers = append(c.servers, srv)
 			c.Replicas[pool.Name+"/"+r.Name] = sim
+			c.byName[pool.Name+"/"+r.Name], c.byName[r.Name] = srv, srv
 			r.URL = "http://" + ln.Addr().String()
 			r.Parsed, _ = url.Parse(r.URL)
 		}

@@ -31,7 +31,11 @@ type Options struct {
 	// Workers is the load's concurrency (default 16).
 	Workers int
 	// Tick is the live table interval (default 1s; negative disables).
-	Tick   time.Duration
+	Tick time.Duration
+	// Kill names a replica to crash KillAfter into the run, to show the
+	// streams it was serving resume on another replica.
+	Kill      string
+	KillAfter time.Duration
 	Out    io.Writer
 	Logger *slog.Logger
 }
@@ -127,6 +131,15 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		fmt.Fprintln(o.Out, "\nNo load (--no-load); Ctrl-C to stop.")
 		close(done)
 	}
+	var kill <-chan time.Time
+	if o.Kill != "" {
+		if _, ok := cl.byName[o.Kill]; !ok {
+			return Summary{}, fmt.Errorf("--kill %q: no such replica", o.Kill)
+		}
+		kt := time.NewTimer(o.KillAfter)
+		defer kt.Stop()
+		kill = kt.C
+	}
 	var tick <-chan time.Time
 	if o.Tick > 0 && !o.NoLoad {
 		t := time.NewTicker(o.Tick)
@@ -137,6 +150,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		select {
 		case <-tick:
 			PrintTick(o.Out, rec, g, o.Tick)
+		case <-kill:
+			cl.Kill(o.Kill)
+			fmt.Fprintf(o.Out, "\n*** killed replica %s: the streams it was serving continue on another replica (pool resume) ***\n\n", o.Kill)
 		case <-runCtx.Done():
 			<-done
 			s := rec.Summarize()

@@ -44,3 +44,28 @@ func TestDemoHeadless(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoKill: --kill crashes the named replica mid-run; an unknown name
+// is refused before anything starts.
+func TestDemoKill(t *testing.T) {
+	var out bytes.Buffer
+	s, err := demo.Run(context.Background(), demo.Options{
+		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", Duration: 2 * time.Second, Workers: 8, Out: &out,
+		Kill: "qwen-b", KillAfter: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "killed replica qwen-b") {
+		t.Errorf("no kill line:\n%s", out.String())
+	}
+	// Streams are resumed; only a stream cut inside a tool call's
+	// arguments (not resumable) may fail.
+	if s.Errors > 0 && !strings.Contains(s.FirstError, "interrupted") {
+		t.Errorf("%d errors; first: %s", s.Errors, s.FirstError)
+	}
+	if _, err := demo.Run(context.Background(), demo.Options{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0",
+		Duration: time.Second, Kill: "nope", Out: &out}); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("unknown replica: %v", err)
+	}
+}

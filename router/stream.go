@@ -405,8 +405,9 @@ func (p *pump) armWrite() {
 
 // fail ends a stream the replica cut with an error event, starting on a
 // fresh line, and no [DONE]; the handler then ends the response normally.
-// The event is not a fake success: the OpenAI SDKs (Python, Node, Go),
-// LangChain and the Vercel AI SDK all raise it with its message. Aborting
+// The event is not a fake success: the OpenAI Node and Go SDKs, LangChain
+// JS and the Vercel AI SDK all raise it with its message (router's SDK
+// test). Aborting
 // the connection instead, as a proxy without an error channel must, makes
 // the Vercel AI SDK report only "Failed to process successful response".
 func (p *pump) fail(ae *apiError) {

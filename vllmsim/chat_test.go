@@ -6,11 +6,13 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/tidwall/gjson"
 
 	"github.com/switchyard/switchyard/vllmsim"
 )
@@ -489,5 +491,33 @@ func TestGeneratedTextIsValidUTF8(t *testing.T) {
 	c := *decode[chatResponse](t, b).Choices[0].Message.Content
 	if !utf8.ValidString(c) || strings.Contains(c, "  ") || strings.HasPrefix(c, " ") {
 		t.Errorf("content %q: want clean text", c)
+	}
+}
+
+// TestContinueFinalMessage: with continue_final_message and a final
+// assistant message holding the start of an answer this simulator wrote,
+// the answer continues where that text stops, so prefix and continuation
+// read as the one uncut answer, of its length.
+func TestContinueFinalMessage(t *testing.T) {
+	_, ts := start(t, vllmsim.Profile{DefaultMaxTokens: 12})
+	user := `{"role":"user","content":"Describe the harbor."}`
+	_, b := post(t, ts, "/v1/chat/completions", `{"messages":[`+user+`]}`)
+	whole := gjson.GetBytes(b, "choices.0.message.content").String()
+	words := strings.SplitAfter(whole, " ")
+	prefix := strings.Join(words[:4], "")
+	prefix = strings.TrimSuffix(prefix, " ") // the prefix ends on a word; the next token brings its space
+	body := `{"continue_final_message":true,"add_generation_prompt":false,"messages":[` + user + `,{"role":"assistant","content":` + strconv.Quote(prefix) + `}]}`
+	_, b = post(t, ts, "/v1/chat/completions", body)
+	cont := gjson.GetBytes(b, "choices.0.message.content").String()
+	if prefix+cont != whole {
+		t.Errorf("prefix %q + continuation %q\n!= uncut answer %q", prefix, cont, whole)
+	}
+	if n := gjson.GetBytes(b, "usage.completion_tokens").Int(); n != 8 {
+		t.Errorf("continuation of %d tokens, want the 8 left of 12", n)
+	}
+	// A prefix the simulator did not write is continued with fresh text.
+	_, b = post(t, ts, "/v1/chat/completions", `{"continue_final_message":true,"messages":[`+user+`,{"role":"assistant","content":"Something else"}]}`)
+	if gjson.GetBytes(b, "choices.0.message.content").String() == "" {
+		t.Errorf("no continuation: %s", b)
 	}
 }

@@ -23,6 +23,9 @@ const (
 // traffic lands in a measurement; every pool is a single replica.
 const (
 	configPinned = "pinned"          // model = pool name, no classifier
+	// configResume is pinned with stream resume on: what following each
+	// stream to resume it costs.
+	configResume = "pinned-resume"
 	configHit    = "classifier-hit"  // kind model classifier, repeated prompts
 	configMiss   = "classifier-miss" // kind model classifier, unique prompts
 	// configBare is not Switchyard: a minimal Go reverse proxy in the same
@@ -34,7 +37,7 @@ const (
 // defaultConfigs are measured by default; knownConfigs can be asked for.
 var (
 	defaultConfigs = []string{configPinned, configHit, configMiss}
-	knownConfigs   = []string{configPinned, configHit, configMiss, configBare}
+	knownConfigs   = []string{configPinned, configHit, configMiss, configResume, configBare}
 )
 
 const poolsYAML = `
@@ -84,6 +87,8 @@ func gatewayYAML(name string, sims simAddrs) (string, error) {
 	switch name {
 	case configPinned, configBare:
 		y = pinnedYAML
+	case configResume:
+		y = strings.ReplaceAll(pinnedYAML, "    health: {disabled: true}\n", "    health: {disabled: true}\n    resume: {enabled: true}\n")
 	case configHit, configMiss:
 		y = classifierYAML
 	default:
@@ -96,7 +101,7 @@ func gatewayYAML(name string, sims simAddrs) (string, error) {
 // gatewayModel is the model a client names to the gateway under config name.
 func gatewayModel(name string) string {
 	switch name {
-	case configPinned:
+	case configPinned, configResume:
 		return "chat" // the pool's name: a direct target, no policy
 	case configBare:
 		return chatModel // the bare proxy rewrites nothing

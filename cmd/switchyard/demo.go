@@ -4,18 +4,21 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
+	"time"
 
 	"github.com/switchyard/switchyard/demo"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("demo", "[--duration D] [--listen ADDR] [--admin-listen ADDR] [--no-load]", stderr)
+	fs := newFlags("demo", "[--duration D] [--listen ADDR] [--admin-listen ADDR] [--no-load] [--speedup X] [--workers N] [--kill REPLICA@AFTER]", stderr)
 	duration := fs.Duration("duration", 0, "stop after this long and print the summary (default: run until interrupted)")
 	listen := fs.String("listen", "127.0.0.1:8080", "gateway client API address")
 	adminListen := fs.String("admin-listen", "127.0.0.1:9090", "gateway admin address (/metrics, /admin/*)")
 	noLoad := fs.Bool("no-load", false, "start the cluster and gateway only, without the built-in load")
 	speedUp := fs.Float64("speedup", 10, "divide simulated model time by this")
 	workers := fs.Int("workers", 16, "concurrent sessions of the built-in load")
+	kill := fs.String("kill", "", "crash a replica during the run, e.g. qwen-b@10s: its streams resume on another replica")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -23,8 +26,18 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
-	s, err := demo.Run(ctx, demo.Options{Listen: *listen, AdminListen: *adminListen, Duration: *duration,
-		NoLoad: *noLoad, SpeedUp: *speedUp, Workers: *workers, Out: stdout})
+	o := demo.Options{Listen: *listen, AdminListen: *adminListen, Duration: *duration,
+		NoLoad: *noLoad, SpeedUp: *speedUp, Workers: *workers, Out: stdout}
+	if *kill != "" {
+		name, after, ok := strings.Cut(*kill, "@")
+		d, err := time.ParseDuration(after)
+		if !ok || name == "" || err != nil || d < 0 {
+			fmt.Fprintf(stderr, "switchyard demo: --kill %q: want REPLICA@DURATION, e.g. qwen-b@10s\n", *kill)
+			return exitUsage
+		}
+		o.Kill, o.KillAfter = name, d
+	}
+	s, err := demo.Run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(stderr, "switchyard demo:", err)
 		return exitRuntime
