@@ -36,8 +36,8 @@ type Options struct {
 	// streams it was serving resume on another replica.
 	Kill      string
 	KillAfter time.Duration
-	Out    io.Writer
-	Logger *slog.Logger
+	Out       io.Writer
+	Logger    *slog.Logger
 }
 
 // Run starts the simulated 8-node cluster from the embedded reference

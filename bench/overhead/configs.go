@@ -22,7 +22,7 @@ const (
 // The gateway configurations. Health probes are off so that no probe
 // traffic lands in a measurement; every pool is a single replica.
 const (
-	configPinned = "pinned"          // model = pool name, no classifier
+	configPinned = "pinned" // model = pool name, no classifier
 	// configResume is pinned with stream resume on: what following each
 	// stream to resume it costs.
 	configResume = "pinned-resume"
