@@ -132,6 +132,16 @@ func TestResumeNotPossible(t *testing.T) {
 			}
 		})
 	}
+	t.Run("not a chat completion", func(t *testing.T) {
+		gw, _, b := resumeGateway(t, 4, "")
+		_, body := post(t, gw.API.URL+"/v1/completions", `{"model":"auto","stream":true,"prompt":"x"}`, nil)
+		if !strings.Contains(string(body), "stream_interrupted") || b.count() != 0 {
+			t.Errorf("body %q, %d continuations", body, b.count())
+		}
+		if !strings.Contains(gw.Logs.String(), "not a chat completion") {
+			t.Errorf("log does not say why: %s", gw.Logs.String())
+		}
+	})
 	t.Run("no other replica", func(t *testing.T) {
 		a := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 24})
 		a.Sim.SetFaults(vllmsim.Faults{CutAfterChunks: 4})
