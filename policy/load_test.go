@@ -182,7 +182,7 @@ func TestLoadBad(t *testing.T) {
 			`../testdata/unknown-nested-keys.bad.yaml:8:7: pool "small": health: unknown key "timout" (known: path, interval, timeout, unhealthy_after, healthy_after, check_models, disabled)`,
 		}},
 		{"unknown-pool-key", []string{
-			`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, retries, api_key_env, health, outlier, scrape, affinity, replicas)`,
+			`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, retries, api_key_env, health, outlier, resume, scrape, affinity, replicas)`,
 		}},
 		{"unknown-route-key", []string{
 			`../testdata/unknown-route-key.bad.yaml:10:5: routes[0] "default": unknown key "fallbacks" (known: name, when, to, split, fallback, spill, sticky)`,
