@@ -11,7 +11,6 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard/switchyard/pools"
@@ -223,19 +222,9 @@ func (g *Gateway) continueOn(ctx context.Context, x *exchange, ps *poolState, re
 	clock := &x.clock
 	hctx := clock.start(ctx, ps.timeouts)
 	defer clock.stop()
-	out, err := http.NewRequestWithContext(hctx, http.MethodPost, rep.Base()+x.ep.path(), bytes.NewReader(body))
+	out, err := g.upstreamRequest(ctx, hctx, x, x.up.r, ps, rep, body)
 	if err != nil {
 		return false, err
-	}
-	copyRequestHeaders(out.Header, x.up.r.Header)
-	setForwarded(out.Header, x.up.r)
-	out.Header[headerReqID] = x.idHeader
-	out.Header["Content-Type"] = jsonContentType
-	if k := ps.cfg.APIKey; k != "" {
-		out.Header.Set("Authorization", "Bearer "+string(k))
-	}
-	if g.tracing {
-		g.prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
 	}
 	resp, err := rep.Client().Do(out)
 	resp, err = clock.headers(hctx, resp, err)

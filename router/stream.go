@@ -425,10 +425,11 @@ func (p *pump) fail(ae *apiError) {
 // returns nil and the offset to resume from once more bytes arrive (the
 // start of b's last, unfinished line); from is such an offset from an
 // earlier call on the same pending bytes (0 for new ones). Lines end in
-// CRLF, LF or CR. A CR at the very end of b counts as a line end: if an LF
-// follows in the next read, it reads as a blank line of its own, which
-// passes through and dispatches nothing, so the bytes the client gets and
-// the events it sees are unchanged.
+// CRLF, LF or CR. A CR at the very end of b that ends a blank line ends
+// the event whatever follows (a CR or a CRLF, the client sees a blank
+// line either way); one that ends a line with text is undecided until the
+// next byte (an LF after it makes one CRLF, not a blank line), so b is
+// not complete yet. The event boundaries are then exactly the client's.
 func nextEvent(b []byte, from int) (ev []byte, n, resume int) {
 	lineStart := from
 	for lineStart < len(b) {
@@ -438,6 +439,9 @@ func nextEvent(b []byte, from int) (ev []byte, n, resume int) {
 		}
 		i := lineStart + j
 		end := i + 1
+		if b[i] == '\r' && end == len(b) && i != lineStart {
+			return nil, 0, lineStart // CR or CRLF: the next read decides
+		}
 		if b[i] == '\r' && end < len(b) && b[end] == '\n' {
 			end++
 		}

@@ -369,19 +369,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	clock := &x.clock
 	hctx := clock.start(ctx, ps.timeouts)
 	defer clock.stop()
-	out, err := http.NewRequestWithContext(hctx, http.MethodPost, rep.Base()+x.ep.path(), bytes.NewReader(body))
+	out, err := g.upstreamRequest(ctx, hctx, x, r, ps, rep, body)
 	if err != nil {
 		return result{err: fmt.Errorf("%w: %v", errUpstream, err)}
-	}
-	copyRequestHeaders(out.Header, r.Header)
-	setForwarded(out.Header, r)
-	out.Header[headerReqID] = x.idHeader
-	out.Header["Content-Type"] = jsonContentType
-	if k := ps.cfg.APIKey; k != "" {
-		out.Header.Set("Authorization", "Bearer "+string(k))
-	}
-	if g.tracing {
-		g.prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
 	}
 	resp, err := rep.Client().Do(out)
 	resp, err = clock.headers(hctx, resp, err)
@@ -504,6 +494,28 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		Message: fmt.Sprintf("the stream was interrupted (pool %q): %v", ps.Name, err)})
 	g.log.Warn("stream cut by replica; ended the client stream with an error event", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
 	return result{done: true, outcome: outcome, detail: "stream: " + err.Error()}
+}
+
+// upstreamRequest builds the request to rep for client request r: body,
+// the client's headers less hop-by-hop ones and its credentials, the
+// forwarding headers, the request id, the pool's key and the trace context
+// of ctx. hctx is the attempt's context.
+func (g *Gateway) upstreamRequest(ctx, hctx context.Context, x *exchange, r *http.Request, ps *poolState, rep *pools.Replica, body []byte) (*http.Request, error) {
+	out, err := http.NewRequestWithContext(hctx, http.MethodPost, rep.Base()+x.ep.path(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	copyRequestHeaders(out.Header, r.Header)
+	setForwarded(out.Header, r)
+	out.Header[headerReqID] = x.idHeader
+	out.Header["Content-Type"] = jsonContentType
+	if k := ps.cfg.APIKey; k != "" {
+		out.Header.Set("Authorization", "Bearer "+string(k))
+	}
+	if g.tracing {
+		g.prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
+	}
+	return out, nil
 }
 
 // upstreamError is a failure to reach a replica or read its answer; it
