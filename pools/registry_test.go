@@ -2,6 +2,7 @@ package pools_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -88,18 +89,27 @@ func TestNoOvertaking(t *testing.T) {
 
 // TestSharedEndpoint: one server listed in two pools is one endpoint with
 // one in-flight count, so a cap holds across both.
-func TestSharedEndpoint(t *testing.T) {
+// sharedServerPools builds, on one registry, one pool per cap with a single
+// replica, all on the same server.
+func sharedServerPools(t *testing.T, caps ...int) (*pools.Registry, []*pools.Pool) {
+	t.Helper()
 	reg := pools.NewRegistry(pools.RegistryOptions{})
 	t.Cleanup(reg.Close)
 	u := &url.URL{Scheme: "http", Host: "127.0.0.1:9"}
-	traffic := withDefaults(pools.Options{Name: "minicpm", Balance: "round_robin", MaxInflight: 2, QueueTimeout: time.Minute,
-		Replicas: []pools.ReplicaSpec{{Name: "m0", URL: u}}})
-	cls := withDefaults(pools.Options{Name: "classifier", Balance: "round_robin", MaxInflight: 2, QueueTimeout: time.Minute,
-		Replicas: []pools.ReplicaSpec{{Name: "c0", URL: u}}})
-	ps, err := reg.Apply([]pools.Options{traffic, cls})
+	var opts []pools.Options
+	for i, c := range caps {
+		opts = append(opts, withDefaults(pools.Options{Name: fmt.Sprint("p", i), Balance: "round_robin", MaxInflight: c,
+			QueueTimeout: time.Minute, Replicas: []pools.ReplicaSpec{{Name: fmt.Sprint("r", i), URL: u}}}))
+	}
+	ps, err := reg.Apply(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return reg, ps
+}
+
+func TestSharedEndpoint(t *testing.T) {
+	reg, ps := sharedServerPools(t, 2, 2)
 	if ps[0].Replicas()[0].Endpoint != ps[1].Replicas()[0].Endpoint || len(reg.Endpoints()) != 1 {
 		t.Fatal("the same URL in two pools made two endpoints")
 	}
@@ -113,7 +123,7 @@ func TestSharedEndpoint(t *testing.T) {
 	eventually(t, "the classifier request to wait", func() bool { return ps[1].Waiters() == 1 })
 	ps[0].Release(a)
 	got := receive(t, ch)
-	if got.err != nil || got.r.Name != "c0" {
+	if got.err != nil || got.r.Name != "r1" {
 		t.Fatalf("got %v, %v", got.r, got.err)
 	}
 	ps[1].Release(got.r)
@@ -256,17 +266,7 @@ func TestSharedEndpointEjection(t *testing.T) {
 // head of a shared server's queue does not hold back a waiter of a pool
 // whose higher cap the server can still take.
 func TestMixedCapsDoNotBlock(t *testing.T) {
-	reg := pools.NewRegistry(pools.RegistryOptions{})
-	t.Cleanup(reg.Close)
-	u := &url.URL{Scheme: "http", Host: "127.0.0.1:9"}
-	cls := withDefaults(pools.Options{Name: "classifier", Balance: "round_robin", MaxInflight: 1, QueueTimeout: time.Minute,
-		Replicas: []pools.ReplicaSpec{{Name: "c", URL: u}}})
-	traffic := withDefaults(pools.Options{Name: "traffic", Balance: "round_robin", MaxInflight: 4, QueueTimeout: time.Minute,
-		Replicas: []pools.ReplicaSpec{{Name: "t", URL: u}}})
-	ps, err := reg.Apply([]pools.Options{cls, traffic})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ps := sharedServerPools(t, 1, 4) // a classifier pool, a traffic pool
 	ctx := context.Background()
 	held, err := ps[1].Acquire(ctx, &pools.Request{}, nil)
 	if err != nil {
