@@ -151,8 +151,10 @@ routes:
 			if got := metricValue(t, gw, "switchyard_upstream_retries_total", map[string]string{"pool": "p", "reason": "status_5xx"}); got != tc.retries {
 				t.Errorf("retries metric %v, want %v", got, tc.retries)
 			}
-			logs := accessLogs(t, gw)
-			if len(logs) != 1 || logs[0]["retries"] != tc.retries {
+			// The access line is written once the handler returns, which
+			// may be just after the client has its answer.
+			eventually(t, 5*time.Second, "the access line", func() bool { return len(accessLogs(t, gw)) == 1 })
+			if logs := accessLogs(t, gw); logs[0]["retries"] != tc.retries {
 				t.Errorf("access log retries: %v, want %v", logs, tc.retries)
 			}
 		})
@@ -225,6 +227,10 @@ routes:
 			t.Fatalf("status %d", resp.StatusCode)
 		}
 	}
+	// Outcomes are recorded once each attempt returns, which may be just
+	// after its client has the answer.
+	eventually(t, 5*time.Second, "one ejection", func() bool { return ejections() == 1 })
+	time.Sleep(50 * time.Millisecond)
 	if n := ejections(); n != 1 {
 		t.Errorf("%d ejections with every replica failing, want exactly 1 (5 in a row ejects; 34%% of 3 caps it at 1)", n)
 	}

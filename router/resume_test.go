@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/tidwall/gjson"
@@ -95,11 +96,12 @@ func TestResumeOnAnotherReplica(t *testing.T) {
 	if a.count() != 1 || b.count() != 1 {
 		t.Errorf("a got %d requests, b %d", a.count(), b.count())
 	}
+	// Counted and logged once the handler returns.
+	eventually(t, 5*time.Second, "the request to be counted", func() bool {
+		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}) == 1
+	})
 	if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"pool": "p", "result": "resumed"}); got != 1 {
 		t.Errorf("resumes metric %v", got)
-	}
-	if got := metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}); got != 1 {
-		t.Errorf("requests counted 200: %v", got)
 	}
 	if !strings.Contains(gw.Logs.String(), `"resume":"resumed on b after`) {
 		t.Errorf("access log lacks the resume field: %s", gw.Logs.String())
@@ -124,6 +126,7 @@ func TestResumeNotPossible(t *testing.T) {
 			if b.count() != 0 {
 				t.Errorf("a continuation was sent")
 			}
+			eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
 			if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "not_resumable"}); got != 1 {
 				t.Errorf("not_resumable %v", got)
 			}
@@ -138,6 +141,7 @@ func TestResumeNotPossible(t *testing.T) {
 		if !strings.Contains(string(body), "stream_interrupted") || b.count() != 0 {
 			t.Errorf("body %q, %d continuations", body, b.count())
 		}
+		eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
 		if !strings.Contains(gw.Logs.String(), "not a chat completion") {
 			t.Errorf("log does not say why: %s", gw.Logs.String())
 		}
@@ -150,6 +154,7 @@ func TestResumeNotPossible(t *testing.T) {
 		if !strings.Contains(string(body), "stream_interrupted") {
 			t.Errorf("body %q", body)
 		}
+		eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
 		if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "failed"}); got != 1 {
 			t.Errorf("failed %v", got)
 		}
