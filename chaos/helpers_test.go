@@ -262,7 +262,8 @@ func call(ctx context.Context, c *http.Client, addr, model string, stream bool) 
 }
 
 // load runs n requests from w workers (streams and plain requests
-// alternating) and counts their outcomes.
+// alternating) and counts their outcomes; firstLost describes the first
+// that did not complete.
 func load(ctx context.Context, addr, model string, n, w int) (counts [4]int, firstLost string) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -287,8 +288,8 @@ func load(ctx context.Context, addr, model string, n, w int) (counts [4]int, fir
 				o, why := call(ctx, c, addr, model, i%2 == 0)
 				mu.Lock()
 				counts[o]++
-				if o == lost && firstLost == "" {
-					firstLost = why
+				if o != complete && firstLost == "" {
+					firstLost = outcomeNames[o] + ": " + why
 				}
 				mu.Unlock()
 			}
