@@ -193,13 +193,8 @@ func (e *Endpoint) release() {
 		e.mu.Unlock()
 		n = e.inflight.Load()
 	}
-	if n == 0 {
-		e.mu.Lock()
-		old := len(e.old)
-		e.mu.Unlock()
-		if old > 0 || e.retired.Load() {
-			e.closeOld()
-		}
+	if n == 0 && (e.hasOld.Load() || e.retired.Load()) {
+		e.closeOld()
 	}
 }
 

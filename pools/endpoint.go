@@ -52,8 +52,11 @@ type Endpoint struct {
 	ejectedUntil atomic.Int64
 	ejections    atomic.Int64
 	retired      atomic.Bool
-	load         atomic.Pointer[Load]
-	client       atomic.Pointer[http.Client]
+	// hasOld is set while old holds transports to close (read lock-free
+	// by release).
+	hasOld atomic.Bool
+	load   atomic.Pointer[Load]
+	client atomic.Pointer[http.Client]
 
 	// queued mirrors len(queue) for the lock-free checks of Release and
 	// the filter stage; it changes only under mu.
@@ -214,6 +217,7 @@ func (e *Endpoint) retireClient(c *http.Client) {
 	tr.CloseIdleConnections()
 	e.mu.Lock()
 	e.old = append(e.old, tr)
+	e.hasOld.Store(true)
 	e.mu.Unlock()
 	if e.inflight.Load() == 0 {
 		e.closeOld()
@@ -228,6 +232,7 @@ func (e *Endpoint) closeOld() {
 	e.mu.Lock()
 	old := e.old
 	e.old = nil
+	e.hasOld.Store(false)
 	e.mu.Unlock()
 	if e.retired.Load() {
 		if tr, ok := e.Client().Transport.(*http.Transport); ok && e.reg.opts.Transport == nil {

@@ -37,13 +37,10 @@ type RegistryOptions struct {
 type Registry struct {
 	opts RegistryOptions
 
-	mu        sync.Mutex // guards endpoints, members, ctx, changed
+	mu        sync.Mutex // guards endpoints, views, ctx, changed
 	endpoints map[string]*Endpoint
-	// members maps an endpoint to one replica that lists it, for callbacks
-	// that name a pool and replica.
-	members map[*Endpoint]*Replica
-	ctx     context.Context // set by Start; nil means no loops
-	changed chan struct{}
+	ctx       context.Context // set by Start; nil means no loops
+	changed   chan struct{}
 	// views are the pools of the last Apply.
 	views []*Pool
 	// applyMu serialises Apply.
@@ -63,7 +60,7 @@ func NewRegistry(o RegistryOptions) *Registry {
 	if o.Rand == nil {
 		o.Rand = rand.Uint64
 	}
-	return &Registry{opts: o, endpoints: map[string]*Endpoint{}, members: map[*Endpoint]*Replica{}, changed: make(chan struct{})}
+	return &Registry{opts: o, endpoints: map[string]*Endpoint{}, changed: make(chan struct{})}
 }
 
 func (g *Registry) now() time.Time { return g.opts.Now() }
@@ -150,7 +147,6 @@ func (g *Registry) Apply(opts []Options) ([]*Pool, error) {
 	for key, e := range g.endpoints {
 		if _, ok := want[key]; !ok {
 			delete(g.endpoints, key)
-			delete(g.members, e)
 			retire = append(retire, e)
 		}
 	}
@@ -191,18 +187,10 @@ func (g *Registry) Apply(opts []Options) ([]*Pool, error) {
 	g.mu.Unlock()
 
 	pools := make([]*Pool, 0, len(opts))
-	members := map[*Endpoint]*Replica{}
 	for _, o := range opts {
-		p := newPool(g, o)
-		for _, r := range p.replicas {
-			if members[r.Endpoint] == nil {
-				members[r.Endpoint] = r
-			}
-		}
-		pools = append(pools, p)
+		pools = append(pools, newPool(g, o))
 	}
 	g.mu.Lock()
-	g.members = members
 	g.views = pools
 	g.mu.Unlock()
 
@@ -241,15 +229,19 @@ func (g *Registry) poolsOf(e *Endpoint, p *Pool) []*Pool {
 	return out
 }
 
-// member returns a replica listing e (for callbacks), or a bare one.
+// member returns the first replica of the current pools that lists e (for
+// callbacks that name a pool and replica), or a bare one.
 func (g *Registry) member(e *Endpoint) *Replica {
 	g.mu.Lock()
-	r := g.members[e]
-	g.mu.Unlock()
-	if r == nil {
-		r = &Replica{Endpoint: e, Name: e.url.Host}
+	defer g.mu.Unlock()
+	for _, v := range g.views {
+		for _, r := range v.replicas {
+			if r.Endpoint == e {
+				return r
+			}
+		}
 	}
-	return r
+	return &Replica{Endpoint: e, Name: e.url.Host}
 }
 
 // Start runs the health and scrape loops of every endpoint, now and for

@@ -313,7 +313,7 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	// Until a replica is chosen, an error names this pool and no replica.
 	x.pool, x.replica = ps.Name, ""
-	x.up = upstreamCall{g: g, w: w, r: r, ps: ps, body: body, injected: injected}
+	x.up = upstreamCall{w: w, r: r, ps: ps, body: body, injected: injected}
 	x.exec = execution{ps: ps, req: &x.preq, attempts: 1 + *ps.cfg.Retries, call: x}
 	res := g.execute(ctx, &x.exec)
 	x.retries += x.exec.retries
@@ -325,7 +325,6 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 
 // upstreamCall is what a client request's attempts send where.
 type upstreamCall struct {
-	g        *Gateway
 	w        http.ResponseWriter
 	r        *http.Request
 	ps       *poolState
@@ -339,7 +338,7 @@ func (x *exchange) acquired(rep *pools.Replica) { x.replica = rep.Name }
 
 func (x *exchange) send(ctx context.Context, rep *pools.Replica) result {
 	u := &x.up
-	return u.g.attempt(ctx, u.w, u.r, x, u.ps, rep, u.body, u.injected)
+	return x.g.attempt(ctx, u.w, u.r, x, u.ps, rep, u.body, u.injected)
 }
 
 // backoff waits a jittered, growing delay before retry number a (≥1),
