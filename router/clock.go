@@ -168,9 +168,9 @@ func (c *upstreamClock) streaming() {
 	c.lastPush = c.streamStart
 	if c.t.firstToken > 0 {
 		if c.t.total > 0 && c.t.total < c.t.firstToken {
-			c.arm(phaseTotal, c.t.total, c.streamStart)
+			c.arm(phaseTotal, c.t.total)
 		} else {
-			c.arm(phaseFirstToken, c.t.firstToken, c.streamStart)
+			c.arm(phaseFirstToken, c.t.firstToken)
 		}
 		return
 	}
@@ -183,7 +183,7 @@ func (c *upstreamClock) body() {
 	c.streamStart = time.Now()
 	c.lastPush = c.streamStart
 	if c.t.idle > 0 {
-		c.arm(phaseIdle, c.t.idle, c.streamStart)
+		c.arm(phaseIdle, c.t.idle)
 	}
 }
 
@@ -194,7 +194,7 @@ const drainWait = 500 * time.Millisecond
 // of the response after [DONE]) by drainWait.
 func (c *upstreamClock) drainSoon() {
 	if c.timer != nil {
-		c.arm(phaseIdle, drainWait, time.Now())
+		c.arm(phaseIdle, drainWait)
 	}
 }
 
@@ -232,14 +232,14 @@ func (c *upstreamClock) push(now time.Time) {
 		c.timer.Stop()
 		return
 	}
-	c.arm(phase, d, now)
+	c.arm(phase, d)
 }
 
 // arm sets the phase and its deadline before resetting the timer. A firing
 // of the previous phase that races with this either sees the new deadline
 // and stands down, or takes the phase first (the stream had reached its
 // limit).
-func (c *upstreamClock) arm(phase uint64, d time.Duration, now time.Time) {
+func (c *upstreamClock) arm(phase uint64, d time.Duration) {
 	c.deadline.Store(monoNow() + int64(d))
 	c.state.Store(c.gen<<8 | phase)
 	c.timer.Reset(d)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -23,14 +24,15 @@ type resumeState struct {
 	maxBuffer int
 	// The first chunk's id, created and model (raw JSON): every chunk of a
 	// continuation carries them, so SDKs see one completion.
-	head                bool
-	id, created, model  string
-	text                []byte // content sent so far (choice 0)
-	tokens              int    // content deltas sent, about one token each
-	broken              string // why the stream cannot be resumed ("" if it can)
-	cont, roleDropped   bool   // relaying a continuation; its role chunk dropped
-	resumes             int
-	usagePrompt, offset int64
+	head               bool
+	id, created, model string
+	text               []byte // content sent so far (choice 0)
+	tokens             int    // content deltas sent, about one token each
+	broken             string // why the stream cannot be resumed ("" if it can)
+	cont, roleDropped  bool   // relaying a continuation; its role chunk dropped
+	// offset is the deltas sent before the continuation in progress: its
+	// prompt holds them, its completion does not.
+	offset int64
 }
 
 func newResumeState(x *exchange, maxBuffer int) *resumeState {
@@ -154,8 +156,6 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState, failed
 	rs := p.resume
 	reason := rs.broken
 	switch {
-	case !ps.cfg.Resume.Enabled:
-		return false
 	case errors.Is(cause, errShuttingDown):
 		reason = "the gateway is shutting down"
 	case cause == ps.timeouts.totalErr:
@@ -167,18 +167,18 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState, failed
 		return false
 	}
 	tried := []*pools.Replica{failed}
+	exclude := func(r *pools.Replica) bool { return slices.Contains(tried, r) }
 	for a := 0; a < ps.cfg.Resume.MaxAttempts && ctx.Err() == nil; a++ {
-		if !ps.CanTake(func(r *pools.Replica) bool { return containsReplica(tried, r) }) {
+		if !ps.CanTake(exclude) {
 			break
 		}
-		rep, err := ps.Acquire(ctx, &x.preq, func(r *pools.Replica) bool { return containsReplica(tried, r) })
+		rep, err := ps.Acquire(ctx, &x.preq, exclude)
 		if err != nil {
 			break
 		}
 		tried = append(tried, rep)
 		done, err := g.continueOn(ctx, x, ps, rep, p)
 		ps.Release(rep)
-		rs.resumes++
 		if done {
 			g.metrics.resumes.WithLabelValues(ps.Name, "resumed").Inc()
 			x.replica = failed.Name + ">" + rep.Name
@@ -192,15 +192,6 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState, failed
 	}
 	g.metrics.resumes.WithLabelValues(ps.Name, "failed").Inc()
 	x.resume = "resume failed"
-	return false
-}
-
-func containsReplica(rs []*pools.Replica, r *pools.Replica) bool {
-	for _, t := range rs {
-		if t == r {
-			return true
-		}
-	}
 	return false
 }
 
