@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -352,11 +353,27 @@ func openFDs(t *testing.T) int {
 // No request fails, and afterwards the removed endpoints' connections and
 // loops are gone: open fds return to where they were.
 func TestReloadStormUnderSaturation(t *testing.T) {
-	reps := []*replica{startReplica(t, fast("m")), startReplica(t, fast("m")), startReplica(t, fast("m"))}
-	urls := map[string]string{"a": reps[0].Srv.URL, "b": reps[1].Srv.URL, "c": reps[2].Srv.URL}
+	reps := []*replica{startReplica(t, fast("m")), startReplica(t, fast("m"))}
 	for _, r := range reps {
 		r.Sim.SetFaults(vllmsim.Faults{SlowStart: 5 * time.Millisecond})
 	}
+	// Replica c, added and removed by the storm, counts its open
+	// connections: once it is removed they must all close.
+	var cOpen atomic.Int64
+	cSim := vllmsim.New(fast("m"))
+	cSim.SetFaults(vllmsim.Faults{SlowStart: 5 * time.Millisecond})
+	c := httptest.NewUnstartedServer(cSim)
+	c.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			cOpen.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			cOpen.Add(-1)
+		}
+	}
+	c.Start()
+	t.Cleanup(c.Close)
+	urls := map[string]string{"a": reps[0].Srv.URL, "b": reps[1].Srv.URL, "c": c.URL}
 	cfgs := []string{`
 version: 1
 pools:
@@ -449,7 +466,11 @@ routes:
 	}
 	// The final config has no replica c: its connections close.
 	client.CloseIdleConnections()
-	eventually(t, 10*time.Second, fmt.Sprintf("open fds to return to the baseline of %d", fdsBefore), func() bool { return openFDs(t) <= fdsBefore+4 })
+	eventually(t, 10*time.Second, "the removed replica's connections to close", func() bool { return cOpen.Load() == 0 })
+	// The rest may keep a few more idle keep-alive connections than at the
+	// baseline (scrape loops of the storm's p2c configs used some), but
+	// nothing grows with the number of reloads.
+	eventually(t, 10*time.Second, fmt.Sprintf("open fds to return near the baseline of %d", fdsBefore), func() bool { return openFDs(t) <= fdsBefore+12 })
 	for _, name := range []string{"a", "b"} {
 		if v := adminReplicaView(t, gw, "p", name); v.Inflight != 0 || v.Waiting != 0 {
 			t.Errorf("replica %s left with %d in flight, %d waiting", name, v.Inflight, v.Waiting)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -29,10 +30,16 @@ func TestTracingSpanTree(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
+	// The request span ends when the handler returns, which may be just
+	// after the client has its answer.
 	spans := map[string]sdktrace.ReadOnlySpan{}
-	for _, s := range rec.Ended() {
-		spans[s.Name()] = s
-	}
+	eventually(t, 5*time.Second, "the request span to end", func() bool {
+		for _, s := range rec.Ended() {
+			spans[s.Name()] = s
+		}
+		_, ok := spans["switchyard.request"]
+		return ok
+	})
 	for _, name := range []string{"switchyard.request", "switchyard.route", "switchyard.classify", "switchyard.upstream"} {
 		s, ok := spans[name]
 		if !ok {

@@ -419,10 +419,12 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		g.writeHeaders(w, x, resp, int64(buf.Len()))
 		w.WriteHeader(resp.StatusCode)
 		x.status = resp.StatusCode
+		// The write deadline also covers the flush net/http makes when the
+		// handler returns, after the access line and metrics are recorded;
+		// flushing here would let the client see the end of its answer
+		// before they are.
 		p := pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std()}
-		if err := p.write(buf.Bytes()); err == nil {
-			_ = p.flush()
-		}
+		_ = p.write(buf.Bytes())
 		if resp.StatusCode == http.StatusOK {
 			g.usage(x, ps, buf.Bytes(), span)
 		}
