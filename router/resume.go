@@ -26,10 +26,18 @@ type resumeState struct {
 	// continuation carries them, so SDKs see one completion.
 	head               bool
 	id, created, model string
-	text               []byte // content sent so far (choice 0)
-	tokens             int    // content deltas sent, about one token each
+	// What the client was sent of choice 0: reasoning text (the
+	// "reasoning" or "reasoning_content" deltas of vLLM's reasoning
+	// parsers), then content. inContent is set by the first content delta.
+	reasoning, content []byte
+	inContent          bool
+	tokens             int    // deltas sent, about one token each
 	broken             string // why the stream cannot be resumed ("" if it can)
 	cont, roleDropped  bool   // relaying a continuation; its role chunk dropped
+	// afterContent is set when the continuation in progress continues the
+	// content: any reasoning delta it sends is content (a thinking block
+	// closes once), whatever the continuing replica's parser calls it.
+	afterContent bool
 	// offset is the deltas sent before the continuation in progress: its
 	// prompt holds them, its completion does not.
 	offset int64
@@ -73,15 +81,25 @@ func (rs *resumeState) observe(data []byte) {
 			rs.broken = "logprobs were sent"
 		case d.Get("tool_calls").Exists():
 			rs.broken = "a tool call was being sent"
-		case nonEmpty(d.Get("reasoning_content")) || nonEmpty(d.Get("reasoning")):
-			rs.broken = "reasoning text was being sent"
 		default:
-			if t := d.Get("content"); nonEmpty(t) {
-				rs.text = append(rs.text, t.Str...)
+			r := d.Get("reasoning")
+			if !nonEmpty(r) {
+				r = d.Get("reasoning_content")
+			}
+			t := d.Get("content")
+			switch {
+			case nonEmpty(r) && (rs.inContent || nonEmpty(t)):
+				rs.broken = "reasoning came after content"
+			case nonEmpty(r):
+				rs.reasoning = append(rs.reasoning, r.Str...)
 				rs.tokens++
-				if len(rs.text) > rs.maxBuffer {
-					rs.broken, rs.text = "the answer outgrew resume.max_buffer", nil
-				}
+			case nonEmpty(t):
+				rs.content = append(rs.content, t.Str...)
+				rs.inContent = true
+				rs.tokens++
+			}
+			if len(rs.reasoning)+len(rs.content) > rs.maxBuffer {
+				rs.broken, rs.reasoning, rs.content = "the answer outgrew resume.max_buffer", nil, nil
 			}
 		}
 		return rs.broken == ""
@@ -102,6 +120,14 @@ func (rs *resumeState) continuation(data []byte) (out []byte, keep bool) {
 		return nil, false
 	}
 	out = bytes.Clone(data)
+	if rs.afterContent {
+		for _, k := range [...]string{"reasoning", "reasoning_content"} {
+			if r := c0.Get("delta." + k); nonEmpty(r) && !c0.Get("delta.content").Exists() {
+				out, _ = sjson.DeleteBytes(out, "choices.0.delta."+k)
+				out, _ = sjson.SetBytes(out, "choices.0.delta.content", r.Str)
+			}
+		}
+	}
 	for _, f := range [...]struct{ path, raw string }{{"id", rs.id}, {"created", rs.created}, {"model", rs.model}} {
 		if f.raw != "" && gjson.GetBytes(out, f.path).Exists() {
 			out, _ = sjson.SetRawBytes(out, f.path, []byte(f.raw))
@@ -121,17 +147,35 @@ func (rs *resumeState) continuation(data []byte) (out []byte, keep bool) {
 	return out, true
 }
 
+// Reasoning in the partial assistant message is written the way reasoning
+// models' chat templates render a thinking turn, so that the template
+// renders the prompt to end where the text sent so far ends.
+const (
+	thinkOpen  = "<think>\n"
+	thinkClose = "\n</think>\n\n"
+)
+
 // resumeBody is the request that asks another replica to continue the
 // answer: the original request with the text sent so far appended as a
 // partial assistant message to continue (continue_final_message), and
-// max_tokens reduced by what was generated. With nothing sent yet it is
-// the original request.
+// max_tokens reduced by what was generated. Reasoning sent so far is
+// written "<think>\n" + reasoning, followed, once content was sent, by
+// "\n</think>\n\n" + content. With nothing sent yet it is the original
+// request.
 func (rs *resumeState) resumeBody(body []byte) ([]byte, error) {
 	rs.offset = int64(rs.tokens)
-	if len(rs.text) == 0 {
+	rs.afterContent = rs.inContent
+	if len(rs.reasoning)+len(rs.content) == 0 {
 		return body, nil
 	}
-	msg, err := sjson.SetBytes([]byte(`{"role":"assistant"}`), "content", string(rs.text))
+	partial := string(rs.content)
+	if len(rs.reasoning) > 0 {
+		partial = thinkOpen + string(rs.reasoning)
+		if rs.inContent {
+			partial += thinkClose + string(rs.content)
+		}
+	}
+	msg, err := sjson.SetBytes([]byte(`{"role":"assistant"}`), "content", partial)
 	if err != nil {
 		return nil, err
 	}

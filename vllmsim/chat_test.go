@@ -521,3 +521,86 @@ func TestContinueFinalMessage(t *testing.T) {
 		t.Errorf("no continuation: %s", b)
 	}
 }
+
+// TestReasoning: with Profile.ReasoningTokens a chat answer begins with that
+// many reasoning tokens, in the message's "reasoning" field or the stream
+// deltas' "reasoning", counted as completion tokens; enable_thinking false
+// turns them off.
+func TestReasoning(t *testing.T) {
+	_, ts := start(t, vllmsim.Profile{DefaultMaxTokens: 12, ReasoningTokens: 5})
+	user := `{"role":"user","content":"Describe the harbor."}`
+	_, b := post(t, ts, "/v1/chat/completions", `{"messages":[`+user+`]}`)
+	reasoning := gjson.GetBytes(b, "choices.0.message.reasoning").String()
+	content := gjson.GetBytes(b, "choices.0.message.content").String()
+	if n := len(strings.Fields(reasoning)); n != 5 {
+		t.Errorf("reasoning %q: %d words, want 5", reasoning, n)
+	}
+	if n := len(strings.Fields(content)); n != 7 || strings.HasPrefix(content, " ") {
+		t.Errorf("content %q: want 7 words without a leading space", content)
+	}
+	if n := gjson.GetBytes(b, "usage.completion_tokens").Int(); n != 12 {
+		t.Errorf("completion_tokens %d, want 12 (reasoning included)", n)
+	}
+
+	resp := send(t, context.Background(), ts, "/v1/chat/completions", `{"stream":true,"messages":[`+user+`]}`)
+	s := collectChat(t, resp)
+	var streamed string
+	var order []string
+	for _, ev := range s.raw {
+		if r := gjson.Get(ev, "choices.0.delta.reasoning"); r.Exists() {
+			streamed += r.Str
+			order = append(order, "r")
+		}
+		if c := gjson.Get(ev, "choices.0.delta.content"); c.Str != "" {
+			order = append(order, "c")
+		}
+	}
+	if streamed != reasoning || s.content[0] != content {
+		t.Errorf("stream: reasoning %q content %q, want %q and %q", streamed, s.content[0], reasoning, content)
+	}
+	if got := strings.Join(order, ""); got != "rrrrrccccccc" {
+		t.Errorf("delta order %s: want the reasoning first", got)
+	}
+
+	_, b = post(t, ts, "/v1/chat/completions", `{"chat_template_kwargs":{"enable_thinking":false},"messages":[`+user+`]}`)
+	if r := gjson.GetBytes(b, "choices.0.message.reasoning"); r.Exists() {
+		t.Errorf("enable_thinking false: reasoning %s, want none", r.Raw)
+	}
+}
+
+// TestContinueReasoning: a final assistant message holding "<think>" and
+// part of the reasoning continues the reasoning, then the content; one
+// whose reasoning is closed continues the content. Either way the parts
+// add up to the uncut answer.
+func TestContinueReasoning(t *testing.T) {
+	_, ts := start(t, vllmsim.Profile{DefaultMaxTokens: 12, ReasoningTokens: 5})
+	user := `{"role":"user","content":"Describe the harbor."}`
+	_, b := post(t, ts, "/v1/chat/completions", `{"messages":[`+user+`]}`)
+	reasoning := gjson.GetBytes(b, "choices.0.message.reasoning").String()
+	content := gjson.GetBytes(b, "choices.0.message.content").String()
+	cut := func(s string, words int) string {
+		return strings.TrimSuffix(strings.Join(strings.SplitAfter(s, " ")[:words], ""), " ")
+	}
+	for _, tc := range []struct {
+		name, prefix            string
+		wantReasoning, wantText string
+		wantTokens              int64
+	}{
+		{"mid-reasoning", "<think>\n" + cut(reasoning, 2), reasoning[len(cut(reasoning, 2)):], content, 10},
+		{"mid-content", "<think>\n" + reasoning + "\n</think>\n\n" + cut(content, 3), "", content[len(cut(content, 3)):], 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := `{"continue_final_message":true,"add_generation_prompt":false,"messages":[` + user + `,{"role":"assistant","content":` + strconv.Quote(tc.prefix) + `}]}`
+			_, b := post(t, ts, "/v1/chat/completions", body)
+			if got := gjson.GetBytes(b, "choices.0.message.reasoning").String(); got != tc.wantReasoning {
+				t.Errorf("reasoning %q, want %q", got, tc.wantReasoning)
+			}
+			if got := gjson.GetBytes(b, "choices.0.message.content").String(); got != tc.wantText {
+				t.Errorf("content %q, want %q", got, tc.wantText)
+			}
+			if n := gjson.GetBytes(b, "usage.completion_tokens").Int(); n != tc.wantTokens {
+				t.Errorf("completion_tokens %d, want %d", n, tc.wantTokens)
+			}
+		})
+	}
+}

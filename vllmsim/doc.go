@@ -31,6 +31,14 @@
 // the function's JSON schema. A request with structured_outputs.choice (or the
 // older guided_choice) gets exactly one label, chosen by a Chooser; each label
 // counts as a single token, so the logprobs of that token list the labels.
+// With Profile.ReasoningTokens a chat text answer begins with reasoning, sent
+// in the "reasoning" field as vLLM's reasoning parsers do (message or delta).
+//
+// continue_final_message continues a final assistant message that holds the
+// start of an answer this simulator wrote, so prefix and continuation read as
+// one answer. Reasoning in such a message is written as reasoning models'
+// chat templates render it: "<think>" + reasoning, and once the reasoning
+// has ended "</think>" + the content so far.
 //
 // # Faults
 //

@@ -307,7 +307,11 @@ func (x *exchange) appendDeltaChoice(b []byte, c, step int) []byte {
 		b = appendString(b, tok)
 		b = append(b, `}}]},"logprobs":null`...)
 	default:
-		b = append(b, `,"delta":{"content":`...)
+		if step < p.reasoning {
+			b = append(b, `,"delta":{"reasoning":`...)
+		} else {
+			b = append(b, `,"delta":{"content":`...)
+		}
 		b = appendString(b, tok)
 		b = append(b, `},"logprobs":`...)
 		if p.logprobs {
@@ -373,7 +377,7 @@ func (x *exchange) respond() bool {
 		b = strconv.AppendInt(b, int64(c), 10)
 		if p.ep == completionEndpoint {
 			b = append(b, `,"text":`...)
-			b = x.appendContent(b, c)
+			b = x.appendText(b, c, 0, p.steps)
 			b = append(b, `,"logprobs":`...)
 			if p.logprobs {
 				b = x.appendLegacyLogprobs(b, c, 0, p.steps, 0)
@@ -395,8 +399,17 @@ func (x *exchange) respond() bool {
 			b = appendString(b, p.tool.args)
 			b = append(b, `}}]},"logprobs":null`...)
 		} else {
-			b = x.appendContent(b, c)
-			b = append(b, `,"tool_calls":[]},"logprobs":`...)
+			if p.reasoning < p.steps {
+				b = x.appendText(b, c, p.reasoning, p.steps)
+			} else {
+				b = append(b, "null"...)
+			}
+			b = append(b, `,"tool_calls":[]`...)
+			if p.reasoning > 0 {
+				b = append(b, `,"reasoning":`...)
+				b = x.appendText(b, c, 0, p.reasoning)
+			}
+			b = append(b, `},"logprobs":`...)
 			if p.logprobs {
 				b = append(b, `{"content":[`...)
 				for step := range p.steps {
@@ -435,10 +448,11 @@ func (x *exchange) respond() bool {
 	return err == nil
 }
 
-// appendContent appends the whole text of choice c as one JSON string.
-func (x *exchange) appendContent(b []byte, c int) []byte {
+// appendText appends the text of steps [from, to) of choice c as one JSON
+// string.
+func (x *exchange) appendText(b []byte, c, from, to int) []byte {
 	b = append(b, '"')
-	for step := range x.p.steps {
+	for step := from; step < to; step++ {
 		b = appendEscaped(b, x.p.token(c, step))
 	}
 	return append(b, '"')

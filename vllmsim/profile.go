@@ -46,6 +46,13 @@ type Profile struct {
 	// LegacyMetrics exposes vllm:gpu_cache_usage_perc instead of
 	// vllm:kv_cache_usage_perc, as older vLLM versions did.
 	LegacyMetrics bool
+	// ReasoningTokens makes a chat text answer begin with this many tokens
+	// of reasoning, sent as vLLM's reasoning parser does: the "reasoning"
+	// field of the message (non-stream) or of stream deltas, before the
+	// content. They count as completion tokens and against max_tokens. A
+	// request with chat_template_kwargs.enable_thinking false gets none.
+	// 0 means no reasoning.
+	ReasoningTokens int
 }
 
 // Validate reports every invalid field of p, joined.
@@ -65,7 +72,7 @@ func (p Profile) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"max-batch", p.MaxBatch}, {"max-tokens", p.DefaultMaxTokens}, {"max-model-len", p.MaxModelLen}, {"kv-cache-tokens", p.KVCacheTokens}} {
+	}{{"max-batch", p.MaxBatch}, {"max-tokens", p.DefaultMaxTokens}, {"max-model-len", p.MaxModelLen}, {"kv-cache-tokens", p.KVCacheTokens}, {"reasoning-tokens", p.ReasoningTokens}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("profile %q: %s %d: must be >= 0", p.Model, f.name, f.v))
 		}
@@ -75,7 +82,8 @@ func (p Profile) Validate() error {
 
 // RegisterFlags binds p's fields to flags on fs, using p's current values as
 // the defaults: --model --prefill-tps --decode-tps --max-batch --speedup
-// --max-tokens --max-model-len --kv-cache-tokens --legacy-metrics.
+// --max-tokens --max-model-len --kv-cache-tokens --legacy-metrics
+// --reasoning-tokens.
 func (p *Profile) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&p.Model, "model", p.Model, "served model name")
 	fs.Float64Var(&p.PrefillTPS, "prefill-tps", p.PrefillTPS, "prompt tokens per second per request (0 = instant)")
@@ -86,6 +94,7 @@ func (p *Profile) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&p.MaxModelLen, "max-model-len", p.MaxModelLen, "context length in tokens (0 = no limit)")
 	fs.IntVar(&p.KVCacheTokens, "kv-cache-tokens", p.KVCacheTokens, "KV-cache capacity in tokens for vllm:kv_cache_usage_perc (0 = report 0)")
 	fs.BoolVar(&p.LegacyMetrics, "legacy-metrics", p.LegacyMetrics, "expose vllm:gpu_cache_usage_perc instead of vllm:kv_cache_usage_perc")
+	fs.IntVar(&p.ReasoningTokens, "reasoning-tokens", p.ReasoningTokens, "reasoning tokens before a chat answer's content, sent as \"reasoning\" (0 = none)")
 }
 
 // QwenFlashNext2Node is Qwen3.8 Flash Next served by one replica spread over

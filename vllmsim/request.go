@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 
@@ -59,7 +60,19 @@ type plan struct {
 	// started at (continue_final_message), and offset the number of its
 	// tokens the final assistant message already holds.
 	continueFrom, offset int
+	// reasoning is how many leading steps of a text choice are reasoning
+	// (Profile.ReasoningTokens); reasonFrom and reasonOffset are to the
+	// reasoning what continueFrom and offset are to the content.
+	reasoning, reasonFrom, reasonOffset int
 }
+
+// thinkOpen and thinkClose delimit reasoning inside a final assistant
+// message to continue, the way reasoning models' chat templates render a
+// thinking turn: "<think>\n" + reasoning [+ "\n</think>\n\n" + content].
+const (
+	thinkOpen  = "<think>"
+	thinkClose = "</think>"
+)
 
 // toolCall is the call a modeTool request answers with.
 type toolCall struct {
@@ -89,7 +102,22 @@ func (p *plan) textStart(choice int) int {
 	if p.continueFrom > 0 {
 		return p.continueFrom - 1
 	}
+	if p.reasonFrom > 0 {
+		// Continued reasoning: the content starts where the uncut answer's
+		// would have, the sentence before the reasoning's.
+		i := slices.Index(sentenceStarts, p.reasonFrom-1)
+		return sentenceStarts[(i+len(sentenceStarts)-1)%len(sentenceStarts)]
+	}
 	return sentenceStarts[(p.promptTokens+choice)%len(sentenceStarts)]
+}
+
+// reasonStart is the passage token a choice's reasoning starts at: the
+// sentence after the one its content starts at.
+func (p *plan) reasonStart(choice int) int {
+	if p.reasonFrom > 0 {
+		return p.reasonFrom - 1
+	}
+	return sentenceStarts[(p.promptTokens+choice+1)%len(sentenceStarts)]
 }
 
 // token is the text of token step of a choice ("" for a tool call's header).
@@ -103,7 +131,10 @@ func (p *plan) token(choice, step int) string {
 		}
 		return p.tool.pieces[step-1]
 	}
-	return textToken(p.textStart(choice), step+p.offset)
+	if step < p.reasoning {
+		return textToken(p.reasonStart(choice), step+p.reasonOffset)
+	}
+	return textToken(p.textStart(choice), step-p.reasoning+p.offset)
 }
 
 // tokenLogprob is the logprob of token step of a choice.
@@ -261,6 +292,10 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 		return nil, e
 	}
 
+	think := s.profile.ReasoningTokens
+	if root.Get("chat_template_kwargs.enable_thinking").Type == gjson.False {
+		think = 0
+	}
 	cont, e := boolField(root, "continue_final_message")
 	if e != nil {
 		return nil, e
@@ -270,12 +305,10 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 		// a new one. A prefix this simulator wrote itself is continued
 		// where it left off, so prefix and continuation read as one
 		// answer of the length an uncut one would have had.
-		if start, k, ok := findPrefix(lastContent.Str); ok {
-			p.continueFrom, p.offset = start+1, k
-			if !explicit {
-				p.steps = max(1, p.steps-k)
-			}
+		if k := p.continuePrefix(lastContent.Str, think); k > 0 && !explicit {
+			p.steps = max(1, p.steps-k)
 		}
+		p.reasoning = min(p.reasoning, p.steps)
 		return p, nil
 	}
 
@@ -295,8 +328,43 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 		// A tool call is not cut at max_tokens: its arguments stay valid JSON.
 		p.steps = 1 + len(p.tool.pieces)
 		p.finish, p.engineFinish = "tool_calls", "stop"
+	default:
+		p.reasoning = min(think, p.steps)
 	}
 	return p, nil
+}
+
+// continuePrefix sets p up to continue prefix, a final assistant message,
+// and returns how many tokens of the answer it holds (0 when it is not an
+// answer this simulator wrote). With think > 0 the prefix may hold
+// reasoning: "<think>" + reasoning, still open (the reasoning continues,
+// then the content), or closed by "</think>" and followed by the content
+// so far (the content continues).
+func (p *plan) continuePrefix(prefix string, think int) int {
+	rest, ok := strings.CutPrefix(prefix, thinkOpen)
+	if think == 0 || !ok {
+		start, k, ok := findPrefix(prefix)
+		if !ok {
+			return 0
+		}
+		p.continueFrom, p.offset = start+1, k
+		return k
+	}
+	reasoning, content, closed := strings.Cut(rest, thinkClose)
+	reasoning = strings.Trim(reasoning, "\n")
+	held := 0
+	if start, k, ok := findPrefix(reasoning); ok {
+		p.reasonFrom, p.reasonOffset, held = start+1, k, k
+	}
+	if !closed {
+		p.reasoning = max(0, think-held)
+		return held
+	}
+	if start, k, ok := findPrefix(strings.TrimLeft(content, "\n")); ok {
+		p.continueFrom, p.offset = start+1, k
+		held += k
+	}
+	return held
 }
 
 // parseCompletion validates a legacy completion request.
