@@ -94,6 +94,12 @@ func (c *collector) decodeErr(err error, fallback ast.Node, context string) {
 			tk = tk.Next
 			msg += " (check the indentation of this line)"
 		}
+		switch {
+		case strings.Contains(msg, "'\t'"):
+			msg = "a tab character: YAML indents with spaces only (replace the tabs on this line)"
+		case errors.As(err, &se) && (strings.Contains(msg, "'}' must be specified") || strings.Contains(msg, "']' must be specified")):
+			msg += " (is a { or [ on this or an earlier line left unclosed?)"
+		}
 		if tk != nil && tk.Position != nil {
 			line, col = tk.Position.Line, tk.Position.Column
 		}

@@ -62,7 +62,7 @@ func Load(file string, data []byte, reg Registry) (*Config, error) {
 		c.at(docs[1], "only one YAML document is allowed")
 	}
 	cfg := &Config{File: file}
-	d := &decoder{c: c}
+	d := &decoder{c: c, broken: map[string]bool{}}
 	if d.tags(root); len(c.errs) > 0 {
 		return nil, c.result()
 	}
@@ -70,12 +70,15 @@ func Load(file string, data []byte, reg Registry) (*Config, error) {
 		return nil, c.result()
 	}
 	d.root(root, cfg)
-	if len(c.errs) > 0 {
-		// Structural errors make semantic checks unreliable.
+	if root == nil || d.broken["config"] {
 		return nil, c.result()
 	}
+	// The semantic checks run on every part that decoded, so one run
+	// reports every independent problem; the parts that did not decode
+	// (d.broken) are skipped, and references to them (a route's pool) are
+	// taken as valid rather than reported again.
 	cfg.applyDefaults()
-	v := &validator{c: c, root: root, cfg: cfg, reg: reg}
+	v := &validator{c: c, root: root, cfg: cfg, reg: reg, broken: d.broken}
 	v.validate()
 	if err := c.result(); err != nil {
 		return nil, err
@@ -83,7 +86,14 @@ func Load(file string, data []byte, reg Registry) (*Config, error) {
 	return cfg, nil
 }
 
-type decoder struct{ c *collector }
+type decoder struct {
+	c *collector
+	// broken names the parts that did not decode: "server", "topology",
+	// "classifier", "models", "session", "version", "pools" and "routes"
+	// (of the wrong shape), "pool:NAME", "route:INDEX", and "config" (the
+	// file is not a mapping).
+	broken map[string]bool
+}
 
 var topLevelKeys = []string{"version", "server", "topology", "pools", "classifier", "models", "session", "routes"}
 
@@ -328,23 +338,24 @@ func (d *decoder) root(root ast.Node, cfg *Config) {
 	}
 	kvs, ok := d.pairs(root, "config")
 	if !ok {
+		d.broken["config"] = true
 		return
 	}
 	for _, kv := range kvs {
 		val := kv.Value
 		switch k := keyString(kv); k {
 		case "version":
-			d.value(val, &cfg.Version, "version")
+			d.section(k, d.value(val, &cfg.Version, "version"))
 		case "server":
-			d.value(val, &cfg.Server, "server")
+			d.section(k, d.value(val, &cfg.Server, "server"))
 		case "topology":
 			cfg.Topology = &Topology{}
-			d.value(val, cfg.Topology, "topology")
+			d.section(k, d.value(val, cfg.Topology, "topology"))
 		case "pools":
 			d.pools(val, cfg)
 		case "classifier":
 			cfg.Classifier = &Classifier{}
-			if d.value(val, cfg.Classifier, "classifier") {
+			if d.section(k, d.value(val, cfg.Classifier, "classifier")) {
 				for _, l := range cfg.Classifier.RawLabels {
 					cfg.Classifier.Labels = append(cfg.Classifier.Labels, l.Name)
 					if l.Description != "" {
@@ -356,21 +367,21 @@ func (d *decoder) root(root ast.Node, cfg *Config) {
 				}
 			}
 		case "models":
-			d.value(val, &cfg.Models, "models")
+			d.section(k, d.value(val, &cfg.Models, "models"))
 		case "session":
 			cfg.Session = &Session{}
-			d.value(val, cfg.Session, "session")
+			d.section(k, d.value(val, cfg.Session, "session"))
 		case "routes":
 			seq, ok := val.(*ast.SequenceNode)
 			if !ok {
 				d.c.at(val, "routes: expected a list of routes, got %s", describe(val))
+				d.broken["routes"] = true
 				continue
 			}
 			for i, item := range seq.Values {
 				r := &Route{}
-				if d.value(item, r, routeContext(i, item)) {
-					cfg.Routes = append(cfg.Routes, r)
-				}
+				d.section(fmt.Sprintf("route:%d", i), d.value(item, r, routeContext(i, item)))
+				cfg.Routes = append(cfg.Routes, r) // kept in place: the validator finds a route by its index
 			}
 		default:
 			if strings.HasPrefix(k, "x-") {
@@ -400,15 +411,23 @@ func routeContext(i int, item ast.Node) string {
 func (d *decoder) pools(node ast.Node, cfg *Config) {
 	kvs, ok := d.pairs(node, "pools")
 	if !ok {
+		d.broken["pools"] = true
 		return
 	}
 	for _, kv := range kvs {
 		name := keyString(kv)
 		p := &Pool{Name: name}
-		if d.value(kv.Value, p, fmt.Sprintf("pool %q", name)) {
-			cfg.Pools = append(cfg.Pools, p)
-		}
+		d.section("pool:"+name, d.value(kv.Value, p, fmt.Sprintf("pool %q", name)))
+		cfg.Pools = append(cfg.Pools, p) // a broken pool still names a pool
 	}
+}
+
+// section records whether the part named key decoded, and returns ok.
+func (d *decoder) section(key string, ok bool) bool {
+	if !ok {
+		d.broken[key] = true
+	}
+	return ok
 }
 
 // UnmarshalYAML reads {pool: weight, ...} keeping the file's order.

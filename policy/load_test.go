@@ -145,7 +145,7 @@ func TestLoadBad(t *testing.T) {
 			`../testdata/split-weight-zero.bad.yaml:13:32: routes[0] "default": split: weight of "large" must be positive, got 0`,
 		}},
 		{"syntax", []string{
-			`../testdata/syntax.bad.yaml:7:1: ',' or '}' must be specified`,
+			`../testdata/syntax.bad.yaml:7:1: ',' or '}' must be specified (is a { or [ on this or an earlier line left unclosed?)`,
 		}},
 		{"topology-node-shared", []string{
 			`../testdata/topology-node-shared.bad.yaml:13:58: pool "large": replica "large-a": node "node-1" already serves replica small/small-a (set topology.shared_nodes: true to allow sharing)`,
@@ -198,6 +198,16 @@ func TestLoadBad(t *testing.T) {
 		}},
 		{"wrong-type-nested", []string{
 			`../testdata/wrong-type-nested.bad.yaml:10:15: routes[0] "streaming": when: stream: expected true or false, got "yes"`,
+		}},
+		{"several-kinds", []string{
+			`../testdata/several-kinds.bad.yaml:7:19: server: shutdown_grace: invalid duration "30 seconds" (use Go durations such as 250ms, 30s, 5m)`,
+			`../testdata/several-kinds.bad.yaml:11:5: pool "small": unknown key "balanse" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, retries, api_key_env, health, outlier, resume, scrape, affinity, replicas)`,
+			`../testdata/several-kinds.bad.yaml:15:19: pool "large": max_inflight: expected an integer, got "lots"`,
+			`../testdata/several-kinds.bad.yaml:23:19: routes[0] "hard": "compex" is not a classifier label (labels: simple, complex)`,
+			`../testdata/several-kinds.bad.yaml:26:9: routes[1] "typo": pool "medium" is not defined (known: large, small)`,
+		}},
+		{"tabs", []string{
+			`../testdata/tabs.bad.yaml:4:1: a tab character: YAML indents with spaces only (replace the tabs on this line)`,
 		}},
 		{"wrong-type", []string{
 			`../testdata/wrong-type.bad.yaml:5:19: pool "small": max_inflight: expected an integer, got "lots"`,

@@ -19,7 +19,7 @@ var Fabrics = []string{"switch", "ring"}
 func (v *validator) topology() {
 	t := v.cfg.Topology
 	if t == nil {
-		for _, pool := range v.cfg.Pools {
+		for _, pool := range v.decodedPools() {
 			for i, r := range pool.Replicas {
 				if len(r.Nodes) > 0 {
 					v.errf(p("pools", pool.Name, "replicas", i, "nodes"), "pool %q: replica %q names nodes but there is no topology section declaring them", pool.Name, r.Name)
@@ -58,7 +58,7 @@ func (v *validator) topology() {
 		}
 	}
 	owner := map[string]string{}
-	for _, pool := range v.cfg.Pools {
+	for _, pool := range v.decodedPools() {
 		for i, r := range pool.Replicas {
 			rat := p("pools", pool.Name, "replicas", i, "nodes")
 			declared := true

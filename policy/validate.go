@@ -19,6 +19,9 @@ type validator struct {
 	root ast.Node
 	cfg  *Config
 	reg  Registry
+	// broken names the parts that did not decode (see decoder.broken):
+	// they are not checked, and references to them are not reported.
+	broken map[string]bool
 }
 
 func (v *validator) errf(path []any, format string, args ...any) {
@@ -45,17 +48,31 @@ func (v *validator) getenv(name string) string {
 
 func (v *validator) validate() {
 	cfg := v.cfg
-	if cfg.Version != 1 {
+	if cfg.Version != 1 && !v.broken["version"] {
 		v.errf(p("version"), "version must be 1, got %d", cfg.Version)
 	}
-	v.server()
-	v.pools()
-	v.readiness()
-	v.topology()
-	v.classifier()
-	v.models()
-	v.session()
-	v.routes()
+	for _, check := range []struct {
+		part string
+		run  func()
+	}{
+		{"server", v.server}, {"pools", v.pools}, {"server", v.readiness}, {"topology", v.topology},
+		{"classifier", v.classifier}, {"models", v.models}, {"session", v.session}, {"routes", v.routes},
+	} {
+		if !v.broken[check.part] {
+			check.run()
+		}
+	}
+}
+
+// decodedPools lists the pools that decoded, the ones the checks can trust.
+func (v *validator) decodedPools() []*Pool {
+	var out []*Pool
+	for _, pool := range v.cfg.Pools {
+		if !v.broken["pool:"+pool.Name] {
+			out = append(out, pool)
+		}
+	}
+	return out
 }
 
 func (v *validator) server() {
@@ -117,7 +134,7 @@ func (v *validator) pools() {
 	if len(cfg.Pools) == 0 {
 		v.errf(p("pools"), "at least one pool is required")
 	}
-	for _, pool := range cfg.Pools {
+	for _, pool := range v.decodedPools() {
 		at := p("pools", pool.Name)
 		if pool.Model == "" {
 			v.errf(at, "pool %q: model is required (the name its backends serve)", pool.Name)
@@ -214,6 +231,9 @@ func (v *validator) poolNames() string {
 }
 
 func (v *validator) checkPool(path []any, what, name string) bool {
+	if v.broken["pools"] {
+		return false // no pool decoded: nothing to check against
+	}
 	if v.cfg.Pools.Get(name) == nil {
 		v.errf(path, "%s: pool %q is not defined (known: %s)", what, name, v.poolNames())
 		return false
@@ -281,7 +301,7 @@ func (v *validator) classifier() {
 func (v *validator) models() {
 	seen := map[string]bool{}
 	served := map[string]bool{}
-	for _, pool := range v.cfg.Pools {
+	for _, pool := range v.cfg.Pools { // a broken pool's model may be unset: fine, fewer matches
 		served[pool.Name], served[pool.Model] = true, true
 	}
 	for i, m := range v.cfg.Models {
@@ -300,6 +320,9 @@ func (v *validator) models() {
 		}
 	}
 	for i, k := range v.cfg.Server.APIKeys {
+		if v.broken["server"] {
+			break
+		}
 		for j, name := range k.Models {
 			if name != "*" && !seen[name] && !served[name] {
 				v.errf(p("server", "api_keys", i, "models", j), "api key %q: model %q is not routable (give \"*\", a models[] name, a pool or a served model)", k.Name, name)
@@ -322,6 +345,10 @@ func (v *validator) routes() {
 	}
 	names := map[string]bool{}
 	for i, r := range routes {
+		if v.broken[fmt.Sprintf("route:%d", i)] {
+			names[r.Name] = true
+			continue
+		}
 		at := p("routes", i)
 		what := fmt.Sprintf("routes[%d] %q", i, r.Name)
 		switch {
@@ -371,7 +398,7 @@ func (v *validator) routes() {
 			v.when(appendCopy(at, "when"), what, r.When)
 		}
 	}
-	if last := routes[len(routes)-1]; !last.When.empty() {
+	if last := routes[len(routes)-1]; !last.When.empty() && !v.broken[fmt.Sprintf("route:%d", len(routes)-1)] {
 		v.errf(p("routes", len(routes)-1, keyOf("when")), "routes[%d] %q: the last route must match every request (remove its when, or add a catch-all route after it)", len(routes)-1, last.Name)
 	}
 }
@@ -385,6 +412,9 @@ func (w *When) empty() bool {
 func (v *validator) when(at []any, what string, w *When) {
 	cl := v.cfg.Classifier
 	labelOK := func(path []any, label string) {
+		if v.broken["classifier"] {
+			return // its labels are unknown
+		}
 		if cl == nil {
 			v.errf(path, "%s: class conditions need a classifier section", what)
 		} else if !slices.Contains(cl.Labels, label) {
@@ -420,6 +450,9 @@ func (v *validator) when(at []any, what string, w *When) {
 		}
 	}
 	for i, k := range w.Key {
+		if v.broken["server"] {
+			break
+		}
 		found := false
 		for _, ak := range v.cfg.Server.APIKeys {
 			found = found || ak.Name == k
