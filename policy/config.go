@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"net/url"
 	"time"
+
+	"github.com/goccy/go-yaml"
 )
 
 // Config is a validated Switchyard configuration file (docs/config.md). It is
@@ -90,17 +92,17 @@ func (Secret) MarshalYAML() (any, error) { return "<redacted>", nil }
 
 // Topology says where replicas run (fabric, nodes, partitions).
 type Topology struct {
-	Fabric     string       `yaml:"fabric"`
-	Nodes      []string     `yaml:"nodes"`
-	Partitions []*Partition `yaml:"partitions,omitempty"`
+	Fabric     string       `yaml:"fabric" json:"fabric"`
+	Nodes      []string     `yaml:"nodes" json:"nodes"`
+	Partitions []*Partition `yaml:"partitions,omitempty" json:"partitions,omitempty"`
 	// SharedNodes lets one node serve several replicas.
-	SharedNodes bool `yaml:"shared_nodes,omitempty"`
+	SharedNodes bool `yaml:"shared_nodes,omitempty" json:"shared_nodes,omitempty"`
 }
 
 // Partition is a group of nodes on a switch.
 type Partition struct {
-	Name  string   `yaml:"name"`
-	Nodes []string `yaml:"nodes"`
+	Name  string   `yaml:"name" json:"name"`
+	Nodes []string `yaml:"nodes" json:"nodes"`
 }
 
 // Pools are the pools in the order the file declares them.
@@ -114,6 +116,23 @@ func (ps Pools) Get(name string) *Pool {
 		}
 	}
 	return nil
+}
+
+// MarshalYAML writes the pools as the file declares them: a mapping from
+// name to pool, in file order.
+func (ps Pools) MarshalYAML() (any, error) {
+	out := make(yaml.MapSlice, len(ps))
+	for i, p := range ps {
+		out[i] = yaml.MapItem{Key: p.Name, Value: p}
+	}
+	return out, nil
+}
+
+// Render writes c back as YAML that Load reads to the same config (with
+// every default written out): what GET /admin/config serves. Secrets are
+// never in it; only the names of the variables holding them.
+func Render(c *Config) ([]byte, error) {
+	return yaml.MarshalWithOptions(c, yaml.IndentSequence(true))
 }
 
 // Names returns the pool names in file order.
@@ -326,8 +345,8 @@ type SplitEntry struct {
 // Spill sends requests to another pool when every replica of the chosen one
 // is saturated.
 type Spill struct {
-	To            string `yaml:"to"`
-	WhenQueueOver int    `yaml:"when_queue_over"`
+	To            string `yaml:"to" json:"to"`
+	WhenQueueOver int    `yaml:"when_queue_over" json:"when_queue_over"`
 }
 
 // When is a route condition; all given fields must hold.

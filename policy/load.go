@@ -21,6 +21,10 @@ type Registry struct {
 	Classifiers []string
 	// Getenv reads key_env variables; nil means os.Getenv.
 	Getenv func(string) string
+	// SkipEnv leaves the *_env variables unread and unchecked (their
+	// secrets stay empty): a config can then be validated without its
+	// secrets, as in CI. Serving needs them, so serve never sets it.
+	SkipEnv bool
 }
 
 // LoadFile reads and validates the config at path.

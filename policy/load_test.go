@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/switchyard/switchyard/policy"
 )
@@ -465,4 +466,67 @@ func load(t testing.TB, yaml string) *policy.Config {
 		t.Fatalf("Load:\n%v\nconfig:\n%s", err, yaml)
 	}
 	return cfg
+}
+
+// TestLoadSkipEnv: with SkipEnv a config whose key_env and api_key_env
+// variables are unset validates (no secrets needed, as in CI); without
+// it, each unset variable is reported.
+func TestLoadSkipEnv(t *testing.T) {
+	src := []byte(`
+version: 1
+server:
+  api_keys: [{name: ci, key_env: SWITCHYARD_TEST_UNSET_KEY}]
+pools:
+  p: {model: m, api_key_env: SWITCHYARD_TEST_UNSET_POOL, replicas: [{name: a, url: "http://127.0.0.1:1"}]}
+routes:
+  - name: default
+    to: p
+`)
+	reg := testRegistry
+	reg.Getenv = func(string) string { return "" }
+	_, err := policy.Load("env.yaml", src, reg)
+	var es policy.Errors
+	if !errors.As(err, &es) || len(es) != 2 {
+		t.Fatalf("without SkipEnv: %v, want the two unset variables", err)
+	}
+	reg.SkipEnv = true
+	cfg, err := policy.Load("env.yaml", src, reg)
+	if err != nil {
+		t.Fatalf("with SkipEnv: %v", err)
+	}
+	if cfg.Server.APIKeys[0].Secret != "" || cfg.Pools.Get("p").APIKey != "" {
+		t.Errorf("with SkipEnv, secrets were read")
+	}
+}
+
+// TestRenderRoundTrip: what /admin/config serves (Render) loads back to the
+// same config, for every good fixture and every example policy.
+func TestRenderRoundTrip(t *testing.T) {
+	files, _ := filepath.Glob("../testdata/*.good.yaml")
+	examples, _ := filepath.Glob("../examples/policies/*.yaml")
+	files = append(files, examples...)
+	reg := testRegistry
+	reg.Getenv = func(string) string { return "secret" }
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			cfg, err := policy.LoadFile(f, reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := policy.Render(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := policy.Load("rendered.yaml", out, reg)
+			if err != nil {
+				t.Fatalf("the rendered config does not load:\n%v\n%s", err, out)
+			}
+			if diff := cmp.Diff(cfg, again, cmpopts.IgnoreFields(policy.Config{}, "File")); diff != "" {
+				t.Errorf("round trip changed the config (-file +rendered):\n%s", diff)
+			}
+			if strings.Contains(string(out), "secret") {
+				t.Errorf("a secret leaked:\n%s", out)
+			}
+		})
+	}
 }

@@ -99,6 +99,8 @@ func (v *validator) server() {
 		names[k.Name] = true
 		if k.KeyEnv == "" {
 			v.errf(at, "api key %q: key_env is required (keys are never written inline)", k.Name)
+		} else if v.reg.SkipEnv {
+			// validated without secrets
 		} else if val := v.getenv(k.KeyEnv); val == "" {
 			v.errf(appendCopy(at, "key_env"), "api key %q: environment variable %s is not set or empty", k.Name, k.KeyEnv)
 		} else {
@@ -148,7 +150,7 @@ func (v *validator) pools() {
 		if *pool.Retries < 0 {
 			v.errf(appendCopy(at, "retries"), "pool %q: retries must not be negative", pool.Name)
 		}
-		if pool.APIKeyEnv != "" {
+		if pool.APIKeyEnv != "" && !v.reg.SkipEnv {
 			if val := v.getenv(pool.APIKeyEnv); val == "" {
 				v.errf(appendCopy(at, "api_key_env"), "pool %q: environment variable %s is not set or empty", pool.Name, pool.APIKeyEnv)
 			} else {

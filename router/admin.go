@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/goccy/go-yaml"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/switchyard/switchyard/policy"
@@ -61,6 +60,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // reasons such as "queue > 8" stay readable
 	_ = enc.Encode(v)
 }
 
@@ -295,7 +295,7 @@ func (g *Gateway) adminPools(w http.ResponseWriter, _ *http.Request) {
 // keys are read from the environment and policy.Secret redacts itself.
 func (g *Gateway) adminConfig(w http.ResponseWriter, _ *http.Request) {
 	s := g.snap.Load()
-	out, err := yaml.MarshalWithOptions(s.Config, yaml.IndentSequence(true))
+	out, err := policy.Render(s.Config)
 	if err != nil {
 		writeError(w, toAPIError(err, "could not render config"))
 		return

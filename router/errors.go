@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -129,8 +130,11 @@ func (e *apiError) body() []byte {
 	if e.Code != "" {
 		f.Code = &e.Code
 	}
-	b, _ := json.Marshal(errorBody{Error: f})
-	return b
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // messages such as "queue > 8" stay readable
+	_ = enc.Encode(errorBody{Error: f})
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // writeError writes err as an OpenAI-shaped JSON error.

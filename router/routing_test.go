@@ -1,19 +1,23 @@
 package router_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
 )
@@ -358,6 +362,18 @@ routes:
 	if code != 200 || strings.Contains(conf, "sk-very-secret") || strings.Contains(conf, "vllm-secret") || !strings.Contains(conf, "key_env: OPS_KEY") {
 		t.Errorf("/admin/config: %d\n%s", code, conf)
 	}
+	// The body after the generation line is the running config: it
+	// validates and decodes to the same config.
+	rendered, ok := strings.CutPrefix(conf, "# generation 1\n")
+	reg := router.Registry()
+	reg.SkipEnv = true
+	again, err := policy.Load("admin.yaml", []byte(rendered), reg)
+	if !ok || err != nil {
+		t.Fatalf("/admin/config does not validate: %v\n%s", err, conf)
+	}
+	if d := cmp.Diff(cfg, again, cmpopts.IgnoreFields(policy.Config{}, "File"), cmpopts.IgnoreTypes(policy.Secret(""))); d != "" {
+		t.Errorf("/admin/config decodes to another config (-running +served):\n%s", d)
+	}
 	code, pools := get("/admin/pools")
 	if code != 200 || !strings.Contains(pools, `"name": "minicpm"`) || !strings.Contains(pools, `"healthy": true`) {
 		t.Errorf("/admin/pools: %d\n%s", code, pools)
@@ -408,5 +424,71 @@ func TestReloadKeepsClassifierCache(t *testing.T) {
 	post(t, url, chatBody("What's the capital of Portugal?", ""), nil)
 	if n := classifierCalls(m); n != 2 {
 		t.Errorf("classifier calls %d after changing the classifier, want 2", n)
+	}
+}
+
+// TestAdminJSONStyle: every JSON the admin API serves uses snake_case keys
+// (no Go field names) and writes <, > and & as they are, so reasons read
+// as written.
+func TestAdminJSONStyle(t *testing.T) {
+	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+topology: {fabric: switch, nodes: [n1, n2], partitions: [{name: all, nodes: [n1, n2]}]}
+pools:
+  qwen: {model: Qwen/Qwen3.8-Flash-Next, health: {disabled: true}, replicas: [{name: q, url: "{{qwen}}", nodes: [n1]}]}
+  minicpm: {model: openbmb/MiniCPM5-2B, health: {disabled: true}, replicas: [{name: m, url: "{{minicpm}}", nodes: [n2]}]}
+routes:
+  - name: long
+    when: {prompt_tokens: {gt: 100000}}
+    to: qwen
+  - name: default
+    to: minicpm
+    spill: {to: qwen, when_queue_over: 8}
+`, map[string]string{"qwen": q.Srv.URL, "minicpm": m.Srv.URL}, nil))
+	snake := regexp.MustCompile(`^[a-z0-9_]+$`)
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				if !snake.MatchString(k) && !strings.HasSuffix(path, ".scores") {
+					t.Errorf("key %s.%s is not snake_case", path, k)
+				}
+				walk(path+"."+k, e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(path+"[]", e)
+			}
+		}
+	}
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/admin/pools", ""},
+		{"POST", "/admin/explain?class=simple", chatBody("hi", "")},
+		{"GET", "/readyz", ""},
+	} {
+		req, _ := http.NewRequest(c.method, gw.Admin.URL+c.path, strings.NewReader(c.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("%s: %v\n%s", c.path, err, b)
+		}
+		walk(c.path, v)
+		if bytes.Contains(b, []byte(`\u003e`)) || bytes.Contains(b, []byte(`\u003c`)) || bytes.Contains(b, []byte(`\u0026`)) {
+			t.Errorf("%s escapes HTML characters:\n%s", c.path, b)
+		}
+		if c.path == "/admin/explain?class=simple" && (!strings.Contains(string(b), `"when_queue_over": 8`) || !strings.Contains(string(b), "> 100000")) {
+			t.Errorf("explain: %s", b)
+		}
+		if c.path == "/admin/pools" && !strings.Contains(string(b), `"fabric": "switch"`) {
+			t.Errorf("pools: %s", b)
+		}
 	}
 }
