@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
 )
 
 // Config is a validated Switchyard configuration file (docs/config.md). It is
@@ -22,6 +23,19 @@ type Config struct {
 	Models     []Model     `yaml:"models,omitempty"`
 	Session    *Session    `yaml:"session,omitempty"`
 	Routes     []*Route    `yaml:"routes"`
+
+	// root is the file's YAML tree, for positions in later errors.
+	root ast.Node
+}
+
+// Position is the line and column in c's file of the value at path (keys
+// and list indexes, as in "server", "listen"), or of the nearest parent
+// written in the file; 1, 1 for a config not read from text.
+func (c *Config) Position(path ...any) (line, col int) {
+	if c.root == nil {
+		return 1, 1
+	}
+	return position(lookup(c.root, path...))
 }
 
 // Server is the listener, limits and authentication section.

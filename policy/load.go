@@ -82,6 +82,7 @@ func Load(file string, data []byte, reg Registry) (*Config, error) {
 	// (d.broken) are skipped, and references to them (a route's pool) are
 	// taken as valid rather than reported again.
 	cfg.applyDefaults()
+	cfg.root = root
 	v := &validator{c: c, root: root, cfg: cfg, reg: reg, broken: d.broken}
 	v.validate()
 	if err := c.result(); err != nil {

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -40,6 +41,10 @@ type Options struct {
 	Transport http.RoundTripper
 	// Passive runs no health or scrape loops (one-shot tools like explain).
 	Passive bool
+	// Override is applied to every config Reload reads before it is
+	// checked and used, as it was to the first: serve's --listen and
+	// --admin-listen.
+	Override func(*policy.Config)
 }
 
 // Gateway serves the client API and the admin API from the current snapshot.
@@ -180,12 +185,46 @@ func (g *Gateway) Reload() (int64, error) {
 		return 0, errors.New("reload: no config file (the gateway runs an embedded config)")
 	}
 	cfg, err := LoadConfig(g.opts.ConfigPath)
+	if err == nil {
+		if g.opts.Override != nil {
+			g.opts.Override(cfg)
+		}
+		err = restartKeys(g.snap.Load().Config, cfg)
+	}
 	if err != nil {
 		g.metrics.reloads.WithLabelValues("error").Inc()
 		g.log.Error("config reload refused; the running config keeps serving", "file", g.opts.ConfigPath, "error", err.Error())
 		return g.snap.Load().Generation, err
 	}
 	return g.Apply(cfg)
+}
+
+// restartKeys refuses a reload that changes what is fixed when the
+// listeners start: their addresses and connection timeouts. Applying the
+// rest would leave the served config saying one thing while the process
+// does another.
+func restartKeys(running, next *policy.Config) error {
+	a, b := running.Server, next.Server
+	var errs policy.Errors
+	for _, k := range []struct {
+		key      string
+		was, now string
+	}{
+		{"listen", a.Listen, b.Listen},
+		{"admin_listen", a.AdminListen, b.AdminListen},
+		{"read_header_timeout", a.ReadHeaderTimeout.Std().String(), b.ReadHeaderTimeout.Std().String()},
+		{"idle_timeout", a.IdleTimeout.Std().String(), b.IdleTimeout.Std().String()},
+	} {
+		if k.was != k.now {
+			line, col := next.Position("server", k.key)
+			errs = append(errs, &policy.Error{File: next.File, Line: line, Col: col,
+				Msg: fmt.Sprintf("server: %s changed from %s to %s: it is fixed when the listeners start; restart switchyard to change it", k.key, k.was, k.now)})
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
 }
 
 // Apply swaps in cfg: build (which reconciles the endpoint registry) →

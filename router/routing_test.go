@@ -371,7 +371,7 @@ routes:
 	if !ok || err != nil {
 		t.Fatalf("/admin/config does not validate: %v\n%s", err, conf)
 	}
-	if d := cmp.Diff(cfg, again, cmpopts.IgnoreFields(policy.Config{}, "File"), cmpopts.IgnoreTypes(policy.Secret(""))); d != "" {
+	if d := cmp.Diff(cfg, again, cmpopts.IgnoreFields(policy.Config{}, "File"), cmpopts.IgnoreUnexported(policy.Config{}), cmpopts.IgnoreTypes(policy.Secret(""))); d != "" {
 		t.Errorf("/admin/config decodes to another config (-running +served):\n%s", d)
 	}
 	code, pools := get("/admin/pools")

@@ -21,11 +21,11 @@ import (
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("serve", "[--config FILE] [--listen ADDR] [--admin-listen ADDR]", stderr)
-	configPath := fs.String("config", "", "config file (default $SWITCHYARD_CONFIG, then ./switchyard.yaml)")
-	listen := fs.String("listen", "", "client API address (overrides server.listen)")
-	adminListen := fs.String("admin-listen", "", "admin API address (overrides server.admin_listen)")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	fs := newFlags("serve", "", stderr)
+	configPath := fs.String("config", "", "config `file` (default $SWITCHYARD_CONFIG, then ./switchyard.yaml)")
+	listen := fs.String("listen", "", "client API `address` (overrides server.listen)")
+	adminListen := fs.String("admin-listen", "", "admin API `address` (overrides server.admin_listen)")
+	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	noWatch := fs.Bool("no-watch", false, "do not reload when the config file changes (SIGHUP and POST /admin/reload still do)")
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -57,18 +57,23 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitRuntime
 	}
 	defer shutdownTracing()
-	g, err := router.New(cfg, router.Options{ConfigPath: path, Logger: log, Version: version, Tracer: tp})
+	// The flags override the file's addresses in every config read,
+	// the first and each reload, so a reload compares like with like.
+	override := func(c *policy.Config) {
+		if *listen != "" {
+			c.Server.Listen = *listen
+		}
+		if *adminListen != "" {
+			c.Server.AdminListen = *adminListen
+		}
+	}
+	override(cfg)
+	g, err := router.New(cfg, router.Options{ConfigPath: path, Logger: log, Version: version, Tracer: tp, Override: override})
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())
 		return exitRuntime
 	}
 	defer g.Close()
-	if *listen != "" {
-		cfg.Server.Listen = *listen
-	}
-	if *adminListen != "" {
-		cfg.Server.AdminListen = *adminListen
-	}
 	srv := &Server{Gateway: g, Log: log, Listen: cfg.Server.Listen, AdminListen: cfg.Server.AdminListen}
 	if !*noWatch {
 		go watchConfig(ctx, path, g, log)

@@ -242,3 +242,69 @@ routes:
 		g.Close()
 	}
 }
+
+// TestReloadRefusesListenChange: a reload that changes a listen address is
+// refused with the key's position, the running config (and its listener)
+// keeps serving; a later reload that changes only routing is applied.
+func TestReloadRefusesListenChange(t *testing.T) {
+	fast := httptest.NewServer(vllmsim.New(vllmsim.Profile{Model: "small", DefaultMaxTokens: 2}))
+	defer fast.Close()
+	path := filepath.Join(t.TempDir(), "switchyard.yaml")
+	api, admin, other := freeAddr(t), freeAddr(t), freeAddr(t)
+	conf := func(listen, route string) string {
+		return `version: 1
+server: {listen: "` + listen + `", admin_listen: "` + admin + `"}
+pools:
+  small: {model: small, health: {disabled: true}, replicas: [{name: s, url: "` + fast.URL + `"}]}
+routes:
+  - name: ` + route + `
+    to: small
+`
+	}
+	if err := os.WriteFile(path, []byte(conf(api, "main")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan int, 1)
+	var stderr syncWriter
+	go func() { done <- run(ctx, []string{"serve", "--config", path, "--no-watch"}, io.Discard, &stderr) }()
+	poll(t, "the gateway to serve", func() bool { return strings.Contains(getBody("http://"+api+"/readyz"), `"ready"`) })
+
+	reload := func() (int, string) {
+		resp, err := http.Post("http://"+admin+"/admin/reload", "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if err := os.WriteFile(path, []byte(conf(other, "main")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, body := reload()
+	want := path + `:2:18: server: listen changed from ` + api + ` to ` + other + `: it is fixed when the listeners start; restart switchyard to change it`
+	if code != http.StatusBadRequest || !strings.Contains(body, want) {
+		t.Errorf("reload: %d %s\nwant 400 with %s", code, body, want)
+	}
+	if conf := getBody("http://" + admin + "/admin/config"); !strings.Contains(conf, "listen: "+api) || !strings.Contains(conf, "# generation 1") {
+		t.Errorf("the refused config was applied:\n%s", conf)
+	}
+	if !strings.Contains(getBody("http://"+api+"/readyz"), `"ready"`) {
+		t.Errorf("the running listener stopped serving")
+	}
+
+	if err := os.WriteFile(path, []byte(conf(api, "renamed")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := reload(); code != http.StatusOK || !strings.Contains(body, `"generation": 2`) {
+		t.Errorf("routing-only reload: %d %s", code, body)
+	}
+	stop()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not exit")
+	}
+}
