@@ -10,17 +10,21 @@ import (
 // metrics are the gateway's own series (docs/observability.md); replica gauges come
 // from pools.Collector and classifier series from the classifier package.
 type metrics struct {
-	requests   *prometheus.CounterVec
-	duration   *prometheus.HistogramVec
-	ttft       *prometheus.HistogramVec
-	tokens     *prometheus.CounterVec
-	retries    *prometheus.CounterVec
-	fallbacks  *prometheus.CounterVec
-	resumes    *prometheus.CounterVec
-	reloads    *prometheus.CounterVec
-	generation prometheus.Gauge
-	inflight   *prometheus.GaugeVec
-	queueWait  *prometheus.HistogramVec
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	ttft     *prometheus.HistogramVec
+	tokens   *prometheus.CounterVec
+	// keyRequests and keyTokens are per API key name ("none" without a
+	// key): their label values are bounded by the configured keys.
+	keyRequests *prometheus.CounterVec
+	keyTokens   *prometheus.CounterVec
+	retries     *prometheus.CounterVec
+	fallbacks   *prometheus.CounterVec
+	resumes     *prometheus.CounterVec
+	reloads     *prometheus.CounterVec
+	generation  prometheus.Gauge
+	inflight    *prometheus.GaugeVec
+	queueWait   *prometheus.HistogramVec
 }
 
 // latencyBuckets span a fast classifier hit to a long reasoning answer.
@@ -43,6 +47,12 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_tokens_total", Help: "Tokens reported in replica usage, by pool and kind (prompt or completion).",
 		}, []string{"pool", "kind"}),
+		keyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_key_requests_total", Help: "Requests answered, by API key name (none: auth off or no valid key) and HTTP status code.",
+		}, []string{"key", "code"}),
+		keyTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_key_tokens_total", Help: "Tokens reported in replica usage, by API key name (none: auth off) and kind (prompt or completion).",
+		}, []string{"key", "kind"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_upstream_retries_total", Help: "Attempts retried on another replica, by pool and reason.",
 		}, []string{"pool", "reason"}),
@@ -72,7 +82,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.retries, m.fallbacks, m.resumes,
+	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.keyRequests, m.keyTokens, m.retries, m.fallbacks, m.resumes,
 		m.reloads, m.generation, m.inflight, m.queueWait, build)
 	for _, r := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(r)

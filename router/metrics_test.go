@@ -3,8 +3,10 @@ package router_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/switchyard/switchyard/vllmsim"
 )
 
 // TestMetricsAfterScriptedTraffic checks exact counter values after known
@@ -65,5 +67,54 @@ func TestMetricsAfterScriptedTraffic(t *testing.T) {
 	}
 	if n := metricValue(t, gw, "switchyard_request_duration_seconds", map[string]string{"pool": "qwen"}); n != 3 {
 		t.Errorf("duration observations for qwen %v, want 3", n)
+	}
+}
+
+// TestPerKeyObservability: requests and tokens are counted per API key
+// name, a request without a valid key as "none", and the access line names
+// the key and the model the client asked for.
+func TestPerKeyObservability(t *testing.T) {
+	r := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 5})
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+server:
+  api_keys: [{name: agents, key_env: K1}, {name: ci, key_env: K2}]
+pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: a, url: "{{a}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"a": r.Srv.URL}, map[string]string{"K1": "sk-agents", "K2": "sk-ci"}))
+	url := gw.API.URL + "/v1/chat/completions"
+	body := `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`
+	for _, c := range []struct {
+		key  string
+		want int
+	}{{"sk-agents", 200}, {"sk-agents", 200}, {"sk-ci", 200}, {"sk-wrong", 401}} {
+		if resp, b := post(t, url, body, map[string]string{"Authorization": "Bearer " + c.key}); resp.StatusCode != c.want {
+			t.Fatalf("key %s: %d %s", c.key, resp.StatusCode, b)
+		}
+	}
+	eventually(t, 5*time.Second, "the last request counted", func() bool {
+		return metricValue(t, gw, "switchyard_key_requests_total", map[string]string{"key": "none", "code": "401"}) == 1 &&
+			strings.Count(gw.Logs.String(), `"msg":"request"`) == 4
+	})
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"switchyard_key_requests_total", map[string]string{"key": "agents", "code": "200"}, 2},
+		{"switchyard_key_requests_total", map[string]string{"key": "ci", "code": "200"}, 1},
+		{"switchyard_key_requests_total", map[string]string{"key": "none", "code": "401"}, 1},
+		{"switchyard_key_tokens_total", map[string]string{"key": "agents", "kind": "completion"}, 10},
+		{"switchyard_key_tokens_total", map[string]string{"key": "ci", "kind": "completion"}, 5},
+	} {
+		if got := metricValue(t, gw, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	if logs := gw.Logs.String(); !strings.Contains(logs, `"key":"ci","model":"auto"`) {
+		t.Errorf("the access line lacks the key and model: %s", logs)
 	}
 }
