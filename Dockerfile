@@ -15,5 +15,9 @@ COPY examples/policies/dgx-spark-8node.yaml /etc/switchyard/switchyard.yaml
 ENV SWITCHYARD_CONFIG=/etc/switchyard/switchyard.yaml
 USER nonroot:nonroot
 EXPOSE 8080 9090
+# The admin API listens on every interface so that Prometheus can scrape
+# /metrics. Protect it: set server.admin_token_env in your config (for
+# example SWITCHYARD_ADMIN_TOKEN) and pass that variable to the container;
+# serve warns at start when it is missing.
 ENTRYPOINT ["/usr/local/bin/switchyard"]
 CMD ["serve", "--admin-listen", "0.0.0.0:9090"]

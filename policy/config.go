@@ -64,6 +64,13 @@ type Server struct {
 	LogBodies bool `yaml:"log_bodies,omitempty"`
 	// APIKeys enables bearer authentication when non-empty.
 	APIKeys []*APIKey `yaml:"api_keys,omitempty"`
+	// AdminTokenEnv names a variable holding a bearer token that /admin/*
+	// requires (and /metrics with AdminTokenMetrics). Default: no token.
+	AdminTokenEnv string `yaml:"admin_token_env,omitempty"`
+	// AdminTokenMetrics also requires the admin token on /metrics.
+	AdminTokenMetrics bool `yaml:"admin_token_metrics,omitempty"`
+	// AdminToken is read from AdminTokenEnv; never printed.
+	AdminToken Secret `yaml:"-"`
 	// Readiness makes /readyz depend on named pools. By default /readyz
 	// is 200 whenever a config is loaded and the gateway is not draining.
 	Readiness *Readiness `yaml:"readiness,omitempty"`

@@ -87,6 +87,17 @@ func (v *validator) server() {
 	} else if s.MaxJSONDepth > 10000 {
 		v.errf(p("server", "max_json_depth"), "server: max_json_depth %d is over 10000 (deep nesting is a denial-of-service vector)", s.MaxJSONDepth)
 	}
+	switch {
+	case s.AdminTokenEnv == "" && s.AdminTokenMetrics:
+		v.errf(p("server", "admin_token_metrics"), "server: admin_token_metrics needs admin_token_env")
+	case s.AdminTokenEnv == "" || v.reg.SkipEnv:
+	default:
+		if val := v.getenv(s.AdminTokenEnv); val == "" {
+			v.errf(p("server", "admin_token_env"), "server: admin_token_env: environment variable %s is not set or empty", s.AdminTokenEnv)
+		} else {
+			s.AdminToken = Secret(val)
+		}
+	}
 	names := map[string]bool{}
 	for i, k := range s.APIKeys {
 		at := p("server", "api_keys", i)

@@ -2,10 +2,14 @@ package router
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -39,6 +43,7 @@ func (g *Gateway) Handler() http.Handler {
 // AdminHandler returns the admin API.
 func (g *Gateway) AdminHandler() http.Handler {
 	r := chi.NewRouter()
+	r.Use(g.adminGuard)
 	r.Handle("/metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}))
 	r.Post("/admin/reload", g.adminReload)
 	r.Post("/admin/explain", g.adminExplain)
@@ -53,6 +58,58 @@ func (g *Gateway) AdminHandler() http.Handler {
 			Message: "no such admin endpoint: " + r.Method + " " + r.URL.Path})
 	})
 	return r
+}
+
+// adminGuard protects the admin API. With server.admin_token_env set,
+// /admin/* (and /metrics with admin_token_metrics) need that bearer token;
+// /healthz and /readyz stay open for probes. A state-changing call (any
+// method but GET and HEAD) from a browser page of another origin is
+// refused whatever the token, so a page the operator visits cannot reload
+// the config or spend classifier calls.
+func (g *Gateway) adminGuard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && crossOrigin(r) {
+			writeError(w, &apiError{Status: http.StatusForbidden, Type: "permission_error", Code: "cross_origin",
+				Message: "cross-origin requests to the admin API are refused"})
+			return
+		}
+		sc := &g.snap.Load().Config.Server
+		guarded := strings.HasPrefix(r.URL.Path, "/admin/") || (r.URL.Path == "/metrics" && sc.AdminTokenMetrics)
+		if guarded && sc.AdminToken != "" && !bearerIs(r, string(sc.AdminToken)) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard-admin"`)
+			writeError(w, &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+				Message: "the admin API needs Authorization: Bearer <admin token> (server.admin_token_env)"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// crossOrigin reports whether a browser sent r from a page of another
+// origin: Sec-Fetch-Site says so, or Origin names another host than the
+// one r was sent to. Clients that are not browsers send neither.
+func crossOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "cross-site", "same-site":
+		return true
+	}
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return false
+	}
+	u, err := url.Parse(o)
+	return err != nil || !strings.EqualFold(u.Host, r.Host)
+}
+
+// bearerIs reports whether r carries the bearer token want, compared in
+// constant time over digests.
+func bearerIs(r *http.Request, want string) bool {
+	h := r.Header.Get("Authorization")
+	if len(h) < 7 || !strings.EqualFold(h[:7], "Bearer ") {
+		return false
+	}
+	got, exp := sha256.Sum256([]byte(strings.TrimSpace(h[7:]))), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(got[:], exp[:]) == 1
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

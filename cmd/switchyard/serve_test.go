@@ -308,3 +308,16 @@ routes:
 		t.Fatal("serve did not exit")
 	}
 }
+
+// TestExposedAdmin: serve warns about an admin listener without a token
+// unless it is bound to loopback.
+func TestExposedAdmin(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:9090": false, "[::1]:9090": false, "localhost:9090": false,
+		"0.0.0.0:9090": true, ":9090": true, "10.0.0.5:9090": true, "[::]:9090": true, "gateway.internal:9090": true,
+	} {
+		if got := exposedAdmin(addr); got != want {
+			t.Errorf("exposedAdmin(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
