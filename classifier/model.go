@@ -68,9 +68,16 @@ func newModelBackend(o *Options) (backend, error) {
 // chatRequest is go-openai's request plus the vLLM fields it lacks.
 // Temperature shadows the embedded field so that 0 is sent rather than
 // omitted (go-openai tags it omitempty).
+//
+// The answer's length is bounded with max_completion_tokens, which vLLM
+// accepts since v0.6.4 (vllm-project/vllm#9837). LegacyMaxTokens sends the
+// older max_tokens instead, only with guided_choice: that switch exists for
+// older vLLM servers, and from v0.4.2 (vllm-project/vllm#4355) until v0.6.4
+// (vllm-project/vllm#10463) vLLM answers 400 to a field it does not know.
 type chatRequest struct {
 	openai.ChatCompletionRequest
 	Temperature       float32            `json:"temperature"`
+	LegacyMaxTokens   int                `json:"max_tokens,omitempty"`
 	StructuredOutputs *structuredOutputs `json:"structured_outputs,omitempty"`
 }
 
@@ -87,7 +94,6 @@ func (b *modelBackend) Request(in *Input) ([]byte, error) {
 				{Role: openai.ChatMessageRoleSystem, Content: b.prompt},
 				{Role: openai.ChatMessageRoleUser, Content: summary(in)},
 			},
-			MaxTokens:          b.maxToks,
 			LogProbs:           true,
 			TopLogProbs:        b.topProbs,
 			ChatTemplateKwargs: map[string]any{"enable_thinking": false},
@@ -96,8 +102,10 @@ func (b *modelBackend) Request(in *Input) ([]byte, error) {
 	}
 	if b.o.GuidedChoice {
 		req.GuidedChoice = b.o.Labels
+		req.LegacyMaxTokens = b.maxToks
 	} else {
 		req.StructuredOutputs = &structuredOutputs{Choice: b.o.Labels}
+		req.MaxCompletionTokens = b.maxToks
 	}
 	return json.Marshal(req)
 }

@@ -62,11 +62,13 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
 	}
+	// Said at once, before anything that takes time, so a start never looks
+	// like a hang.
+	fmt.Fprintf(o.Out, "switchyard demo: starting the simulated vLLM replicas and the gateway from %s (embedded)…\n", "examples/"+DefaultPolicy)
 	data, err := fs.ReadFile(examples.Policies, DefaultPolicy)
 	if err != nil {
 		return Summary{}, err
 	}
-	fmt.Fprintf(o.Out, "switchyard demo: loading %s (embedded)…\n", "examples/"+DefaultPolicy)
 	cfg, err := policy.Load("examples/"+DefaultPolicy, data, router.Registry())
 	if err != nil {
 		return Summary{}, err
@@ -81,7 +83,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if t := cfg.Topology; t != nil {
 		nodes = len(t.Nodes)
 	}
-	fmt.Fprintf(o.Out, "switchyard demo: started %d simulated vLLM replicas for a %d-node cluster on loopback (model time ÷%g)\n", len(cl.Replicas), nodes, o.SpeedUp)
+	fmt.Fprintf(o.Out, "switchyard demo: started %d simulated vLLM replicas for the %d-node cluster on loopback (model time ÷%g)\n", len(cl.Replicas), nodes, o.SpeedUp)
 	g, err := router.New(cfg, router.Options{Logger: o.Logger, Version: "demo"})
 	if err != nil {
 		return Summary{}, err
@@ -118,6 +120,10 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		runCtx, cancel = context.WithTimeout(ctx, o.Duration)
 		defer cancel()
 	}
+	until := "Ctrl-C to stop"
+	if o.Duration > 0 {
+		until = "stopping after " + o.Duration.String()
+	}
 	rec := NewRecorder()
 	done := make(chan struct{})
 	if !o.NoLoad {
@@ -125,10 +131,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		if load.Workers <= 0 {
 			load.Workers = 16
 		}
-		fmt.Fprintf(o.Out, "\nRunning a mixed agent-like load (%d concurrent sessions); Ctrl-C to stop.\n", load.Workers)
+		fmt.Fprintf(o.Out, "\nRunning a mixed agent-like load (%d concurrent sessions); %s.\n", load.Workers, until)
+		fmt.Fprintln(o.Out, ClassLegend)
 		go func() { load.Run(runCtx); close(done) }()
 	} else {
-		fmt.Fprintln(o.Out, "\nNo load (--no-load); Ctrl-C to stop.")
+		fmt.Fprintf(o.Out, "\nNo load (--no-load); %s.\n", until)
 		close(done)
 	}
 	var kill <-chan time.Time

@@ -38,11 +38,67 @@ func TestDemoHeadless(t *testing.T) {
 		}
 	}
 	text := out.String()
-	for _, want := range []string{"gateway on http://127.0.0.1:", "req/s", "summary:", "minicpm", "qwen"} {
+	if !strings.HasPrefix(text, "switchyard demo: starting ") {
+		t.Errorf("the first line does not say the demo is starting:\n%s", text)
+	}
+	for _, want := range []string{"gateway on http://127.0.0.1:", "for the 8-node cluster", "stopping after 3s.", demo.ClassLegend,
+		"req/s", "summary:", "minicpm", "qwen"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
 	}
+	for _, bad := range []string{"a 8-node", "Ctrl-C"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("output has %q:\n%s", bad, text)
+		}
+	}
+	// The legend is printed before the first table.
+	if legend, table := strings.Index(text, demo.ClassLegend), strings.Index(text, "req/s"); legend > table {
+		t.Errorf("the class legend comes after the first table:\n%s", text)
+	}
+}
+
+// TestDemoStopHint: "Ctrl-C to stop" only when the demo runs until
+// interrupted; with --duration it says when it stops.
+func TestDemoStopHint(t *testing.T) {
+	tests := []struct {
+		name     string
+		duration time.Duration
+		want     string
+	}{
+		{"until interrupted", 0, "No load (--no-load); Ctrl-C to stop."},
+		{"duration", time.Millisecond, "No load (--no-load); stopping after 1ms."},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			// Interrupt as soon as the hint is out, as a user would.
+			out := &hintWriter{stop: cancel}
+			_, err := demo.Run(ctx, demo.Options{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0",
+				NoLoad: true, Duration: tc.duration, Out: out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), tc.want) {
+				t.Errorf("output lacks %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+// hintWriter calls stop once the run has said how it stops.
+type hintWriter struct {
+	bytes.Buffer
+	stop func()
+}
+
+func (w *hintWriter) Write(p []byte) (int, error) {
+	n, err := w.Buffer.Write(p)
+	if strings.Contains(string(p), "No load") {
+		w.stop()
+	}
+	return n, err
 }
 
 // TestDemoKill: --kill crashes the named replica mid-run; an unknown name

@@ -86,6 +86,12 @@ func orDash(s string) string {
 	return s
 }
 
+// ClassLegend explains the "-" among the classes: the gateway sets
+// X-Switchyard-Class only when the classifier decided the route, so a request
+// that matched a rule before any class condition (tool-heavy: four tools or
+// more) or that named a pool has no class.
+const ClassLegend = `In "classes:", - counts requests that needed no classifier call (a rule matched before any class condition, or the model named a pool).`
+
 // PrintTick writes one live table for the last interval.
 func PrintTick(w io.Writer, rec *Recorder, g *router.Gateway, interval time.Duration) {
 	res := rec.take()
@@ -129,6 +135,9 @@ func PrintSummary(w io.Writer, s Summary) {
 	fmt.Fprintf(w, "  pools:   %s\n", countShares(s.ByPool, s.Requests))
 	fmt.Fprintf(w, "  routes:  %s\n", countShares(s.ByRoute, s.Requests))
 	fmt.Fprintf(w, "  classes: %s\n", countShares(s.ByClass, s.Requests))
+	if s.ByClass["-"] > 0 {
+		fmt.Fprintln(w, "  (class -: no classifier call was needed)")
+	}
 	if s.FirstError != "" {
 		fmt.Fprintf(w, "  first error: %s\n", s.FirstError)
 	}

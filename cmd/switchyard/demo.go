@@ -11,14 +11,14 @@ import (
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("demo", "[--duration D] [--listen ADDR] [--admin-listen ADDR] [--no-load] [--speedup X] [--workers N] [--kill REPLICA@AFTER]", stderr)
+	fs := newFlags("demo", "", stderr)
 	duration := fs.Duration("duration", 0, "stop after this long and print the summary (default: run until interrupted)")
-	listen := fs.String("listen", "127.0.0.1:8080", "gateway client API address")
-	adminListen := fs.String("admin-listen", "127.0.0.1:9090", "gateway admin address (/metrics, /admin/*)")
+	listen := fs.String("listen", "127.0.0.1:8080", "gateway client API `address`")
+	adminListen := fs.String("admin-listen", "127.0.0.1:9090", "gateway admin `address` (/metrics, /admin/*)")
 	noLoad := fs.Bool("no-load", false, "start the cluster and gateway only, without the built-in load")
-	speedUp := fs.Float64("speedup", 10, "divide simulated model time by this")
-	workers := fs.Int("workers", 16, "concurrent sessions of the built-in load")
-	kill := fs.String("kill", "", "crash a replica during the run, e.g. qwen-b@10s: its streams resume on another replica")
+	speedUp := fs.Float64("speedup", 10, "divide simulated model time by this `factor`")
+	workers := fs.Int("workers", 16, "`number` of concurrent sessions of the built-in load")
+	kill := fs.String("kill", "", "`replica@delay`: crash that replica this long into the run, e.g. qwen-b@10s; its streams resume on another replica")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}

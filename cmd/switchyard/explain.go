@@ -15,20 +15,27 @@ import (
 )
 
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("explain", "--config FILE [--class LABEL] [REQUEST_JSON or -]", stderr)
-	configPath := fs.String("config", "", "config file (required)")
-	class := fs.String("class", "", "use this class instead of calling the classifier")
+	fs := newFlags("explain", "[REQUEST_JSON | -]", stderr)
+	configPath := fs.String("config", "", "config `file` (default $SWITCHYARD_CONFIG, then ./switchyard.yaml)")
+	class := fs.String("class", "", "use this class `label` instead of calling the classifier")
 	var headers headerFlags
-	fs.Var(&headers, "header", "request header `Name: value` (repeatable), e.g. for header conditions")
+	fs.Var(&headers, "header", "request `header` as 'Name: value' (repeatable), e.g. for header conditions")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
-	if *configPath == "" || fs.NArg() > 1 {
+	if fs.NArg() > 1 {
 		fs.Usage()
 		return exitUsage
 	}
+	// The same file serve would load. It is read before the request so that
+	// a config error shows at once rather than after standard input ends.
+	path := resolveConfig(*configPath)
+	cfg, err := router.LoadConfig(path)
+	if err != nil {
+		printConfigErr(stderr, path, err)
+		return exitInvalid
+	}
 	var body []byte
-	var err error
 	if fs.NArg() == 0 || fs.Arg(0) == "-" {
 		body, err = io.ReadAll(os.Stdin)
 	} else {
@@ -37,11 +44,6 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		fmt.Fprintln(stderr, "switchyard explain: read request:", err)
 		return exitRuntime
-	}
-	cfg, err := router.LoadConfig(*configPath)
-	if err != nil {
-		printConfigErr(stderr, *configPath, err)
-		return exitInvalid
 	}
 	if *class != "" {
 		if cfg.Classifier == nil {

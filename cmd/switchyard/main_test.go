@@ -77,8 +77,8 @@ func TestExplainCLI(t *testing.T) {
 	if code, _, errs := runCLI(t, "explain", "--config", "../../examples/policies/dgx-spark-8node.yaml", "--class", "bogus", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`); code != exitInvalid || !strings.Contains(errs, "not a label") {
 		t.Errorf("--class bogus: exit %d %s", code, errs)
 	}
-	if code, _, _ := runCLI(t, "explain"); code != exitUsage {
-		t.Errorf("no config: exit %d", code)
+	if code, _, _ := runCLI(t, "explain", "--config", "../../examples/policies/dgx-spark-8node.yaml", "{}", "{}"); code != exitUsage {
+		t.Errorf("two requests: exit %d", code)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -68,6 +69,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	override(cfg)
+	if exposedAdmin(cfg.Server.AdminListen) && cfg.Server.AdminToken == "" {
+		log.Warn("the admin API listens beyond this host without a token: whoever reaches it can read the config, reload it and run explain; set server.admin_token_env",
+			"admin_listen", cfg.Server.AdminListen)
+	}
 	g, err := router.New(cfg, router.Options{ConfigPath: path, Logger: log, Version: version, Tracer: tp, Override: override})
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())
@@ -268,4 +273,15 @@ func watchConfig(ctx context.Context, path string, g *router.Gateway, log *slog.
 			log.Warn("config watch error", "error", err.Error())
 		}
 	}
+}
+
+// exposedAdmin reports whether an admin listener on addr can be reached
+// from other hosts: any address but a loopback one or localhost.
+func exposedAdmin(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || strings.EqualFold(host, "localhost") {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
 }

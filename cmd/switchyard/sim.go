@@ -15,9 +15,9 @@ import (
 )
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("sim", "--listen ADDR --model NAME [flags]", stderr)
-	listen := fs.String("listen", "127.0.0.1:8000", "address to serve on")
-	fs.String("preset", "", "start from a published profile: qwen (Qwen3.8 Flash Next on 2 DGX Spark nodes) or minicpm (MiniCPM5-2B on 1 node); other flags override it")
+	fs := newFlags("sim", "", stderr)
+	listen := fs.String("listen", "127.0.0.1:8000", "`address` to serve on")
+	fs.String("preset", "", "start from a published `profile`: qwen (Qwen3.8 Flash Next on 2 DGX Spark nodes) or minicpm (MiniCPM5-2B on 1 node); other flags override it")
 	// The preset supplies the defaults of the profile flags, so it is read
 	// before they are registered; flags given explicitly still win.
 	var p vllmsim.Profile

@@ -13,6 +13,10 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return exitUsage
+	}
 	commit, modified := "unknown", false
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
