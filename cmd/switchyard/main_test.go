@@ -140,3 +140,15 @@ func TestPresetArg(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateWithoutSecrets: validate passes a config whose key variables
+// are unset (CI has no secrets); --check-env requires them, as serve does.
+func TestValidateWithoutSecrets(t *testing.T) {
+	const file = "../../testdata/api-key-env-unset.bad.yaml"
+	if code, out, errs := runCLI(t, "validate", file); code != exitOK || !strings.Contains(out, file+": ok") {
+		t.Errorf("validate: exit %d\nstdout %s\nstderr %s", code, out, errs)
+	}
+	if code, _, errs := runCLI(t, "validate", "--check-env", file); code != exitInvalid || !strings.Contains(errs, "SWITCHYARD_KEY_MISSING is not set") {
+		t.Errorf("validate --check-env: exit %d\nstderr %s", code, errs)
+	}
+}

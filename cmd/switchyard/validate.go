@@ -11,9 +11,12 @@ import (
 )
 
 // runValidate checks each file and prints `FILE: ok` or one
-// `FILE:LINE:COL: message` line per problem. It never contacts a backend.
+// `FILE:LINE:COL: message` line per problem. It never contacts a backend,
+// and reads the *_env variables only with --check-env, so configs can be
+// checked without their secrets.
 func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("validate", "FILE...", stderr)
+	checkEnv := fs.Bool("check-env", false, "also require the *_env variables (API keys, admin token) to be set, as serve does")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -23,7 +26,9 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	code := exitOK
 	for _, file := range fs.Args() {
-		if _, err := router.LoadConfig(file); err != nil {
+		reg := router.Registry()
+		reg.SkipEnv = !*checkEnv
+		if _, err := policy.LoadFile(file, reg); err != nil {
 			code = exitInvalid
 			var errs policy.Errors
 			if errors.As(err, &errs) {
