@@ -255,7 +255,14 @@ func (g *Registry) Start(ctx context.Context) {
 // Close stops every loop and closes idle upstream connections. Requests in
 // flight keep their connections.
 func (g *Registry) Close() {
-	for _, e := range g.setContext(nil) {
+	g.mu.Lock()
+	g.ctx = nil // closed: a later Apply starts no loops
+	eps := make([]*Endpoint, 0, len(g.endpoints))
+	for _, e := range g.endpoints {
+		eps = append(eps, e)
+	}
+	g.mu.Unlock()
+	for _, e := range eps {
 		e.stopLoops()
 		if g.opts.Transport == nil {
 			if tr, ok := e.Client().Transport.(*http.Transport); ok {

@@ -49,6 +49,10 @@ const (
 	phaseTotal
 )
 
+// packState is the clock's state word: the attempt's generation, then its
+// phase in the low byte.
+func packState(gen, phase uint64) uint64 { return gen<<8 | phase }
+
 func (t *poolTimeouts) err(phase uint64) *phaseTimeout {
 	switch phase {
 	case phaseHeader:
@@ -101,7 +105,7 @@ func (c *upstreamClock) start(ctx context.Context, t *poolTimeouts) context.Cont
 	cctx, cancel := context.WithCancelCause(ctx)
 	c.cancel = cancel
 	c.deadline.Store(monoNow() + int64(t.header))
-	c.state.Store(c.gen<<8 | phaseHeader)
+	c.state.Store(packState(c.gen, phaseHeader))
 	gen := c.gen
 	// The closure holds this attempt's generation, timeouts and cancel.
 	c.timer = time.AfterFunc(t.header, func() { c.fire(gen, t, cancel) })
@@ -116,7 +120,7 @@ func (c *upstreamClock) fire(gen uint64, t *poolTimeouts, cancel context.CancelC
 	if monoNow() < c.deadline.Load() {
 		return // pushed back meanwhile; the timer was reset
 	}
-	if c.state.CompareAndSwap(v, gen<<8|phaseNone) {
+	if c.state.CompareAndSwap(v, packState(gen, phaseNone)) {
 		cancel(t.err(v & 0xff))
 	}
 }
@@ -124,13 +128,13 @@ func (c *upstreamClock) fire(gen uint64, t *poolTimeouts, cancel context.CancelC
 // take disarms the current phase; false means the timer took it first.
 func (c *upstreamClock) take() bool {
 	v := c.state.Load()
-	return v&0xff != phaseNone && c.state.CompareAndSwap(v, c.gen<<8|phaseNone)
+	return v&0xff != phaseNone && c.state.CompareAndSwap(v, packState(c.gen, phaseNone))
 }
 
 // stop disarms the timer and cancels the attempt's context.
 func (c *upstreamClock) stop() {
 	if c.timer != nil {
-		c.state.Store(c.gen<<8 | phaseNone)
+		c.state.Store(packState(c.gen, phaseNone))
 		c.timer.Stop()
 		c.cancel(nil)
 		c.timer = nil
@@ -228,7 +232,7 @@ func (c *upstreamClock) push(now time.Time) {
 		}
 	}
 	if d <= 0 {
-		c.state.Store(c.gen<<8 | phaseNone)
+		c.state.Store(packState(c.gen, phaseNone))
 		c.timer.Stop()
 		return
 	}
@@ -241,6 +245,6 @@ func (c *upstreamClock) push(now time.Time) {
 // limit).
 func (c *upstreamClock) arm(phase uint64, d time.Duration) {
 	c.deadline.Store(monoNow() + int64(d))
-	c.state.Store(c.gen<<8 | phase)
+	c.state.Store(packState(c.gen, phase))
 	c.timer.Reset(d)
 }

@@ -167,18 +167,18 @@ func FuzzPump(f *testing.F) {
 		f.Add([]byte(s), uint64(0x0123456789abcdef), true)
 	}
 	f.Fuzz(func(t *testing.T, stream []byte, seed uint64, injected bool) {
-		run := func(cuts []int) (string, error, *pump) {
+		run := func(cuts []int) (string, *pump, error) {
 			rec := httptest.NewRecorder()
 			p := &pump{w: rec, rc: http.NewResponseController(rec), injected: injected}
 			err := p.run(&chunkedReader{data: bytes.Clone(stream), cuts: cuts})
-			return rec.Body.String(), err, p
+			return rec.Body.String(), p, err
 		}
-		whole, werr, wp := run(nil)
+		whole, wp, werr := run(nil)
 		var cuts []int
 		for s := seed; s != 0 && len(cuts) < 64; s >>= 3 {
 			cuts = append(cuts, int(s&7)+1)
 		}
-		split, serr, sp := run(cuts)
+		split, sp, serr := run(cuts)
 		if (werr == nil) != (serr == nil) || wp.sawDone != sp.sawDone || wp.sawUsage != sp.sawUsage || wp.completion != sp.completion {
 			t.Fatalf("verdict depends on the split: %v/%v done %t/%t usage %t/%t", werr, serr, wp.sawDone, sp.sawDone, wp.sawUsage, sp.sawUsage)
 		}
