@@ -12,7 +12,6 @@ import (
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/pools"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -53,6 +52,11 @@ type exchange struct {
 	// resume says what became of a stream its replica cut (access log).
 	resume string
 	span   trace.Span
+	// sent is the status line sent to the client (0: none), for the
+	// span; status is what the exchange came to.
+	sent int
+	// spanSettings caches the request's gen_ai.request.* attributes.
+	spanSettings []attribute.KeyValue
 
 	// Upstream state, kept here so that placing a request allocates
 	// nothing of its own.
@@ -98,6 +102,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		ctx = g.prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
 	}
 	ctx, x.span = g.startSpan(ctx, "switchyard.request", trace.WithSpanKind(trace.SpanKindServer))
+	if x.span.IsRecording() {
+		x.span.SetAttributes(serverRequestAttrs(r, ep)...)
+	}
 	defer g.finish(x)
 
 	if err := g.prepare(ctx, w, r, x); err != nil {
@@ -178,9 +185,8 @@ func (g *Gateway) fail(w http.ResponseWriter, x *exchange, err error, detail str
 			ae = toAPIError(fmt.Errorf("%w: replica answered %d: %s", errUpstream, uf.status, uf.msg), "")
 		}
 	}
-	x.status = ae.Status
+	x.status, x.sent = ae.Status, ae.Status
 	x.errMsg = ae.Message
-	x.span.SetStatus(codes.Error, ae.Message)
 	g.setRouteHeaders(w.Header(), x)
 	writeError(w, ae)
 }
@@ -193,18 +199,12 @@ func (g *Gateway) finish(x *exchange) {
 		x.status = http.StatusOK
 	}
 	g.metrics.requests.WithLabelValues(route, pool, class, statusLabel(x.status)).Inc()
+	g.metrics.keyRequests.WithLabelValues(x.keyName(), statusLabel(x.status)).Inc()
 	if x.pool != "" {
 		g.metrics.duration.WithLabelValues(x.pool).Observe(elapsed.Seconds())
 	}
 	if x.span.IsRecording() {
-		x.span.SetAttributes(
-			attribute.String("switchyard.route", x.route), attribute.String("switchyard.pool", x.pool),
-			attribute.String("switchyard.replica", x.replica), attribute.String("switchyard.class", x.class),
-			attribute.Int("http.response.status_code", x.status),
-		)
-		if x.info != nil {
-			x.span.SetAttributes(attribute.String("gen_ai.request.model", x.info.Model))
-		}
+		g.endServerSpan(x)
 	}
 	x.span.End()
 	if !g.log.Enabled(context.Background(), slog.LevelInfo) {
@@ -216,8 +216,11 @@ func (g *Gateway) finish(x *exchange) {
 		slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
 		slog.Int("retries", x.retries), slog.String("fallback", x.fallback),
 	}
+	if x.key != nil {
+		attrs = append(attrs, slog.String("key", x.key.name))
+	}
 	if x.info != nil {
-		attrs = append(attrs, slog.Bool("stream", x.info.Stream))
+		attrs = append(attrs, slog.String("model", x.info.Model), slog.Bool("stream", x.info.Stream))
 	}
 	if x.ttft > 0 {
 		attrs = append(attrs, slog.Float64("ttft_ms", float64(x.ttft.Microseconds())/1000))
@@ -251,6 +254,15 @@ func statusLabel(code int) string {
 		return statusLabels[code]
 	}
 	return strconv.Itoa(code)
+}
+
+// keyName is the name of the API key the request presented, "none" when
+// auth is off or it presented no valid key.
+func (x *exchange) keyName() string {
+	if x.key == nil {
+		return "none"
+	}
+	return x.key.name
 }
 
 func orNone(s string) string {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard/switchyard/pools"
@@ -251,8 +250,10 @@ func (g *Gateway) continueOn(ctx context.Context, x *exchange, ps *poolState, re
 	ctx, span := g.startSpan(ctx, "switchyard.upstream", trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("switchyard.pool", ps.Name), attribute.String("switchyard.replica", rep.Name),
-			attribute.Bool("switchyard.resume", true), attribute.Int("switchyard.resume.deltas", int(rs.offset)))
+		span.SetAttributes(attrSwitchyardPool.String(ps.Name), attrSwitchyardReplica.String(rep.Name),
+			attrSwitchyardResume.Bool(true), attrSwitchyardResumeLen.Int64(rs.offset),
+			attrGenAIOperation.String(x.ep.operation()), attrGenAIProvider.String(genAIProvider))
+		span.SetAttributes(genAIRequestAttrs(body)...) // the model is the pool's
 	}
 	clock := &x.clock
 	hctx := clock.start(ctx, ps.timeouts)
@@ -261,16 +262,26 @@ func (g *Gateway) continueOn(ctx context.Context, x *exchange, ps *poolState, re
 	if err != nil {
 		return false, err
 	}
+	if span.IsRecording() {
+		span.SetAttributes(clientRequestAttrs(out)...)
+	}
 	resp, err := rep.Client().Do(out)
 	resp, err = clock.headers(hctx, resp, err)
 	if err != nil {
+		if ctx.Err() == nil {
+			setClientError(span, transportErrorType(err), err)
+		}
 		res := judgeError(ctx, ps, rep, err, "")
 		ps.Observe(rep, res.outcome, res.detail)
 		return ctx.Err() != nil, err
 	}
 	defer resp.Body.Close()
+	setClientStatus(span, resp.StatusCode, "")
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		msg := readErrorMessage(resp.Body)
+		if resp.StatusCode == http.StatusOK {
+			setClientError(span, errTypeNotStream, errors.New("the continuation is not an event stream"))
+		}
 		o, _, _ := judgeStatus(resp.StatusCode)
 		ps.Observe(rep, o, fmt.Sprintf("resume: status %d: %s", resp.StatusCode, msg))
 		return false, fmt.Errorf("replica %q answered %d: %s", rep.Name, resp.StatusCode, msg)
@@ -279,7 +290,7 @@ func (g *Gateway) continueOn(ctx context.Context, x *exchange, ps *poolState, re
 	g.trackStream(x, clock.cancel) // shutdown ends the continuation too
 	rs.cont, rs.roleDropped = true, false
 	if span.IsRecording() {
-		span.AddEvent("switchyard.resume", trace.WithAttributes(attribute.String("switchyard.replica", rep.Name)))
+		span.AddEvent("switchyard.resume", trace.WithAttributes(attrSwitchyardReplica.String(rep.Name)))
 	}
 	err = p.run(resp.Body)
 	switch {
@@ -291,6 +302,7 @@ func (g *Gateway) continueOn(ctx context.Context, x *exchange, ps *poolState, re
 		x.status = statusClientClosed
 		return true, nil
 	}
+	setClientError(span, errTypeStreamCut, err)
 	ps.Observe(rep, pools.Status5xx, "stream: "+err.Error())
 	return false, err
 }

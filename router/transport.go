@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/pools"
@@ -63,12 +64,21 @@ func (c *classifierCall) send(ctx context.Context, rep *pools.Replica) result {
 }
 
 func (t *poolTransport) once(ctx context.Context, ps *poolState, rep *pools.Replica, body []byte) ([]byte, result) {
+	// Each attempt is a client span, a child of switchyard.classify.
+	ctx, span := t.g.startSpan(ctx, "switchyard.classify.upstream", trace.WithSpanKind(trace.SpanKindClient))
+	defer span.End()
 	var clock upstreamClock
 	hctx := clock.start(ctx, ps.timeouts)
 	defer clock.stop()
 	req, err := http.NewRequestWithContext(hctx, http.MethodPost, rep.Base()+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return nil, result{err: err}
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attrSwitchyardPool.String(ps.Name), attrSwitchyardReplica.String(rep.Name),
+			attrGenAIOperation.String(chatEndpoint.operation()), attrGenAIProvider.String(genAIProvider))
+		span.SetAttributes(clientRequestAttrs(req)...)
+		span.SetAttributes(genAIRequestAttrs(body)...)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if k := ps.cfg.APIKey; k != "" {
@@ -80,13 +90,20 @@ func (t *poolTransport) once(ctx context.Context, ps *poolState, rep *pools.Repl
 	resp, err := rep.Client().Do(req)
 	resp, err = clock.headers(hctx, resp, err)
 	if err != nil {
+		if ctx.Err() == nil {
+			setClientError(span, transportErrorType(err), err)
+		}
 		return nil, judgeError(ctx, ps, rep, err, "")
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(io.LimitReader(resp.Body, maxClassifierAnswer))
 	if err != nil {
+		if ctx.Err() == nil {
+			setClientError(span, transportErrorType(err), err)
+		}
 		return nil, judgeError(ctx, ps, rep, err, "reading answer")
 	}
+	setClientStatus(span, resp.StatusCode, "")
 	if o, retry, reason := judgeStatus(resp.StatusCode); retry {
 		msg := readErrorMessage(bytes.NewReader(out))
 		return nil, result{retry: true, outcome: o, reason: reason, detail: fmt.Sprintf("classifier status %d: %s", resp.StatusCode, msg),
@@ -96,6 +113,14 @@ func (t *poolTransport) once(ctx context.Context, ps *poolState, rep *pools.Repl
 		// A 4xx other than the ones judged above: the classifier's own
 		// request was refused. Not the replica's fault, not retried.
 		return nil, result{outcome: pools.Neutral, err: fmt.Errorf("replica %q: status %d: %s", rep.Name, resp.StatusCode, readErrorMessage(bytes.NewReader(out)))}
+	}
+	if span.IsRecording() {
+		var a genAIResponse
+		a.readAnswer(out)
+		span.SetAttributes(a.attrs()...)
+		if p, c, ok := readUsage(out); ok {
+			setUsage(span, p, c)
+		}
 	}
 	return out, result{done: true, outcome: pools.Success}
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -361,9 +360,11 @@ func backoff(ctx context.Context, a int, rnd func() uint64) error {
 func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, ps *poolState, rep *pools.Replica, body []byte, injected bool) result {
 	ctx, span := g.startSpan(ctx, "switchyard.upstream", trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
-	if span.IsRecording() {
-		span.SetAttributes(attribute.String("switchyard.pool", ps.Name), attribute.String("switchyard.replica", rep.Name),
-			attribute.String("gen_ai.request.model", ps.Model), attribute.String("gen_ai.system", "vllm"))
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(attrSwitchyardPool.String(ps.Name), attrSwitchyardReplica.String(rep.Name),
+			attrGenAIOperation.String(x.ep.operation()), attrGenAIProvider.String(genAIProvider))
+		span.SetAttributes(appendString(x.requestSettings(), attrGenAIRequestModel, ps.Model)...)
 	}
 	clock := &x.clock
 	hctx := clock.start(ctx, ps.timeouts)
@@ -372,28 +373,31 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if err != nil {
 		return result{err: fmt.Errorf("%w: %v", errUpstream, err)}
 	}
+	if recording {
+		span.SetAttributes(clientRequestAttrs(out)...)
+	}
 	resp, err := rep.Client().Do(out)
 	resp, err = clock.headers(hctx, resp, err)
 	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
 		if ctx.Err() != nil {
+			// The client went away: the call was cancelled, not failed.
 			x.status = statusClientClosed
+		} else {
+			setClientError(span, transportErrorType(err), err)
 		}
 		return judgeError(ctx, ps, rep, err, "")
 	}
 	defer resp.Body.Close()
-	if span.IsRecording() {
-		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
-	}
 	if o, retry, reason := judgeStatus(resp.StatusCode); retry {
 		msg := readErrorMessage(resp.Body)
-		span.SetStatus(codes.Error, fmt.Sprintf("status %d", resp.StatusCode))
+		setClientStatus(span, resp.StatusCode, msg)
 		uf := &upstreamFailure{status: resp.StatusCode, msg: msg}
 		if resp.StatusCode == http.StatusTooManyRequests {
 			uf.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 		}
 		return result{retry: true, outcome: o, reason: reason, detail: fmt.Sprintf("status %d: %s", resp.StatusCode, msg), err: uf}
 	}
+	setClientStatus(span, resp.StatusCode, "")
 	isStream := resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	if !isStream {
 		buf := getBuffer()
@@ -402,8 +406,10 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		if n, err := buf.ReadFrom(io.LimitReader(resp.Body, maxResponseBytes+1)); err == nil && n > maxResponseBytes {
 			// Terminal: the answer is the request's, not the replica's
 			// fault; neither retried nor counted against the replica.
-			return result{outcome: pools.Neutral, err: &upstreamError{pool: ps.Name, replica: rep.Name,
-				err: fmt.Errorf("%w: non-stream answer larger than %d bytes", errAnswerTooLarge, maxResponseBytes)}}
+			ue := &upstreamError{pool: ps.Name, replica: rep.Name,
+				err: fmt.Errorf("%w: non-stream answer larger than %d bytes", errAnswerTooLarge, maxResponseBytes)}
+			setClientError(span, errTypeTooLarge, ue)
+			return result{outcome: pools.Neutral, err: ue}
 		} else if err != nil {
 			if ctx.Err() != nil {
 				x.status = statusClientClosed
@@ -412,13 +418,16 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			if errors.As(context.Cause(hctx), &pt) {
 				err = pt // the answer stalled (stream_idle_timeout)
 			}
+			if ctx.Err() == nil {
+				setClientError(span, transportErrorType(err), err)
+			}
 			// Nothing has reached the client yet: safe to retry, unless
 			// it was a timeout.
 			return judgeError(ctx, ps, rep, err, "reading body")
 		}
 		g.writeHeaders(w, x, resp, int64(buf.Len()))
 		w.WriteHeader(resp.StatusCode)
-		x.status = resp.StatusCode
+		x.status, x.sent = resp.StatusCode, resp.StatusCode
 		// The write deadline also covers the flush net/http makes when the
 		// handler returns, after the access line and metrics are recorded;
 		// flushing here would let the client see the end of its answer
@@ -427,17 +436,30 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		_ = p.write(buf.Bytes())
 		if resp.StatusCode == http.StatusOK {
 			g.usage(x, ps, buf.Bytes(), span)
+			if recording {
+				var a genAIResponse
+				a.readAnswer(buf.Bytes())
+				setResponseAttrs(span, x.span, a.attrs())
+			}
 		}
 		return result{done: true, outcome: pools.Success}
 	}
 	g.writeHeaders(w, x, resp, -1)
 	w.WriteHeader(resp.StatusCode)
-	x.status = resp.StatusCode
+	x.status, x.sent = resp.StatusCode, resp.StatusCode
 	clock.streaming()
 	g.trackStream(x, clock.cancel)
 	defer g.untrackStream(x)
+	var sw *spanWriter
+	if recording {
+		sw = &spanWriter{w: w}
+		defer func() { setResponseAttrs(span, x.span, sw.resp.attrs()) }()
+	}
 	x.pump = pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std(),
 		injected: injected, clock: clock, token: x}
+	if sw != nil {
+		x.pump.w = sw
+	}
 	if rc := ps.cfg.Resume; rc.Enabled {
 		x.pump.resume = newResumeState(x, int(rc.MaxBuffer))
 	}
@@ -479,6 +501,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		cause := context.Cause(hctx)
 		clock.stop()
 		if g.resume(ctx, x, ps, rep, p, cause) {
+			// This replica's call failed although the client's stream
+			// was completed by another.
+			setClientError(span, errTypeStreamCut, err)
 			if x.status != statusClientClosed {
 				x.status = http.StatusOK
 			}
@@ -490,7 +515,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 	}
 	x.errMsg = err.Error()
-	span.SetStatus(codes.Error, err.Error())
+	setClientError(span, errTypeStreamCut, err)
 	p.fail(&apiError{Type: "upstream_error", Code: "stream_interrupted",
 		Message: fmt.Sprintf("the stream was interrupted (pool %q): %v", ps.Name, err)})
 	g.log.Warn("stream cut by replica; ended the client stream with an error event", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
@@ -707,11 +732,14 @@ func (g *Gateway) recordUsage(x *exchange, ps *poolState, p, c int64, model stri
 	x.prompt, x.complete = p, c
 	g.metrics.tokens.WithLabelValues(ps.Name, "prompt").Add(float64(p))
 	g.metrics.tokens.WithLabelValues(ps.Name, "completion").Add(float64(c))
+	g.metrics.keyTokens.WithLabelValues(x.keyName(), "prompt").Add(float64(p))
+	g.metrics.keyTokens.WithLabelValues(x.keyName(), "completion").Add(float64(c))
 	if span.IsRecording() {
 		if model != "" {
-			span.SetAttributes(attribute.String("gen_ai.response.model", model))
+			setResponseAttrs(span, x.span, []attribute.KeyValue{attrGenAIResponseModel.String(model)})
 		}
-		span.SetAttributes(attribute.Int64("gen_ai.usage.input_tokens", p), attribute.Int64("gen_ai.usage.output_tokens", c))
+		setUsage(span, p, c)
+		setUsage(x.span, p, c)
 	}
 }
 

@@ -52,7 +52,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		printConfigErr(stderr, path, err)
 		return exitInvalid
 	}
-	tp, shutdownTracing, err := setupTracing(ctx)
+	tp, shutdownTracing, err := startTracing(ctx, log, stdout)
 	if err != nil {
 		log.Error("tracing setup failed", "error", err.Error())
 		return exitRuntime
