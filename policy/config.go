@@ -48,6 +48,14 @@ type Server struct {
 	MaxBodyBytes ByteSize `yaml:"max_body_bytes,omitempty"`
 	// ShutdownGrace is how long SIGTERM waits for in-flight requests. Default 30s.
 	ShutdownGrace Duration `yaml:"shutdown_grace,omitempty"`
+	// DrainDelay is how long, after SIGTERM, /readyz answers 503 while the
+	// listener still accepts, so that load balancers stop sending before
+	// it closes. Default 5s; 0s turns it off.
+	DrainDelay *Duration `yaml:"drain_delay,omitempty"`
+	// Instances is how many gateway instances share the traffic: per-key
+	// rate limits are divided by it, so rps and burst are cluster-wide
+	// figures. Default 1.
+	Instances int `yaml:"instances,omitempty"`
 	// ReadHeaderTimeout bounds how long a client may take to send headers. Default 10s.
 	ReadHeaderTimeout Duration `yaml:"read_header_timeout,omitempty"`
 	// IdleTimeout closes idle client keep-alive connections. Default 120s.
@@ -340,6 +348,10 @@ type Session struct {
 	TTL      Duration `yaml:"ttl,omitempty"`
 	// Size caps the number of remembered sessions. Default 100000.
 	Size int `yaml:"size,omitempty"`
+	// Implicit gives a request that carries no session id one taken from
+	// its conversation's opening (system prompt, first user turn, tools).
+	// Default true.
+	Implicit *bool `yaml:"implicit,omitempty"`
 }
 
 // Route is one ordered policy rule.
@@ -396,6 +408,7 @@ const (
 	DefaultMaxJSONDepth      = 64
 	DefaultBodyTimeout       = 30 * time.Second
 	DefaultWriteTimeout      = 60 * time.Second
+	DefaultDrainDelay        = 5 * time.Second
 	DefaultBalance           = "least_outstanding"
 	DefaultQueueTimeout      = 5 * time.Second
 	DefaultConnectTimeout    = 2 * time.Second
@@ -455,6 +468,13 @@ func (c *Config) applyDefaults() {
 	}
 	if s.WriteTimeout == 0 {
 		s.WriteTimeout = Duration(DefaultWriteTimeout)
+	}
+	if s.DrainDelay == nil {
+		d := Duration(DefaultDrainDelay)
+		s.DrainDelay = &d
+	}
+	if s.Instances == 0 {
+		s.Instances = 1
 	}
 	for _, p := range c.Pools {
 		if p.Balance == "" {
@@ -581,6 +601,10 @@ func (c *Config) applyDefaults() {
 		}
 		if se.Size == 0 {
 			se.Size = 100000
+		}
+		if se.Implicit == nil {
+			t := true
+			se.Implicit = &t
 		}
 	}
 }

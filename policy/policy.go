@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -151,7 +152,11 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 		}
 		target := r.To
 		if len(r.Split) > 0 {
-			target = p.pick(r.Split)
+			key := req.Session
+			if r.Sticky != nil && !*r.Sticky {
+				key = "" // decided afresh per request: drawn at random
+			}
+			target = p.pick(r.Split, key)
 		}
 		d.Pools = make([]string, 0, 1+len(r.Fallback))
 		d.Pools = append(d.Pools, target)
@@ -194,12 +199,22 @@ func (p *Policy) stillValid(d Decision) bool {
 	return d.Spill == nil || p.pools[d.Spill.To]
 }
 
-func (p *Policy) pick(split Split) string {
+// pick chooses a split's pool by weight: at random, or for a session by
+// a hash of its id, so that every instance picks the same pool for it.
+func (p *Policy) pick(split Split, session string) string {
 	total := 0
 	for _, e := range split {
 		total += e.Weight
 	}
-	n := int(p.rand() % uint64(total))
+	draw := p.rand
+	if session != "" {
+		draw = func() uint64 {
+			h := fnv.New64a()
+			h.Write([]byte(session))
+			return h.Sum64()
+		}
+	}
+	n := int(draw() % uint64(total))
 	for _, e := range split {
 		if n < e.Weight {
 			return e.Pool

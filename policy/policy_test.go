@@ -370,12 +370,26 @@ routes:
 				t.Fatalf("decision %d = %+v, want the sticky %v", i, d, first.Pools)
 			}
 		}
-		if r.n != 1 {
-			t.Errorf("split drew %d random numbers, want 1", r.n)
+		// A session's split is picked by a hash of its id, not drawn, so
+		// another instance (a policy with no store entry) picks the same.
+		if r.n != 0 {
+			t.Errorf("split drew %d random numbers, want 0", r.n)
+		}
+		other, _ := newPolicy()
+		if d := other.Decide(&policy.Request{Session: "s1"}, simple, false); !cmp.Equal(d.Pools, first.Pools) {
+			t.Errorf("another instance picked %v for the session, want %v", d.Pools, first.Pools)
 		}
 		// Another session is decided on its own.
-		if d := pol.Decide(&policy.Request{Session: "s2"}, simple, false); d.Sticky || r.n != 2 {
-			t.Errorf("other session: Sticky = %t after %d draws, want a fresh decision", d.Sticky, r.n)
+		if d := pol.Decide(&policy.Request{Session: "s2"}, simple, false); d.Sticky {
+			t.Errorf("other session: Sticky = %t, want a fresh decision", d.Sticky)
+		}
+		// Sessions spread over the split's pools by weight.
+		seen := map[string]bool{}
+		for i := range 60 {
+			seen[pol.Decide(&policy.Request{Session: fmt.Sprint("spread", i)}, simple, false).Pools[0]] = true
+		}
+		if len(seen) != 3 {
+			t.Errorf("60 sessions landed on %v, want all three pools", seen)
 		}
 		// No session id, no stickiness.
 		pol.Decide(&policy.Request{}, simple, false)
@@ -404,7 +418,7 @@ routes:
 			t.Fatalf("decision = %+v, want a fresh default decision", d)
 		}
 		d = pol.Decide(exp, simple, false)
-		if !d.Sticky || d.Route != "default" || r.n != 5 {
+		if !d.Sticky || d.Route != "default" || r.n != 4 {
 			t.Errorf("decision = %+v after %d draws, want the kept default decision", d, r.n)
 		}
 	})
@@ -425,23 +439,23 @@ routes:
 	})
 
 	t.Run("explaining does not store", func(t *testing.T) {
-		pol, r := newPolicy()
+		pol, _ := newPolicy()
 		pol.Decide(&policy.Request{Session: "s1"}, simple, true)
-		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); d.Sticky || r.n != 2 {
-			t.Errorf("after an explained decision: Sticky = %t after %d draws, want a fresh decision", d.Sticky, r.n)
+		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); d.Sticky {
+			t.Errorf("after an explained decision: Sticky = %t, want a fresh decision", d.Sticky)
 		}
 	})
 
 	t.Run("ttl expiry", func(t *testing.T) {
-		pol, r := newPolicy()
+		pol, _ := newPolicy()
 		pol.Decide(&policy.Request{Session: "s1"}, simple, false)
 		clk.Advance(59 * time.Second)
 		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); !d.Sticky {
 			t.Errorf("decision within the ttl is not sticky")
 		}
 		clk.Advance(time.Second)
-		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); d.Sticky || r.n != 2 {
-			t.Errorf("decision at the ttl: Sticky = %t after %d draws, want a fresh decision", d.Sticky, r.n)
+		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); d.Sticky {
+			t.Errorf("decision at the ttl: Sticky = %t, want a fresh decision", d.Sticky)
 		}
 		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); !d.Sticky {
 			t.Errorf("the fresh decision was not kept")

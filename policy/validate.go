@@ -98,6 +98,12 @@ func (v *validator) server() {
 			s.AdminToken = Secret(val)
 		}
 	}
+	if f, given := v.number(p("server", "instances")); s.Instances < 1 || given && f < 1 {
+		v.errf(p("server", "instances"), "server: instances must be at least 1")
+	}
+	if *s.DrainDelay < 0 {
+		v.errf(p("server", "drain_delay"), "server: drain_delay must not be negative")
+	}
 	names := map[string]bool{}
 	for i, k := range s.APIKeys {
 		at := p("server", "api_keys", i)

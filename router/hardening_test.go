@@ -400,7 +400,7 @@ func TestSessionFromUser(t *testing.T) {
 	for _, fromUser := range []bool{false, true} {
 		gw := startGateway(t, loadConfig(t, fmt.Sprintf(`
 version: 1
-session: {header: X-Session, from_user: %t}
+session: {header: X-Session, from_user: %t, implicit: false}
 pools:
   a: {model: a, health: {disabled: true}, replicas: [{name: a, url: "{{a}}"}]}
   b: {model: b, health: {disabled: true}, replicas: [{name: b, url: "{{b}}"}]}

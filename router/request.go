@@ -37,6 +37,8 @@ type reqInfo struct {
 	Messages     int
 	PromptTokens int
 	User         string
+	// CacheKey is prompt_cache_key, which Codex sets to its session id.
+	CacheKey string
 	// messages and prompt are the raw fields, kept for the classifier and
 	// affinity keys (gjson results point into the body).
 	messages gjson.Result
@@ -168,6 +170,8 @@ func parseRequest(body []byte, ep endpoint, maxDepth int) (*reqInfo, error) {
 			info.tools = v
 		case "user":
 			info.User = v.Str
+		case "prompt_cache_key":
+			info.CacheKey = v.Str
 		}
 		return true
 	})

@@ -27,12 +27,18 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	if x.key != nil {
 		preq.Key = x.key.name
 	}
+	in := classifierInput(info)
 	if id := sessionID(s, r, info); id != "" {
 		// A session's decision is kept per API key and model name, so a
 		// session id cannot carry one key's (or model's) route to another.
 		preq.Session = id + preq.Key + "\x00" + info.Model
+		// A conversation is decided on its opening alone, so every turn,
+		// on any instance, reaches the decision its first turn did.
+		var open opening
+		open, in = openingOf(info)
+		preq.Messages, preq.PromptTokens = open.messages, open.promptTokens
 	}
-	d := s.Policy.Decide(preq, func() policy.Classification { return g.classify(ctx, x) }, explain)
+	d := s.Policy.Decide(preq, func() policy.Classification { return g.classify(ctx, x, in) }, explain)
 	if d.Sticky && d.Classified && s.classifier != nil {
 		s.classifier.CountSticky(d.Class)
 	}
@@ -42,11 +48,17 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	return d
 }
 
-// sessionID is a fixed-size digest of the configured session header's
-// value (else, with session.from_user, of the body's user field), "" when
-// there is none. Ids are client input of any length; hashing them keeps
-// every session key the same small size in the session store and the
-// affinity ranking, and is the same on every instance.
+// sessionHeaders are the session ids real agents send without being
+// asked: Codex's session-id and Claude Code's x-claude-code-session-id.
+var sessionHeaders = [...]string{"session-id", "x-claude-code-session-id"}
+
+// sessionID is a fixed-size digest of the request's session id, "" when
+// it has none (or session: is not configured). The id is, in order: the
+// configured session header; an id agents send on their own (the
+// sessionHeaders, then the body's prompt_cache_key); the body's user field
+// with session.from_user; and with session.implicit, the conversation's
+// opening. Ids are client input of any length; hashing them keeps every
+// session key the same small size, and the same on every instance.
 func sessionID(s *Snapshot, r *http.Request, info *reqInfo) string {
 	se := s.Config.Session
 	if se == nil {
@@ -56,25 +68,100 @@ func sessionID(s *Snapshot, r *http.Request, info *reqInfo) string {
 	if se.Header != "" {
 		id = r.Header.Get(se.Header)
 	}
+	for _, h := range sessionHeaders {
+		if id == "" {
+			id = r.Header.Get(h)
+		}
+	}
+	if id == "" {
+		id = info.CacheKey
+	}
 	if id == "" && se.FromUser {
 		id = info.User
 	}
-	if id == "" {
+	if id != "" {
+		sum := sha256.Sum256([]byte("id\x00" + id))
+		return string(sum[:16])
+	}
+	if se.Implicit == nil || !*se.Implicit {
 		return ""
 	}
-	sum := sha256.Sum256([]byte(id))
-	return string(sum[:16])
+	h := sha256.New()
+	h.Write([]byte("opening\x00"))
+	open, _ := openingOf(info)
+	for _, raw := range open.raw {
+		h.Write([]byte(raw))
+		h.Write([]byte{0})
+	}
+	h.Write([]byte(info.tools.Raw))
+	return string(h.Sum(nil)[:16])
 }
 
-func (g *Gateway) classify(ctx context.Context, x *exchange) policy.Classification {
+// opening is a conversation's first turn: the system and developer
+// messages before the first user message, and that message.
+type opening struct {
+	raw          []string // the messages' JSON, as sent
+	messages     int
+	promptTokens int
+}
+
+// openingOf returns the opening of info's conversation and the classifier
+// input read from it (the tools are the request's). A completions prompt
+// is its own opening.
+func openingOf(info *reqInfo) (opening, classifier.Input) {
+	var o opening
+	in := classifier.Input{}
+	if !info.messages.Exists() {
+		in = classifierInput(info)
+		o.raw = []string{info.prompt.Raw}
+		o.messages, o.promptTokens = 1, info.PromptTokens
+		return o, in
+	}
+	size := 0
+	info.messages.ForEach(func(_, m gjson.Result) bool {
+		o.raw = append(o.raw, m.Raw)
+		size += len(m.Raw) + 1
+		switch m.Get("role").Str {
+		case "system", "developer":
+			if in.System == "" {
+				in.System = contentText(m.Get("content"))
+			}
+			return true
+		case "user":
+			in.LastUser = contentText(m.Get("content"))
+			return false
+		}
+		return true
+	})
+	o.messages = len(o.raw)
+	in.Turns = o.messages
+	o.promptTokens = estimateTokens(size + 1)
+	if info.tools.IsArray() {
+		o.promptTokens += estimateTokens(len(info.tools.Raw))
+		info.tools.ForEach(func(_, t gjson.Result) bool {
+			in.Tools = append(in.Tools, t.Get("function.name").String())
+			return true
+		})
+	}
+	return o, in
+}
+
+func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input) policy.Classification {
 	c := x.snap.classifier
 	if c == nil {
 		return policy.Classification{}
 	}
 	ctx, span := g.startSpan(ctx, "switchyard.classify")
 	defer span.End()
-	res := c.Classify(ctx, classifierInput(x.info))
-	span.SetAttributes(attribute.String("switchyard.class", res.Label), attribute.String("switchyard.classifier.result", res.Outcome))
+	res := c.Classify(ctx, in)
+	if span.IsRecording() {
+		if res.Label != "" {
+			span.SetAttributes(attribute.String("switchyard.class", res.Label))
+		}
+		if res.Outcome != "" {
+			span.SetAttributes(attribute.String("switchyard.classifier.result", res.Outcome))
+		}
+	}
 	if res.Err != nil {
 		span.SetStatus(codes.Error, res.Err.Error())
 		g.log.Warn("classifier failed; using on_error label", "request_id", x.id, "label", res.Label, "result", res.Outcome, "error", res.Err.Error())

@@ -44,6 +44,7 @@ models:
 session:
   header: X-Session-Id
   ttl: 1m
+  implicit: false
 routes:
   - name: pinned
     when: {model: pinned}

@@ -65,6 +65,8 @@ type apiKey struct {
 	models  policy.StringList
 	limiter *rate.Limiter
 	rate    *policy.Rate
+	// instances is server.instances when the limiter was made.
+	instances int
 }
 
 // build makes a snapshot from cfg, reusing pools, limiters and sessions of
@@ -114,13 +116,16 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 	for _, m := range cfg.Models {
 		s.models[m.Name] = target{policy: true}
 	}
+	n := cfg.Server.Instances
 	for _, k := range cfg.Server.APIKeys {
-		ak := &apiKey{name: k.Name, sum: sha256.Sum256([]byte(k.Secret)), models: k.Models, rate: k.Rate}
+		ak := &apiKey{name: k.Name, sum: sha256.Sum256([]byte(k.Secret)), models: k.Models, rate: k.Rate, instances: n}
 		if k.Rate != nil {
-			if old := prev.key(k.Name); old != nil && reflect.DeepEqual(old.rate, k.Rate) {
+			if old := prev.key(k.Name); old != nil && reflect.DeepEqual(old.rate, k.Rate) && old.instances == n {
 				ak.limiter = old.limiter
 			} else {
-				ak.limiter = rate.NewLimiter(rate.Limit(k.Rate.RPS), k.Rate.Burst)
+				// rps and burst are cluster-wide: each of n instances takes
+				// its share (a burst of at least 1).
+				ak.limiter = rate.NewLimiter(rate.Limit(k.Rate.RPS/float64(n)), max(1, k.Rate.Burst/n))
 			}
 		}
 		s.keys = append(s.keys, ak)

@@ -105,6 +105,8 @@ type Server struct {
 	// Exit ends the process on a second SIGINT/SIGTERM during the drain;
 	// nil means os.Exit.
 	Exit func(code int)
+	// Sleep waits out server.drain_delay; nil means time.Sleep.
+	Sleep func(time.Duration)
 }
 
 // Run serves until ctx ends, then drains in-flight requests (streams
@@ -173,6 +175,18 @@ func (s *Server) Run(ctx context.Context, ready func(api, admin net.Addr)) error
 	// /readyz answers 503 from now on. The admin listener (metrics, and
 	// /readyz) stays up until the client API has drained.
 	s.Gateway.Drain()
+	// For drain_delay the listener still accepts and serves: load
+	// balancers (a Kubernetes endpoint removal reaching every kube-proxy)
+	// take a few seconds to stop sending here, and what they still send
+	// must not be refused.
+	if d := s.Gateway.Snapshot().Config.Server.DrainDelay.Std(); d > 0 {
+		s.Log.Info("draining: /readyz answers 503 while new requests are still served", "drain_delay", d.String())
+		sleep := s.Sleep
+		if sleep == nil {
+			sleep = time.Sleep
+		}
+		sleep(d)
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	err = api.Shutdown(sctx)

@@ -78,7 +78,7 @@ func TestServe(t *testing.T) {
 	path := filepath.Join(dir, "switchyard.yaml")
 	conf := func(target string) string {
 		return `version: 1
-server: {shutdown_grace: 10s}
+server: {shutdown_grace: 10s, drain_delay: 0s}
 pools:
   big: {model: big, health: {disabled: true}, replicas: [{name: b, url: "` + slow.URL + `"}]}
   small: {model: small, health: {disabled: true}, replicas: [{name: s, url: "` + fast.URL + `"}]}
@@ -178,7 +178,7 @@ func TestShutdownGraceAndSecondSignal(t *testing.T) {
 			grace = "1m"
 		}
 		cfg, err := policy.Load("t.yaml", []byte(`version: 1
-server: {shutdown_grace: `+grace+`}
+server: {shutdown_grace: `+grace+`, drain_delay: 0s}
 pools:
   p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "`+hang.URL+`"}]}
 routes:
@@ -253,7 +253,7 @@ func TestReloadRefusesListenChange(t *testing.T) {
 	api, admin, other := freeAddr(t), freeAddr(t), freeAddr(t)
 	conf := func(listen, route string) string {
 		return `version: 1
-server: {listen: "` + listen + `", admin_listen: "` + admin + `"}
+server: {listen: "` + listen + `", admin_listen: "` + admin + `", drain_delay: 0s}
 pools:
   small: {model: small, health: {disabled: true}, replicas: [{name: s, url: "` + fast.URL + `"}]}
 routes:
@@ -319,5 +319,75 @@ func TestExposedAdmin(t *testing.T) {
 		if got := exposedAdmin(addr); got != want {
 			t.Errorf("exposedAdmin(%q) = %v, want %v", addr, got, want)
 		}
+	}
+}
+
+// TestDrainDelay: after SIGTERM, for server.drain_delay, /readyz answers
+// 503 while new requests are still accepted and served; then the listener
+// closes and Run returns.
+func TestDrainDelay(t *testing.T) {
+	fast := httptest.NewServer(vllmsim.New(vllmsim.Profile{Model: "m", DefaultMaxTokens: 2}))
+	defer fast.Close()
+	cfg, err := policy.Load("t.yaml", []byte(`version: 1
+server: {drain_delay: 7s}
+pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "`+fast.URL+`"}]}
+routes:
+  - name: main
+    to: p
+`), router.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	g, err := router.New(cfg, router.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	sleeping, wake := make(chan time.Duration, 1), make(chan struct{})
+	srv := &Server{Gateway: g, Log: log, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0",
+		Sleep: func(d time.Duration) { sleeping <- d; <-wake }}
+	ctx, stop := context.WithCancel(context.Background())
+	addrs := make(chan net.Addr, 2)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, func(api, admin net.Addr) { addrs <- api; addrs <- admin }) }()
+	api := "http://" + (<-addrs).String()
+	<-addrs
+	stop() // as SIGTERM does
+	if d := <-sleeping; d != 7*time.Second {
+		t.Errorf("drain delay %v, want 7s", d)
+	}
+	// Inside the delay: not ready, yet a new connection is served.
+	resp, err := http.Get(api + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz during the drain delay: %d, want 503", resp.StatusCode)
+	}
+	tr := &http.Transport{DisableKeepAlives: true} // a new connection each time
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	resp, err = client.Post(api+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"auto","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatalf("a request during the drain delay was refused: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a request during the drain delay: %d", resp.StatusCode)
+	}
+	close(wake)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return after the delay")
+	}
+	if _, err := client.Get(api + "/readyz"); err == nil {
+		t.Errorf("the listener still accepts after the drain")
 	}
 }

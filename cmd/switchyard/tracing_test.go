@@ -266,6 +266,7 @@ func tracedServe(t *testing.T, env map[string]string, reqs []tracedRequest) (api
 	t.Cleanup(small.Close)
 	path := filepath.Join(t.TempDir(), "switchyard.yaml")
 	conf := `version: 1
+server: {drain_delay: 0s}
 pools:
   big: {model: big, health: {disabled: true}, replicas: [{name: big-a, url: "` + big.URL + `"}]}
   small: {model: small, health: {disabled: true}, replicas: [{name: small-a, url: "` + small.URL + `"}]}
