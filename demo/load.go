@@ -1,10 +1,8 @@
 package demo
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -16,6 +14,8 @@ import (
 
 // Result is one request of the load, as the client saw it.
 type Result struct {
+	// API is the client API used: chat, responses or messages.
+	API     string
 	Kind    string
 	Route   string
 	Pool    string
@@ -55,6 +55,25 @@ var scenarios = []struct {
 	weight int
 }{
 	{"chat", 35}, {"agent", 25}, {"reasoning", 20}, {"long-doc", 10}, {"multi-tool", 10},
+}
+
+// apis are the client APIs of the mix and their weights: the agents of
+// each (the OpenAI SDKs and most frameworks; Codex and the Agents SDK;
+// Claude Code).
+var apis = []struct {
+	name   string
+	weight int
+}{{"chat", 60}, {"responses", 20}, {"messages", 20}}
+
+func pickAPI(rng *rand.Rand) string {
+	n := rng.IntN(100)
+	for _, a := range apis {
+		if n < a.weight {
+			return a.name
+		}
+		n -= a.weight
+	}
+	return apis[0].name
 }
 
 // Run drives the load until ctx ends.
@@ -108,6 +127,7 @@ type message map[string]any
 // session runs one conversation of the chosen scenario.
 func (l *Load) session(ctx context.Context, rng *rand.Rand, id string) {
 	kind := pick(rng)
+	api := pickAPI(rng)
 	stream := rng.IntN(2) == 0
 	var msgs []message
 	var tools []any
@@ -132,7 +152,7 @@ func (l *Load) session(ctx context.Context, rng *rand.Rand, id string) {
 		msgs = append(msgs, message{"role": "user", "content": "Summarise this design document for the team:\n" + strings.Repeat(docParagraph, 4+rng.IntN(4))})
 	}
 	for t := 0; t < turns && ctx.Err() == nil; t++ {
-		reply, toolCall := l.do(ctx, kind, id, msgs, tools, stream)
+		reply, toolCall := l.do(ctx, api, kind, id, msgs, tools, stream)
 		if reply == nil {
 			// Back off before the next session, as a client would, so that
 			// a failing gateway is not flooded by the load itself.
@@ -156,19 +176,19 @@ func (l *Load) session(ctx context.Context, rng *rand.Rand, id string) {
 	}
 }
 
-// do sends one request and returns the assistant message to append (and a
-// tool call id when the answer was a tool call); nil when it failed.
-func (l *Load) do(ctx context.Context, kind, session string, msgs []message, tools []any, stream bool) (message, string) {
-	req := map[string]any{"model": l.Model, "messages": msgs, "max_tokens": l.MaxTokens, "stream": stream}
-	if len(tools) > 0 {
-		req["tools"] = tools
-	}
-	body, _ := json.Marshal(req)
-	hr, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.BaseURL+"/v1/chat/completions", bytes.NewReader(body))
+// do sends one request in the given API and returns the assistant message
+// to append, in chat form (and a tool call id when the answer was a tool
+// call); nil when it failed.
+func (l *Load) do(ctx context.Context, api, kind, session string, msgs []message, tools []any, stream bool) (message, string) {
+	path, body := requestFor(api, l.Model, l.MaxTokens, msgs, tools, stream)
+	hr, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.BaseURL+path, bytes.NewReader(body))
 	hr.Header.Set("Content-Type", "application/json")
 	hr.Header.Set("X-Session-Id", session)
+	if api == "messages" {
+		hr.Header.Set("Anthropic-Version", "2023-06-01")
+	}
 	start := time.Now()
-	res := Result{Kind: kind, Stream: stream, At: start}
+	res := Result{API: api, Kind: kind, Stream: stream, At: start}
 	resp, err := l.Client.Do(hr)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -180,36 +200,24 @@ func (l *Load) do(ctx context.Context, kind, session string, msgs []message, too
 	defer resp.Body.Close()
 	res.Status = resp.StatusCode
 	res.Route, res.Pool, res.Class = resp.Header.Get("X-Switchyard-Route"), resp.Header.Get("X-Switchyard-Pool"), resp.Header.Get("X-Switchyard-Class")
-	var content, toolID string
-	if resp.StatusCode != http.StatusOK {
+	var a answer
+	switch {
+	case resp.StatusCode != http.StatusOK:
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		res.Err = strings.TrimSpace(string(b))
-	} else if stream {
-		content, toolID, res.TTFT, err = readStream(resp.Body, start)
+	case stream:
+		a, err = readStream(api, resp.Body, start)
+		res.TTFT = a.ttft
 		if err != nil && ctx.Err() == nil {
 			res.Err = err.Error()
 		}
-	} else {
-		var out struct {
-			Choices []struct {
-				Message struct {
-					Content   *string `json:"content"`
-					ToolCalls []struct {
-						ID string `json:"id"`
-					} `json:"tool_calls"`
-				} `json:"message"`
-			} `json:"choices"`
+	default:
+		b, err := io.ReadAll(resp.Body)
+		if err == nil {
+			a, err = readAnswer(api, b)
 		}
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Choices) == 0 {
+		if err != nil {
 			res.Err = fmt.Sprintf("bad response body: %v", err)
-		} else {
-			m := out.Choices[0].Message
-			if m.Content != nil {
-				content = *m.Content
-			}
-			if len(m.ToolCalls) > 0 {
-				toolID = m.ToolCalls[0].ID
-			}
 		}
 	}
 	res.Latency = time.Since(start)
@@ -220,74 +228,17 @@ func (l *Load) do(ctx context.Context, kind, session string, msgs []message, too
 	if res.Err != "" {
 		return nil, ""
 	}
-	if toolID != "" {
+	if a.toolID != "" {
 		return message{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{
-			"id": toolID, "type": "function", "function": map[string]any{"name": "get_weather", "arguments": `{"city":"Lisbon"}`}}}}, toolID
+			"id": a.toolID, "type": "function", "function": map[string]any{"name": "get_weather", "arguments": `{"city":"Lisbon"}`}}}}, a.toolID
 	}
-	return message{"role": "assistant", "content": content}, ""
+	return message{"role": "assistant", "content": a.text}, ""
 }
 
 func (l *Load) report(r Result) {
 	if l.OnResult != nil {
 		l.OnResult(r)
 	}
-}
-
-// readStream reads an SSE chat stream, returning the text, the first tool
-// call id, and the time to the first content or tool-call delta.
-func readStream(body io.Reader, start time.Time) (string, string, time.Duration, error) {
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	var sb strings.Builder
-	var toolID string
-	var ttft time.Duration
-	done := false
-	for sc.Scan() {
-		line := sc.Bytes()
-		data, ok := bytes.CutPrefix(line, []byte("data: "))
-		if !ok {
-			continue
-		}
-		if string(data) == "[DONE]" {
-			done = true
-			break
-		}
-		var chunk struct {
-			Error   *struct{ Message string } `json:"error"`
-			Choices []struct {
-				Delta struct {
-					Content   string `json:"content"`
-					ToolCalls []struct {
-						ID string `json:"id"`
-					} `json:"tool_calls"`
-				} `json:"delta"`
-			} `json:"choices"`
-		}
-		if err := json.Unmarshal(data, &chunk); err != nil {
-			return "", "", ttft, fmt.Errorf("bad chunk: %w", err)
-		}
-		if chunk.Error != nil {
-			return "", "", ttft, fmt.Errorf("stream error: %s", chunk.Error.Message)
-		}
-		for _, c := range chunk.Choices {
-			if ttft == 0 && (c.Delta.Content != "" || len(c.Delta.ToolCalls) > 0) {
-				ttft = time.Since(start)
-			}
-			sb.WriteString(c.Delta.Content)
-			for _, tc := range c.Delta.ToolCalls {
-				if toolID == "" && tc.ID != "" {
-					toolID = tc.ID
-				}
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", "", ttft, err
-	}
-	if !done {
-		return "", "", ttft, fmt.Errorf("stream ended without [DONE]")
-	}
-	return sb.String(), toolID, ttft, nil
 }
 
 func toolDefs(n int) []any {

@@ -58,6 +58,21 @@ type Summary struct {
 	ByRoute    map[string]int
 	ByClass    map[string]int
 	FirstError string
+	// APIs is each client API's share and its split over the pools.
+	APIs string
+}
+
+// apiSplit is each API's share of rs and, in brackets, its pool split:
+// "chat 60% [minicpm 77% qwen 23%] · …".
+func apiSplit(rs []Result) string {
+	byAPI := groupBy(rs, func(r Result) string { return r.API })
+	var parts []string
+	for _, api := range sortedKeys(byAPI) {
+		in := byAPI[api]
+		parts = append(parts, fmt.Sprintf("%s %.0f%% [%s]", orDash(api), 100*float64(len(in))/float64(max(len(rs), 1)),
+			shares(groupBy(in, func(r Result) string { return r.Pool }), len(in))))
+	}
+	return strings.Join(parts, " · ")
 }
 
 // Summarize aggregates every result.
@@ -76,6 +91,7 @@ func (r *Recorder) Summarize() Summary {
 		s.ByRoute[orDash(res.Route)]++
 		s.ByClass[orDash(res.Class)]++
 	}
+	s.APIs = apiSplit(all)
 	return s
 }
 
@@ -114,6 +130,7 @@ func PrintTick(w io.Writer, rec *Recorder, g *router.Gateway, interval time.Dura
 	}
 	fmt.Fprintf(w, "  routes:  %s\n", shares(groupBy(res, func(r Result) string { return r.Route }), len(res)))
 	fmt.Fprintf(w, "  classes: %s\n", shares(groupBy(res, func(r Result) string { return r.Class }), len(res)))
+	fmt.Fprintf(w, "  apis:    %s\n", apiSplit(res))
 	var reps []string
 	for _, p := range g.Snapshot().Config.Pools {
 		ps := g.Snapshot().Pool(p.Name)
@@ -135,6 +152,7 @@ func PrintSummary(w io.Writer, s Summary) {
 	fmt.Fprintf(w, "  pools:   %s\n", countShares(s.ByPool, s.Requests))
 	fmt.Fprintf(w, "  routes:  %s\n", countShares(s.ByRoute, s.Requests))
 	fmt.Fprintf(w, "  classes: %s\n", countShares(s.ByClass, s.Requests))
+	fmt.Fprintf(w, "  apis:    %s\n", s.APIs)
 	if s.ByClass["-"] > 0 {
 		fmt.Fprintln(w, "  (class -: no classifier call was needed)")
 	}

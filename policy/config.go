@@ -3,6 +3,7 @@ package policy
 import (
 	"log/slog"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/goccy/go-yaml"
@@ -331,11 +332,22 @@ type Cache struct {
 	TTL  Duration `yaml:"ttl,omitempty"`
 }
 
-// Model is a client-visible model name.
+// Model is a client-visible model name, or a glob pattern of names
+// (path.Match syntax: *, ?, [a-z]), routed by the policy or to one pool.
 type Model struct {
-	Name  string `yaml:"name"`
-	Route string `yaml:"route"`
+	Name string `yaml:"name"`
+	// Route "policy" sends the name through the routes; or
+	Route string `yaml:"route,omitempty"`
+	// Pool sends it straight to that pool.
+	Pool string `yaml:"pool,omitempty"`
+	// RewriteResponseModel writes the client's name back into the
+	// answer's model field (some agents check it). Default false: the
+	// answer names the model the replica served.
+	RewriteResponseModel bool `yaml:"rewrite_response_model,omitempty"`
 }
+
+// IsPattern reports whether the name is a glob pattern.
+func (m Model) IsPattern() bool { return strings.ContainsAny(m.Name, "*?[") }
 
 // Session keeps a conversation on its first decision.
 type Session struct {

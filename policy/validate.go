@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -323,6 +324,7 @@ func (v *validator) models() {
 	for _, pool := range v.cfg.Pools { // a broken pool's model may be unset: fine, fewer matches
 		served[pool.Name], served[pool.Model] = true, true
 	}
+	var patterns []string
 	for i, m := range v.cfg.Models {
 		at := p("models", i)
 		switch {
@@ -332,18 +334,39 @@ func (v *validator) models() {
 			v.errf(appendCopy(at, "name"), "models[%d]: duplicate model name %q", i, m.Name)
 		case served[m.Name]:
 			v.errf(appendCopy(at, "name"), "models[%d]: %q is already a pool or served model name", i, m.Name)
+		case m.IsPattern():
+			if _, err := path.Match(m.Name, ""); err != nil {
+				v.errf(appendCopy(at, "name"), "models[%d]: %q is not a valid pattern (use *, ? and [a-z])", i, m.Name)
+			}
+			patterns = append(patterns, m.Name)
 		}
 		seen[m.Name] = true
-		if m.Route != "policy" {
-			v.errf(appendCopy(at, "route"), "models[%d]: route must be \"policy\", got %q", i, m.Route)
+		switch {
+		case m.Route != "" && m.Pool != "":
+			v.errf(at, "models[%d]: give either route: policy or pool, not both", i)
+		case m.Pool != "":
+			v.checkPool(appendCopy(at, "pool"), fmt.Sprintf("models[%d]", i), m.Pool)
+		case m.Route != "policy":
+			v.errf(appendCopy(at, keyOf("route")), "models[%d]: route must be \"policy\" (or give pool: NAME), got %q", i, m.Route)
 		}
+	}
+	routable := func(name string) bool {
+		if seen[name] || served[name] {
+			return true
+		}
+		for _, pat := range patterns {
+			if ok, _ := path.Match(pat, name); ok {
+				return true
+			}
+		}
+		return false
 	}
 	for i, k := range v.cfg.Server.APIKeys {
 		if v.broken["server"] {
 			break
 		}
 		for j, name := range k.Models {
-			if name != "*" && !seen[name] && !served[name] {
+			if name != "*" && !routable(name) {
 				v.errf(p("server", "api_keys", i, "models", j), "api key %q: model %q is not routable (give \"*\", a models[] name, a pool or a served model)", k.Name, name)
 			}
 		}

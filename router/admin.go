@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"sort"
@@ -24,20 +25,41 @@ func (g *Gateway) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Post("/v1/chat/completions", g.chat)
 	r.Post("/v1/completions", g.completions)
+	r.Post("/v1/responses", g.endpointHandler(responsesEndpoint))
+	r.Get("/v1/responses/{id}", g.storedHandler(""))
+	r.Delete("/v1/responses/{id}", g.storedHandler(""))
+	r.Post("/v1/responses/{id}/cancel", g.storedHandler("/cancel"))
+	r.Post("/v1/messages", g.endpointHandler(messagesEndpoint))
+	r.Post("/v1/messages/count_tokens", g.endpointHandler(countTokensEndpoint))
+	r.Post("/v1/embeddings", g.endpointHandler(embeddingsEndpoint))
+	r.Post("/tokenize", g.endpointHandler(tokenizeEndpoint))
+	r.Post("/detokenize", g.endpointHandler(detokenizeEndpoint))
 	r.Get("/v1/models", g.listModels)
+	r.Get("/v1/models/{id}", g.getModel)
+	// Claude Code checks that the server answers before its first call.
+	r.Head("/", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", g.ready)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+		writeErrorFor(w, apiOf(r), &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+		writeErrorFor(w, apiOf(r), &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
 			Message: "method " + r.Method + " is not allowed on " + r.URL.Path})
 	})
 	return r
+}
+
+// apiOf guesses the API a request outside the known endpoints speaks:
+// Anthropic's when it sends anthropic-version or asks under /v1/messages.
+func apiOf(r *http.Request) endpoint {
+	if r.Header.Get("Anthropic-Version") != "" || strings.HasPrefix(r.URL.Path, "/v1/messages") {
+		return messagesEndpoint
+	}
+	return chatEndpoint
 }
 
 // AdminHandler returns the admin API.
@@ -132,9 +154,10 @@ type modelEntry struct {
 // key's allow-list when auth is on.
 func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request) {
 	s := g.snap.Load()
+	ep := apiOf(r)
 	key, err := s.authenticate(r)
 	if err != nil {
-		writeError(w, toAPIError(err, ""))
+		writeErrorFor(w, ep, toAPIError(err, ""))
 		return
 	}
 	names := make([]string, 0, len(s.models))
@@ -144,12 +167,58 @@ func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sort.Strings(names)
-	created := time.Now().Unix()
+	created := time.Now()
+	if ep.anthropic() {
+		data := make([]anthropicModel, len(names))
+		for i, n := range names {
+			data[i] = newAnthropicModel(n, created)
+		}
+		var first, last *string
+		if len(names) > 0 {
+			first, last = &names[0], &names[len(names)-1]
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"data": data, "has_more": false, "first_id": first, "last_id": last})
+		return
+	}
 	data := make([]modelEntry, len(names))
 	for i, n := range names {
-		data[i] = modelEntry{ID: n, Object: "model", Created: created, OwnedBy: "switchyard"}
+		data[i] = modelEntry{ID: n, Object: "model", Created: created.Unix(), OwnedBy: "switchyard"}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+// anthropicModel is a model in the Anthropic API's shape.
+type anthropicModel struct {
+	Type        string `json:"type"`
+	ID          string `json:"id"`
+	DisplayName string `json:"display_name"`
+	CreatedAt   string `json:"created_at"`
+}
+
+func newAnthropicModel(id string, at time.Time) anthropicModel {
+	return anthropicModel{Type: "model", ID: id, DisplayName: id, CreatedAt: at.UTC().Format(time.RFC3339)}
+}
+
+// getModel answers GET /v1/models/{id} for any name the gateway routes,
+// pattern matches included, in the shape of the API the client speaks.
+func (g *Gateway) getModel(w http.ResponseWriter, r *http.Request) {
+	s := g.snap.Load()
+	ep := apiOf(r)
+	key, err := s.authenticate(r)
+	if err != nil {
+		writeErrorFor(w, ep, toAPIError(err, ""))
+		return
+	}
+	id := chi.URLParam(r, "id")
+	if _, ok := s.resolve(id); !ok || !key.allows(id) {
+		writeErrorFor(w, ep, toAPIError(fmt.Errorf("%w: the model `%s` does not exist", errModelNotFound, id), ""))
+		return
+	}
+	if ep.anthropic() {
+		writeJSON(w, http.StatusOK, newAnthropicModel(id, time.Now()))
+		return
+	}
+	writeJSON(w, http.StatusOK, modelEntry{ID: id, Object: "model", Created: time.Now().Unix(), OwnedBy: "switchyard"})
 }
 
 func (g *Gateway) ready(w http.ResponseWriter, _ *http.Request) {
@@ -218,7 +287,7 @@ func (g *Gateway) Explain(ctx context.Context, header http.Header, body []byte, 
 		return nil, err
 	}
 	x := &exchange{snap: s, info: info, body: body, id: "explain"}
-	tgt, ok := s.models[info.Model]
+	tgt, ok := s.resolve(info.Model)
 	if !ok {
 		return nil, toAPIError(errModelNotFound, "the model `"+info.Model+"` does not exist")
 	}

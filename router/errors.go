@@ -130,11 +130,88 @@ func (e *apiError) body() []byte {
 	if e.Code != "" {
 		f.Code = &e.Code
 	}
+	return marshal(errorBody{Error: f}) // messages such as "queue > 8" stay readable
+}
+
+// marshal encodes v without HTML escaping and without a final newline.
+func marshal(v any) []byte {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false) // messages such as "queue > 8" stay readable
-	_ = enc.Encode(errorBody{Error: f})
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// anthropicType is the Anthropic API's error type for an HTTP status.
+func anthropicType(status int) string {
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestTimeout, http.StatusMethodNotAllowed, http.StatusUnprocessableEntity:
+		return "invalid_request_error"
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusForbidden:
+		return "permission_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case http.StatusServiceUnavailable, 529:
+		return "overloaded_error"
+	case http.StatusGatewayTimeout:
+		return "timeout_error"
+	}
+	return "api_error"
+}
+
+// anthropicBody is the error in the Anthropic API's shape.
+func (e *apiError) anthropicBody() []byte {
+	type inner struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}
+	return marshal(struct {
+		Type  string `json:"type"`
+		Error inner  `json:"error"`
+	}{"error", inner{anthropicType(e.Status), e.Message}})
+}
+
+// responsesEvent is the error as a Responses API stream error event.
+func (e *apiError) responsesEvent(seq int64) []byte {
+	var code, param *string
+	if e.Code != "" {
+		code = &e.Code
+	}
+	if e.Param != "" {
+		param = &e.Param
+	}
+	return marshal(struct {
+		Type     string  `json:"type"`
+		Code     *string `json:"code"`
+		Message  string  `json:"message"`
+		Param    *string `json:"param"`
+		Sequence int64   `json:"sequence_number"`
+	}{"error", code, e.Message, param, seq})
+}
+
+// writeErrorFor writes e in the shape of the API ep speaks.
+func writeErrorFor(w http.ResponseWriter, ep endpoint, e *apiError) {
+	if !ep.anthropic() {
+		writeError(w, e)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	if e.Status == http.StatusRequestTimeout {
+		h.Set("Connection", "close") // the rest of the body may still be coming
+	}
+	h.Del("Content-Length")
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(append(e.anthropicBody(), '\n'))
 }
 
 // writeError writes err as an OpenAI-shaped JSON error.

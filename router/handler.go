@@ -57,6 +57,15 @@ type exchange struct {
 	sent int
 	// spanSettings caches the request's gen_ai.request.* attributes.
 	spanSettings []attribute.KeyValue
+	// clientModel, with models[].rewrite_response_model, is the model name
+	// written back into the answer.
+	clientModel string
+	// pinned is the one replica the exchange may use (a stored response's);
+	// storedID and storedSuffix make the upstream path of GET, DELETE and
+	// cancel of a stored response (method the client's).
+	pinned       *pools.Replica
+	storedID     string
+	storedSuffix string
 
 	// Upstream state, kept here so that placing a request allocates
 	// nothing of its own.
@@ -87,7 +96,13 @@ func (g *Gateway) completions(w http.ResponseWriter, r *http.Request) {
 	g.serve(w, r, completionsEndpoint)
 }
 
-func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
+// endpointHandler serves one POST endpoint of the client API.
+func (g *Gateway) endpointHandler(ep endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, ep) }
+}
+
+// newExchange starts the record of one client request.
+func (g *Gateway) newExchange(w http.ResponseWriter, r *http.Request, ep endpoint) *exchange {
 	x := &exchange{g: g, start: time.Now(), ep: ep, snap: g.snap.Load()}
 	x.id = r.Header.Get(headerReqID)
 	if x.id == "" || len(x.id) > 128 {
@@ -97,20 +112,56 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	// (neither is modified once set).
 	x.idHeader = []string{x.id}
 	w.Header()[headerReqID] = x.idHeader
+	return x
+}
+
+// startExchange starts the request's span; g.finish(x) ends the exchange.
+func (g *Gateway) startExchange(r *http.Request, x *exchange) context.Context {
 	ctx := r.Context()
 	if g.tracing {
 		ctx = g.prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
 	}
 	ctx, x.span = g.startSpan(ctx, "switchyard.request", trace.WithSpanKind(trace.SpanKindServer))
 	if x.span.IsRecording() {
-		x.span.SetAttributes(serverRequestAttrs(r, ep)...)
+		x.span.SetAttributes(serverRequestAttrs(r, x.ep)...)
 	}
+	return ctx
+}
+
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
+	x := g.newExchange(w, r, ep)
+	ctx := g.startExchange(r, x)
 	defer g.finish(x)
 
 	if err := g.prepare(ctx, w, r, x); err != nil {
 		g.fail(w, x, err, "")
 		return
 	}
+	g.proxy(ctx, w, r, x)
+}
+
+// serveStored serves a call on a stored response (GET, DELETE, cancel).
+func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix string) {
+	x := g.newExchange(w, r, responsesEndpoint)
+	ctx := g.startExchange(r, x)
+	defer g.finish(x)
+	x.storedSuffix = suffix
+	s := x.snap
+	key, err := s.authenticate(r)
+	if err == nil {
+		x.key = key
+		x.info = &reqInfo{}
+		x.body, err = readBody(r, int64(s.Config.Server.MaxBodyBytes))
+	}
+	if err == nil {
+		err = x.pinToStored(id)
+	}
+	if err != nil {
+		g.fail(w, x, err, "")
+		return
+	}
+	x.route = x.decision.Route
+	w.Header().Set(headerRoute, x.route)
 	g.proxy(ctx, w, r, x)
 }
 
@@ -144,21 +195,33 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return err
 	}
 	x.info = info
+	x.body = adapt(x.ep, body)
 	if key != nil && key.limiter != nil {
 		if wait := key.wait(time.Now()); wait > 0 {
 			return &retryAfter{err: fmt.Errorf("%w: API key %q is over its rate of %g requests/s", errRateLimited, key.name, key.rate.RPS), after: wait}
 		}
 	}
-	tgt, ok := s.models[info.Model]
+	tgt, ok := s.resolve(info.Model)
 	if !ok {
 		return fmt.Errorf("%w: the model `%s` does not exist (see GET /v1/models)", errModelNotFound, info.Model)
 	}
 	if !key.allows(info.Model) {
 		return fmt.Errorf("%w: API key %q may not use model %q", errForbidden, key.name, info.Model)
 	}
-	if !tgt.policy {
+	if tgt.rewrite {
+		x.clientModel = info.Model
+	}
+	switch {
+	case info.PreviousResponse != "":
+		// A stored response lives on the replica that made it.
+		if err := x.pinToStored(info.PreviousResponse); err != nil {
+			return err
+		}
+	case !tgt.policy:
 		x.decision = policy.Decision{Route: "direct", Pools: []string{tgt.pool.Name}}
-	} else {
+	case !x.ep.generates():
+		return badRequest("model", fmt.Sprintf("the model `%s` is routed by the policy; %s needs a model one pool serves (a pool name, a served model name, or a models[] entry with pool:)", info.Model, x.ep.path()))
+	default:
 		x.decision = g.decide(ctx, r, x, false)
 	}
 	x.route = x.decision.Route
@@ -188,7 +251,7 @@ func (g *Gateway) fail(w http.ResponseWriter, x *exchange, err error, detail str
 	x.status, x.sent = ae.Status, ae.Status
 	x.errMsg = ae.Message
 	g.setRouteHeaders(w.Header(), x)
-	writeError(w, ae)
+	writeErrorFor(w, x.ep, ae)
 }
 
 // finish records metrics, the access log line and the span's attributes.

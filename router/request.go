@@ -1,6 +1,7 @@
 package router
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,20 +13,51 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// endpoint is the OpenAI API a request came in on.
+// endpoint is the API a request came in on.
 type endpoint int
 
 const (
 	chatEndpoint endpoint = iota
 	completionsEndpoint
+	// responsesEndpoint is OpenAI's Responses API (POST /v1/responses).
+	responsesEndpoint
+	// messagesEndpoint is Anthropic's Messages API (POST /v1/messages).
+	messagesEndpoint
+	// The endpoints below are passed to a pool named by the model, with
+	// no policy and no classifier.
+	countTokensEndpoint // POST /v1/messages/count_tokens
+	embeddingsEndpoint  // POST /v1/embeddings
+	tokenizeEndpoint    // POST /tokenize (vLLM)
+	detokenizeEndpoint  // POST /detokenize (vLLM)
 )
 
 func (e endpoint) path() string {
-	if e == completionsEndpoint {
+	switch e {
+	case completionsEndpoint:
 		return "/v1/completions"
+	case responsesEndpoint:
+		return "/v1/responses"
+	case messagesEndpoint:
+		return "/v1/messages"
+	case countTokensEndpoint:
+		return "/v1/messages/count_tokens"
+	case embeddingsEndpoint:
+		return "/v1/embeddings"
+	case tokenizeEndpoint:
+		return "/tokenize"
+	case detokenizeEndpoint:
+		return "/detokenize"
 	}
 	return "/v1/chat/completions"
 }
+
+// anthropic reports whether the endpoint speaks Anthropic's API: its
+// errors and stream events take Anthropic's shapes.
+func (e endpoint) anthropic() bool { return e == messagesEndpoint || e == countTokensEndpoint }
+
+// generates reports whether the endpoint generates text: the policy
+// routes it, and its stream carries tokens and usage.
+func (e endpoint) generates() bool { return e <= messagesEndpoint }
 
 // reqInfo holds the routing fields read from a request body. The body itself
 // travels on as bytes; nothing here is re-encoded.
@@ -39,11 +71,18 @@ type reqInfo struct {
 	User         string
 	// CacheKey is prompt_cache_key, which Codex sets to its session id.
 	CacheKey string
+	// PreviousResponse is a Responses request's previous_response_id.
+	PreviousResponse string
 	// messages and prompt are the raw fields, kept for the classifier and
-	// affinity keys (gjson results point into the body).
+	// affinity keys (gjson results point into the body). For the
+	// Responses API messages is the input items (a string input becomes
+	// one user message) and system the instructions; for the Messages API
+	// system is its system field.
 	messages gjson.Result
 	prompt   gjson.Result
 	tools    gjson.Result
+	system   gjson.Result
+	input    gjson.Result
 }
 
 // readBody reads at most limit bytes; more is errTooLarge.
@@ -103,7 +142,8 @@ func checkDepth(body []byte, max int) bool {
 // routingKeys are the top-level fields the gateway reads. Each must appear
 // once: JSON parsers disagree on which duplicate wins (vLLM's keeps the
 // last), so a duplicate could route on one value and run on another.
-var routingKeys = [...]string{"model", "stream", "stream_options", "messages", "prompt", "input", "tools", "user"}
+var routingKeys = [...]string{"model", "stream", "stream_options", "messages", "prompt", "input", "tools", "user",
+	"instructions", "system", "previous_response_id", "prompt_cache_key"}
 
 // parseRequest validates the body's JSON and reads the routing fields in one
 // pass over the top-level keys. maxDepth bounds nesting (0: no bound).
@@ -172,6 +212,18 @@ func parseRequest(body []byte, ep endpoint, maxDepth int) (*reqInfo, error) {
 			info.User = v.Str
 		case "prompt_cache_key":
 			info.CacheKey = v.Str
+		case "input":
+			info.input = v
+		case "instructions":
+			if ep == responsesEndpoint {
+				info.system = v
+			}
+		case "system":
+			if ep == messagesEndpoint {
+				info.system = v
+			}
+		case "previous_response_id":
+			info.PreviousResponse = v.Str
 		}
 		return true
 	})
@@ -208,6 +260,27 @@ func parseRequest(body []byte, ep endpoint, maxDepth int) (*reqInfo, error) {
 		}
 		info.Messages = n
 		info.PromptTokens = estimateTokens(len(info.messages.Raw))
+	case messagesEndpoint, countTokensEndpoint:
+		if !info.messages.IsArray() {
+			return nil, badRequest("messages", "'messages' must be an array of message objects")
+		}
+		info.messages.ForEach(func(_, _ gjson.Result) bool { info.Messages++; return true })
+		info.PromptTokens = estimateTokens(len(info.messages.Raw) + len(info.system.Raw))
+	case responsesEndpoint:
+		switch {
+		case info.input.Type == gjson.String:
+			// A string input is one user message.
+			b, _ := json.Marshal([]map[string]string{{"role": "user", "content": info.input.Str}})
+			info.messages = gjson.ParseBytes(b)
+		case info.input.IsArray():
+			info.messages = info.input
+		case !info.input.Exists() && info.PreviousResponse != "":
+			info.messages = gjson.Parse("[]")
+		default:
+			return nil, badRequest("input", "'input' must be a string or an array of input items")
+		}
+		info.messages.ForEach(func(_, _ gjson.Result) bool { info.Messages++; return true })
+		info.PromptTokens = estimateTokens(len(info.input.Raw) + len(info.system.Raw))
 	case completionsEndpoint:
 		if !info.prompt.Exists() {
 			return nil, badRequest("prompt", "missing required parameter: 'prompt'")

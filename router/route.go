@@ -117,7 +117,11 @@ func openingOf(info *reqInfo) (opening, classifier.Input) {
 		o.messages, o.promptTokens = 1, info.PromptTokens
 		return o, in
 	}
-	size := 0
+	size := len(info.system.Raw)
+	if info.system.Exists() {
+		o.raw = append(o.raw, info.system.Raw)
+		in.System = contentText(info.system)
+	}
 	info.messages.ForEach(func(_, m gjson.Result) bool {
 		o.raw = append(o.raw, m.Raw)
 		size += len(m.Raw) + 1
@@ -134,14 +138,14 @@ func openingOf(info *reqInfo) (opening, classifier.Input) {
 		return true
 	})
 	o.messages = len(o.raw)
+	if info.system.Exists() {
+		o.messages-- // the instructions or system field is not a message
+	}
 	in.Turns = o.messages
 	o.promptTokens = estimateTokens(size + 1)
 	if info.tools.IsArray() {
 		o.promptTokens += estimateTokens(len(info.tools.Raw))
-		info.tools.ForEach(func(_, t gjson.Result) bool {
-			in.Tools = append(in.Tools, t.Get("function.name").String())
-			return true
-		})
+		in.Tools = toolNames(info.tools)
 	}
 	return o, in
 }
@@ -180,6 +184,9 @@ func classifierInput(info *reqInfo) classifier.Input {
 		}
 		return in
 	}
+	if info.system.Exists() {
+		in.System = contentText(info.system)
+	}
 	info.messages.ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").Str {
 		case "system", "developer":
@@ -187,15 +194,33 @@ func classifierInput(info *reqInfo) classifier.Input {
 				in.System = contentText(m.Get("content"))
 			}
 		case "user":
-			in.LastUser = contentText(m.Get("content"))
+			if t := contentText(m.Get("content")); t != "" {
+				in.LastUser = t // not a turn of tool results only
+			}
 		}
 		return true
 	})
-	info.tools.ForEach(func(_, t gjson.Result) bool {
-		in.Tools = append(in.Tools, t.Get("function.name").String())
+	in.Tools = toolNames(info.tools)
+	return in
+}
+
+// toolNames lists the names of the tools offered: chat's function.name,
+// the Responses and Messages APIs' name, and the tools inside a Responses
+// namespace group.
+func toolNames(tools gjson.Result) []string {
+	var out []string
+	tools.ForEach(func(_, t gjson.Result) bool {
+		switch {
+		case t.Get("function.name").Exists():
+			out = append(out, t.Get("function.name").String())
+		case t.Get("tools").IsArray():
+			out = append(out, toolNames(t.Get("tools"))...)
+		case t.Get("name").Exists():
+			out = append(out, t.Get("name").String())
+		}
 		return true
 	})
-	return in
+	return out
 }
 
 // contentText returns a message content's text: the string, or the text

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net/http"
+	"path"
 	"reflect"
 	"strings"
 	"time"
@@ -38,6 +39,7 @@ type Snapshot struct {
 	pools      map[string]*poolState
 	poolOrder  []*poolState
 	models     map[string]target
+	patterns   []modelPattern
 	keys       []*apiKey
 	classifier *classifier.Classifier
 	sessions   *policy.Sessions
@@ -57,6 +59,29 @@ type poolState struct {
 type target struct {
 	policy bool
 	pool   *poolState
+	// rewrite writes the client's model name into the answer.
+	rewrite bool
+}
+
+// modelPattern is a models[] entry whose name is a glob pattern.
+type modelPattern struct {
+	pattern string
+	target  target
+}
+
+// resolve finds where a client model name goes: a pool or served model
+// name, then an exact models[] name, then the first models[] pattern it
+// matches.
+func (s *Snapshot) resolve(name string) (target, bool) {
+	if t, ok := s.models[name]; ok {
+		return t, true
+	}
+	for _, p := range s.patterns {
+		if ok, _ := path.Match(p.pattern, name); ok {
+			return p.target, true
+		}
+	}
+	return target{}, false
 }
 
 type apiKey struct {
@@ -114,7 +139,15 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 		}
 	}
 	for _, m := range cfg.Models {
-		s.models[m.Name] = target{policy: true}
+		t := target{policy: m.Pool == "", rewrite: m.RewriteResponseModel}
+		if m.Pool != "" {
+			t.pool = s.pools[m.Pool]
+		}
+		if m.IsPattern() {
+			s.patterns = append(s.patterns, modelPattern{pattern: m.Name, target: t})
+		} else {
+			s.models[m.Name] = t
+		}
 	}
 	n := cfg.Server.Instances
 	for _, k := range cfg.Server.APIKeys {
@@ -237,8 +270,13 @@ func (s *Snapshot) authenticate(r *http.Request) (*apiKey, error) {
 	if ok {
 		token = strings.TrimSpace(h[7:])
 	}
+	if h == "" {
+		// Anthropic's clients send the key as x-api-key.
+		token = strings.TrimSpace(r.Header.Get("X-Api-Key"))
+		ok = token != ""
+	}
 	if !ok || token == "" {
-		return nil, fmt.Errorf("%w: send Authorization: Bearer <key>", errUnauthorized)
+		return nil, fmt.Errorf("%w: send Authorization: Bearer <key> (or x-api-key: <key>)", errUnauthorized)
 	}
 	sum := sha256.Sum256([]byte(token))
 	var found *apiKey
@@ -268,8 +306,18 @@ func (k *apiKey) wait(now time.Time) time.Duration {
 }
 
 // allows reports whether key may use the client-visible model name.
+// allows reports whether the key may use model: its models list names it
+// or holds a pattern (such as "claude-*") that matches it.
 func (k *apiKey) allows(model string) bool {
-	return k == nil || k.models.Has("*") || k.models.Has(model)
+	if k == nil || k.models.Has("*") || k.models.Has(model) {
+		return true
+	}
+	for _, m := range k.models {
+		if ok, _ := path.Match(m, model); ok {
+			return true
+		}
+	}
+	return false
 }
 
 func (g *Gateway) buildClassifier(cl *policy.Classifier, s *Snapshot) (*classifier.Classifier, error) {

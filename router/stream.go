@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 )
 
 // Stream buffers start small (an SSE chunk is a few hundred bytes) so that
@@ -61,9 +63,27 @@ type pump struct {
 	// continuation, rewrites its chunks).
 	resume *resumeState
 
+	// ep is the API of the stream: the Responses and Messages APIs end
+	// with their own terminal event, not [DONE], and carry usage and
+	// tokens in their own events.
+	ep endpoint
+	// rewriteModel, when set, replaces the model named in the stream
+	// (models[].rewrite_response_model).
+	rewriteModel string
+
 	sawToken, sawDone, sawUsage bool
-	prompt, completion          int64
-	usageModel                  string
+	// complete: a Responses or Messages stream sent its terminal event
+	// (response.completed, .incomplete or .failed; message_stop), so its
+	// end is a normal end.
+	complete           bool
+	prompt, completion int64
+	usageModel         string
+	// seq is the last sequence_number of a Responses stream, so that an
+	// error event can follow it.
+	seq int64
+	// idTag, for a Responses stream, is the replica's tag for the
+	// response ids clients see (see storedPrefix).
+	idTag string
 	// midEvent: the bytes written so far end inside an event (an event
 	// too long to parse was passed through), so an error event needs a
 	// blank line first.
@@ -179,6 +199,9 @@ func (p *pump) run(body io.Reader) error {
 			}
 		}
 		if errors.Is(rerr, io.EOF) {
+			if p.complete {
+				return nil
+			}
 			return errStreamCut
 		}
 		return fmt.Errorf("%w: %w", errStreamCut, rerr)
@@ -213,7 +236,18 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 	}
 	if bytes.Equal(bytes.TrimSpace(data), doneValue) {
 		p.sawDone = true
+		if p.ep == responsesEndpoint || p.ep == messagesEndpoint {
+			// Not part of these APIs (some vLLM versions add it after the
+			// terminal event); their SDKs would read it as an event.
+			return nil, false
+		}
 		return ev, true
+	}
+	if p.ep == responsesEndpoint || p.ep == messagesEndpoint {
+		return p.typedEvent(ev, data), true
+	}
+	if p.rewriteModel != "" {
+		ev, data = p.rewrite(ev, data, "model")
 	}
 	if rs := p.resume; rs != nil {
 		if rs.cont {
@@ -265,6 +299,89 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 	// A usage member in a chunk that also carries choices ("usage":null,
 	// or running totals with continuous usage stats): remove it in place.
 	return removeMember(ev, data, u), true
+}
+
+// typedEvent reads an event of the Responses or Messages API, whose data
+// names its type: the first token, usage, the terminal event. Events pass
+// through unchanged (but for rewriteModel).
+func (p *pump) typedEvent(ev, data []byte) []byte {
+	root := gjson.ParseBytes(data)
+	typ := root.Get("type").Str
+	if p.ep == responsesEndpoint {
+		if n := root.Get("sequence_number"); n.Exists() {
+			p.seq = n.Int()
+		}
+		switch typ {
+		case "response.output_text.delta", "response.function_call_arguments.delta", "response.refusal.delta":
+			p.noteToken()
+		case "response.completed", "response.incomplete", "response.failed":
+			p.complete = true
+			if u := root.Get("response.usage"); u.IsObject() {
+				p.prompt, p.completion, p.sawUsage = u.Get("input_tokens").Int(), u.Get("output_tokens").Int(), true
+			}
+			p.usageModel = root.Get("response.model").Str
+		}
+		if id := root.Get("response.id"); p.idTag != "" && id.Type == gjson.String && !strings.HasPrefix(id.Str, storedPrefix) {
+			nd, err := sjson.SetBytes(bytes.Clone(data), "response.id", encodeResponseID(p.idTag, id.Str))
+			if err == nil {
+				ev = rebuildData(ev, nd)
+				data, _ = eventData(ev)
+			}
+		}
+		if p.rewriteModel != "" && root.Get("response.model").Exists() {
+			ev, _ = p.rewrite(ev, data, "response.model")
+		}
+		return ev
+	}
+	switch typ {
+	case "message_start":
+		u := root.Get("message.usage")
+		p.prompt, p.completion, p.sawUsage = u.Get("input_tokens").Int(), u.Get("output_tokens").Int(), u.IsObject()
+		p.usageModel = root.Get("message.model").Str
+		if p.rewriteModel != "" {
+			ev, _ = p.rewrite(ev, data, "message.model")
+		}
+	case "content_block_delta":
+		p.noteToken()
+	case "message_delta":
+		// Its usage is cumulative: the final output_tokens (and input
+		// tokens, when the server repeats them).
+		if u := root.Get("usage"); u.IsObject() {
+			if o := u.Get("output_tokens"); o.Exists() {
+				p.completion, p.sawUsage = o.Int(), true
+			}
+			if i := u.Get("input_tokens"); i.Exists() && i.Int() > 0 {
+				p.prompt = i.Int()
+			}
+		}
+	case "message_stop":
+		p.complete = true
+	}
+	return ev
+}
+
+func (p *pump) noteToken() {
+	if !p.sawToken {
+		p.sawToken = true
+		if p.token != nil {
+			p.token.firstToken()
+		}
+	}
+}
+
+// rewrite sets the string at path of an event's data to rewriteModel,
+// rebuilding the event as one data line.
+func (p *pump) rewrite(ev, data []byte, path string) ([]byte, []byte) {
+	if !gjson.GetBytes(data, path).Exists() {
+		return ev, data
+	}
+	nd, err := sjson.SetBytes(bytes.Clone(data), path, p.rewriteModel)
+	if err != nil {
+		return ev, data
+	}
+	out := rebuildData(ev, nd)
+	d, _ := eventData(out)
+	return out, d
 }
 
 // hasChoices reports whether a chunk's choices array has an entry.
@@ -414,8 +531,18 @@ func (p *pump) fail(ae *apiError) {
 	if p.midEvent {
 		_ = p.write([]byte("\n\n"))
 	}
-	_ = p.write([]byte("data: "))
-	_ = p.write(ae.body())
+	switch p.ep {
+	case responsesEndpoint:
+		// The Responses API's error event, numbered after the last event.
+		_ = p.write([]byte("event: error\ndata: "))
+		_ = p.write(ae.responsesEvent(p.seq + 1))
+	case messagesEndpoint:
+		_ = p.write([]byte("event: error\ndata: "))
+		_ = p.write(ae.anthropicBody())
+	default:
+		_ = p.write([]byte("data: "))
+		_ = p.write(ae.body())
+	}
 	_ = p.write([]byte("\n\n"))
 	_ = p.flush()
 }

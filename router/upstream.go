@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -161,6 +162,8 @@ type execution struct {
 	triedBuf, refusedBuf [4]*pools.Replica
 	// retryAfter is the largest Retry-After of the 429s seen.
 	retryAfter time.Duration
+	// only, when set, is the one replica that may take the request.
+	only *pools.Replica
 }
 
 // execute is the one upstream executor, for client requests and classifier
@@ -177,11 +180,14 @@ type execution struct {
 func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 	ps := ex.ps
 	tried := ex.triedBuf[:0]
-	exclude := func(r *pools.Replica) bool { return slices.Contains(tried, r) }
+	other := func(r *pools.Replica) bool { return ex.only != nil && r.Endpoint != ex.only.Endpoint }
+	exclude := func(r *pools.Replica) bool { return other(r) || slices.Contains(tried, r) }
 	// refused lists the replicas whose attempt got no answer at all; only
 	// those may be asked again when no other replica can take the request.
 	refused := ex.refusedBuf[:0]
-	answered := func(r *pools.Replica) bool { return slices.Contains(tried, r) && !slices.Contains(refused, r) }
+	answered := func(r *pools.Replica) bool {
+		return other(r) || slices.Contains(tried, r) && !slices.Contains(refused, r)
+	}
 	var last result
 	for a := 0; a < ex.attempts; a++ {
 		same := false
@@ -292,14 +298,14 @@ func judgeError(ctx context.Context, ps *poolState, rep *pools.Replica, err erro
 // once a response has been committed to the client.
 func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, ps *poolState) (bool, error) {
 	body := x.body
-	if x.info.Model != ps.Model {
+	if x.info.Model != "" && x.info.Model != ps.Model {
 		var err error
 		if body, err = sjson.SetBytes(body, "model", ps.Model); err != nil {
 			return false, badRequest("model", "could not rewrite model: "+err.Error())
 		}
 	}
 	injected := false
-	if x.info.Stream && !x.info.IncludeUsage {
+	if x.info.Stream && !x.info.IncludeUsage && x.ep <= completionsEndpoint {
 		// Ask for usage so token accounting is complete; the extra usage
 		// chunk is removed from what the client receives.
 		if b, err := sjson.SetBytes(body, "stream_options.include_usage", true); err == nil {
@@ -313,7 +319,7 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 	// Until a replica is chosen, an error names this pool and no replica.
 	x.pool, x.replica = ps.Name, ""
 	x.up = upstreamCall{w: w, r: r, ps: ps, body: body, injected: injected}
-	x.exec = execution{ps: ps, req: &x.preq, attempts: 1 + *ps.cfg.Retries, call: x}
+	x.exec = execution{ps: ps, req: &x.preq, attempts: 1 + *ps.cfg.Retries, call: x, only: x.pinned}
 	res := g.execute(ctx, &x.exec)
 	x.retries += x.exec.retries
 	if res.done {
@@ -388,7 +394,17 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return judgeError(ctx, ps, rep, err, "")
 	}
 	defer resp.Body.Close()
-	if o, retry, reason := judgeStatus(resp.StatusCode); retry {
+	o, retry, reason := judgeStatus(resp.StatusCode)
+	if resp.StatusCode == http.StatusNotFound && x.ep > completionsEndpoint {
+		// Beyond chat and completions a 404 is an answer (a stored
+		// response that is not there, an endpoint this vLLM version does
+		// not have), not a sign that the server lacks the pool's model.
+		o, retry = pools.Neutral, false
+	}
+	if x.ep == countTokensEndpoint && resp.StatusCode == http.StatusNotFound {
+		return g.countTokensLocally(w, x, resp)
+	}
+	if retry {
 		msg := readErrorMessage(resp.Body)
 		setClientStatus(span, resp.StatusCode, msg)
 		uf := &upstreamFailure{status: resp.StatusCode, msg: msg}
@@ -425,7 +441,14 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			// it was a timeout.
 			return judgeError(ctx, ps, rep, err, "reading body")
 		}
-		g.writeHeaders(w, x, resp, int64(buf.Len()))
+		answer := buf.Bytes()
+		switch {
+		case resp.StatusCode == http.StatusOK:
+			answer = x.rewriteAnswer(answer, rep)
+		case resp.StatusCode >= 400 && x.ep.anthropic():
+			answer = anthropicError(resp.StatusCode, answer)
+		}
+		g.writeHeaders(w, x, resp, int64(len(answer)))
 		w.WriteHeader(resp.StatusCode)
 		x.status, x.sent = resp.StatusCode, resp.StatusCode
 		// The write deadline also covers the flush net/http makes when the
@@ -433,7 +456,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		// flushing here would let the client see the end of its answer
 		// before they are.
 		p := pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std()}
-		_ = p.write(buf.Bytes())
+		_ = p.write(answer)
 		if resp.StatusCode == http.StatusOK {
 			g.usage(x, ps, buf.Bytes(), span)
 			if recording {
@@ -456,7 +479,10 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		defer func() { setResponseAttrs(span, x.span, sw.resp.attrs()) }()
 	}
 	x.pump = pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std(),
-		injected: injected, clock: clock, token: x}
+		injected: injected, clock: clock, token: x, ep: x.ep, rewriteModel: x.clientModel}
+	if x.ep == responsesEndpoint {
+		x.pump.idTag = replicaTag(rep)
+	}
 	if sw != nil {
 		x.pump.w = sw
 	}
@@ -527,14 +553,27 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 // forwarding headers, the request id, the pool's key and the trace context
 // of ctx. hctx is the attempt's context.
 func (g *Gateway) upstreamRequest(ctx, hctx context.Context, x *exchange, r *http.Request, ps *poolState, rep *pools.Replica, body []byte) (*http.Request, error) {
-	out, err := http.NewRequestWithContext(hctx, http.MethodPost, rep.Base()+x.ep.path(), bytes.NewReader(body))
+	method, target := http.MethodPost, rep.Base()+x.ep.path()
+	var rd io.Reader = bytes.NewReader(body)
+	switch {
+	case x.storedID != "":
+		method, target = r.Method, rep.Base()+"/v1/responses/"+url.PathEscape(x.storedID)+x.storedSuffix
+		if len(body) == 0 {
+			rd = http.NoBody
+		}
+	case x.ep.anthropic() && r.URL.RawQuery != "":
+		target += "?" + r.URL.RawQuery // ?beta=true, as Claude Code sends it
+	}
+	out, err := http.NewRequestWithContext(hctx, method, target, rd)
 	if err != nil {
 		return nil, err
 	}
 	copyRequestHeaders(out.Header, r.Header)
 	setForwarded(out.Header, r)
 	out.Header[headerReqID] = x.idHeader
-	out.Header["Content-Type"] = jsonContentType
+	if rd != http.NoBody {
+		out.Header["Content-Type"] = jsonContentType
+	}
 	if k := ps.cfg.APIKey; k != "" {
 		out.Header.Set("Authorization", "Bearer "+string(k))
 	}
@@ -607,8 +646,8 @@ func isHop(k string) bool {
 func copyRequestHeaders(dst, src http.Header) {
 	for k, vv := range src {
 		switch k {
-		case "Authorization", "Content-Length", "Host", "Accept-Encoding", headerReqID:
-			continue
+		case "Authorization", "X-Api-Key", "Content-Length", "Host", "Accept-Encoding", headerReqID:
+			continue // the client's credentials are for Switchyard
 		}
 		if isHop(k) {
 			continue
@@ -711,6 +750,36 @@ func (g *Gateway) setRouteHeaders(h http.Header, x *exchange) {
 	set(headerClass, 4)
 }
 
+// countTokensLocally answers count_tokens for a vLLM without it (older
+// versions answer 404): an estimate, about four bytes of JSON per token.
+func (g *Gateway) countTokensLocally(w http.ResponseWriter, x *exchange, resp *http.Response) result {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 16<<10))
+	answer := []byte(`{"input_tokens":` + itoa(int64(x.info.PromptTokens)) + `}`)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", itoa(int64(len(answer))))
+	g.setRouteHeaders(h, x)
+	w.WriteHeader(http.StatusOK)
+	x.status, x.sent = http.StatusOK, http.StatusOK
+	_, _ = w.Write(answer)
+	return result{done: true, outcome: pools.Neutral}
+}
+
+// rewriteAnswer applies to a non-stream answer what the gateway changes:
+// the model name with rewrite_response_model, and a Responses answer's id
+// (see storedPrefix).
+func (x *exchange) rewriteAnswer(answer []byte, rep *pools.Replica) []byte {
+	if x.ep == responsesEndpoint {
+		answer = responseIDs(answer, replicaTag(rep))
+	}
+	if x.clientModel != "" && gjson.GetBytes(answer, "model").Exists() {
+		if out, err := sjson.SetBytes(answer, "model", x.clientModel); err == nil {
+			answer = out
+		}
+	}
+	return answer
+}
+
 // usage records the token counts of a non-stream response.
 func (g *Gateway) usage(x *exchange, ps *poolState, data []byte, span trace.Span) {
 	if p, c, ok := readUsage(data); ok {
@@ -723,6 +792,10 @@ func readUsage(data []byte) (prompt, completion int64, ok bool) {
 	u := gjson.GetBytes(data, "usage")
 	if !u.IsObject() {
 		return 0, 0, false
+	}
+	if !u.Get("prompt_tokens").Exists() && u.Get("input_tokens").Exists() {
+		// The Responses and Messages APIs' names.
+		return u.Get("input_tokens").Int(), u.Get("output_tokens").Int(), true
 	}
 	return u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int(), true
 }

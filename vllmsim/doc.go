@@ -1,8 +1,9 @@
 // Package vllmsim is a simulated vLLM backend: an http.Handler that speaks the
 // OpenAI-compatible API of vLLM's server (chat and legacy completions, stream
 // and non-stream, tool calls, constrained choice with logprobs, /v1/models,
-// /health) and exposes the same vllm:* Prometheus series on /metrics, while
-// timing its work honestly from a Profile.
+// /health), vLLM's OpenAI Responses API and its Anthropic Messages API, and
+// exposes the same vllm:* Prometheus series on /metrics, while timing its
+// work honestly from a Profile.
 //
 // Its job is to stand in for real replicas in Switchyard's tests, demo,
 // benchmarks and the `switchyard sim` command. It imports no other Switchyard
@@ -39,6 +40,73 @@
 // one answer. Reasoning in such a message is written as reasoning models'
 // chat templates render it: "<think>" + reasoning, and once the reasoning
 // has ended "</think>" + the content so far.
+//
+// # Responses API
+//
+// POST /v1/responses answers as vLLM's Responses endpoint (vLLM ≥ 0.10,
+// the non-Harmony path) does, on the same queue, timing, faults, metrics
+// and text as chat: input as a string or items (messages of role user,
+// system, developer or assistant with string or part content;
+// function_call, function_call_output and reasoning items), instructions,
+// flat function tools and tool_choice. The answer is a message item, or a
+// function_call item whose arguments are built from the tool's parameters
+// schema; a last input item that is a function_call_output gets text. With
+// Profile.ReasoningTokens a reasoning item comes first. The answer's length
+// is DefaultMaxTokens, cut by max_output_tokens or the context left (status
+// "incomplete"). The response object carries vLLM's fields in vLLM's order,
+// echoing the request's instructions, tools, tool_choice, temperature,
+// top_p, text, reasoning, metadata and the like.
+//
+// A stream sends "event: <type>" and "data: {…}" with a sequence_number
+// from 0: response.created and response.in_progress at once, then per item
+// response.output_item.added, response.content_part.added (text),
+// vLLM's own response.reasoning_part.added (reasoning), the deltas
+// (response.output_text.delta, response.reasoning_text.delta,
+// response.function_call_arguments.delta), their .done events, and
+// response.output_item.done, and last response.completed with the whole
+// response and its usage. As in vLLM, streamed items carry bare random ids
+// (the call id "call_…") while the response in response.completed, like a
+// non-stream answer, names them "msg_…", "rs_…" and "fc_…" (call id
+// "chatcmpl-tool-…").
+//
+// Responses with "store" (default true) are kept, as a vLLM started with
+// VLLM_ENABLE_RESPONSES_API_STORE=1 keeps them (the newest 4096 here):
+// GET /v1/responses/{id} returns one, and previous_response_id continues
+// from one, its conversation and output text counted in the prompt. An
+// unknown id is vLLM's 404 ("invalid_request_error", param "response_id").
+// POST /v1/responses/{id}/cancel answers as vLLM does for a response not
+// made in the background (400, or 404); vLLM has no DELETE route, so
+// DELETE /v1/responses/{id} gets FastAPI's 405. Background mode is refused.
+//
+// # Messages API
+//
+// POST /v1/messages (any query string, such as ?beta=true) answers as
+// vLLM's Anthropic endpoint (vLLM ≥ 0.11), which runs the request as a chat
+// completion: system as a string or text blocks (and role-system
+// messages), content blocks (text, tool_use, tool_result; images and
+// thinking accepted and not counted), tools with input_schema,
+// tool_choice, max_tokens (required). The answer's length is
+// DefaultMaxTokens, cut by a smaller max_tokens (stop_reason
+// "max_tokens"); a tool call is a tool_use block (stop_reason "tool_use");
+// with Profile.ReasoningTokens a thinking block with a signature comes
+// first. The message id is the chat id ("chatcmpl-…"), tool_use ids are
+// "chatcmpl-tool-…", and the non-stream answer leaves out the null
+// stop_sequence, as vLLM does. A stream sends message_start
+// (usage.input_tokens, output_tokens 0), then per block
+// content_block_start, content_block_delta (text_delta, thinking_delta
+// then signature_delta, input_json_delta) and content_block_stop, then
+// message_delta (stop_reason, a null stop_sequence; usage with both
+// counts) and message_stop. vLLM sends no ping events and neither does the
+// simulator.
+//
+// Errors come in Anthropic's envelope, {"type":"error","error":{"type",
+// "message"}}, with vLLM's error type names ("NotFoundError", …); a request
+// that fails schema validation (no max_tokens, a bad role or block) gets
+// the OpenAI-shaped error (type "Bad Request", param "body.<field>"), as
+// vLLM's validation handler answers it before the Anthropic endpoint runs. POST /v1/messages/count_tokens answers
+// {"input_tokens": N, "context_management": {"original_input_tokens": N}}
+// with the prompt tokens the same request would count; it is not
+// inference (no queue, faults, Stats or metrics).
 //
 // # Faults
 //

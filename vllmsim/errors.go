@@ -10,6 +10,15 @@ import (
 type apiError struct {
 	status  int
 	message string
+	// typ, when set, replaces the type errorType derives from the status
+	// (vLLM's Responses endpoint names some errors "invalid_request_error").
+	typ string
+	// param, when set, is the body's "param" (null otherwise).
+	param string
+	// validation marks an error in the request's shape, which vLLM's FastAPI
+	// layer answers before an endpoint's handler runs, in the OpenAI shape
+	// whatever the endpoint (also on /v1/messages).
+	validation bool
 }
 
 func badRequest(format string, args ...any) *apiError {
@@ -45,21 +54,41 @@ func errorType(status int) string {
 	return "BadRequestError"
 }
 
+// typeName is the "type" of e's body.
+func (e *apiError) typeName() string {
+	if e.typ != "" {
+		return e.typ
+	}
+	return errorType(e.status)
+}
+
 // writeError answers e with vLLM's body:
 // {"error":{"message":…,"type":…,"param":null,"code":status}}.
-// It is the one place that maps simulator errors to HTTP.
+// It and writeAnthropicError are the places that map simulator errors to
+// HTTP.
 func writeError(w http.ResponseWriter, e *apiError) {
 	b := make([]byte, 0, 96+len(e.message))
 	b = append(b, `{"error":{"message":`...)
 	b = appendString(b, e.message)
 	b = append(b, `,"type":`...)
-	b = appendString(b, errorType(e.status))
-	b = append(b, `,"param":null,"code":`...)
+	b = appendString(b, e.typeName())
+	b = append(b, `,"param":`...)
+	if e.param != "" {
+		b = appendString(b, e.param)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"code":`...)
 	b = strconv.AppendInt(b, int64(e.status), 10)
 	b = append(b, "}}"...)
+	writeJSON(w, e.status, b)
+}
+
+// writeJSON answers status with the JSON body b.
+func writeJSON(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(e.status)
+	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }

@@ -22,6 +22,21 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b 
 
 const maxPooledBuf = 64 << 10
 
+// wire writes the answer of an API whose shape is not chat's or legacy
+// completions' (the Responses and Messages APIs) on the exchange's schedule.
+// Each method writes through x (x.buf and x.send for stream events) and
+// reports whether the client is still there.
+type wire interface {
+	// open sends the events a stream starts with, before it is scheduled.
+	open(x *exchange) bool
+	// step sends token step of a stream.
+	step(x *exchange, step int) bool
+	// end sends the events that close a stream.
+	end(x *exchange) bool
+	// respond writes the whole non-stream answer.
+	respond(x *exchange) bool
+}
+
 // exchange is one validated request being answered: it waits for a batch
 // slot, produces tokens on the profile's schedule and writes the response.
 // It is used by one goroutine only.
@@ -33,6 +48,7 @@ type exchange struct {
 	p       *plan
 	f       *Faults
 	arrival time.Time
+	wire    wire // nil for chat and completions
 
 	id      string
 	created int64
@@ -55,10 +71,13 @@ func newExchange(s *Server, w http.ResponseWriter, r *http.Request, p *plan, f *
 		created: arrival.Unix(),
 		buf:     bufPool.Get().(*[]byte),
 	}
-	if p.ep == chatEndpoint {
-		x.id = s.newID("chatcmpl-")
-	} else {
+	switch p.ep {
+	case completionEndpoint:
 		x.id = s.newID("cmpl-")
+	case responsesEndpoint:
+		x.id = s.newID("resp_")
+	default: // chat, and messages: vLLM answers them with the chat id
+		x.id = s.newID("chatcmpl-")
 	}
 	if p.mode == modeTool {
 		x.toolIDs = make([]string, p.choices())
@@ -82,7 +101,14 @@ func (x *exchange) run() {
 			x.outcome = outcomeCancelled
 			return
 		}
-		x.prepareChunks()
+		if x.wire != nil {
+			if !x.wire.open(x) {
+				x.outcome = outcomeCancelled
+				return
+			}
+		} else {
+			x.prepareChunks()
+		}
 	}
 	if x.s.batch.acquire(x.ctx) != nil {
 		x.outcome = outcomeCancelled
@@ -256,6 +282,9 @@ func (x *exchange) sendChunk(appendChoice func(b []byte) []byte) bool {
 // streamStep sends token step of every choice, preceded on the first step by
 // each chat choice's role delta.
 func (x *exchange) streamStep(step int) bool {
+	if x.wire != nil {
+		return x.wire.step(x, step)
+	}
 	p := x.p
 	for c := range p.choices() {
 		if step == 0 && p.ep == chatEndpoint {
@@ -328,6 +357,9 @@ func (x *exchange) appendDeltaChoice(b []byte, c, step int) []byte {
 // streamEnd sends each choice's finish_reason, the usage chunk when asked,
 // and [DONE].
 func (x *exchange) streamEnd() bool {
+	if x.wire != nil {
+		return x.wire.end(x)
+	}
 	p := x.p
 	for c := range p.choices() {
 		ok := x.sendChunk(func(b []byte) []byte {
@@ -363,6 +395,9 @@ func (x *exchange) streamEnd() bool {
 // respond writes the whole non-stream response; it returns false when the
 // client has gone.
 func (x *exchange) respond() bool {
+	if x.wire != nil {
+		return x.wire.respond(x)
+	}
 	p := x.p
 	object := "chat.completion"
 	if p.ep == completionEndpoint {
@@ -434,12 +469,18 @@ func (x *exchange) respond() bool {
 	}
 	b = append(b, '}')
 	*x.buf = b
+	return x.writeBody()
+}
 
+// writeBody writes x.buf as the whole JSON body of a non-stream answer;
+// with Faults.CutAfterChunks it promises the whole body, delivers half and
+// drops the connection.
+func (x *exchange) writeBody() bool {
+	b := *x.buf
 	h := x.w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	if x.f.CutAfterChunks > 0 {
-		// Promise the whole body, deliver half, drop the connection.
 		x.w.WriteHeader(http.StatusOK)
 		_, _ = x.w.Write(b[:len(b)/2])
 		x.abort()

@@ -25,8 +25,10 @@ type Faults struct {
 	// have been sent and while the request holds its batch slot.
 	SlowStart time.Duration
 	// CutAfterChunks > 0 aborts the connection of a stream after this many
-	// "data:" events (the final "data: [DONE]" counts as one), so the client
-	// sees no [DONE]. A non-stream response is aborted halfway through its body.
+	// "data:" events (the final "data: [DONE]" counts as one; on the
+	// Responses and Messages APIs every event counts), so the client sees
+	// no end of stream. A non-stream response is aborted halfway through
+	// its body.
 	CutAfterChunks int
 	// Unhealthy makes GET /health answer 503.
 	Unhealthy bool

@@ -32,7 +32,9 @@ type Profile struct {
 	// decode, not the durations in Faults). 0 is treated as 1 (real time).
 	SpeedUp float64
 	// DefaultMaxTokens is the completion length when the request sets neither
-	// max_tokens nor max_completion_tokens; 0 means 16.
+	// max_tokens nor max_completion_tokens; 0 means 16. On the Responses and
+	// Messages APIs it is the answer's length, which max_output_tokens or
+	// max_tokens only cut when smaller (agents ask for tens of thousands).
 	DefaultMaxTokens int
 	// MaxModelLen is the context length reported by /v1/models. A request whose
 	// prompt plus requested max_tokens exceeds it gets vLLM's 400

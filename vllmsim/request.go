@@ -17,6 +17,8 @@ type endpoint uint8
 const (
 	chatEndpoint       endpoint = iota // POST /v1/chat/completions
 	completionEndpoint                 // POST /v1/completions
+	responsesEndpoint                  // POST /v1/responses
+	messagesEndpoint                   // POST /v1/messages
 )
 
 // outputMode is what a request's choices contain.

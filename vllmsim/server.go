@@ -21,11 +21,17 @@ const maxBodyBytes = 32 << 20
 // Server is one simulated vLLM replica serving one model. It implements
 // http.Handler with these routes:
 //
-//	POST /v1/chat/completions
-//	POST /v1/completions
-//	GET  /v1/models
-//	GET  /health
-//	GET  /metrics
+//	POST   /v1/chat/completions
+//	POST   /v1/completions
+//	POST   /v1/responses                 (responses.go)
+//	GET    /v1/responses/{id}
+//	POST   /v1/responses/{id}/cancel
+//	DELETE /v1/responses/{id}            405, as vLLM has no such route
+//	POST   /v1/messages                  (messages.go)
+//	POST   /v1/messages/count_tokens
+//	GET    /v1/models
+//	GET    /health
+//	GET    /metrics
 //
 // A Server is safe for concurrent use; it starts no goroutines of its own.
 // To abort a response (Faults.CutAfterChunks) it panics with
@@ -46,7 +52,8 @@ type Server struct {
 
 	faults atomic.Pointer[Faults]
 	batch  batch
-	kvHeld atomic.Int64 // tokens held by running requests
+	stored responseStore // Responses API responses kept for GET and previous_response_id
+	kvHeld atomic.Int64  // tokens held by running requests
 
 	requests, completed, failed, cancelled atomic.Int64
 	promptTokens, completionTokens         atomic.Int64
@@ -83,8 +90,9 @@ func WithRand(r *rand.Rand) Option {
 }
 
 // WithRequestHook calls f with every inference POST body exactly as received,
-// before it is parsed (even if it is not valid JSON). f runs on the request's
-// goroutine and must not modify body.
+// and every /v1/messages/count_tokens body, before it is parsed (even if it
+// is not valid JSON). f runs on the request's goroutine and must not modify
+// body.
 func WithRequestHook(f func(r *http.Request, body []byte)) Option {
 	return func(s *Server) { s.hook = f }
 }
@@ -128,12 +136,29 @@ func New(p Profile, opts ...Option) *Server {
 	s.metrics = newMetrics(s)
 
 	s.mux = http.NewServeMux()
+	s.stored.max = maxStoredResponses
+	chat := api{
+		parse: func(body []byte) (*plan, wire, *apiError) {
+			p, e := s.parseChat(body)
+			return p, nil, e
+		},
+		writeError: writeError,
+	}
+	completions := api{
+		parse: func(body []byte) (*plan, wire, *apiError) {
+			p, e := s.parseCompletion(body)
+			return p, nil, e
+		},
+		writeError: writeError,
+	}
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
-		s.serveInference(w, r, chatEndpoint)
+		s.serveInference(w, r, chat)
 	})
 	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
-		s.serveInference(w, r, completionEndpoint)
+		s.serveInference(w, r, completions)
 	})
+	s.routeResponses()
+	s.routeMessages()
 	s.mux.HandleFunc("GET /v1/models", s.serveModels)
 	s.mux.HandleFunc("GET /health", s.serveHealth)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
@@ -237,9 +262,17 @@ func (s *Server) serveModels(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(b)
 }
 
-// serveInference answers a chat or completion request: read, hook, stall,
+// api is one inference endpoint: how it reads a request (a plan, and for
+// the Responses and Messages APIs the wire that writes the answer) and how
+// it answers errors.
+type api struct {
+	parse      func(body []byte) (*plan, wire, *apiError)
+	writeError func(w http.ResponseWriter, e *apiError)
+}
+
+// serveInference answers an inference request: read, hook, stall,
 // validate, inject failure, then run.
-func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, ep endpoint) {
+func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, a api) {
 	arrival := time.Now()
 	s.requests.Add(1)
 	ctx := r.Context()
@@ -252,11 +285,11 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, ep endpo
 		}
 		s.failed.Add(1)
 		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
-			writeError(w, &apiError{status: http.StatusRequestEntityTooLarge,
+			a.writeError(w, &apiError{status: http.StatusRequestEntityTooLarge,
 				message: fmt.Sprintf("the request body is larger than %d bytes", maxBodyBytes)})
 			return
 		}
-		writeError(w, badRequest("reading the request body: %v", err))
+		a.writeError(w, badRequest("reading the request body: %v", err))
 		return
 	}
 	if s.hook != nil {
@@ -268,24 +301,17 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, ep endpo
 		s.cancelled.Add(1)
 		return
 	}
-	var (
-		p *plan
-		e *apiError
-	)
-	if ep == chatEndpoint {
-		p, e = s.parseChat(body)
-	} else {
-		p, e = s.parseCompletion(body)
-	}
+	p, wr, e := a.parse(body)
 	if e == nil && s.failNow(f.FailPercent) {
 		e = &apiError{status: f.failStatus(), message: "simulated failure (vllmsim fail-percent fault)"}
 	}
 	if e != nil {
 		s.failed.Add(1)
-		writeError(w, e)
+		a.writeError(w, e)
 		return
 	}
 	x := newExchange(s, w, r, p, f, arrival)
+	x.wire = wr
 	x.run()
 }
 

@@ -1,0 +1,211 @@
+package router
+
+import (
+	"bytes"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// adapt rewrites what agents send that vLLM refuses or mishandles into
+// what it accepts, leaving everything else byte for byte. Each rule is
+// documented in docs/agents.md; body is not modified (a changed body is a
+// new slice).
+func adapt(ep endpoint, body []byte) []byte {
+	switch ep {
+	case responsesEndpoint:
+		return adaptResponses(body)
+	case messagesEndpoint, countTokensEndpoint:
+		return adaptMessages(body)
+	}
+	return body
+}
+
+// adaptResponses: Responses API requests (Codex, the OpenAI Agents SDK).
+func adaptResponses(body []byte) []byte {
+	root := gjson.ParseBytes(body)
+	out := body
+	set := func(path string, v any) {
+		if b, err := sjson.SetBytes(out, path, v); err == nil {
+			out = b
+		}
+	}
+	setRaw := func(path, raw string) {
+		if b, err := sjson.SetRawBytes(out, path, []byte(raw)); err == nil {
+			out = b
+		}
+	}
+	// reasoning.effort beyond vLLM's low/medium/high.
+	switch root.Get("reasoning.effort").Str {
+	case "minimal", "none":
+		set("reasoning.effort", "low")
+	case "xhigh":
+		set("reasoning.effort", "high")
+	}
+	// Tools: namespace groups are flattened into their function tools;
+	// tools vLLM cannot run (web_search, local_shell, custom grammar
+	// tools, ...) are dropped; input items of type additional_tools
+	// bring their tools here.
+	var extra []gjson.Result
+	input := root.Get("input")
+	if input.IsArray() {
+		var items []string
+		changed := false
+		input.ForEach(func(_, it gjson.Result) bool {
+			switch it.Get("type").Str {
+			case "additional_tools":
+				extra = append(extra, it.Get("tools").Array()...)
+				changed = true
+				return true
+			case "reasoning":
+				if it.Get("encrypted_content").Exists() {
+					// vLLM refuses encrypted reasoning (400); the summary
+					// and content it keeps.
+					b, _ := sjson.DeleteBytes([]byte(it.Raw), "encrypted_content")
+					items = append(items, string(b))
+					changed = true
+					return true
+				}
+			}
+			items = append(items, it.Raw)
+			return true
+		})
+		if changed {
+			setRaw("input", "["+strings.Join(items, ",")+"]")
+		}
+	}
+	tools := root.Get("tools")
+	if tools.IsArray() || len(extra) > 0 {
+		var kept []string
+		changed := len(extra) > 0
+		var add func(t gjson.Result)
+		add = func(t gjson.Result) {
+			switch t.Get("type").Str {
+			case "function":
+				kept = append(kept, t.Raw)
+			case "namespace":
+				changed = true
+				t.Get("tools").ForEach(func(_, in gjson.Result) bool { add(in); return true })
+			default:
+				changed = true // dropped
+			}
+		}
+		for _, t := range append(tools.Array(), extra...) {
+			add(t)
+		}
+		if changed {
+			if len(kept) == 0 {
+				if b, err := sjson.DeleteBytes(out, "tools"); err == nil {
+					out = b
+				}
+			} else {
+				setRaw("tools", "["+strings.Join(kept, ",")+"]")
+			}
+		}
+	}
+	return out
+}
+
+// adaptMessages: Anthropic Messages requests (Claude Code).
+func adaptMessages(body []byte) []byte {
+	root := gjson.ParseBytes(body)
+	out := body
+	setRaw := func(path, raw string) {
+		if b, err := sjson.SetRawBytes(out, path, []byte(raw)); err == nil {
+			out = b
+		}
+	}
+	// System text: blocks as a list (a string becomes one text block when
+	// system messages are merged into it); the billing header block Claude
+	// Code adds changes every request and defeats vLLM's prefix cache.
+	var system []string
+	sys := root.Get("system")
+	sysChanged := false
+	switch {
+	case sys.Type == gjson.String:
+		b, _ := sjson.SetBytes([]byte(`{"type":"text"}`), "text", sys.Str)
+		system = append(system, string(b))
+	case sys.IsArray():
+		sys.ForEach(func(_, b gjson.Result) bool {
+			if strings.HasPrefix(b.Get("text").Str, "x-anthropic-billing-header") {
+				sysChanged = true
+				return true
+			}
+			system = append(system, b.Raw)
+			return true
+		})
+	}
+	// Messages: a role "system" message (older vLLM refuses it) joins the
+	// system blocks; redacted_thinking blocks (older vLLM refuses them)
+	// are dropped; a tool_result also carries its tool_use_id as id (older
+	// vLLM reads that).
+	var msgs []string
+	msgsChanged := false
+	root.Get("messages").ForEach(func(_, m gjson.Result) bool {
+		if m.Get("role").Str == "system" {
+			c := m.Get("content")
+			if c.Type == gjson.String {
+				b, _ := sjson.SetBytes([]byte(`{"type":"text"}`), "text", c.Str)
+				system = append(system, string(b))
+			} else {
+				c.ForEach(func(_, b gjson.Result) bool { system = append(system, b.Raw); return true })
+			}
+			msgsChanged, sysChanged = true, true
+			return true
+		}
+		c := m.Get("content")
+		if !c.IsArray() {
+			msgs = append(msgs, m.Raw)
+			return true
+		}
+		var blocks []string
+		changed := false
+		c.ForEach(func(_, b gjson.Result) bool {
+			switch b.Get("type").Str {
+			case "redacted_thinking":
+				changed = true
+				return true
+			case "tool_result":
+				if id := b.Get("tool_use_id"); id.Exists() && !b.Get("id").Exists() {
+					nb, _ := sjson.SetBytes([]byte(b.Raw), "id", id.Str)
+					blocks = append(blocks, string(nb))
+					changed = true
+					return true
+				}
+			}
+			blocks = append(blocks, b.Raw)
+			return true
+		})
+		if !changed {
+			msgs = append(msgs, m.Raw)
+			return true
+		}
+		nm, _ := sjson.SetRawBytes([]byte(m.Raw), "content", []byte("["+strings.Join(blocks, ",")+"]"))
+		msgs = append(msgs, string(nm))
+		msgsChanged = true
+		return true
+	})
+	if msgsChanged {
+		setRaw("messages", "["+strings.Join(msgs, ",")+"]")
+	}
+	if sysChanged {
+		setRaw("system", "["+strings.Join(system, ",")+"]")
+	}
+	return out
+}
+
+// anthropicError turns a replica's error answer on an Anthropic endpoint
+// into Anthropic's shape (vLLM answers some errors there, such as request
+// validation, in OpenAI's).
+func anthropicError(status int, body []byte) []byte {
+	if gjson.GetBytes(body, "type").Str == "error" && gjson.GetBytes(body, "error.type").Str != "" &&
+		strings.HasSuffix(gjson.GetBytes(body, "error.type").Str, "_error") {
+		return body
+	}
+	msg := readErrorMessage(bytes.NewReader(body))
+	if msg == "" {
+		msg = "the replica answered " + itoa(int64(status))
+	}
+	return (&apiError{Status: status, Message: msg}).anthropicBody()
+}

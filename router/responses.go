@@ -1,0 +1,106 @@
+package router
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/pools"
+)
+
+// Stored responses. vLLM keeps a stored response (store: true, the
+// Responses API's default) in the memory of the server that made it, so a
+// follow-up naming it (previous_response_id, GET, DELETE, cancel) must
+// reach that server. Switchyard keeps no table: the response id a client
+// sees names the replica, as storedPrefix + a tag derived from the
+// replica's URL + "_" + the replica's own id. Every gateway instance with
+// the same config reads the same tag, and the id is restored on the way
+// in.
+const storedPrefix = "resp_sy"
+
+// replicaTag is 12 hex digits of a digest of the replica's URL.
+func replicaTag(rep *pools.Replica) string {
+	sum := sha256.Sum256([]byte(rep.URL().String()))
+	return hex.EncodeToString(sum[:6])
+}
+
+// encodeResponseID is the id the client sees for the replica's id.
+func encodeResponseID(tag, id string) string { return storedPrefix + tag + "_" + id }
+
+// decodeResponseID splits an id encodeResponseID made.
+func decodeResponseID(id string) (tag, orig string, ok bool) {
+	rest, ok := strings.CutPrefix(id, storedPrefix)
+	if !ok || len(rest) < 14 || rest[12] != '_' {
+		return "", "", false
+	}
+	return rest[:12], rest[13:], true
+}
+
+// errResponseNotFound is a 404 in the Responses API's error shape.
+func errResponseNotFound(id, why string) error {
+	return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "response_not_found", Param: "previous_response_id",
+		Message: fmt.Sprintf("response %q was not found: %s", id, why)}
+}
+
+// pinToStored sends the exchange to the replica that stored response id,
+// with the replica's own id restored in the body.
+func (x *exchange) pinToStored(id string) error {
+	tag, orig, ok := decodeResponseID(id)
+	if !ok {
+		return errResponseNotFound(id, "it was not made through this gateway")
+	}
+	for _, ps := range x.snap.poolOrder {
+		for _, rep := range ps.Replicas() {
+			if replicaTag(rep) != tag {
+				continue
+			}
+			x.pinned = rep
+			x.decision = policy.Decision{Route: "stored", Pools: []string{ps.Name}}
+			if x.info.PreviousResponse != "" {
+				b, err := sjson.SetBytes(x.body, "previous_response_id", orig)
+				if err != nil {
+					return badRequest("previous_response_id", err.Error())
+				}
+				x.body = b
+			} else {
+				x.storedID = orig
+			}
+			return nil
+		}
+	}
+	return errResponseNotFound(id, "the replica that stored it is no longer configured")
+}
+
+// storedHandler serves GET and DELETE /v1/responses/{id} and POST
+// /v1/responses/{id}/cancel on the replica that stored the response.
+func (g *Gateway) storedHandler(suffix string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		g.serveStored(w, r, chi.URLParam(r, "id"), suffix)
+	}
+}
+
+// responseIDs rewrites the response ids of a Responses API answer or
+// event data (the top-level id of a response object, and response.id of
+// an event) to the ids clients see. Item ids are left alone.
+func responseIDs(data []byte, tag string) []byte {
+	for _, path := range [...]string{"id", "response.id"} {
+		v := gjson.GetBytes(data, path)
+		if v.Type != gjson.String || !strings.HasPrefix(v.Str, "resp_") || strings.HasPrefix(v.Str, storedPrefix) {
+			continue
+		}
+		if path == "id" && gjson.GetBytes(data, "object").Str != "response" {
+			continue
+		}
+		if out, err := sjson.SetBytes(data, path, encodeResponseID(tag, v.Str)); err == nil {
+			data = out
+		}
+	}
+	return data
+}
