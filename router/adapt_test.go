@@ -1,0 +1,81 @@
+package router
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/tidwall/gjson"
+)
+
+// TestAdapt: each documented adaptation (docs/agents.md), and bodies that
+// need none pass through as the very same bytes.
+func TestAdapt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ep   endpoint
+		in   string
+		want string // the adapted body, compacted; "" means unchanged
+	}{
+		{"responses untouched", responsesEndpoint, `{"model":"m","input":"hi","tools":[{"type":"function","name":"f","parameters":{},"strict":false}],"reasoning":{"effort":"high"}}`, ""},
+		{"effort xhigh", responsesEndpoint, `{"model":"m","input":"hi","reasoning":{"effort":"xhigh","summary":"auto"}}`,
+			`{"model":"m","input":"hi","reasoning":{"effort":"high","summary":"auto"}}`},
+		{"effort minimal", responsesEndpoint, `{"model":"m","input":"hi","reasoning":{"effort":"minimal"}}`,
+			`{"model":"m","input":"hi","reasoning":{"effort":"low"}}`},
+		{"namespace flattened, hosted tools dropped", responsesEndpoint,
+			`{"model":"m","input":"hi","tools":[{"type":"namespace","name":"fs","tools":[{"type":"function","name":"read"},{"type":"function","name":"write"}]},{"type":"web_search"},{"type":"custom","name":"apply_patch","format":{"type":"grammar"}},{"type":"function","name":"f"}]}`,
+			`{"model":"m","input":"hi","tools":[{"type":"function","name":"read"},{"type":"function","name":"write"},{"type":"function","name":"f"}]}`},
+		{"only hosted tools: no tools", responsesEndpoint, `{"model":"m","input":"hi","tools":[{"type":"local_shell"}]}`, `{"model":"m","input":"hi"}`},
+		{"encrypted reasoning and additional_tools", responsesEndpoint,
+			`{"model":"m","input":[{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAA"},{"type":"additional_tools","tools":[{"type":"function","name":"g"}]},{"role":"user","content":"hi"}]}`,
+			`{"model":"m","input":[{"type":"reasoning","id":"rs_1","summary":[]},{"role":"user","content":"hi"}],"tools":[{"type":"function","name":"g"}]}`},
+		{"messages untouched", messagesEndpoint, `{"model":"m","max_tokens":8,"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"hi"}]}`, ""},
+		{"system message moved, billing header dropped", messagesEndpoint,
+			`{"model":"m","system":[{"type":"text","text":"x-anthropic-billing-header: cc_version=1; cch=abc"},{"type":"text","text":"You are Claude Code."}],"messages":[{"role":"system","content":"Extra rules."},{"role":"user","content":"hi"}]}`,
+			`{"model":"m","system":[{"type":"text","text":"You are Claude Code."},{"type":"text","text":"Extra rules."}],"messages":[{"role":"user","content":"hi"}]}`},
+		{"string system joined by a system message", messagesEndpoint,
+			`{"model":"m","system":"Base.","messages":[{"role":"system","content":[{"type":"text","text":"More."}]},{"role":"user","content":"hi"}]}`,
+			`{"model":"m","system":[{"type":"text","text":"Base."},{"type":"text","text":"More."}],"messages":[{"role":"user","content":"hi"}]}`},
+		{"redacted thinking dropped, tool_result id", messagesEndpoint,
+			`{"model":"m","messages":[{"role":"assistant","content":[{"type":"redacted_thinking","data":"x"},{"type":"tool_use","id":"t1","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]}]}`,
+			`{"model":"m","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok","id":"t1"}]}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := []byte(tc.in)
+			out := adapt(tc.ep, in)
+			if tc.want == "" {
+				if &out[0] != &in[0] || string(out) != tc.in {
+					t.Errorf("changed a body that needs nothing:\n%s", out)
+				}
+				return
+			}
+			if d := cmp.Diff(tc.want, gjson.ParseBytes(out).Get("@ugly").Raw); d != "" {
+				t.Errorf("adapted body (-want +got):\n%s", d)
+			}
+			if string(in) != tc.in {
+				t.Errorf("the input body was modified")
+			}
+		})
+	}
+}
+
+// TestResponseIDs: ids round-trip through the encoding, item ids are left
+// alone, and ids already encoded are not encoded twice.
+func TestResponseIDs(t *testing.T) {
+	id := encodeResponseID("0123456789ab", "resp_xyz")
+	if tag, orig, ok := decodeResponseID(id); !ok || tag != "0123456789ab" || orig != "resp_xyz" {
+		t.Errorf("decode(%s) = %q %q %v", id, tag, orig, ok)
+	}
+	for _, bad := range []string{"resp_xyz", "resp_sy", "resp_sy0123456789abresp", "msg_1"} {
+		if _, _, ok := decodeResponseID(bad); ok {
+			t.Errorf("decode(%q) accepted", bad)
+		}
+	}
+	body := []byte(`{"id":"resp_1","object":"response","output":[{"id":"msg_1","type":"message"}]}`)
+	got := string(responseIDs(body, "0123456789ab"))
+	if want := `{"id":"resp_sy0123456789ab_resp_1","object":"response","output":[{"id":"msg_1","type":"message"}]}`; got != want {
+		t.Errorf("responseIDs = %s", got)
+	}
+	if again := string(responseIDs([]byte(got), "0123456789ab")); again != got {
+		t.Errorf("encoded twice: %s", again)
+	}
+}
