@@ -48,7 +48,16 @@ const (
 	OutcomeSticky   = "sticky"
 	OutcomeTimeout  = "timeout"
 	OutcomeError    = "error"
+	// OutcomeCircuitOpen: the circuit breaker was open, so the classifier
+	// pool was not called and the on_error label was used.
+	OutcomeCircuitOpen = "circuit_open"
 )
+
+// Fallback reports whether r carries the on_error label because the
+// classifier could not answer (timeout, error, open circuit).
+func (r Result) Fallback() bool {
+	return r.Outcome == OutcomeTimeout || r.Outcome == OutcomeError || r.Outcome == OutcomeCircuitOpen
+}
 
 // Options configures a Classifier.
 type Options struct {
@@ -72,6 +81,18 @@ type Options struct {
 	Transport Transport
 	// Metrics, when non-nil, receives the classifier's series.
 	Metrics *Metrics
+	// BreakerFailures consecutive failed calls (errors and timeouts) open
+	// the circuit: for BreakerCooldown the backend is not called and
+	// every classification is the on_error label; then one probe call
+	// at a time is let through, and a success closes the circuit. 0
+	// turns the breaker off.
+	BreakerFailures int
+	BreakerCooldown time.Duration
+	// OnBreaker, when set, is told when the circuit opens (with the last
+	// error) and closes (err nil).
+	OnBreaker func(open bool, err error)
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
 }
 
 // Transport sends one chat completion request body to the classifier pool
@@ -111,6 +132,88 @@ type Classifier struct {
 	sem     chan struct{}
 	flights flightGroup
 	seed    maphash.Seed
+	breaker breaker
+}
+
+// breaker is the classifier's circuit breaker (see Options).
+type breaker struct {
+	mu        sync.Mutex
+	failures  int       // consecutive
+	openUntil time.Time // zero: closed
+	probing   bool      // a probe call is out (half-open)
+}
+
+// allow reports whether a call may be made now, and whether it is the
+// probe of a half-open circuit.
+func (c *Classifier) allow() (ok, probe bool) {
+	if c.opts.BreakerFailures <= 0 {
+		return true, false
+	}
+	b := &c.breaker
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.openUntil.IsZero():
+		return true, false
+	case c.now().Before(b.openUntil) || b.probing:
+		return false, false
+	}
+	b.probing = true
+	return true, true
+}
+
+// outcome records a call's result in the breaker.
+func (c *Classifier) outcome(failed, probe bool, err error) {
+	if c.opts.BreakerFailures <= 0 {
+		return
+	}
+	b := &c.breaker
+	b.mu.Lock()
+	var opened, closed bool
+	if probe {
+		b.probing = false
+	}
+	switch {
+	case !failed:
+		closed = !b.openUntil.IsZero()
+		b.failures, b.openUntil = 0, time.Time{}
+	case probe || b.openUntil.IsZero():
+		b.failures++
+		if probe || b.failures >= c.opts.BreakerFailures {
+			opened = b.openUntil.IsZero()
+			b.openUntil = c.now().Add(c.opts.BreakerCooldown)
+		}
+	}
+	b.mu.Unlock()
+	if opened || closed {
+		if m := c.opts.Metrics; m != nil {
+			m.circuit.Set(boolFloat(opened))
+		}
+		if c.opts.OnBreaker != nil {
+			c.opts.OnBreaker(opened, err)
+		}
+	}
+}
+
+// endProbe ends a probe that says nothing of the backend's health.
+func (c *Classifier) endProbe() {
+	c.breaker.mu.Lock()
+	c.breaker.probing = false
+	c.breaker.mu.Unlock()
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (c *Classifier) now() time.Time {
+	if c.opts.Now != nil {
+		return c.opts.Now()
+	}
+	return time.Now()
 }
 
 type cached struct {
@@ -184,12 +287,22 @@ func (c *Classifier) Classify(ctx context.Context, in Input) Result {
 // call runs one backend classification under the concurrency cap and the
 // timeout, and caches a good answer.
 func (c *Classifier) call(ctx context.Context, in *Input, key uint64) Result {
+	ok, probe := c.allow()
+	if !ok {
+		r := c.fail(errCircuitOpen)
+		r.Outcome = OutcomeCircuitOpen
+		return r
+	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
 	defer cancel()
 	select {
 	case c.sem <- struct{}{}:
 		defer func() { <-c.sem }()
 	case <-ctx.Done():
+		if probe {
+			c.endProbe() // not the backend's fault: let another probe go
+		}
 		return c.fail(ctx.Err())
 	}
 	label, scores, err := c.backend.classify(ctx, in)
@@ -197,8 +310,15 @@ func (c *Classifier) call(ctx context.Context, in *Input, key uint64) Result {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
 		}
+		// Every client that waited on this call left: not the pool's fault.
+		if parent.Err() == nil {
+			c.outcome(true, probe, err)
+		} else if probe {
+			c.endProbe()
+		}
 		return c.fail(err)
 	}
+	c.outcome(false, probe, nil)
 	if c.cache != nil {
 		v := cached{label: label, scores: scores}
 		if c.opts.CacheTTL > 0 {
@@ -385,12 +505,16 @@ func (g *flightGroup) do(ctx context.Context, key uint64, fn func(context.Contex
 	}
 }
 
+// errCircuitOpen is the error of a classification the breaker refused.
+var errCircuitOpen = errors.New("classifier circuit open: the classifier pool failed repeatedly; using on_error until a probe succeeds")
+
 // Metrics are the classifier's series, registered once and shared by every
 // classifier built across reloads.
 type Metrics struct {
 	requests   *prometheus.CounterVec
 	duration   prometheus.Histogram
 	confidence prometheus.Histogram
+	circuit    prometheus.Gauge
 }
 
 // NewMetrics registers the classifier series on reg.
@@ -398,7 +522,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_classifier_requests_total",
-			Help: "Classifications by label and result (ok, cache_hit, sticky, timeout, error).",
+			Help: "Classifications by label and result (ok, cache_hit, sticky, timeout, error, circuit_open).",
 		}, []string{"label", "result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "switchyard_classifier_duration_seconds",
@@ -411,6 +535,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.5, .6, .7, .8, .9, .95, .99, 1},
 		}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.confidence)
+	m.circuit = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "switchyard_classifier_circuit_open",
+		Help: "1 while the classifier's circuit breaker is open (the classifier pool is not called; on_error is used).",
+	})
+	reg.MustRegister(m.requests, m.duration, m.confidence, m.circuit)
 	return m
 }

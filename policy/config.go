@@ -309,6 +309,18 @@ type Classifier struct {
 	GuidedChoice bool `yaml:"guided_choice,omitempty"`
 	// Prompt replaces the default system prompt (Go text/template).
 	Prompt string `yaml:"prompt,omitempty"`
+	// Breaker stops calling a failing classifier pool for a while.
+	Breaker *Breaker `yaml:"breaker,omitempty"`
+}
+
+// Breaker is the classifier's circuit breaker.
+type Breaker struct {
+	// Failures in a row open the circuit; 0 turns the breaker off.
+	// Default 5.
+	Failures *int `yaml:"failures,omitempty"`
+	// Cooldown is how long an open circuit calls nothing before one probe.
+	// Default 10s.
+	Cooldown Duration `yaml:"cooldown,omitempty"`
 }
 
 // LabelSpec is a label, written either as a string or as {name: description}.
@@ -450,6 +462,8 @@ const (
 	DefaultMaxInputChars         = 4000
 	DefaultClassifierTimeout     = 300 * time.Millisecond
 	DefaultClassifierConcurrency = 64
+	DefaultBreakerFailures       = 5
+	DefaultBreakerCooldown       = 10 * time.Second
 )
 
 func (c *Config) applyDefaults() {
@@ -581,6 +595,13 @@ func (c *Config) applyDefaults() {
 		}
 	}
 	if cl := c.Classifier; cl != nil {
+		if cl.Breaker == nil {
+			cl.Breaker = &Breaker{}
+		}
+		intDefault(&cl.Breaker.Failures, DefaultBreakerFailures)
+		if cl.Breaker.Cooldown == 0 {
+			cl.Breaker.Cooldown = Duration(DefaultBreakerCooldown)
+		}
 		if cl.MaxInputChars == 0 {
 			cl.MaxInputChars = DefaultMaxInputChars
 		}

@@ -313,6 +313,12 @@ func (v *validator) classifier() {
 	if cl.MaxInputChars < 64 {
 		v.errf(appendCopy(at, "max_input_chars"), "classifier: max_input_chars must be at least 64")
 	}
+	if *cl.Breaker.Failures < 0 {
+		v.errf(appendCopy(at, "breaker", "failures"), "classifier: breaker.failures must not be negative (0 turns the breaker off)")
+	}
+	if cl.Breaker.Cooldown < 0 {
+		v.errf(appendCopy(at, "breaker", "cooldown"), "classifier: breaker.cooldown must not be negative")
+	}
 	if *cl.Cache.Size < 0 {
 		v.errf(appendCopy(at, "cache", "size"), "classifier: cache.size must not be negative")
 	}

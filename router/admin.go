@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -269,6 +270,17 @@ type Explanation struct {
 	Fallback []string           `json:"fallback"`
 	Spill    *policy.Spill      `json:"spill,omitempty"`
 	Sticky   bool               `json:"sticky,omitempty"`
+	// Classifier says how the class was obtained when the classifier was
+	// asked; Fallback is true when it could not answer and on_error's
+	// label was used.
+	Classifier *ClassifierOutcome `json:"classifier,omitempty"`
+}
+
+// ClassifierOutcome is the classifier's part of an explanation.
+type ClassifierOutcome struct {
+	Result   string `json:"result"`
+	Fallback bool   `json:"fallback"`
+	Error    string `json:"error,omitempty"`
 }
 
 // Explain says which route, pool and replica a request body would get and
@@ -300,6 +312,9 @@ func (g *Gateway) Explain(ctx context.Context, header http.Header, body []byte, 
 	case !tgt.policy:
 		d = policy.Decision{Route: "direct", Pools: []string{tgt.pool.Name}, Matched: []string{"direct"}}
 	case class != "":
+		if s.classifier != nil && !slices.Contains(s.classifier.Labels(), class) {
+			return nil, badRequest("class", fmt.Sprintf("class %q is not a label (labels: %s)", class, strings.Join(s.classifier.Labels(), ", ")))
+		}
 		preq := &policy.Request{Model: info.Model, Stream: info.Stream, Tools: info.Tools, Messages: info.Messages,
 			PromptTokens: info.PromptTokens, Header: r.Header}
 		d = s.Policy.Decide(preq, func() policy.Classification {
@@ -321,6 +336,12 @@ func (g *Gateway) Explain(ctx context.Context, header http.Header, body []byte, 
 	}
 	if d.Classified {
 		e.Class = d.Class
+	}
+	if r := x.classRes; r.Outcome != "" {
+		e.Classifier = &ClassifierOutcome{Result: r.Outcome, Fallback: r.Fallback()}
+		if r.Err != nil {
+			e.Classifier.Error = r.Err.Error()
+		}
 	}
 	if ps := s.pools[e.Pool]; ps != nil {
 		preq := &pools.Request{}

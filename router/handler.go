@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/pools"
 	"go.opentelemetry.io/otel/attribute"
@@ -57,6 +58,8 @@ type exchange struct {
 	sent int
 	// spanSettings caches the request's gen_ai.request.* attributes.
 	spanSettings []attribute.KeyValue
+	// classRes is the classifier's answer, when it was asked.
+	classRes classifier.Result
 	// clientModel, with models[].rewrite_response_model, is the model name
 	// written back into the answer.
 	clientModel string

@@ -18,13 +18,15 @@ type metrics struct {
 	// key): their label values are bounded by the configured keys.
 	keyRequests *prometheus.CounterVec
 	keyTokens   *prometheus.CounterVec
-	retries     *prometheus.CounterVec
-	fallbacks   *prometheus.CounterVec
-	resumes     *prometheus.CounterVec
-	reloads     *prometheus.CounterVec
-	generation  prometheus.Gauge
-	inflight    *prometheus.GaugeVec
-	queueWait   *prometheus.HistogramVec
+	// classifierTokens are the classifier's own calls' tokens.
+	classifierTokens *prometheus.CounterVec
+	retries          *prometheus.CounterVec
+	fallbacks        *prometheus.CounterVec
+	resumes          *prometheus.CounterVec
+	reloads          *prometheus.CounterVec
+	generation       prometheus.Gauge
+	inflight         *prometheus.GaugeVec
+	queueWait        *prometheus.HistogramVec
 }
 
 // latencyBuckets span a fast classifier hit to a long reasoning answer.
@@ -53,6 +55,9 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		keyTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_key_tokens_total", Help: "Tokens reported in replica usage, by API key name (none: auth off) and kind (prompt or completion).",
 		}, []string{"key", "kind"}),
+		classifierTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_classifier_tokens_total", Help: "Tokens of the classifier's own calls to its pool, by kind (prompt or completion); not in switchyard_tokens_total.",
+		}, []string{"kind"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_upstream_retries_total", Help: "Attempts retried on another replica, by pool and reason.",
 		}, []string{"pool", "reason"}),
@@ -82,7 +87,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.keyRequests, m.keyTokens, m.retries, m.fallbacks, m.resumes,
+	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.keyRequests, m.keyTokens, m.classifierTokens, m.retries, m.fallbacks, m.resumes,
 		m.reloads, m.generation, m.inflight, m.queueWait, build)
 	for _, r := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(r)

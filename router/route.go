@@ -166,9 +166,12 @@ func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input
 			span.SetAttributes(attribute.String("switchyard.classifier.result", res.Outcome))
 		}
 	}
+	x.classRes = res
 	if res.Err != nil {
 		span.SetStatus(codes.Error, res.Err.Error())
-		g.log.Warn("classifier failed; using on_error label", "request_id", x.id, "label", res.Label, "result", res.Outcome, "error", res.Err.Error())
+		if res.Outcome != classifier.OutcomeCircuitOpen { // the breaker logs when it opens and closes
+			g.log.Warn("classifier failed; using on_error label", "request_id", x.id, "label", res.Label, "result", res.Outcome, "error", res.Err.Error())
+		}
 	}
 	return policy.Classification{Label: res.Label, Scores: res.Scores}
 }

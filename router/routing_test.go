@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/tidwall/gjson"
 
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/router"
@@ -569,5 +571,59 @@ routes:
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "cross_origin") {
 		t.Errorf("cross-origin reload: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestClassifierBreaker: a failing classifier pool is called at most
+// breaker.failures times while every request keeps being served (with the
+// on_error label); explain says the classifier failed; the classifier's
+// own tokens are counted once it answers again.
+func TestClassifierBreaker(t *testing.T) {
+	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+	m := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
+	m.Sim.SetFaults(vllmsim.Faults{FailPercent: 100, FailStatus: 500})
+	yaml := strings.Replace(classifierYAML, "  on_error: complex\n", "  on_error: complex\n  breaker: {failures: 3, cooldown: 1h}\n  cache: {size: 0}\n", 1)
+	yaml = strings.Replace(yaml, "model: openbmb/MiniCPM5-2B\n    health: {disabled: true}", "model: openbmb/MiniCPM5-2B\n    retries: 0\n    outlier: {consecutive_5xx: 0}\n    health: {disabled: true}", 1)
+	gw := startGateway(t, loadConfig(t, yaml, map[string]string{"qwen": q.Srv.URL, "minicpm": m.Srv.URL}, nil))
+	for i := range 20 {
+		resp, b := post(t, gw.API.URL+"/v1/chat/completions", chatBody(fmt.Sprint("What is ", i, "?"), ""), nil)
+		if resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Class") != "complex" {
+			t.Fatalf("request %d: %d class %q %s", i, resp.StatusCode, resp.Header.Get("X-Switchyard-Class"), b)
+		}
+	}
+	if n := classifierCalls(m); n != 3 {
+		t.Errorf("the failing classifier pool was called %d times for 20 requests, want 3", n)
+	}
+	if v := metricValue(t, gw, "switchyard_classifier_circuit_open", nil); v != 1 {
+		t.Errorf("circuit gauge %v", v)
+	}
+	if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"result": "circuit_open"}); v != 17 {
+		t.Errorf("circuit_open count %v, want 17", v)
+	}
+	if !strings.Contains(gw.Logs.String(), "classifier circuit opened") {
+		t.Errorf("no log line for the opening")
+	}
+	resp, b := post(t, gw.Admin.URL+"/admin/explain", chatBody("hi", ""), nil)
+	if resp.StatusCode != 200 || gjson.GetBytes(b, "classifier.result").Str != "circuit_open" || !gjson.GetBytes(b, "classifier.fallback").Bool() {
+		t.Errorf("explain: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := post(t, gw.Admin.URL+"/admin/explain?class=bogus", chatBody("hi", ""), nil); resp.StatusCode != 400 || !strings.Contains(string(b), "not a label") {
+		t.Errorf("explain with a bogus class: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestClassifierTokensCounted: the classifier's own calls' tokens are in a
+// series of their own, not in the client traffic's.
+func TestClassifierTokensCounted(t *testing.T) {
+	gw, _, m := setupClassifier(t)
+	post(t, gw.API.URL+"/v1/chat/completions", chatBody("What's the capital of Portugal?", ""), nil)
+	if classifierCalls(m) != 1 {
+		t.Fatalf("classifier calls %d", classifierCalls(m))
+	}
+	if p := metricValue(t, gw, "switchyard_classifier_tokens_total", map[string]string{"kind": "prompt"}); p <= 0 {
+		t.Errorf("classifier prompt tokens %v", p)
+	}
+	if c := metricValue(t, gw, "switchyard_classifier_tokens_total", map[string]string{"kind": "completion"}); c != 1 {
+		t.Errorf("classifier completion tokens %v, want 1 (one label)", c)
 	}
 }

@@ -325,6 +325,15 @@ func (g *Gateway) buildClassifier(cl *policy.Classifier, s *Snapshot) (*classifi
 		Kind: cl.Kind, Labels: cl.Labels, Descriptions: cl.Descriptions, MaxInputChars: cl.MaxInputChars,
 		Timeout: cl.Timeout.Std(), OnError: cl.OnError, CacheSize: *cl.Cache.Size, CacheTTL: cl.Cache.TTL.Std(),
 		Concurrency: cl.Concurrency, GuidedChoice: cl.GuidedChoice, Prompt: cl.Prompt, Metrics: g.classMetrics,
+		BreakerFailures: *cl.Breaker.Failures, BreakerCooldown: cl.Breaker.Cooldown.Std(), Now: g.opts.Now,
+		OnBreaker: func(open bool, err error) {
+			if open {
+				g.log.Error("classifier circuit opened: not calling the classifier pool; using on_error", "pool", cl.Pool,
+					"label", cl.OnError, "cooldown", cl.Breaker.Cooldown.Std().String(), "error", fmt.Sprint(err))
+			} else {
+				g.log.Info("classifier circuit closed: the classifier pool answers again", "pool", cl.Pool)
+			}
+		},
 	}
 	if cl.Kind == "model" {
 		o.Model = s.Config.Pools.Get(cl.Pool).Model

@@ -114,11 +114,16 @@ func (t *poolTransport) once(ctx context.Context, ps *poolState, rep *pools.Repl
 		// request was refused. Not the replica's fault, not retried.
 		return nil, result{outcome: pools.Neutral, err: fmt.Errorf("replica %q: status %d: %s", rep.Name, resp.StatusCode, readErrorMessage(bytes.NewReader(out)))}
 	}
+	p, c, ok := readUsage(out)
+	if ok {
+		t.g.metrics.classifierTokens.WithLabelValues("prompt").Add(float64(p))
+		t.g.metrics.classifierTokens.WithLabelValues("completion").Add(float64(c))
+	}
 	if span.IsRecording() {
 		var a genAIResponse
 		a.readAnswer(out)
 		span.SetAttributes(a.attrs()...)
-		if p, c, ok := readUsage(out); ok {
+		if ok {
 			setUsage(span, p, c)
 		}
 	}

@@ -69,7 +69,14 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	_ = enc.Encode(e)
+	if c := e.Classifier; c != nil && c.Fallback {
+		// The explanation stands (it is what the gateway would do now), but
+		// it rests on the fallback label, not on a classification.
+		fmt.Fprintf(stderr, "switchyard explain: the classifier could not answer (%s: %s); the class is on_error's label %q\n", c.Result, c.Error, e.Class)
+		return exitRuntime
+	}
 	return exitOK
 }
 

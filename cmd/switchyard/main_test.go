@@ -152,3 +152,17 @@ func TestValidateWithoutSecrets(t *testing.T) {
 		t.Errorf("validate --check-env: exit %d\nstderr %s", code, errs)
 	}
 }
+
+// TestExplainClassifierUnreachable: explain against a config whose
+// classifier pool cannot be reached still prints the explanation, says on
+// stderr that the class is the fallback label, and exits 3.
+func TestExplainClassifierUnreachable(t *testing.T) {
+	code, out, errs := runCLI(t, "explain", "--config", "../../examples/policies/dgx-spark-8node.yaml",
+		`{"model":"auto","messages":[{"role":"user","content":"hi"}]}`)
+	if code != exitRuntime || !strings.Contains(errs, "the classifier could not answer") {
+		t.Errorf("exit %d, stderr %s", code, errs)
+	}
+	if !strings.Contains(out, `"fallback": true`) || !strings.Contains(out, `"route"`) {
+		t.Errorf("stdout %s", out)
+	}
+}
