@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -127,6 +128,13 @@ type Topology struct {
 	Partitions []*Partition `yaml:"partitions,omitempty" json:"partitions,omitempty"`
 	// SharedNodes lets one node serve several replicas.
 	SharedNodes bool `yaml:"shared_nodes,omitempty" json:"shared_nodes,omitempty"`
+	// NodeMemory is each node's memory for model weights (128GiB for a
+	// DGX Spark); with a pool's memory need, validate checks that each
+	// replica's nodes can hold its model.
+	NodeMemory ByteSize `yaml:"node_memory,omitempty" json:"node_memory,omitempty"`
+	// MemoryUtilization is the share of a node's memory vLLM may use
+	// (its --gpu-memory-utilization). Default 0.9, vLLM's default.
+	MemoryUtilization float64 `yaml:"memory_utilization,omitempty" json:"memory_utilization,omitempty"`
 }
 
 // Partition is a group of nodes on a switch.
@@ -206,12 +214,41 @@ type Pool struct {
 	APIKeyEnv string `yaml:"api_key_env,omitempty"`
 	APIKey    Secret `yaml:"-"`
 
+	// Memory is what one replica of the model needs (weights and the KV
+	// cache it should keep); or Parameters and DType give the weights'
+	// size. With topology.node_memory, validate checks the fit.
+	Memory     ByteSize   `yaml:"memory,omitempty"`
+	Parameters ParamCount `yaml:"parameters,omitempty"`
+	DType      string     `yaml:"dtype,omitempty"`
+
 	Health   *Health    `yaml:"health,omitempty"`
 	Outlier  *Outlier   `yaml:"outlier,omitempty"`
 	Resume   *Resume    `yaml:"resume,omitempty"`
 	Scrape   *Scrape    `yaml:"scrape,omitempty"`
 	Affinity *Affinity  `yaml:"affinity,omitempty"`
 	Replicas []*Replica `yaml:"replicas"`
+}
+
+// DTypes are the bytes per parameter of the dtypes a pool may declare.
+var DTypes = map[string]float64{"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp4": 0.5, "nvfp4": 0.5, "int4": 0.5, "mxfp4": 0.5}
+
+// MemoryNeed is a replica's memory need: Memory, else the weights'
+// size from Parameters and DType, else 0 (unknown).
+func (p *Pool) MemoryNeed() ByteSize {
+	if p.Memory > 0 {
+		return p.Memory
+	}
+	if b, ok := DTypes[p.DType]; ok && p.Parameters > 0 {
+		return ByteSize(float64(p.Parameters) * b)
+	}
+	return 0
+}
+
+func (p *Pool) memorySource() string {
+	if p.Memory > 0 {
+		return "memory"
+	}
+	return fmt.Sprintf("%s parameters in %s", p.Parameters, p.DType)
 }
 
 // Health configures active health checks.
@@ -624,6 +661,9 @@ func (c *Config) applyDefaults() {
 		if cl.Concurrency == 0 {
 			cl.Concurrency = DefaultClassifierConcurrency // an explicit negative value is rejected by validation
 		}
+	}
+	if t := c.Topology; t != nil && t.MemoryUtilization == 0 {
+		t.MemoryUtilization = 0.9
 	}
 	if len(c.Models) == 0 {
 		c.Models = []Model{{Name: "auto", Route: "policy"}}

@@ -43,7 +43,7 @@ func TestLoadBad(t *testing.T) {
 			`../testdata/bad-duration.bad.yaml:3:19: server: shutdown_grace: invalid duration "30 seconds" (use Go durations such as 250ms, 30s, 5m)`,
 		}},
 		{"bad-size", []string{
-			`../testdata/bad-size.bad.yaml:3:19: server: max_body_bytes: invalid size "8MB" (use a positive integer with an optional B, KiB, MiB or GiB suffix)`,
+			`../testdata/bad-size.bad.yaml:3:19: server: max_body_bytes: invalid size "8 megs" (use a positive integer with an optional B, KiB, MiB, GiB, TiB, KB, MB, GB or TB suffix)`,
 		}},
 		{"bad-url", []string{
 			`../testdata/bad-url.bad.yaml:6:30: pool "small": replica "small-a": url "10.0.0.1:8000" must be an absolute http:// or https:// URL`,
@@ -69,7 +69,7 @@ func TestLoadBad(t *testing.T) {
 			`../testdata/topology-node-without-partition.bad.yaml:10:63: pool "big": replica "b": node "n2" is in no partition; with partitions declared, a replica's nodes must sit in one`,
 		}},
 		{"several-types", []string{
-			`../testdata/several-types.bad.yaml:3:19: server: max_body_bytes: invalid size "8MB" (use a positive integer with an optional B, KiB, MiB or GiB suffix)`,
+			`../testdata/several-types.bad.yaml:3:19: server: max_body_bytes: invalid size "8 megs" (use a positive integer with an optional B, KiB, MiB, GiB, TiB, KB, MB, GB or TB suffix)`,
 			`../testdata/several-types.bad.yaml:4:19: server: shutdown_grace: invalid duration "30" (use Go durations such as 250ms, 30s, 5m)`,
 			`../testdata/several-types.bad.yaml:5:17: server: idle_timeout: invalid duration "1x" (use Go durations such as 250ms, 30s, 5m)`,
 			`../testdata/several-types.bad.yaml:9:19: pool "small": max_inflight: expected an integer, got "ten"`,
@@ -183,7 +183,7 @@ func TestLoadBad(t *testing.T) {
 			`../testdata/unknown-nested-keys.bad.yaml:8:7: pool "small": health: unknown key "timout" (known: path, interval, timeout, unhealthy_after, healthy_after, check_models, disabled)`,
 		}},
 		{"unknown-pool-key", []string{
-			`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, retries, api_key_env, health, outlier, resume, scrape, affinity, replicas)`,
+			`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas)`,
 		}},
 		{"unknown-route-key", []string{
 			`../testdata/unknown-route-key.bad.yaml:10:5: routes[0] "default": unknown key "fallbacks" (known: name, when, to, split, fallback, spill, sticky)`,
@@ -202,10 +202,17 @@ func TestLoadBad(t *testing.T) {
 		}},
 		{"several-kinds", []string{
 			`../testdata/several-kinds.bad.yaml:7:19: server: shutdown_grace: invalid duration "30 seconds" (use Go durations such as 250ms, 30s, 5m)`,
-			`../testdata/several-kinds.bad.yaml:11:5: pool "small": unknown key "balanse" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, retries, api_key_env, health, outlier, resume, scrape, affinity, replicas)`,
+			`../testdata/several-kinds.bad.yaml:11:5: pool "small": unknown key "balanse" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas)`,
 			`../testdata/several-kinds.bad.yaml:15:19: pool "large": max_inflight: expected an integer, got "lots"`,
 			`../testdata/several-kinds.bad.yaml:23:19: routes[0] "hard": "compex" is not a classifier label (labels: simple, complex)`,
 			`../testdata/several-kinds.bad.yaml:26:9: routes[1] "typo": pool "medium" is not defined (known: large, small)`,
+		}},
+		{"fit-too-small", []string{
+			`../testdata/fit-too-small.bad.yaml:13:10: pool "glm": replica "glm-a": its model needs 470GB (memory) but its 4 node(s) give vLLM 460.8GB (128GB each at memory_utilization 0.9): give it at least 5 nodes`,
+			`../testdata/fit-too-small.bad.yaml:23:12: pool "tiny": unknown dtype "fp9" (known: bf16, fp16, fp32, fp4, fp8, int4, int8, mxfp4, nvfp4)`,
+		}},
+		{"fit-shared-node", []string{
+			`../testdata/fit-shared-node.bad.yaml:7:11: topology: node "spark-1" holds 200GB of model memory from the replicas sharing it, over the 115.2GB vLLM may use of it`,
 		}},
 		{"tabs", []string{
 			`../testdata/tabs.bad.yaml:4:1: a tab character: YAML indents with spaces only (replace the tabs on this line)`,

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"slices"
 	"strings"
 )
@@ -58,6 +59,22 @@ func (v *validator) topology() {
 		}
 	}
 	owner := map[string]string{}
+	// load is the model memory each node holds (a replica's need shared
+	// equally over its nodes), checked against node_memory when nodes are
+	// shared.
+	load := map[string]float64{}
+	fits := true
+	usable := float64(t.NodeMemory) * t.MemoryUtilization
+	defer func() {
+		if !fits || !t.SharedNodes || t.NodeMemory == 0 {
+			return
+		}
+		for i, n := range t.Nodes {
+			if load[n] > usable {
+				v.errf(p("topology", "nodes", i), "topology: node %q holds %s of model memory from the replicas sharing it, over the %s vLLM may use of it", n, ByteSize(load[n]).Human(), ByteSize(usable).Human())
+			}
+		}
+	}()
 	for _, pool := range v.decodedPools() {
 		for i, r := range pool.Replicas {
 			rat := p("pools", pool.Name, "replicas", i, "nodes")
@@ -73,7 +90,21 @@ func (v *validator) topology() {
 				}
 				owner[n] = pool.Name + "/" + r.Name
 			}
-			if !declared || len(r.Nodes) < 2 {
+			if !declared {
+				continue
+			}
+			if need := pool.MemoryNeed(); need > 0 && usable > 0 && len(r.Nodes) > 0 {
+				for _, n := range r.Nodes {
+					load[n] += float64(need) / float64(len(r.Nodes))
+				}
+				if have := float64(len(r.Nodes)) * usable; have < float64(need) {
+					v.errf(p("pools", pool.Name, "replicas", i), "pool %q: replica %q: its model needs %s (%s) but its %d node(s) give vLLM %s (%s each at memory_utilization %g): give it at least %d nodes",
+						pool.Name, r.Name, need.Human(), pool.memorySource(), len(r.Nodes), ByteSize(have).Human(), t.NodeMemory.Human(),
+						t.MemoryUtilization, int(math.Ceil(float64(need)/usable)))
+					fits = false
+				}
+			}
+			if len(r.Nodes) < 2 {
 				continue
 			}
 			switch t.Fabric {

@@ -44,7 +44,7 @@ type ByteSize int64
 var sizeUnits = []struct {
 	suffix string
 	mult   int64
-}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
 
 // UnmarshalYAML implements yaml.NodeUnmarshaler.
 func (b *ByteSize) UnmarshalYAML(node ast.Node) error {
@@ -62,7 +62,7 @@ func (b *ByteSize) UnmarshalYAML(node ast.Node) error {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n <= 0 || n > math.MaxInt64/mult {
-		return nodeErrorf(node, "invalid size %q (use a positive integer with an optional B, KiB, MiB or GiB suffix)", scalarText(node))
+		return nodeErrorf(node, "invalid size %q (use a positive integer with an optional B, KiB, MiB, GiB, TiB, KB, MB, GB or TB suffix)", scalarText(node))
 	}
 	*b = ByteSize(n * mult)
 	return nil
@@ -72,12 +72,28 @@ func (b *ByteSize) UnmarshalYAML(node ast.Node) error {
 func (b ByteSize) MarshalYAML() (any, error) { return b.String(), nil }
 
 func (b ByteSize) String() string {
-	for _, u := range sizeUnits {
-		if int64(b)%u.mult == 0 && int64(b) >= u.mult && u.mult > 1 {
-			return fmt.Sprintf("%d%s", int64(b)/u.mult, u.suffix)
+	best := -1
+	for i, u := range sizeUnits {
+		if int64(b)%u.mult == 0 && int64(b) >= u.mult && u.mult > 1 && (best < 0 || u.mult > sizeUnits[best].mult) {
+			best = i
 		}
 	}
-	return strconv.FormatInt(int64(b), 10)
+	if best < 0 {
+		return strconv.FormatInt(int64(b), 10)
+	}
+	return fmt.Sprintf("%d%s", int64(b)/sizeUnits[best].mult, sizeUnits[best].suffix)
+}
+
+// Human writes the size for people: whole GiB or GB as such, else GB to
+// one decimal.
+func (b ByteSize) Human() string {
+	switch {
+	case b > 0 && b%(1<<30) == 0:
+		return strconv.FormatInt(int64(b)>>30, 10) + "GiB"
+	case b > 0 && b%1e9 == 0:
+		return strconv.FormatInt(int64(b)/1e9, 10) + "GB"
+	}
+	return strconv.FormatFloat(math.Round(float64(b)/1e8)/10, 'f', -1, 64) + "GB"
 }
 
 // StringList is a YAML scalar or sequence of scalars ("a" or [a, b]).
@@ -241,4 +257,47 @@ func describe(node ast.Node) string {
 		return "a number"
 	}
 	return fmt.Sprintf("%q", scalarText(node))
+}
+
+// ParamCount is a model's number of parameters, written as a number with
+// an optional K, M, B (billions) or T suffix: 30B, 1.5T, 7000000000.
+type ParamCount int64
+
+var paramUnits = []struct {
+	suffix string
+	mult   float64
+}{{"T", 1e12}, {"B", 1e9}, {"M", 1e6}, {"K", 1e3}}
+
+// UnmarshalYAML implements yaml.NodeUnmarshaler.
+func (c *ParamCount) UnmarshalYAML(node ast.Node) error {
+	s, ok := scalarString(node)
+	if !ok {
+		return nodeErrorf(node, "expected a parameter count such as 30B, got %s", describe(node))
+	}
+	s = strings.TrimSpace(s)
+	mult := 1.0
+	for _, u := range paramUnits {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f <= 0 || math.IsInf(f*mult, 0) || f*mult > math.MaxInt64/8 {
+		return nodeErrorf(node, "invalid parameter count %q (use a positive number with an optional K, M, B or T suffix, such as 30B)", scalarText(node))
+	}
+	*c = ParamCount(f * mult)
+	return nil
+}
+
+// MarshalYAML writes the count as the file would: 30B.
+func (c ParamCount) MarshalYAML() (any, error) { return c.String(), nil }
+
+func (c ParamCount) String() string {
+	for _, u := range paramUnits {
+		if v := float64(c) / u.mult; v >= 1 {
+			return strconv.FormatFloat(v, 'f', -1, 64) + u.suffix
+		}
+	}
+	return strconv.FormatInt(int64(c), 10)
 }

@@ -162,6 +162,17 @@ func (v *validator) pools() {
 		if !slices.Contains(v.reg.Balancers, pool.Balance) {
 			v.errf(appendCopy(at, "balance"), "pool %q: unknown balancer %q (known: %s)", pool.Name, pool.Balance, strings.Join(v.reg.Balancers, ", "))
 		}
+		if _, ok := DTypes[pool.DType]; pool.DType != "" && !ok {
+			known := make([]string, 0, len(DTypes))
+			for k := range DTypes {
+				known = append(known, k)
+			}
+			sort.Strings(known)
+			v.errf(appendCopy(at, "dtype"), "pool %q: unknown dtype %q (known: %s)", pool.Name, pool.DType, strings.Join(known, ", "))
+		}
+		if (pool.Parameters > 0) != (pool.DType != "") {
+			v.errf(at, "pool %q: give parameters and dtype together (or memory)", pool.Name)
+		}
 		if pool.MaxInflight < 0 {
 			v.errf(appendCopy(at, "max_inflight"), "pool %q: max_inflight must not be negative", pool.Name)
 		}
