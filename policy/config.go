@@ -24,6 +24,7 @@ type Config struct {
 	Classifier *Classifier `yaml:"classifier,omitempty"`
 	Models     []Model     `yaml:"models,omitempty"`
 	Session    *Session    `yaml:"session,omitempty"`
+	Control    *Control    `yaml:"control,omitempty"`
 	Routes     []*Route    `yaml:"routes"`
 
 	// root is the file's YAML tree, for positions in later errors.
@@ -398,6 +399,59 @@ type Model struct {
 // IsPattern reports whether the name is a glob pattern.
 func (m Model) IsPattern() bool { return strings.ContainsAny(m.Name, "*?[") }
 
+// Control is the routing economics section.
+type Control struct {
+	// Share holds one pool's share of policy-routed requests at a target
+	// by moving the routes' auto score bounds.
+	Share *ShareControl `yaml:"share,omitempty"`
+}
+
+// ShareControl configures the share controller.
+type ShareControl struct {
+	Pool   string      `yaml:"pool"`
+	Target ShareTarget `yaml:"target"`
+	// Window is the time scale of the measured share. Default 2m.
+	Window Duration `yaml:"window,omitempty"`
+	// Utilization is the pool's utilization capacity mode aims at.
+	// Default 0.8.
+	Utilization float64 `yaml:"utilization,omitempty"`
+}
+
+// Options are the controller's options from the config (Load and Now are
+// the caller's).
+func (s *ShareControl) Options() ControlOptions {
+	return ControlOptions{Pool: s.Pool, Target: s.Target.Value, Capacity: s.Target.Capacity,
+		Utilization: s.Utilization, Window: s.Window.Std()}
+}
+
+// ShareTarget is a share between 0 and 1, or "capacity".
+type ShareTarget struct {
+	Value    float64
+	Capacity bool
+}
+
+// UnmarshalYAML implements yaml.NodeUnmarshaler.
+func (t *ShareTarget) UnmarshalYAML(node ast.Node) error {
+	if v, ok := scalarString(node); ok && v == "capacity" {
+		*t = ShareTarget{Capacity: true}
+		return nil
+	}
+	n, ok := scalarNumber(node)
+	if !ok {
+		return nodeErrorf(node, "expected a share between 0 and 1 or capacity, got %s", describe(node))
+	}
+	*t = ShareTarget{Value: n}
+	return nil
+}
+
+// MarshalYAML writes the target as it was given.
+func (t ShareTarget) MarshalYAML() (any, error) {
+	if t.Capacity {
+		return "capacity", nil
+	}
+	return t.Value, nil
+}
+
 // Session keeps a conversation on its first decision.
 type Session struct {
 	Header string `yaml:"header,omitempty"`
@@ -660,6 +714,14 @@ func (c *Config) applyDefaults() {
 		}
 		if cl.Concurrency == 0 {
 			cl.Concurrency = DefaultClassifierConcurrency // an explicit negative value is rejected by validation
+		}
+	}
+	if ctl := c.Control; ctl != nil && ctl.Share != nil {
+		if ctl.Share.Window == 0 {
+			ctl.Share.Window = Duration(2 * time.Minute)
+		}
+		if ctl.Share.Utilization == 0 {
+			ctl.Share.Utilization = 0.8
 		}
 	}
 	if t := c.Topology; t != nil && t.MemoryUtilization == 0 {

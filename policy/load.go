@@ -100,7 +100,7 @@ type decoder struct {
 	broken map[string]bool
 }
 
-var topLevelKeys = []string{"version", "server", "topology", "pools", "classifier", "models", "session", "routes"}
+var topLevelKeys = []string{"version", "server", "topology", "pools", "classifier", "models", "session", "control", "routes"}
 
 func mappingPairs(node ast.Node) ([]*ast.MappingValueNode, bool) {
 	switch n := node.(type) {
@@ -376,6 +376,9 @@ func (d *decoder) root(root ast.Node, cfg *Config) {
 		case "session":
 			cfg.Session = &Session{}
 			d.section(k, d.value(val, cfg.Session, "session"))
+		case "control":
+			cfg.Control = &Control{}
+			d.section(k, d.value(val, cfg.Control, "control"))
 		case "routes":
 			seq, ok := val.(*ast.SequenceNode)
 			if !ok {

@@ -189,7 +189,7 @@ func TestLoadBad(t *testing.T) {
 			`../testdata/unknown-route-key.bad.yaml:10:5: routes[0] "default": unknown key "fallbacks" (known: name, when, to, split, fallback, spill, sticky)`,
 		}},
 		{"unknown-top-level-key", []string{
-			`../testdata/unknown-top-level-key.bad.yaml:7:1: unknown key "routez" (known: version, server, topology, pools, classifier, models, session, routes; x-* keys are ignored)`,
+			`../testdata/unknown-top-level-key.bad.yaml:7:1: unknown key "routez" (known: version, server, topology, pools, classifier, models, session, control, routes; x-* keys are ignored)`,
 		}},
 		{"unknown-when-key", []string{
 			`../testdata/unknown-when-key.bad.yaml:14:7: routes[0] "tools": when: unknown key "tool_count" (known: class, score, model, tools, messages, prompt_tokens, stream, header, key, any, not)`,

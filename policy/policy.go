@@ -68,7 +68,16 @@ type Policy struct {
 	pools    map[string]bool
 	sessions *Sessions
 	rand     func() uint64
+	// ctrl moves the auto score bounds (control.share); nil without one.
+	ctrl *Controller
 }
+
+// WithController sets the share controller (one kept across reloads);
+// without it, New makes one when the config has control.share.
+func WithController(c *Controller) Option { return func(p *Policy) { p.ctrl = c } }
+
+// Controller is the policy's share controller, nil without control.share.
+func (p *Policy) Controller() *Controller { return p.ctrl }
 
 // Option configures a Policy.
 type Option func(*Policy)
@@ -88,6 +97,9 @@ func New(cfg *Config, opts ...Option) *Policy {
 	for _, o := range opts {
 		o(p)
 	}
+	if p.ctrl == nil && cfg.Control != nil && cfg.Control.Share != nil {
+		p.ctrl = NewController(cfg.Control.Share.Options())
+	}
 	return p
 }
 
@@ -106,6 +118,10 @@ type evalState struct {
 	done     bool
 	cls      Classification
 	explain  bool
+	ctrl     *Controller
+	// observed: the request's score was given to the controller;
+	// autoPassed: an auto bound of the route being matched held.
+	observed, autoPassed bool
 }
 
 func (s *evalState) class() Classification {
@@ -128,6 +144,8 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 				if explain {
 					d.Matched = []string{d.Route}
 					d.Skipped = nil
+				} else if p.ctrl != nil {
+					p.ctrl.observeDecision(d.Pools[0] == p.ctrl.Pool(), false)
 				}
 				return d
 			}
@@ -136,9 +154,10 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 			}
 		}
 	}
-	st := evalState{req: req, classify: classify, explain: explain}
+	st := evalState{req: req, classify: classify, explain: explain, ctrl: p.ctrl}
 	var d Decision
 	for _, r := range p.routes {
+		st.autoPassed = false
 		ok, reason := st.match(r.When)
 		if !ok {
 			if explain {
@@ -169,6 +188,9 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 		d.Spill = r.Spill
 		if st.done {
 			d.Classified, d.Class, d.Scores = true, st.cls.Label, st.cls.Scores
+		}
+		if p.ctrl != nil && !explain {
+			p.ctrl.observeDecision(target == p.ctrl.Pool(), st.autoPassed)
 		}
 		// Explaining never stores: it must not change what later requests get.
 		if p.sessions != nil && req.Session != "" && !explain && (r.Sticky == nil || *r.Sticky) {
@@ -300,10 +322,25 @@ func (s *evalState) match(w *When) (bool, string) {
 		c := s.class()
 		for _, label := range sortedKeys(w.Score) {
 			v := c.Scores[label]
-			if !w.Score[label].Match(v) {
+			cmp := w.Score[label]
+			auto := 0.0
+			if cmp.Auto != "" && s.ctrl != nil {
+				auto = s.ctrl.Threshold()
+				if !s.observed && !s.explain {
+					s.ctrl.observeScore(v)
+					s.observed = true
+				}
+			}
+			if !cmp.MatchAuto(v, auto) {
 				return false, s.why(func() string {
-					return fmt.Sprintf("score[%s] %s not %s", label, strconv.FormatFloat(v, 'f', 3, 64), w.Score[label])
+					if cmp.Auto != "" {
+						return fmt.Sprintf("score[%s] %s not %s (auto = %s)", label, strconv.FormatFloat(v, 'f', 3, 64), cmp, strconv.FormatFloat(auto, 'f', 3, 64))
+					}
+					return fmt.Sprintf("score[%s] %s not %s", label, strconv.FormatFloat(v, 'f', 3, 64), cmp)
 				})
+			}
+			if cmp.Auto != "" {
+				s.autoPassed = true
 			}
 		}
 	}

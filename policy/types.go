@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 )
 
@@ -139,6 +140,26 @@ type NumCmp struct {
 	LT  *float64 `yaml:"lt,omitempty"`
 	LTE *float64 `yaml:"lte,omitempty"`
 	EQ  *float64 `yaml:"eq,omitempty"`
+	// Auto is "gte" or "gt" for {gte: auto} or {gt: auto}: the bound is
+	// the share controller's threshold (control.share).
+	Auto string `yaml:"-"`
+}
+
+// MarshalYAML writes the comparison back as it was given.
+func (c NumCmp) MarshalYAML() (any, error) {
+	out := yaml.MapSlice{}
+	for _, b := range []struct {
+		op string
+		v  *float64
+	}{{"gt", c.GT}, {"gte", c.GTE}, {"lt", c.LT}, {"lte", c.LTE}, {"eq", c.EQ}} {
+		switch {
+		case c.Auto == b.op:
+			out = append(out, yaml.MapItem{Key: b.op, Value: "auto"})
+		case b.v != nil:
+			out = append(out, yaml.MapItem{Key: b.op, Value: *b.v})
+		}
+	}
+	return out, nil
 }
 
 // UnmarshalYAML implements yaml.NodeUnmarshaler.
@@ -154,9 +175,19 @@ func (c *NumCmp) UnmarshalYAML(node ast.Node) error {
 	var out NumCmp
 	for _, kv := range m.Values {
 		key := keyString(kv)
+		if v, ok := scalarString(kv.Value); ok && v == "auto" {
+			if key != "gte" && key != "gt" {
+				return nodeErrorf(kv.Value, "%s: auto is a lower bound: use gte: auto or gt: auto", key)
+			}
+			if out.Auto != "" {
+				return nodeErrorf(kv.Key, "one auto bound per comparison")
+			}
+			out.Auto = key
+			continue
+		}
 		n, ok := scalarNumber(kv.Value)
 		if !ok {
-			return nodeErrorf(kv.Value, "%s: expected a number, got %s", key, describe(kv.Value))
+			return nodeErrorf(kv.Value, "%s: expected a number or auto, got %s", key, describe(kv.Value))
 		}
 		var dst **float64
 		switch key {
@@ -185,10 +216,24 @@ func (c *NumCmp) UnmarshalYAML(node ast.Node) error {
 	return nil
 }
 
-// Match reports whether v satisfies every bound given.
-func (c *NumCmp) Match(v float64) bool {
+// Match reports whether v satisfies every bound given; an auto bound
+// compares with auto, the controller's threshold.
+func (c *NumCmp) Match(v float64) bool { return c.MatchAuto(v, 0) }
+
+// MatchAuto is Match with auto as the auto bound's value.
+func (c *NumCmp) MatchAuto(v, auto float64) bool {
 	if c == nil {
 		return true
+	}
+	switch c.Auto {
+	case "gte":
+		if v < auto {
+			return false
+		}
+	case "gt":
+		if v <= auto {
+			return false
+		}
 	}
 	return (c.GT == nil || v > *c.GT) && (c.GTE == nil || v >= *c.GTE) &&
 		(c.LT == nil || v < *c.LT) && (c.LTE == nil || v <= *c.LTE) &&
@@ -201,6 +246,12 @@ func (c *NumCmp) String() string {
 		if p != nil {
 			parts = append(parts, op+" "+strconv.FormatFloat(*p, 'g', -1, 64))
 		}
+	}
+	switch c.Auto {
+	case "gt":
+		parts = append(parts, "> auto")
+	case "gte":
+		parts = append(parts, ">= auto")
 	}
 	add(">", c.GT)
 	add(">=", c.GTE)

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"text/template"
+	"time"
 
 	"github.com/goccy/go-yaml/ast"
 )
@@ -23,6 +24,9 @@ type validator struct {
 	// broken names the parts that did not decode (see decoder.broken):
 	// they are not checked, and references to them are not reported.
 	broken map[string]bool
+	// autos are the paths of the auto score bounds (routes check them
+	// before control does).
+	autos [][]any
 }
 
 func (v *validator) errf(path []any, format string, args ...any) {
@@ -58,6 +62,7 @@ func (v *validator) validate() {
 	}{
 		{"server", v.server}, {"pools", v.pools}, {"server", v.readiness}, {"topology", v.topology},
 		{"classifier", v.classifier}, {"models", v.models}, {"session", v.session}, {"routes", v.routes},
+		{"control", v.control},
 	} {
 		if !v.broken[check.part] {
 			check.run()
@@ -390,6 +395,39 @@ func (v *validator) models() {
 	}
 }
 
+// control checks control.share against the pools and the routes' auto
+// bounds: each needs the other.
+func (v *validator) control() {
+	var sc *ShareControl
+	if c := v.cfg.Control; c != nil {
+		sc = c.Share
+	}
+	if sc == nil {
+		for _, at := range v.autos {
+			v.errf(at, "an auto score bound needs a control.share section (the controller that sets it)")
+		}
+		return
+	}
+	at := p("control", "share")
+	if v.checkPool(appendCopy(at, "pool"), "control.share", sc.Pool) && sc.Target.Capacity {
+		if pool := v.cfg.Pools.Get(sc.Pool); pool.MaxInflight <= 0 && !v.broken["pool:"+sc.Pool] {
+			v.errf(appendCopy(at, "target"), "control.share: target capacity needs pool %q to set max_inflight (its capacity)", sc.Pool)
+		}
+	}
+	if !sc.Target.Capacity && (sc.Target.Value <= 0 || sc.Target.Value >= 1) {
+		v.errf(appendCopy(at, "target"), "control.share: target must be a share between 0 and 1 (exclusive) or capacity")
+	}
+	if sc.Window.Std() < time.Second {
+		v.errf(appendCopy(at, "window"), "control.share: window must be at least 1s")
+	}
+	if sc.Utilization <= 0 || sc.Utilization > 1 {
+		v.errf(appendCopy(at, "utilization"), "control.share: utilization must be within (0, 1]")
+	}
+	if len(v.autos) == 0 && !v.broken["routes"] {
+		v.errf(at, "control.share: no route has an auto score bound ({score: {LABEL: {gte: auto}}}) for it to move")
+	}
+}
+
 func (v *validator) session() {
 	if s := v.cfg.Session; s != nil && s.Size < 0 {
 		v.errf(p("session", "size"), "session: size must not be negative")
@@ -487,7 +525,15 @@ func (v *validator) when(at []any, what string, w *When) {
 		}
 		labelOK(path, c)
 	}
+	for name, c := range map[string]*NumCmp{"tools": w.Tools, "messages": w.Messages, "prompt_tokens": w.PromptTokens} {
+		if c != nil && c.Auto != "" {
+			v.errf(appendCopy(at, name), "%s: auto bounds are for score conditions only", what)
+		}
+	}
 	for label, cmp := range w.Score {
+		if cmp != nil && cmp.Auto != "" {
+			v.autos = append(v.autos, appendCopy(at, "score", label))
+		}
 		labelOK(appendCopy(at, "score", keyOf(label)), label)
 		if cmp == nil { // `score: {label: }` decodes to a nil comparison
 			v.errf(appendCopy(at, "score", keyOf(label)), "%s: score %q needs a comparison such as {gte: 0.8}", what, label)

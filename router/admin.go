@@ -72,6 +72,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 	r.Post("/admin/explain", g.adminExplain)
 	r.Get("/admin/pools", g.adminPools)
 	r.Get("/admin/config", g.adminConfig)
+	r.Get("/admin/control", g.adminControl)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -436,6 +437,17 @@ func (g *Gateway) adminPools(w http.ResponseWriter, _ *http.Request) {
 		resp["topology"] = t
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// adminControl shows the share controller's state.
+func (g *Gateway) adminControl(w http.ResponseWriter, _ *http.Request) {
+	s := g.snap.Load()
+	ctrl := s.Policy.Controller()
+	if ctrl == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"enabled": false, "generation": s.Generation})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"enabled": true, "generation": s.Generation, "share": ctrl.State()})
 }
 
 // adminConfig prints the running config as YAML. Secrets are never in it:

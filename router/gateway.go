@@ -106,6 +106,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 		tracing: o.Tracer != nil, prop: o.Propagator, rand: rnd}
 	g.metrics = newMetrics(o.Registry, o.Version)
 	g.classMetrics = classifier.NewMetrics(o.Registry)
+	o.Registry.MustRegister(newControlCollector(g))
 	o.Registry.MustRegister(pools.NewCollector(func() []*pools.Pool {
 		if s := g.snap.Load(); s != nil {
 			return s.poolList()

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -625,5 +626,59 @@ func TestClassifierTokensCounted(t *testing.T) {
 	}
 	if c := metricValue(t, gw, "switchyard_classifier_tokens_total", map[string]string{"kind": "completion"}); c != 1 {
 		t.Errorf("classifier completion tokens %v, want 1 (one label)", c)
+	}
+}
+
+// TestShareControlAdmin: control.share's state is in /admin/control and
+// the metrics, and the controller survives a reload that keeps its
+// settings (its threshold, moved by traffic, stays).
+func TestShareControlAdmin(t *testing.T) {
+	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+	m := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
+	path := filepath.Join(t.TempDir(), "switchyard.yaml")
+	text := strings.NewReplacer("{{qwen}}", q.Srv.URL, "{{minicpm}}", m.Srv.URL).Replace(classifierYAML)
+	text = strings.Replace(text, "  - name: complex\n    when: {class: complex}", "  - name: complex\n    when: {score: {complex: {gte: auto}}}", 1)
+	text = strings.Replace(text, "routes:\n", "control:\n  share: {pool: qwen, target: 0.3, window: 1s}\nroutes:\n", 1)
+	writeFile(t, path, text)
+	cfg, err := router.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
+	for i := range 40 {
+		q := "What is the capital of country " + fmt.Sprint(i) + "?"
+		if i%3 == 0 {
+			q = "Prove step by step that the algorithm " + fmt.Sprint(i) + " terminates."
+		}
+		post(t, gw.API.URL+"/v1/chat/completions", chatBody(q, ""), nil)
+		time.Sleep(40 * time.Millisecond) // the controller ticks every window/30
+	}
+	getControl := func() []byte {
+		r, err := http.Get(gw.Admin.URL + "/admin/control")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return b
+	}
+	b := getControl()
+	if !gjson.GetBytes(b, "enabled").Bool() || gjson.GetBytes(b, "share.pool").Str != "qwen" || gjson.GetBytes(b, "share.target").Float() != 0.3 ||
+		gjson.GetBytes(b, "share.decisions_in_window").Float() <= 0 {
+		t.Errorf("/admin/control: %s", b)
+	}
+	thr := gjson.GetBytes(b, "share.threshold").Float()
+	if got := metricValue(t, gw, "switchyard_control_threshold", map[string]string{"pool": "qwen"}); got != thr {
+		t.Errorf("threshold metric %v, /admin/control %v", got, thr)
+	}
+	if got := metricValue(t, gw, "switchyard_control_target", map[string]string{"pool": "qwen"}); got != 0.3 {
+		t.Errorf("target metric %v", got)
+	}
+	writeFile(t, path, strings.Replace(text, "name: coin", "name: coin-renamed", 1))
+	if _, err := gw.G.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if after := gjson.GetBytes(getControl(), "share.threshold").Float(); after != thr {
+		t.Errorf("threshold %v after a reload that kept the controller's settings, want %v", after, thr)
 	}
 }

@@ -175,6 +175,22 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 	if g.opts.Rand != nil {
 		popts = append(popts, policy.WithRand(g.opts.Rand))
 	}
+	if ctl := cfg.Control; ctl != nil && ctl.Share != nil {
+		// The controller (its threshold and measurements) outlives a
+		// reload that keeps its settings.
+		var c *policy.Controller
+		if prev != nil && prev.Policy != nil && prev.Config.Control != nil && reflect.DeepEqual(prev.Config.Control.Share, ctl.Share) {
+			c = prev.Policy.Controller()
+		}
+		if c == nil {
+			o := ctl.Share.Options()
+			o.Now = g.opts.Now
+			pool := ctl.Share.Pool
+			o.Load = func() float64 { return g.utilization(pool) }
+			c = policy.NewController(o)
+		}
+		popts = append(popts, policy.WithController(c))
+	}
 	s.Policy = policy.New(cfg, popts...)
 	if r := cfg.Server.Readiness; r != nil {
 		s.required = r.RequirePools
@@ -365,4 +381,26 @@ func (s *Snapshot) Pool(name string) *pools.Pool {
 		return ps.Pool
 	}
 	return nil
+}
+
+// utilization is a pool's in-flight and queued requests over its slots
+// (max_inflight per available replica): 1 is full, above 1 a queue.
+func (g *Gateway) utilization(pool string) float64 {
+	ps := g.snap.Load().pools[pool]
+	if ps == nil || ps.MaxInflight() <= 0 {
+		return 0
+	}
+	var busy int64
+	slots := 0
+	now := time.Now()
+	for _, r := range ps.Replicas() {
+		busy += r.Inflight() + r.Waiting()
+		if r.Available(now) {
+			slots += ps.MaxInflight()
+		}
+	}
+	if slots == 0 {
+		return 2 // nothing available: as saturated as it gets
+	}
+	return float64(busy) / float64(slots)
 }
