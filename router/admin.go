@@ -73,6 +73,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 	r.Get("/admin/pools", g.adminPools)
 	r.Get("/admin/config", g.adminConfig)
 	r.Get("/admin/control", g.adminControl)
+	r.Get("/admin/shadow", g.adminShadow)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

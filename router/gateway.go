@@ -41,6 +41,9 @@ type Options struct {
 	Transport http.RoundTripper
 	// Passive runs no health or scrape loops (one-shot tools like explain).
 	Passive bool
+	// ShadowPath, when set, is a candidate policy evaluated on live
+	// traffic without affecting it (serve --shadow); Reload re-reads it.
+	ShadowPath string
 	// Override is applied to every config Reload reads before it is
 	// checked and used, as it was to the first: serve's --listen and
 	// --admin-listen.
@@ -60,6 +63,8 @@ type Gateway struct {
 	tracing bool
 	prop    propagation.TextMapPropagator
 
+	// shadow is the candidate policy of serve --shadow, nil without one.
+	shadow atomic.Pointer[shadowState]
 	// endpoints owns every replica server across reloads.
 	endpoints *pools.Registry
 	snap      atomic.Pointer[Snapshot]
@@ -124,6 +129,12 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	s.Generation = g.gen.Add(1)
 	g.metrics.generation.Set(float64(s.Generation))
 	g.snap.Store(s)
+	if o.ShadowPath != "" {
+		if err := g.loadShadow(); err != nil {
+			g.stop()
+			return nil, fmt.Errorf("shadow policy: %w", err)
+		}
+	}
 	if !o.Passive {
 		g.endpoints.Start(g.ctx)
 	}
@@ -197,7 +208,15 @@ func (g *Gateway) Reload() (int64, error) {
 		g.log.Error("config reload refused; the running config keeps serving", "file", g.opts.ConfigPath, "error", err.Error())
 		return g.snap.Load().Generation, err
 	}
-	return g.Apply(cfg)
+	gen, err := g.Apply(cfg)
+	if err == nil && g.opts.ShadowPath != "" {
+		// The shadow is re-read with the config; a bad shadow file leaves
+		// the previous shadow running and the live config applied.
+		if serr := g.loadShadow(); serr != nil {
+			g.log.Error("shadow policy reload refused; the previous shadow keeps running", "file", g.opts.ShadowPath, "error", serr.Error())
+		}
+	}
+	return gen, err
 }
 
 // restartKeys refuses a reload that changes what is fixed when the

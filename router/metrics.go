@@ -20,6 +20,8 @@ type metrics struct {
 	keyTokens   *prometheus.CounterVec
 	// classifierTokens are the classifier's own calls' tokens.
 	classifierTokens *prometheus.CounterVec
+	// shadow counts live and shadow pool pairs (serve --shadow).
+	shadow *prometheus.CounterVec
 	retries          *prometheus.CounterVec
 	fallbacks        *prometheus.CounterVec
 	resumes          *prometheus.CounterVec
@@ -87,6 +89,8 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.shadow = newShadowMetric()
+	reg.MustRegister(m.shadow)
 	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.keyRequests, m.keyTokens, m.classifierTokens, m.retries, m.fallbacks, m.resumes,
 		m.reloads, m.generation, m.inflight, m.queueWait, build)
 	for _, r := range []string{"ok", "error"} {

@@ -45,6 +45,9 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("switchyard.route", d.Route), attribute.StringSlice("switchyard.pools", d.Pools))
 	}
+	if !explain && g.opts.ShadowPath != "" {
+		g.shadowDecide(ctx, x, d, preq, in)
+	}
 	return d
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -680,5 +681,95 @@ func TestShareControlAdmin(t *testing.T) {
 	}
 	if after := gjson.GetBytes(getControl(), "share.threshold").Float(); after != thr {
 		t.Errorf("threshold %v after a reload that kept the controller's settings, want %v", after, thr)
+	}
+}
+
+// TestShadowPolicy: a shadow policy that differs from the live one in one
+// route shows exactly that route's requests as disagreements, and changes
+// nothing the requests get.
+func TestShadowPolicy(t *testing.T) {
+	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+	m := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
+	dir := t.TempDir()
+	text := strings.NewReplacer("{{qwen}}", q.Srv.URL, "{{minicpm}}", m.Srv.URL).Replace(classifierYAML)
+	live, shadow := filepath.Join(dir, "live.yaml"), filepath.Join(dir, "shadow.yaml")
+	writeFile(t, live, text)
+	writeFile(t, shadow, strings.Replace(text, "    when: {tools: {gte: 4}}\n    to: qwen", "    when: {tools: {gte: 4}}\n    to: minicpm", 1))
+	cfg, err := router.LoadConfig(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath, o.ShadowPath = live, shadow })
+	tools := `,"tools":[` + strings.Repeat(`{"type":"function","function":{"name":"f","parameters":{"type":"object"}}},`, 3) +
+		`{"type":"function","function":{"name":"g","parameters":{"type":"object"}}}]`
+	var pools []string
+	for i := range 10 {
+		body := chatBody(fmt.Sprint("What is the capital of country ", i, "?"), "")
+		switch {
+		case i < 3:
+			body = chatBody(fmt.Sprint("Book trip ", i), tools)
+		case i < 5:
+			body = chatBody(fmt.Sprint("Prove step by step that algorithm ", i, " terminates."), "")
+		}
+		resp, b := post(t, gw.API.URL+"/v1/chat/completions", body, nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		pools = append(pools, resp.Header.Get("X-Switchyard-Pool"))
+	}
+	// The live policy decided: tool-heavy requests went to qwen.
+	if pools[0] != "qwen" || pools[1] != "qwen" || pools[2] != "qwen" {
+		t.Errorf("live pools %v: the shadow changed the live routing", pools)
+	}
+	var b []byte
+	eventually(t, 5*time.Second, "ten shadow decisions", func() bool {
+		r, err := http.Get(gw.Admin.URL + "/admin/shadow")
+		if err != nil {
+			return false
+		}
+		defer r.Body.Close()
+		b, _ = io.ReadAll(r.Body)
+		return gjson.GetBytes(b, "decisions").Int() == 10
+	})
+	if got := gjson.GetBytes(b, "agreement").Float(); got != 0.7 {
+		t.Errorf("agreement %v, want 0.7: %s", got, b)
+	}
+	dis := 0
+	gjson.GetBytes(b, "pairs").ForEach(func(_, p gjson.Result) bool {
+		if p.Get("live").Str != p.Get("shadow").Str {
+			dis++
+			if p.Get("live").Str != "qwen" || p.Get("shadow").Str != "minicpm" || p.Get("count").Int() != 3 {
+				t.Errorf("disagreement %s, want qwen→minicpm ×3", p.Raw)
+			}
+		}
+		return true
+	})
+	if dis != 1 {
+		t.Errorf("%d kinds of disagreement, want 1: %s", dis, b)
+	}
+	if got := metricValue(t, gw, "switchyard_shadow_decisions_total", map[string]string{"live_pool": "qwen", "shadow_pool": "minicpm"}); got != 3 {
+		t.Errorf("metric qwen→minicpm %v, want 3", got)
+	}
+}
+
+// TestShadowRefused: a shadow naming a pool the running config lacks, or
+// with other classifier labels, is refused with the reason.
+func TestShadowRefused(t *testing.T) {
+	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
+	dir := t.TempDir()
+	text := strings.NewReplacer("{{qwen}}", q.Srv.URL, "{{minicpm}}", m.Srv.URL).Replace(classifierYAML)
+	cfg := loadConfig(t, text, nil, nil)
+	for name, c := range map[string]struct{ yaml, why string }{
+		"other pool":   {strings.Replace(strings.ReplaceAll(text, "minicpm", "tiny"), "openbmb/MiniCPM5-2B", "m", 1), `shadow pool "tiny" is not a pool of the running config`},
+		"other labels": {strings.Replace(text, "labels: [simple, {complex:", "labels: [easy, {complex:", 1), "classifier labels [easy complex] differ"},
+	} {
+		bad := c.yaml
+		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
+		writeFile(t, path, bad)
+		_, err := router.New(cfg, router.Options{Logger: slog.New(slog.DiscardHandler), ShadowPath: path, Passive: true})
+		if err == nil || !strings.Contains(err.Error(), c.why) {
+			t.Errorf("%s: %v, want the shadow refused (%s)", name, err, c.why)
+		}
 	}
 }

@@ -27,6 +27,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	listen := fs.String("listen", "", "client API `address` (overrides server.listen)")
 	adminListen := fs.String("admin-listen", "", "admin API `address` (overrides server.admin_listen)")
 	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
+	shadow := fs.String("shadow", "", "a candidate policy `file` evaluated on live traffic without affecting it; reloaded with the config (SIGHUP, POST /admin/reload)")
 	noWatch := fs.Bool("no-watch", false, "do not reload when the config file changes (SIGHUP and POST /admin/reload still do)")
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -73,7 +74,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		log.Warn("the admin API listens beyond this host without a token: whoever reaches it can read the config, reload it and run explain; set server.admin_token_env",
 			"admin_listen", cfg.Server.AdminListen)
 	}
-	g, err := router.New(cfg, router.Options{ConfigPath: path, Logger: log, Version: version, Tracer: tp, Override: override})
+	g, err := router.New(cfg, router.Options{ConfigPath: path, Logger: log, Version: version, Tracer: tp, Override: override, ShadowPath: *shadow})
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())
 		return exitRuntime
