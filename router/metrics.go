@@ -21,14 +21,14 @@ type metrics struct {
 	// classifierTokens are the classifier's own calls' tokens.
 	classifierTokens *prometheus.CounterVec
 	// shadow counts live and shadow pool pairs (serve --shadow).
-	shadow *prometheus.CounterVec
-	retries          *prometheus.CounterVec
-	fallbacks        *prometheus.CounterVec
-	resumes          *prometheus.CounterVec
-	reloads          *prometheus.CounterVec
-	generation       prometheus.Gauge
-	inflight         *prometheus.GaugeVec
-	queueWait        *prometheus.HistogramVec
+	shadow     *prometheus.CounterVec
+	retries    *prometheus.CounterVec
+	fallbacks  *prometheus.CounterVec
+	resumes    *prometheus.CounterVec
+	reloads    *prometheus.CounterVec
+	generation prometheus.Gauge
+	inflight   *prometheus.GaugeVec
+	queueWait  *prometheus.HistogramVec
 }
 
 // latencyBuckets span a fast classifier hit to a long reasoning answer.
