@@ -122,3 +122,17 @@ func downloadFailure(stderr string) string {
 	}
 	return ""
 }
+
+// TestCIPrebuildsTheTools: .ci/run builds the very tool versions these
+// tests run, so that CI finds them in the build cache.
+func TestCIPrebuildsTheTools(t *testing.T) {
+	ci, err := os.ReadFile("../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range []string{kustomizeTool, helmTool} {
+		if !strings.Contains(string(ci), tool) {
+			t.Errorf(".ci/run does not prebuild %s", tool)
+		}
+	}
+}
