@@ -14,7 +14,9 @@
 // Every request that passes validation waits in a FIFO queue for one of
 // Profile.MaxBatch batch slots (counted by Waiting and vllm:num_requests_waiting),
 // then holds the slot (Running, vllm:num_requests_running) while it "computes":
-// prefill takes prompt_tokens/PrefillTPS seconds, each output step takes
+// prefill takes prompt_tokens/PrefillTPS seconds (only the tokens the prefix
+// cache did not hold, see below; with Profile.SerialPrefill one request at a
+// time, after the prefills admitted before it), each output step takes
 // 1/DecodeTPS seconds, both divided by SpeedUp. A request with n > 1 choices
 // produces one token per choice per step, as vLLM's parallel sampling does, and
 // holds a single slot. Streams send each token when it is produced. With both
@@ -22,6 +24,31 @@
 // the simulator costs little when it measures proxy overhead. A client that
 // goes away stops its request at once: it leaves the queue or frees its slot
 // and is counted as cancelled.
+//
+// # Prefix cache
+//
+// With Profile.PrefixCacheBlocks the Server models vLLM's automatic prefix
+// caching: a per-Server LRU cache of up to that many KV blocks of
+// Profile.BlockSize tokens (16 by default, as in vLLM). A prompt is cut
+// into blocks of 4 × BlockSize bytes (the simulator's tokenizer counts a
+// token per four bytes) in the order vLLM's chat template lays it out:
+// tool definitions, system prompt, then the messages' text; each block's
+// hash is chained over everything before it, as vLLM's are, so requests
+// sharing their tools, system prompt and first messages share their
+// leading blocks. When a request gets its batch slot, its leading run of
+// cached full blocks is counted as hit (at most prompt tokens − 1, as vLLM
+// recomputes the last token) and prefill takes only the uncached tokens
+// over PrefillTPS; then its blocks are cached, the leading ones most
+// recently used. Lookups and hits, in tokens, are exported as vLLM v1
+// exports them, vllm:prefix_cache_queries_total and
+// vllm:prefix_cache_hits_total (vllm:gpu_prefix_cache_* with
+// LegacyMetrics), and kept in Stats with the prefill time scheduled. Chat
+// and completions answers report the hit in
+// usage.prompt_tokens_details.cached_tokens with
+// Profile.PromptTokensDetails (vLLM's --enable-prompt-tokens-details);
+// the Responses API always reports it in input_tokens_details. Each prompt
+// of a completions batch is looked up on its own; a request with n > 1
+// choices is looked up once.
 //
 // # Content
 //

@@ -91,13 +91,20 @@ func appendBytes(dst []byte, s string) []byte {
 	return append(dst, ']')
 }
 
-// appendUsage appends an OpenAI usage object.
-func appendUsage(dst []byte, prompt, completion int) []byte {
+// appendUsage appends an OpenAI usage object. prompt_tokens_details is
+// {"cached_tokens": cached} when cached > 0 and null otherwise, as vLLM
+// writes it (only with --enable-prompt-tokens-details and a cache hit).
+func appendUsage(dst []byte, prompt, completion, cached int) []byte {
 	dst = append(dst, `{"prompt_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(prompt), 10)
 	dst = append(dst, `,"total_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(prompt+completion), 10)
 	dst = append(dst, `,"completion_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(completion), 10)
+	if cached > 0 {
+		dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
+		dst = strconv.AppendInt(dst, int64(cached), 10)
+		return append(dst, "}}"...)
+	}
 	return append(dst, `,"prompt_tokens_details":null}`...)
 }

@@ -116,13 +116,20 @@ func (x *exchange) run() {
 	}
 	x.admitted = true
 	x.hold(int64(p.promptTokens))
+	x.lookUpPrefix()
 
 	// The zero-delay path (both rates 0, no SlowStart) creates no timer.
 	timed := x.s.prefillSeconds > 0 || x.s.decodeStep > 0 || x.f.SlowStart > 0
 	var due time.Time
 	if timed {
-		prefill := time.Duration(float64(p.promptTokens) * x.s.prefillSeconds * float64(time.Second))
-		due = time.Now().Add(prefill + x.f.SlowStart)
+		// Prefill computes only the tokens the prefix cache did not hold.
+		prefill := time.Duration(float64(p.promptTokens-p.cached) * x.s.prefillSeconds * float64(time.Second))
+		x.s.prefillNanos.Add(int64(prefill))
+		due = time.Now()
+		if x.s.profile.SerialPrefill && prefill > 0 {
+			due = x.s.reservePrefill(due, prefill)
+		}
+		due = due.Add(prefill + x.f.SlowStart)
 	}
 	for step := 0; step < p.steps; step++ {
 		if !x.waitUntil(timed, due) {
@@ -195,6 +202,22 @@ func (x *exchange) waitUntil(timed bool, due time.Time) bool {
 	return x.ctx.Err() == nil
 }
 
+// lookUpPrefix looks the admitted request's prompts up in the prefix cache
+// and caches their blocks, as vLLM's scheduler does when it schedules a
+// request, and sets p.cached.
+func (x *exchange) lookUpPrefix() {
+	s := x.s
+	if s.prefix == nil {
+		return
+	}
+	queried, hit := s.prefix.admit(x.p.cache)
+	x.p.cached = hit
+	s.cacheQueries.Add(int64(queried))
+	s.cacheHits.Add(int64(hit))
+	s.metrics.cacheQueries.Add(float64(queried))
+	s.metrics.cacheHits.Add(float64(hit))
+}
+
 // firstToken accounts the end of prefill.
 func (x *exchange) firstToken() {
 	n := int64(x.p.promptTokens)
@@ -208,6 +231,16 @@ func (x *exchange) produced(n int64) {
 	x.s.completionTokens.Add(n)
 	x.s.metrics.generationTokens.Add(float64(n))
 	x.hold(n)
+}
+
+// cachedDetail is the cached_tokens to report in prompt_tokens_details: the
+// tokens the prefix cache held, with Profile.PromptTokensDetails; 0 (the
+// details stay null, as vLLM leaves them when nothing hit) otherwise.
+func (x *exchange) cachedDetail() int {
+	if !x.s.profile.PromptTokensDetails {
+		return 0
+	}
+	return x.p.cached
 }
 
 // hold adds n tokens to the KV cache held by this request.
@@ -382,7 +415,7 @@ func (x *exchange) streamEnd() bool {
 		b := append((*x.buf)[:0], "data: "...)
 		b = append(b, x.prefix...)
 		b = append(b, `],"usage":`...)
-		b = appendUsage(b, p.promptTokens, p.steps*p.choices())
+		b = appendUsage(b, p.promptTokens, p.steps*p.choices(), x.cachedDetail())
 		*x.buf = append(b, "}\n\n"...)
 		if !x.send() {
 			return false
@@ -463,7 +496,7 @@ func (x *exchange) respond() bool {
 		b = append(b, `,"stop_reason":null}`...)
 	}
 	b = append(b, `],"usage":`...)
-	b = appendUsage(b, p.promptTokens, p.steps*p.choices())
+	b = appendUsage(b, p.promptTokens, p.steps*p.choices(), x.cachedDetail())
 	if p.ep == chatEndpoint {
 		b = append(b, `,"prompt_logprobs":null`...)
 	}

@@ -258,13 +258,14 @@ func TestRegisterFlags(t *testing.T) {
 	err := fs.Parse([]string{
 		"--model", "m", "--prefill-tps", "1000.5", "--decode-tps", "20", "--max-batch", "8", "--speedup", "10",
 		"--max-tokens", "32", "--max-model-len", "4096", "--kv-cache-tokens", "65536", "--legacy-metrics",
+		"--prefix-cache-blocks", "4096", "--block-size", "32", "--enable-prompt-tokens-details", "--serial-prefill",
 		"--fail-percent", "12.5", "--fail-status", "503", "--stall", "2s", "--slow-start", "150ms", "--cut-after", "4", "--unhealthy",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantP := vllmsim.Profile{Model: "m", PrefillTPS: 1000.5, DecodeTPS: 20, MaxBatch: 8, SpeedUp: 10, DefaultMaxTokens: 32,
-		MaxModelLen: 4096, KVCacheTokens: 65536, LegacyMetrics: true}
+		MaxModelLen: 4096, KVCacheTokens: 65536, LegacyMetrics: true, PrefixCacheBlocks: 4096, BlockSize: 32, PromptTokensDetails: true, SerialPrefill: true}
 	wantF := vllmsim.Faults{FailPercent: 12.5, FailStatus: 503, Stall: 2 * time.Second, SlowStart: 150 * time.Millisecond,
 		CutAfterChunks: 4, Unhealthy: true}
 	if diff := cmp.Diff(wantP, p); diff != "" {
@@ -297,6 +298,7 @@ func TestValidate(t *testing.T) {
 		{"qwen preset", vllmsim.QwenFlashNext2Node().Validate(), nil},
 		{"minicpm preset", vllmsim.MiniCPM5_2B().Validate(), nil},
 		{"bad profile", vllmsim.Profile{DecodeTPS: -1, MaxBatch: -2}.Validate(), []string{"model is required", "decode-tps -1", "max-batch -2"}},
+		{"bad prefix cache", vllmsim.Profile{Model: "m", PrefixCacheBlocks: -1, BlockSize: -16}.Validate(), []string{"prefix-cache-blocks -1", "block-size -16"}},
 		{"good faults", vllmsim.Faults{FailPercent: 100, FailStatus: 429}.Validate(), nil},
 		{"bad faults", vllmsim.Faults{FailPercent: 101, FailStatus: 200, Stall: -1}.Validate(), []string{"fail-percent 101", "fail-status 200", "stall -1ns"}},
 	}

@@ -186,6 +186,7 @@ func (s *Server) parseMessages(body []byte, count bool) (*plan, *apiError) {
 	if !msgs.IsArray() {
 		return nil, missing("messages")
 	}
+	bh := s.messagesBlockHasher(root, msgs, count)
 	lastRole := ""
 	i := 0
 	msgs.ForEach(func(_, m gjson.Result) bool {
@@ -204,6 +205,7 @@ func (s *Server) parseMessages(body []byte, count bool) (*plan, *apiError) {
 			chars += len(c.Str)
 			if role != "system" {
 				lastRole = role
+				bh.write(c.Str)
 			}
 		case c.IsArray():
 			var n int
@@ -221,14 +223,17 @@ func (s *Server) parseMessages(body []byte, count bool) (*plan, *apiError) {
 					} else {
 						n += len(b.Get("text").Str)
 						hasContent = hasContent || b.Get("text").Str != ""
+						bh.write(b.Get("text").Str)
 					}
 				case "image":
 					hasContent = true
 				case "tool_use":
 					n += len(b.Get("name").Str) + len(b.Get("input").Raw)
 					hasContent = true
+					bh.write(b.Get("name").Str)
+					bh.write(b.Get("input").Raw)
 				case "tool_result":
-					n += toolResultChars(b.Get("content"))
+					n += toolResultChars(b.Get("content"), bh)
 					hasResult = true
 				}
 				return true
@@ -266,6 +271,7 @@ func (s *Server) parseMessages(body []byte, count bool) (*plan, *apiError) {
 	if count {
 		return p, nil
 	}
+	p.cacheable(bh, p.promptTokens)
 
 	// vLLM passes max_tokens to chat, which refuses a request that cannot
 	// fit the context. The simulated answer's own length is
@@ -297,9 +303,10 @@ func (s *Server) parseMessages(body []byte, count bool) (*plan, *apiError) {
 }
 
 // toolResultChars is the size of a tool_result's content: a string, or its
-// text items joined by newlines.
-func toolResultChars(c gjson.Result) int {
+// text items joined by newlines. It feeds that text to bh.
+func toolResultChars(c gjson.Result, bh *blockHasher) int {
 	if c.Type == gjson.String {
+		bh.write(c.Str)
 		return len(c.Str)
 	}
 	n, items := 0, 0
@@ -307,13 +314,52 @@ func toolResultChars(c gjson.Result) int {
 		if item.Get("type").Str == "text" {
 			if items > 0 {
 				n++
+				bh.write("\n")
 			}
 			n += len(item.Get("text").Str)
+			bh.write(item.Get("text").Str)
 			items++
 		}
 		return true
 	})
 	return n
+}
+
+// messagesBlockHasher starts the prefix cache's view of a Messages
+// request's prompt as vLLM's conversion to chat lays it out: the tools
+// (rendered into the system turn by chat templates), then one system
+// message joining the top-level system and the role-system messages
+// (Claude Code's per-request billing header dropped, as vLLM drops it so
+// that it does not defeat prefix caching); the other messages follow as
+// they are read. nil without a prefix cache, or for count_tokens.
+func (s *Server) messagesBlockHasher(root, msgs gjson.Result, count bool) *blockHasher {
+	bh := s.newBlockHasher()
+	if bh == nil || count {
+		return nil
+	}
+	if t := root.Get("tools"); t.IsArray() {
+		bh.write(t.Raw)
+	}
+	system := func(c gjson.Result) {
+		if c.Type == gjson.String {
+			bh.write(c.Str)
+			return
+		}
+		c.ForEach(func(_, b gjson.Result) bool {
+			if t := b.Get("text").Str; b.Get("type").Str == "text" && !strings.HasPrefix(t, "x-anthropic-billing-header") {
+				bh.write(t)
+			}
+			return true
+		})
+	}
+	system(root.Get("system"))
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		if m.Get("role").Str == "system" {
+			system(m.Get("content"))
+		}
+		return true
+	})
+	return bh
 }
 
 // anthropicTools reads tools ({name, description, input_schema}) and

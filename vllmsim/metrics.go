@@ -22,6 +22,9 @@ type metrics struct {
 	// length, abort (a client that went away).
 	successStop, successLength, successAbort prometheus.Counter
 	ttft, e2e                                prometheus.Histogram
+	// cacheQueries and cacheHits are the prefix cache's lookups and hits,
+	// in tokens.
+	cacheQueries, cacheHits prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -49,10 +52,22 @@ func newMetrics(s *Server) *metrics {
 	m.successLength = success.WithLabelValues("length")
 	m.successAbort = success.WithLabelValues("abort")
 
-	cacheName := "vllm:kv_cache_usage_perc"
+	// vLLM v1 counts prefix-cache lookups and hits in tokens
+	// (vllm/v1/metrics/loggers.py, PrometheusStatLogger): Counters named
+	// vllm:prefix_cache_queries and vllm:prefix_cache_hits, which
+	// prometheus_client exposes with the _total suffix. Before vLLM 0.9
+	// they were vllm:gpu_prefix_cache_queries and _hits, renamed with
+	// vllm:gpu_cache_usage_perc.
+	cacheName, prefixName := "vllm:kv_cache_usage_perc", "vllm:prefix_cache_"
+	queriesHelp, hitsHelp := "Prefix cache queries, in terms of number of queried tokens.", "Prefix cache hits, in terms of number of cached tokens."
 	if s.profile.LegacyMetrics {
-		cacheName = "vllm:gpu_cache_usage_perc"
+		cacheName, prefixName = "vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_"
+		queriesHelp, hitsHelp = "GPU prefix cache queries, in terms of number of queried tokens.", "GPU prefix cache hits, in terms of number of cached tokens."
 	}
+	m.cacheQueries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: prefixName + "queries_total", Help: queriesHelp, ConstLabels: labels})
+	m.cacheHits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: prefixName + "hits_total", Help: hitsHelp, ConstLabels: labels})
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "vllm:num_requests_running", Help: "Number of requests in model execution batches.", ConstLabels: labels},
@@ -63,7 +78,7 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: cacheName, Help: "KV-cache usage. 1 means 100 percent usage.", ConstLabels: labels},
 			s.kvCacheUsage),
-		m.promptTokens, m.generationTokens, success, m.ttft, m.e2e,
+		m.promptTokens, m.generationTokens, success, m.ttft, m.e2e, m.cacheQueries, m.cacheHits,
 	)
 	return m
 }

@@ -43,9 +43,10 @@ func TestMetrics(t *testing.T) {
 		legacy   bool
 		cache    string
 		notCache string
+		prefix   string
 	}{
-		{"current", false, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
-		{"legacy", true, "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"},
+		{"current", false, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:prefix_cache_"},
+		{"legacy", true, "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc", "vllm:gpu_prefix_cache_"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,6 +61,7 @@ func TestMetrics(t *testing.T) {
 				"vllm:num_requests_running", "vllm:num_requests_waiting", tc.cache,
 				"vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
 				"vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
+				tc.prefix + "queries_total", tc.prefix + "hits_total",
 			} {
 				if !strings.Contains(m, "# TYPE "+name+" ") {
 					t.Errorf("no %s in the scrape", name)

@@ -55,6 +55,42 @@ type Profile struct {
 	// request with chat_template_kwargs.enable_thinking false gets none.
 	// 0 means no reasoning.
 	ReasoningTokens int
+	// PrefixCacheBlocks is the capacity of the automatic prefix cache, in
+	// blocks of BlockSize tokens; 0 means no prefix cache (vLLM's
+	// --no-enable-prefix-caching). With it, a request's leading blocks
+	// that an earlier request on this Server already computed are not
+	// prefilled again: prefill takes only the uncached tokens over
+	// PrefillTPS. Blocks are evicted least recently used first. Hits and
+	// lookups are counted in vllm:prefix_cache_hits and
+	// vllm:prefix_cache_queries (tokens) and in Stats.
+	PrefixCacheBlocks int
+	// BlockSize is the KV-cache block size in tokens, the prefix cache's
+	// unit (vLLM's --block-size); 0 means 16, vLLM's default.
+	BlockSize int
+	// SerialPrefill makes prefill compute-bound, as it is on real
+	// hardware: the Server prefills one request at a time at PrefillTPS,
+	// in the order they got their batch slots, so a request's first token
+	// also waits for the prefills admitted before it. Decoding is not
+	// slowed by prefills (vLLM's chunked prefill shares each step between
+	// them; the simulator does not model steps). A request that goes away
+	// before its prefill ends keeps its turn. Off, each request prefills
+	// on its own at PrefillTPS, however many run at once.
+	SerialPrefill bool
+	// PromptTokensDetails reports the cached prompt tokens of chat and
+	// completions answers in usage.prompt_tokens_details.cached_tokens, as
+	// vLLM does with --enable-prompt-tokens-details (only when some tokens
+	// hit; otherwise prompt_tokens_details stays null). The Responses API
+	// reports them in usage.input_tokens_details.cached_tokens regardless,
+	// as vLLM does.
+	PromptTokensDetails bool
+}
+
+// blockSize is BlockSize with its default applied.
+func (p Profile) blockSize() int {
+	if p.BlockSize == 0 {
+		return defaultBlockSize
+	}
+	return p.BlockSize
 }
 
 // Validate reports every invalid field of p, joined.
@@ -74,7 +110,8 @@ func (p Profile) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"max-batch", p.MaxBatch}, {"max-tokens", p.DefaultMaxTokens}, {"max-model-len", p.MaxModelLen}, {"kv-cache-tokens", p.KVCacheTokens}, {"reasoning-tokens", p.ReasoningTokens}} {
+	}{{"max-batch", p.MaxBatch}, {"max-tokens", p.DefaultMaxTokens}, {"max-model-len", p.MaxModelLen}, {"kv-cache-tokens", p.KVCacheTokens}, {"reasoning-tokens", p.ReasoningTokens},
+		{"prefix-cache-blocks", p.PrefixCacheBlocks}, {"block-size", p.BlockSize}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("profile %q: %s %d: must be >= 0", p.Model, f.name, f.v))
 		}
@@ -85,7 +122,8 @@ func (p Profile) Validate() error {
 // RegisterFlags binds p's fields to flags on fs, using p's current values as
 // the defaults: --model --prefill-tps --decode-tps --max-batch --speedup
 // --max-tokens --max-model-len --kv-cache-tokens --legacy-metrics
-// --reasoning-tokens.
+// --reasoning-tokens --prefix-cache-blocks --block-size --serial-prefill
+// --enable-prompt-tokens-details.
 func (p *Profile) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&p.Model, "model", p.Model, "served model name")
 	fs.Float64Var(&p.PrefillTPS, "prefill-tps", p.PrefillTPS, "prompt tokens per second per request (0 = instant)")
@@ -97,6 +135,10 @@ func (p *Profile) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&p.KVCacheTokens, "kv-cache-tokens", p.KVCacheTokens, "KV-cache capacity in tokens for vllm:kv_cache_usage_perc (0 = report 0)")
 	fs.BoolVar(&p.LegacyMetrics, "legacy-metrics", p.LegacyMetrics, "expose vllm:gpu_cache_usage_perc instead of vllm:kv_cache_usage_perc")
 	fs.IntVar(&p.ReasoningTokens, "reasoning-tokens", p.ReasoningTokens, "reasoning tokens before a chat answer's content, sent as \"reasoning\" (0 = none)")
+	fs.IntVar(&p.PrefixCacheBlocks, "prefix-cache-blocks", p.PrefixCacheBlocks, "automatic prefix cache capacity in blocks, LRU (0 = no prefix cache)")
+	fs.IntVar(&p.BlockSize, "block-size", p.BlockSize, "KV-cache block size in tokens, the prefix cache's unit (0 = 16)")
+	fs.BoolVar(&p.SerialPrefill, "serial-prefill", p.SerialPrefill, "prefill one request at a time at --prefill-tps (compute-bound), instead of each request at that rate")
+	fs.BoolVar(&p.PromptTokensDetails, "enable-prompt-tokens-details", p.PromptTokensDetails, "report cached prompt tokens in usage.prompt_tokens_details (chat, completions)")
 }
 
 // QwenFlashNext2Node is Qwen3.8 Flash Next served by one replica spread over
@@ -107,17 +149,22 @@ func (p *Profile) RegisterFlags(fs *flag.FlagSet) {
 // 2,635 tok/s on one node and 5,105 tok/s on eight: 2,635 + 2,470/7 ≈ 2,988.
 // The batch limit, context length, KV capacity and default completion length
 // (256, the published benchmark's output length) are this package's
-// assumptions, not published figures.
+// assumptions, not published figures. The prefix cache is on, as it is by
+// default in vLLM v1, with vLLM's default block size (16) and room for the
+// whole KV capacity (262,144 tokens = 16,384 blocks): vLLM keeps prefix
+// blocks in the KV cache itself, reusing any block no running request holds.
 func QwenFlashNext2Node() Profile {
 	return Profile{
-		Model:            "Qwen/Qwen3.8-Flash-Next",
-		PrefillTPS:       2988,
-		DecodeTPS:        21.71,
-		MaxBatch:         16,
-		SpeedUp:          1,
-		DefaultMaxTokens: 256,
-		MaxModelLen:      131072,
-		KVCacheTokens:    262144,
+		Model:             "Qwen/Qwen3.8-Flash-Next",
+		PrefillTPS:        2988,
+		DecodeTPS:         21.71,
+		MaxBatch:          16,
+		SpeedUp:           1,
+		DefaultMaxTokens:  256,
+		MaxModelLen:       131072,
+		KVCacheTokens:     262144,
+		PrefixCacheBlocks: 262144 / 16,
+		BlockSize:         16,
 	}
 }
 
@@ -126,16 +173,20 @@ func QwenFlashNext2Node() Profile {
 // No figures are published for it; these are plausible estimates for a 2B
 // model on one node, clearly faster than the Qwen replicas: decode 90 tok/s
 // per request, prefill 12,000 tok/s, up to 64 requests at once, a 32k context
-// and room for about a million KV tokens in 128 GB.
+// and room for about a million KV tokens in 128 GB. The prefix cache is on,
+// sized like Qwen's to the whole KV capacity (2^20 tokens = 65,536 blocks
+// of 16).
 func MiniCPM5_2B() Profile {
 	return Profile{
-		Model:            "openbmb/MiniCPM5-2B",
-		PrefillTPS:       12000,
-		DecodeTPS:        90,
-		MaxBatch:         64,
-		SpeedUp:          1,
-		DefaultMaxTokens: 256,
-		MaxModelLen:      32768,
-		KVCacheTokens:    1 << 20,
+		Model:             "openbmb/MiniCPM5-2B",
+		PrefillTPS:        12000,
+		DecodeTPS:         90,
+		MaxBatch:          64,
+		SpeedUp:           1,
+		DefaultMaxTokens:  256,
+		MaxModelLen:       32768,
+		KVCacheTokens:     1 << 20,
+		PrefixCacheBlocks: (1 << 20) / 16,
+		BlockSize:         16,
 	}
 }

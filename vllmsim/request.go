@@ -66,6 +66,11 @@ type plan struct {
 	// (Profile.ReasoningTokens); reasonFrom and reasonOffset are to the
 	// reasoning what continueFrom and offset are to the content.
 	reasoning, reasonFrom, reasonOffset int
+	// cache is each prompt's block hashes for the prefix cache (nil
+	// without one); cached is the prompt tokens it held, set when the
+	// request is admitted.
+	cache  []cachedPrompt
+	cached int
 }
 
 // thinkOpen and thinkClose delimit reasoning inside a final assistant
@@ -254,6 +259,12 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 		lastContent  gjson.Result
 		messages     []Message // collected only for a Chooser
 	)
+	// The prefix cache's view of the prompt: tools first, as chat
+	// templates render them into the system turn, then the messages.
+	bh := s.newBlockHasher()
+	if t := root.Get("tools"); t.IsArray() {
+		bh.write(t.Raw)
+	}
 	msgs.ForEach(func(_, m gjson.Result) bool {
 		role := m.Get("role")
 		if !m.IsObject() || role.Type != gjson.String {
@@ -266,8 +277,11 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 			return false
 		}
 		chars += n
+		bh.writeContent(m.Get("content"))
 		m.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
 			chars += len(tc.Get("function.name").Str) + len(tc.Get("function.arguments").Str)
+			bh.write(tc.Get("function.name").Str)
+			bh.write(tc.Get("function.arguments").Str)
 			return true
 		})
 		if labels != nil {
@@ -293,6 +307,7 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 	if e = s.fitContext(p, p.promptTokens, maxTokens, explicit); e != nil {
 		return nil, e
 	}
+	p.cacheable(bh, p.promptTokens)
 
 	think := s.profile.ReasoningTokens
 	if root.Get("chat_template_kwargs.enable_thinking").Type == gjson.False {
@@ -397,33 +412,50 @@ func (s *Server) parseCompletion(body []byte) (*plan, *apiError) {
 		texts     []string // prompt texts, for a Chooser
 		maxPrompt int
 	)
-	addPrompt := func(tokens int, text string) {
+	// Each prompt of a batch is a request of its own to vLLM's engine, and
+	// looks the prefix cache up on its own.
+	addPrompt := func(tokens int, text string, bh *blockHasher) {
 		p.prompts++
 		p.promptTokens += tokens
 		maxPrompt = max(maxPrompt, tokens)
 		if labels != nil {
 			texts = append(texts, text)
 		}
+		if bh != nil {
+			p.cache = append(p.cache, cachedPrompt{tokens: tokens, blocks: bh.blocks})
+		}
+	}
+	textBlocks := func(text string) *blockHasher {
+		bh := s.newBlockHasher()
+		bh.write(text)
+		return bh
 	}
 	prompt := root.Get("prompt")
 	switch {
 	case prompt.Type == gjson.String:
-		addPrompt(estimateTokens(len(prompt.Str)), prompt.Str)
+		addPrompt(estimateTokens(len(prompt.Str)), prompt.Str, textBlocks(prompt.Str))
 	case prompt.IsArray():
 		var ids int
+		idBlocks := s.newTokenIDHasher()
 		prompt.ForEach(func(_, el gjson.Result) bool {
 			switch {
 			case el.Type == gjson.String && ids == 0:
-				addPrompt(estimateTokens(len(el.Str)), el.Str)
+				addPrompt(estimateTokens(len(el.Str)), el.Str, textBlocks(el.Str))
 			case el.Type == gjson.Number && p.prompts == 0:
 				ids++
+				idBlocks.writeTokenID(el.Raw)
 			case el.IsArray() && ids == 0:
 				n, ok := countTokenIDs(el)
 				if !ok || n == 0 {
 					e = badRequest("prompt: a list of token ids must hold integers only and not be empty")
 					return false
 				}
-				addPrompt(n, "")
+				bh := s.newTokenIDHasher()
+				el.ForEach(func(_, id gjson.Result) bool {
+					bh.writeTokenID(id.Raw)
+					return true
+				})
+				addPrompt(n, "", bh)
 			default:
 				e = badRequest("prompt: must be a string, a list of strings, a list of token ids or a list of such lists")
 				return false
@@ -434,7 +466,7 @@ func (s *Server) parseCompletion(body []byte) (*plan, *apiError) {
 			return nil, e
 		}
 		if ids > 0 {
-			addPrompt(ids, "")
+			addPrompt(ids, "", idBlocks)
 		}
 		if p.prompts == 0 {
 			return nil, badRequest("prompt: must not be empty")

@@ -44,6 +44,11 @@ type storedResponse struct {
 	// of its output messages. vLLM leaves function calls and reasoning of
 	// the previous output out of the follow-up's prompt, and so does this.
 	conversation int
+	// prefix is the prefix cache's view of the same prompt (its tools,
+	// then the conversation); toolsHash identifies the tools it starts
+	// with. nil without a prefix cache.
+	prefix    *blockHasher
+	toolsHash uint64
 }
 
 func (st *responseStore) get(id string) *storedResponse {
@@ -126,6 +131,9 @@ type responsesWire struct {
 	// conversation is the size in bytes of this request's messages:
 	// instructions, inherited conversation and input (tools excluded).
 	conversation int
+	// prefix hashes the prompt for the prefix cache; nil without one.
+	prefix    *blockHasher
+	toolsHash uint64
 	// maxOutput is the response's "max_output_tokens": the cap vLLM
 	// computed for the request (see parseResponses).
 	maxOutput int
@@ -209,13 +217,15 @@ func (s *Server) parseResponses(body []byte) (*plan, wire, *apiError) {
 		rw.instructions = v.Raw
 		chars += len(v.Str)
 	}
+	bh := s.responsesBlockHasher(root, rw)
 	lastRole := "user"
 	input := root.Get("input")
 	switch {
 	case input.Type == gjson.String:
 		chars += len(input.Str)
+		bh.write(input.Str)
 	case input.IsArray():
-		n, role, e := responsesInput(input)
+		n, role, e := responsesInput(input, bh)
 		if e != nil {
 			return nil, nil, e
 		}
@@ -246,6 +256,7 @@ func (s *Server) parseResponses(body []byte) (*plan, wire, *apiError) {
 	}
 	rw.conversation = chars
 	p.promptTokens = estimateTokens(chars + tools.chars)
+	p.cacheable(bh, p.promptTokens)
 
 	// vLLM caps the output at max_output_tokens and at the room the context
 	// leaves (get_max_tokens), and refuses only a prompt that fills the
@@ -294,10 +305,52 @@ func compactJSON(raw string) string {
 	return b.String()
 }
 
+// responsesBlockHasher starts the prefix cache's view of a Responses
+// request's prompt, laid out as vLLM builds it (_construct_input_messages):
+// the tools (rendered into the system turn by chat templates), the
+// instructions as a system message, the previous response's messages and
+// output text, then the input. A follow-up without instructions and with
+// the same tools extends its previous response's prompt, so its view
+// continues that one's. With new instructions vLLM puts them before the
+// inherited messages, whose own instructions come again after them; the
+// prompt then shares only its tools and instructions with earlier ones,
+// and the simulator, which keeps only the previous prompt's hashes, stops
+// hashing there. nil without a prefix cache.
+func (s *Server) responsesBlockHasher(root gjson.Result, rw *responsesWire) *blockHasher {
+	bh := s.newBlockHasher()
+	if bh == nil {
+		return nil
+	}
+	tools := root.Get("tools")
+	if tools.IsArray() {
+		th := s.newBlockHasher()
+		th.write(tools.Raw)
+		rw.toolsHash = th.h
+	}
+	var prev *storedResponse
+	if v := root.Get("previous_response_id"); v.Type == gjson.String {
+		prev = s.stored.get(v.Str)
+	}
+	instructions := root.Get("instructions").Str
+	if prev != nil && prev.prefix != nil && instructions == "" && prev.toolsHash == rw.toolsHash {
+		bh = prev.prefix.clone()
+	} else {
+		if tools.IsArray() {
+			bh.write(tools.Raw)
+		}
+		bh.write(instructions)
+		if prev != nil {
+			bh.stop()
+		}
+	}
+	rw.prefix = bh
+	return bh
+}
+
 // responsesInput reads the items of a list input: the size in bytes of
 // their text, and the chat role the last one becomes in vLLM's prompt
-// ("tool" for a function_call_output).
-func responsesInput(input gjson.Result) (chars int, lastRole string, e *apiError) {
+// ("tool" for a function_call_output). It feeds their text to bh.
+func responsesInput(input gjson.Result, bh *blockHasher) (chars int, lastRole string, e *apiError) {
 	i := 0
 	input.ForEach(func(_, item gjson.Result) bool {
 		if !item.IsObject() {
@@ -319,9 +372,12 @@ func responsesInput(input gjson.Result) (chars int, lastRole string, e *apiError
 				return false
 			}
 			chars += n
+			bh.writeContent(item.Get("content"))
 			lastRole = role
 		case "function_call":
 			chars += len(item.Get("name").Str) + len(item.Get("arguments").Str)
+			bh.write(item.Get("name").Str)
+			bh.write(item.Get("arguments").Str)
 			lastRole = "assistant"
 		case "function_call_output":
 			out := item.Get("output")
@@ -331,6 +387,7 @@ func responsesInput(input gjson.Result) (chars int, lastRole string, e *apiError
 				_, n, _ := contentText(out, false)
 				chars += n
 			}
+			bh.writeContent(out)
 			lastRole = "tool"
 		case "reasoning":
 			// vLLM turns a reasoning item into an assistant message and
@@ -476,7 +533,11 @@ func (rw *responsesWire) appendResponse(b []byte, x *exchange, status string, ou
 		}
 		b = append(b, `{"input_tokens":`...)
 		b = strconv.AppendInt(b, int64(p.promptTokens), 10)
-		b = append(b, `,"input_tokens_details":{"cached_tokens":0,"input_tokens_per_turn":[],"cached_tokens_per_turn":[]},"output_tokens":`...)
+		// cached_tokens is the engine's num_cached_tokens, reported
+		// whether or not --enable-prompt-tokens-details is set.
+		b = append(b, `,"input_tokens_details":{"cached_tokens":`...)
+		b = strconv.AppendInt(b, int64(p.cached), 10)
+		b = append(b, `,"input_tokens_per_turn":[],"cached_tokens_per_turn":[]},"output_tokens":`...)
 		b = strconv.AppendInt(b, int64(p.steps), 10)
 		b = append(b, `,"output_tokens_details":{"reasoning_tokens":`...)
 		b = strconv.AppendInt(b, int64(reasoning), 10)
@@ -531,12 +592,14 @@ func (rw *responsesWire) finish(x *exchange) []byte {
 	resp := rw.appendResponse(make([]byte, 0, 2048), x, rw.status(p), output, true)
 	if rw.store {
 		conv := rw.conversation
+		prefix := rw.prefix.clone()
 		if p.mode == modeText {
 			for step := p.reasoning; step < p.steps; step++ {
 				conv += len(p.token(0, step))
+				prefix.write(p.token(0, step))
 			}
 		}
-		x.s.stored.put(x.id, &storedResponse{body: resp, conversation: conv})
+		x.s.stored.put(x.id, &storedResponse{body: resp, conversation: conv, prefix: prefix, toolsHash: rw.toolsHash})
 	}
 	return resp
 }

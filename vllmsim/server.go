@@ -54,9 +54,15 @@ type Server struct {
 	batch  batch
 	stored responseStore // Responses API responses kept for GET and previous_response_id
 	kvHeld atomic.Int64  // tokens held by running requests
+	prefix *prefixCache  // nil without Profile.PrefixCacheBlocks
+
+	prefillMu   sync.Mutex
+	prefillFree time.Time // Profile.SerialPrefill: when the last prefill scheduled ends; guarded by prefillMu
 
 	requests, completed, failed, cancelled atomic.Int64
 	promptTokens, completionTokens         atomic.Int64
+	cacheQueries, cacheHits                atomic.Int64
+	prefillNanos                           atomic.Int64
 
 	metrics *metrics
 	mux     *http.ServeMux
@@ -116,6 +122,9 @@ func New(p Profile, opts ...Option) *Server {
 	}
 	if s.defaultMaxTokens == 0 {
 		s.defaultMaxTokens = fallbackMaxTokens
+	}
+	if p.PrefixCacheBlocks > 0 {
+		s.prefix = newPrefixCache(p.blockSize(), p.PrefixCacheBlocks)
 	}
 	if p.PrefillTPS > 0 {
 		s.prefillSeconds = 1 / (p.PrefillTPS * speed)
@@ -203,25 +212,53 @@ func (s *Server) Waiting() int {
 // Failed (an error status, or a response cut by a fault) and Cancelled (the
 // client went away). Token totals count prompts when their prefill is done
 // and output tokens as they are produced, cancelled requests included.
+//
+// The prefix-cache totals are counted when a request gets its batch slot,
+// as vLLM counts them when it schedules one: PrefixCacheQueries is every
+// prompt token looked up and PrefixCacheHits those found cached (the
+// vllm:prefix_cache_queries and vllm:prefix_cache_hits counters; both 0
+// without Profile.PrefixCacheBlocks). PrefillTime is the simulated prefill
+// time scheduled so far, SpeedUp applied: uncached prompt tokens over
+// PrefillTPS (0 when PrefillTPS is 0), faults not included.
 type Stats struct {
-	Requests         int64
-	Completed        int64
-	Failed           int64
-	Cancelled        int64
-	PromptTokens     int64
-	CompletionTokens int64
+	Requests           int64
+	Completed          int64
+	Failed             int64
+	Cancelled          int64
+	PromptTokens       int64
+	CompletionTokens   int64
+	PrefixCacheQueries int64
+	PrefixCacheHits    int64
+	PrefillTime        time.Duration
 }
 
 // Stats returns the totals so far.
 func (s *Server) Stats() Stats {
 	return Stats{
-		Requests:         s.requests.Load(),
-		Completed:        s.completed.Load(),
-		Failed:           s.failed.Load(),
-		Cancelled:        s.cancelled.Load(),
-		PromptTokens:     s.promptTokens.Load(),
-		CompletionTokens: s.completionTokens.Load(),
+		Requests:           s.requests.Load(),
+		Completed:          s.completed.Load(),
+		Failed:             s.failed.Load(),
+		Cancelled:          s.cancelled.Load(),
+		PromptTokens:       s.promptTokens.Load(),
+		CompletionTokens:   s.completionTokens.Load(),
+		PrefixCacheQueries: s.cacheQueries.Load(),
+		PrefixCacheHits:    s.cacheHits.Load(),
+		PrefillTime:        time.Duration(s.prefillNanos.Load()),
 	}
+}
+
+// reservePrefill schedules a prefill of d on the Server's one prefill
+// engine (Profile.SerialPrefill) and returns when it starts: now, or when
+// the prefills scheduled before it end.
+func (s *Server) reservePrefill(now time.Time, d time.Duration) time.Time {
+	s.prefillMu.Lock()
+	defer s.prefillMu.Unlock()
+	start := now
+	if s.prefillFree.After(now) {
+		start = s.prefillFree
+	}
+	s.prefillFree = start.Add(d)
+	return start
 }
 
 // kvCacheUsage is the share of Profile.KVCacheTokens held by running

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard/switchyard/capacity"
 	"github.com/switchyard/switchyard/demo"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/router"
@@ -34,6 +35,9 @@ type Options struct {
 	BatchScale float64
 	// Balance, when set, overrides every pool's balancer.
 	Balance string
+	// SerialPrefill makes the replicas prefill one request at a time
+	// (vllmsim.Profile.SerialPrefill), as compute-bound prefill is.
+	SerialPrefill bool
 }
 
 // Layout is a cluster shape.
@@ -65,14 +69,9 @@ func profiles(o Options) (qwen, minicpm vllmsim.Profile) {
 	for _, p := range []*vllmsim.Profile{&qwen, &minicpm} {
 		p.SpeedUp = o.SpeedUp
 		p.MaxBatch = max(1, int(math.Round(float64(p.MaxBatch)*o.BatchScale)))
+		p.SerialPrefill = o.SerialPrefill
 	}
 	return qwen, minicpm
-}
-
-// serviceTime is one request's time on a replica: prefill of the prompt plus
-// decoding MaxTokens, in simulated (scaled) time.
-func serviceTime(p vllmsim.Profile, promptTokens, outTokens int) float64 {
-	return (float64(promptTokens)/p.PrefillTPS + float64(outTokens)/p.DecodeTPS) / p.SpeedUp
 }
 
 // promptTokens is what the simulator counts for the load's prompts.
@@ -80,16 +79,15 @@ const promptTokens = 40
 
 // Bound is the capacity bound of the routed cluster over the Qwen-only one
 // at share: each pool's capacity over its share of the traffic, the smaller
-// wins.
+// wins (the model is package capacity's).
 func Bound(o Options, share float64) float64 {
 	q, m := profiles(o)
-	cq := float64(q.MaxBatch) / serviceTime(q, promptTokens, o.MaxTokens)
-	cm := float64(m.MaxBatch) / serviceTime(m, promptTokens, o.MaxTokens)
-	routed := 3 * cq / share
-	if share < 1 {
-		routed = math.Min(routed, 2*cm/(1-share))
+	c := capacity.Cluster{
+		Large:    capacity.Pool{Replicas: 3, ReplicaRPS: capacity.ReplicaRPS(q, promptTokens, o.MaxTokens)},
+		Small:    capacity.Pool{Replicas: 2, ReplicaRPS: capacity.ReplicaRPS(m, promptTokens, o.MaxTokens)},
+		Baseline: 4,
 	}
-	return routed / (4 * cq)
+	return c.Bound(share)
 }
 
 func config(o Options, layout Layout) string {

@@ -2,13 +2,21 @@
 // result through the real gateway, balancers and classifier path, on
 // simulated replicas timed like the reference DGX Spark cluster's published figures.
 //
-// A Qwen-only cluster (four Qwen replicas of two nodes) is compared with the
-// routed cluster (three Qwen replicas of two nodes and two MiniCPM replicas
-// of one node, MiniCPM also classifying) at several shares of traffic sent
-// to Qwen. Closed-loop clients send the same request mix to both; the
-// classifier sends an exact share to Qwen.
+// With --workload classes (the default), a Qwen-only cluster (four Qwen
+// replicas of two nodes) is compared with the routed cluster (three Qwen
+// replicas of two nodes and two MiniCPM replicas of one node, MiniCPM also
+// classifying) at several shares of traffic sent to Qwen. Closed-loop
+// clients send the same request mix to both; the classifier sends an exact
+// share to Qwen.
+//
+// With --workload agents, multi-turn agent conversations (a few agents with
+// long system prompts, growing conversations) run against one pool of three
+// Qwen replicas with vLLM's prefix cache, once per balancer in --balancers,
+// to show what prefix affinity is worth: throughput, TTFT and the cache's
+// hit rate.
 //
 //	go run ./bench/capacity [--json] [--duration 4s] [--speedup 10]
+//	go run ./bench/capacity --workload agents [--balancers affinity,round_robin] [--duration 12s] [--workers 64]
 package main
 
 import (
@@ -17,8 +25,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,7 +42,51 @@ func main() {
 	workers := fs.Int("workers", 192, "closed-loop clients (enough to saturate Qwen at every share, few enough that the Qwen queue settles quickly)")
 	sharesFlag := fs.String("shares", "1.0,0.75,0.5,0.25,0.1", "shares of traffic sent to Qwen")
 	noBalance := fs.Bool("skip-balancers", false, "skip the round_robin comparison")
+	workload := fs.String("workload", "classes", "classes: the routed cluster against Qwen-only; agents: multi-turn agents on one Qwen pool, one run per balancer (--duration defaults to 12s and --workers to 64)")
+	balancersFlag := fs.String("balancers", strings.Join(AgentBalancers, ","), "with --workload agents: the pool balancers compared")
+	prefillFlag := fs.String("prefill", "request,serial", "with --workload agents: the prefill models compared: request (each request at the prefill rate, the simulator's default) and serial (one prefill at a time per replica, compute-bound)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	switch *workload {
+	case "classes":
+	case "agents":
+		o := Options{Duration: 12 * time.Second, SpeedUp: *speedUp, Workers: 64, MaxTokens: 64, BatchScale: 1}
+		if set["duration"] {
+			o.Duration = *duration
+		}
+		if set["workers"] {
+			o.Workers = *workers
+		}
+		var names []string
+		for _, b := range strings.Split(*balancersFlag, ",") {
+			names = append(names, strings.TrimSpace(b))
+		}
+		models := strings.Split(*prefillFlag, ",")
+		for i, m := range models {
+			if models[i] = strings.TrimSpace(m); models[i] != "request" && models[i] != "serial" {
+				fmt.Fprintf(os.Stderr, "capacity: unknown prefill model %q (known: request, serial)\n", m)
+				os.Exit(2)
+			}
+		}
+		for i, m := range models {
+			oo := o
+			oo.SerialPrefill = m == "serial"
+			if i > 0 && !*asJSON {
+				fmt.Fprintln(os.Stdout)
+			}
+			if err := runAgents(ctx, os.Stdout, oo, names, *asJSON); err != nil {
+				fmt.Fprintln(os.Stderr, "capacity:", err)
+				os.Exit(1)
+			}
+		}
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "capacity: unknown workload %q (known: agents, classes)\n", *workload)
 		os.Exit(2)
 	}
 	var shares []float64
@@ -44,8 +98,6 @@ func main() {
 		}
 		shares = append(shares, v)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	o := Options{Duration: *duration, SpeedUp: *speedUp, Workers: *workers, MaxTokens: 64, BatchScale: 1}
 	if err := run(ctx, os.Stdout, o, shares, *asJSON, !*noBalance); err != nil {
 		fmt.Fprintln(os.Stderr, "capacity:", err)
@@ -105,3 +157,36 @@ func run(ctx context.Context, w io.Writer, o Options, shares []float64, asJSON, 
 }
 
 func round(v float64) float64 { return float64(int(v*100+0.5)) / 100 }
+
+// runAgents measures the agents workload once per balancer and prints a
+// table (or JSON lines).
+func runAgents(ctx context.Context, w io.Writer, o Options, balancers []string, asJSON bool) error {
+	if !asJSON {
+		q, _ := profiles(o)
+		fmt.Fprintf(w, "Agents: %d agents (system prompts %d–%d tokens), %d-turn conversations, each turn adding the answer and a %d-token tool result\n",
+			len(agentSystemTokens), slices.Min(agentSystemTokens), slices.Max(agentSystemTokens), agentTurns, toolResultTokens)
+		prefill := "each request prefills at %g tok/s (the simulator's default)"
+		if o.SerialPrefill {
+			prefill = "one prefill at a time per replica at %g tok/s (compute-bound)"
+		}
+		fmt.Fprintf(w, "one pool of %d Qwen replicas (batch %d, prefix cache %d blocks of %d tokens each), "+prefill+";\nclosed loop, %d clients, %d output tokens, model time ÷%g, %s per balancer after %s warm-up\n\n",
+			agentReplicas, q.MaxBatch, q.PrefixCacheBlocks, q.BlockSize, q.PrefillTPS, o.Workers, o.MaxTokens, o.SpeedUp, o.Duration, o.Duration/2)
+		fmt.Fprintf(w, "%-18s %8s %8s %10s %10s %9s %12s %8s %8s\n", "balancer", "req/s", "bound", "TTFT p50", "TTFT p99", "hit rate", "prefill/req", "prompt", "busiest")
+	}
+	for _, b := range balancers {
+		r, err := MeasureAgents(ctx, o, b)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			bb, _ := json.Marshal(map[string]any{"workload": "agents", "serial_prefill": o.SerialPrefill, "balance": b, "rps": round(r.RPS), "bound_rps": round(r.Bound), "ttft_p50_ms": r.TTFTP50.Milliseconds(),
+				"ttft_p99_ms": r.TTFTP99.Milliseconds(), "hit_rate": round(r.HitRate), "prefill_per_request_ms": r.PrefillPerRequest.Milliseconds(),
+				"prompt_tokens": math.Round(r.PromptTokens), "busiest": round(r.Busiest), "requests": r.Requests})
+			fmt.Fprintln(w, string(bb))
+			continue
+		}
+		fmt.Fprintf(w, "%-18s %8.1f %8.1f %10s %10s %8.1f%% %12s %8.0f %7.2fx\n", b, r.RPS, r.Bound, r.TTFTP50.Round(time.Millisecond), r.TTFTP99.Round(time.Millisecond),
+			100*r.HitRate, r.PrefillPerRequest.Round(time.Millisecond), r.PromptTokens, r.Busiest)
+	}
+	return nil
+}
