@@ -197,25 +197,18 @@ func (e *apiError) responsesEvent(seq int64) []byte {
 
 // writeErrorFor writes e in the shape of the API ep speaks.
 func writeErrorFor(w http.ResponseWriter, ep endpoint, e *apiError) {
-	if !ep.anthropic() {
-		writeError(w, e)
+	if ep.anthropic() {
+		writeBody(w, e, e.anthropicBody())
 		return
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	if e.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
-	}
-	if e.Status == http.StatusRequestTimeout {
-		h.Set("Connection", "close") // the rest of the body may still be coming
-	}
-	h.Del("Content-Length")
-	w.WriteHeader(e.Status)
-	_, _ = w.Write(append(e.anthropicBody(), '\n'))
+	writeError(w, e)
 }
 
 // writeError writes err as an OpenAI-shaped JSON error.
-func writeError(w http.ResponseWriter, e *apiError) {
+func writeError(w http.ResponseWriter, e *apiError) { writeBody(w, e, e.body()) }
+
+// writeBody writes body, the error e in some API's shape.
+func writeBody(w http.ResponseWriter, e *apiError, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	if e.RetryAfter > 0 {
@@ -226,5 +219,5 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	}
 	h.Del("Content-Length")
 	w.WriteHeader(e.Status)
-	_, _ = w.Write(append(e.body(), '\n'))
+	_, _ = w.Write(append(body, '\n'))
 }

@@ -288,12 +288,7 @@ func (s *Server) parseMessages(body []byte, count bool) (*plan, *apiError) {
 	}
 
 	if tools.call.Exists() && lastRole != "tool" {
-		p.mode = modeTool
-		p.tool.name = tools.call.Get("name").Str
-		p.tool.args = exampleArguments(tools.call.Get("input_schema"))
-		p.tool.pieces = splitArguments(p.tool.args)
-		p.steps = 1 + len(p.tool.pieces)
-		p.finish, p.engineFinish = "tool_calls", "stop"
+		p.callTool(tools.call.Get("name").Str, tools.call.Get("input_schema"))
 	} else if root.Get("chat_template_kwargs.enable_thinking").Type != gjson.False {
 		// vLLM ignores the request's "thinking" field; a reasoning model
 		// thinks unless its chat template is told not to.

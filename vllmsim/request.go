@@ -81,6 +81,19 @@ const (
 	thinkClose = "</think>"
 )
 
+// callTool makes p answer with a call to the tool name, its arguments
+// built from schema. The header (id and name) is one token, each argument
+// piece another. A tool call is not cut at max_tokens: its arguments stay
+// valid JSON.
+func (p *plan) callTool(name string, schema gjson.Result) {
+	p.mode = modeTool
+	p.tool.name = name
+	p.tool.args = exampleArguments(schema)
+	p.tool.pieces = splitArguments(p.tool.args)
+	p.steps = 1 + len(p.tool.pieces)
+	p.finish, p.engineFinish = "tool_calls", "stop"
+}
+
 // toolCall is the call a modeTool request answers with.
 type toolCall struct {
 	name   string
@@ -337,14 +350,7 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 		}
 		p.setChoice([]choiceAnswer{a})
 	case tools.call.Exists() && lastRole != "tool":
-		p.mode = modeTool
-		p.tool.name = tools.call.Get("name").Str
-		p.tool.args = exampleArguments(tools.call.Get("parameters"))
-		p.tool.pieces = splitArguments(p.tool.args)
-		// The header (id and name) is one token, each argument piece another.
-		// A tool call is not cut at max_tokens: its arguments stay valid JSON.
-		p.steps = 1 + len(p.tool.pieces)
-		p.finish, p.engineFinish = "tool_calls", "stop"
+		p.callTool(tools.call.Get("name").Str, tools.call.Get("parameters"))
 	default:
 		p.reasoning = min(think, p.steps)
 	}

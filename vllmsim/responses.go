@@ -284,12 +284,7 @@ func (s *Server) parseResponses(body []byte) (*plan, wire, *apiError) {
 	}
 
 	if tools.call.Exists() && lastRole != "tool" {
-		p.mode = modeTool
-		p.tool.name = tools.call.Get("name").Str
-		p.tool.args = exampleArguments(tools.call.Get("parameters"))
-		p.tool.pieces = splitArguments(p.tool.args)
-		p.steps = 1 + len(p.tool.pieces)
-		p.finish, p.engineFinish = "tool_calls", "stop"
+		p.callTool(tools.call.Get("name").Str, tools.call.Get("parameters"))
 	} else if root.Get("chat_template_kwargs.enable_thinking").Type != gjson.False {
 		p.reasoning = min(s.profile.ReasoningTokens, p.steps)
 	}
