@@ -208,6 +208,10 @@ type Pool struct {
 	StreamIdleTimeout *Duration `yaml:"stream_idle_timeout,omitempty"`
 	// MaxStreamDuration bounds a whole stream. Default 0 (off).
 	MaxStreamDuration Duration `yaml:"max_stream_duration,omitempty"`
+	// MaxModelLen is the replicas' context length (vLLM's
+	// --max-model-len); with it, an answer length a client asks for that
+	// cannot fit beside its prompt is lowered to what fits. 0: unknown.
+	MaxModelLen int `yaml:"max_model_len,omitempty"`
 	// Retries is how many other replicas are tried before the first byte
 	// reached the client. Default 2.
 	Retries *int `yaml:"retries,omitempty"`

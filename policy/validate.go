@@ -178,6 +178,9 @@ func (v *validator) pools() {
 		if (pool.Parameters > 0) != (pool.DType != "") {
 			v.errf(at, "pool %q: give parameters and dtype together (or memory)", pool.Name)
 		}
+		if pool.MaxModelLen < 0 {
+			v.errf(appendCopy(at, "max_model_len"), "pool %q: max_model_len must not be negative", pool.Name)
+		}
 		if pool.MaxInflight < 0 {
 			v.errf(appendCopy(at, "max_inflight"), "pool %q: max_inflight must not be negative", pool.Name)
 		}

@@ -209,3 +209,27 @@ func anthropicError(status int, body []byte) []byte {
 	}
 	return (&apiError{Status: status, Message: msg}).anthropicBody()
 }
+
+// fitAnswer lowers the answer length a request asks for (max_tokens,
+// max_completion_tokens, max_output_tokens) when it cannot fit beside the
+// prompt in the pool's context (max_model_len): vLLM refuses such a
+// request (400), and Claude Code asks for 32,000-64,000 tokens whatever
+// the model. The prompt is over-estimated (three bytes of JSON a token)
+// so the lowered length fits. It returns body unchanged when nothing
+// needs lowering.
+func fitAnswer(body []byte, promptBytes, maxModelLen int) []byte {
+	if maxModelLen <= 0 {
+		return body
+	}
+	room := maxModelLen - (promptBytes+2)/3
+	for _, k := range [...]string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
+		v := gjson.GetBytes(body, k)
+		if v.Type != gjson.Number || v.Int() <= int64(room) {
+			continue
+		}
+		if out, err := sjson.SetBytes(body, k, max(room, 1)); err == nil {
+			body = out
+		}
+	}
+	return body
+}

@@ -79,3 +79,22 @@ func TestResponseIDs(t *testing.T) {
 		t.Errorf("encoded twice: %s", again)
 	}
 }
+
+// TestFitAnswer: an answer length that cannot fit beside the prompt in the
+// pool's context is lowered to what fits; one that fits, or a pool whose
+// context is unknown, is left alone.
+func TestFitAnswer(t *testing.T) {
+	body := []byte(`{"model":"m","max_tokens":64000,"messages":[{"role":"user","content":"hi"}]}`)
+	if got := fitAnswer(body, len(body), 0); &got[0] != &body[0] {
+		t.Errorf("unknown context: changed")
+	}
+	got := fitAnswer(body, len(body), 32768)
+	want := int64(32768 - (len(body)+2)/3)
+	if n := gjson.GetBytes(got, "max_tokens").Int(); n != want {
+		t.Errorf("max_tokens %d, want %d", n, want)
+	}
+	small := []byte(`{"model":"m","max_output_tokens":100,"input":"hi"}`)
+	if got := fitAnswer(small, len(small), 32768); string(got) != string(small) {
+		t.Errorf("a length that fits was changed: %s", got)
+	}
+}

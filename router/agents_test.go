@@ -406,3 +406,23 @@ func TestCountTokensFallback(t *testing.T) {
 		t.Errorf("count_tokens passed to vLLM: %d %s", resp.StatusCode, b)
 	}
 }
+
+// TestClaudeCodeMaxTokensFit: Claude Code asks for 32,000 tokens whatever
+// the model; vLLM refuses a request whose prompt and answer exceed the
+// context, so with the pool's max_model_len the gateway lowers it.
+func TestClaudeCodeMaxTokensFit(t *testing.T) {
+	r := startReplica(t, fast("m")) // MaxModelLen 4096
+	body := `{"model":"auto","max_tokens":32000,"messages":[{"role":"user","content":"hi"}]}`
+	refused := oneReplicaGateway(t, r.Srv.URL, "", "")
+	if resp, b := post(t, refused.API.URL+"/v1/messages", body, nil); resp.StatusCode != 400 || gjson.GetBytes(b, "type").Str != "error" {
+		t.Fatalf("without max_model_len: %d %s, want vLLM's 400 in Anthropic's shape", resp.StatusCode, b)
+	}
+	fits := oneReplicaGateway(t, r.Srv.URL, ", max_model_len: 4096", "")
+	resp, b := post(t, fits.API.URL+"/v1/messages", body, nil)
+	if resp.StatusCode != 200 || gjson.GetBytes(b, "type").Str != "message" {
+		t.Errorf("with max_model_len: %d %s", resp.StatusCode, b)
+	}
+	if n := gjson.GetBytes(r.lastBody(), "max_tokens").Int(); n >= 4096 || n < 4000 {
+		t.Errorf("the replica got max_tokens %d, want just under 4096 less the prompt", n)
+	}
+}

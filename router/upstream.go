@@ -304,6 +304,9 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 			return false, badRequest("model", "could not rewrite model: "+err.Error())
 		}
 	}
+	if x.ep.generates() {
+		body = fitAnswer(body, len(body), ps.cfg.MaxModelLen)
+	}
 	injected := false
 	if x.info.Stream && !x.info.IncludeUsage && x.ep <= completionsEndpoint {
 		// Ask for usage so token accounting is complete; the extra usage
