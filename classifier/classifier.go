@@ -174,6 +174,8 @@ func (c *Classifier) outcome(failed, probe bool, err error) {
 		b.probing = false
 	}
 	switch {
+	case !failed && !probe && !b.openUntil.IsZero():
+		// A call made before the circuit opened: only the probe decides.
 	case !failed:
 		closed = !b.openUntil.IsZero()
 		b.failures, b.openUntil = 0, time.Time{}
@@ -184,14 +186,12 @@ func (c *Classifier) outcome(failed, probe bool, err error) {
 			b.openUntil = c.now().Add(c.opts.BreakerCooldown)
 		}
 	}
+	if m := c.opts.Metrics; m != nil && (opened || closed) {
+		m.circuit.Set(boolFloat(opened)) // under the lock: in the order of the changes
+	}
 	b.mu.Unlock()
-	if opened || closed {
-		if m := c.opts.Metrics; m != nil {
-			m.circuit.Set(boolFloat(opened))
-		}
-		if c.opts.OnBreaker != nil {
-			c.opts.OnBreaker(opened, err)
-		}
+	if (opened || closed) && c.opts.OnBreaker != nil {
+		c.opts.OnBreaker(opened, err)
 	}
 }
 

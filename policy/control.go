@@ -8,8 +8,9 @@ import (
 )
 
 // controlBins is the resolution of the score histogram: thresholds are
-// multiples of 1/controlBins.
-const controlBins = 1000
+// multiples of 1/(controlBins-1); the last bin holds the scores of
+// exactly 1 (a classifier without logprobs gives its label 1).
+const controlBins = 1001
 
 // Controller holds the share of policy-routed requests that one pool
 // gets at a target, by moving the threshold of the routes' auto score
@@ -114,7 +115,7 @@ func (c *Controller) Threshold() float64 { return math.Float64frombits(c.thr.Loa
 
 // observeScore records the score of a request that reached an auto bound.
 func (c *Controller) observeScore(v float64) {
-	i := int(v * controlBins)
+	i := int(v * (controlBins - 1))
 	i = min(max(i, 0), controlBins-1)
 	c.pending[i].Add(1)
 }
@@ -141,6 +142,11 @@ func (c *Controller) tick() time.Duration { return max(c.opts.Window/30, 10*time
 // update folds in the observations since the last tick and moves the
 // threshold; dt is the time since the last tick.
 func (c *Controller) update(dt time.Duration) {
+	// Load may read the controller (Share), so it is called unlocked.
+	util := 0.0
+	if c.opts.Capacity && c.opts.Load != nil {
+		util = c.opts.Load()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// The feed-forward reads the recent traffic (an eighth of the window),
@@ -164,11 +170,7 @@ func (c *Controller) update(dt time.Duration) {
 	}
 	step := math.Min(float64(dt)/float64(c.opts.Window), 1)
 	if c.opts.Capacity && c.opts.Load != nil {
-		// Towards the utilization goal, on the window's time scale. Load
-		// may read the controller (Share), so it is called unlocked.
-		c.mu.Unlock()
-		util := c.opts.Load()
-		c.mu.Lock()
+		// Towards the utilization goal, on the window's time scale.
 		c.target = clamp(c.target+step*(c.opts.Utilization-util), 0.01, 1)
 		c.targetBits.Store(math.Float64bits(c.target))
 	}
@@ -184,13 +186,17 @@ func (c *Controller) update(dt time.Duration) {
 }
 
 // quantile is the lowest threshold that lets at most a fraction p of the
-// auto-reaching scores pass (v >= threshold).
+// auto-reaching scores pass (v >= threshold). Bin i holds the scores in
+// [i/(controlBins-1), (i+1)/(controlBins-1)), the last one exactly 1.
 func (c *Controller) quantile(p float64) float64 {
 	want := p * c.auto
 	sum := 0.0
 	for i := controlBins - 1; i >= 0; i-- {
 		if sum+c.hist[i] > want+1e-9 {
-			return float64(i+1) / controlBins
+			if i == controlBins-1 {
+				return math.Nextafter(1, 2) // above every score: none passes
+			}
+			return float64(i+1) / (controlBins - 1)
 		}
 		sum += c.hist[i]
 	}

@@ -223,3 +223,20 @@ func BenchmarkControllerDecide(b *testing.B) {
 		}
 	})
 }
+
+// TestControllerSheds1: scores of exactly 1 (a classifier without
+// logprobs gives its label 1) can be kept out: the threshold goes above 1.
+func TestControllerSheds1(t *testing.T) {
+	cfg := load(t, controlYAML)
+	clk := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	o := cfg.Control.Share.Options()
+	o.Target, o.Now = 0.05, clk.Now
+	ctrl := policy.NewController(o)
+	for range 20000 {
+		policy.ControllerObserve(ctrl, 1)
+		clk.Advance(10 * time.Millisecond)
+	}
+	if thr := ctrl.Threshold(); thr <= 1 {
+		t.Errorf("threshold %v with every score 1 and a target of 0.05, want above 1", thr)
+	}
+}

@@ -31,6 +31,8 @@ type Classification struct {
 	Label string
 	// Scores holds a probability per label (they sum to 1 when known).
 	Scores map[string]float64
+	// Fallback: the classifier could not answer and Label is on_error's.
+	Fallback bool
 }
 
 // Decision is the outcome of evaluating the routes for one request.
@@ -326,7 +328,8 @@ func (s *evalState) match(w *When) (bool, string) {
 			auto := 0.0
 			if cmp.Auto != "" && s.ctrl != nil {
 				auto = s.ctrl.Threshold()
-				if !s.observed && !s.explain {
+				// A fallback label's score says nothing of the traffic.
+				if !s.observed && !s.explain && !c.Fallback {
 					s.ctrl.observeScore(v)
 					s.observed = true
 				}

@@ -210,6 +210,9 @@ func anthropicError(status int, body []byte) []byte {
 	return (&apiError{Status: status, Message: msg}).anthropicBody()
 }
 
+// minFitAnswer is the shortest answer length fitAnswer lowers a request to.
+const minFitAnswer = 1024
+
 // fitAnswer lowers the answer length a request asks for (max_tokens,
 // max_completion_tokens, max_output_tokens) when it cannot fit beside the
 // prompt in the pool's context (max_model_len): vLLM refuses such a
@@ -222,12 +225,18 @@ func fitAnswer(body []byte, promptBytes, maxModelLen int) []byte {
 		return body
 	}
 	room := maxModelLen - (promptBytes+2)/3
+	if room < minFitAnswer {
+		// The estimate leaves next to nothing (a large prompt, or one
+		// whose bytes are not text, such as an image): vLLM's own answer
+		// says more than a cut to a few tokens would.
+		return body
+	}
 	for _, k := range [...]string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
 		v := gjson.GetBytes(body, k)
 		if v.Type != gjson.Number || v.Int() <= int64(room) {
 			continue
 		}
-		if out, err := sjson.SetBytes(body, k, max(room, 1)); err == nil {
+		if out, err := sjson.SetBytes(body, k, room); err == nil {
 			body = out
 		}
 	}

@@ -426,3 +426,57 @@ func TestClaudeCodeMaxTokensFit(t *testing.T) {
 		t.Errorf("the replica got max_tokens %d, want just under 4096 less the prompt", n)
 	}
 }
+
+// TestPreviousResponseIsScoped: previous_response_id pins only Responses
+// requests, and only to a pool the requested model reaches: a chat
+// request carrying one is routed as usual, and a Responses request for a
+// model pinned to another pool gets 404, never the other pool.
+func TestPreviousResponseIsScoped(t *testing.T) {
+	e := startAgents(t, 1)
+	gw := e.gws[0]
+	// A response id naming big-a, as a Responses answer from it would.
+	resp, b := post(t, gw.API.URL+"/v1/responses", `{"model":"auto","input":"x","tools":[{"type":"function","name":"f","parameters":{"type":"object"}}]}`, nil)
+	id := gjson.GetBytes(b, "id").Str
+	if resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Pool") != "big" || !strings.HasPrefix(id, "resp_sy") {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	resp, b = post(t, gw.API.URL+"/v1/chat/completions", `{"model":"gpt-4o","previous_response_id":"`+id+`","messages":[{"role":"user","content":"hi"}]}`, nil)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Pool") != "small" {
+		t.Errorf("chat with previous_response_id: %d pool %q %s", resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"), b)
+	}
+	resp, b = post(t, gw.API.URL+"/v1/responses", `{"model":"gpt-4o","previous_response_id":"`+id+`","input":"hi"}`, nil)
+	if resp.StatusCode != 404 || gjson.GetBytes(b, "error.code").Str != "response_not_found" {
+		t.Errorf("Responses for small naming big's response: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestCompletedStreamThenReset: a Messages stream whose replica sent
+// message_stop and then dropped the connection (before the chunked end)
+// is complete: no error event, a 200, and the replica is not blamed.
+func TestCompletedStreamThenReset(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ev := range []string{
+			`event: message_start` + "\n" + `data: {"type":"message_start","message":{"id":"m1","type":"message","role":"assistant","model":"m","content":[],"usage":{"input_tokens":3,"output_tokens":1}}}`,
+			`event: content_block_delta` + "\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}`,
+			`event: message_delta` + "\n" + `data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}`,
+			`event: message_stop` + "\n" + `data: {"type":"message_stop"}`,
+		} {
+			_, _ = io.WriteString(w, ev+"\n\n")
+		}
+		http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler) // drop the connection without the chunked end
+	}))
+	defer up.Close()
+	gw := oneReplicaGateway(t, up.URL, "", "")
+	resp, b := post(t, gw.API.URL+"/v1/messages", `{"model":"m","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]}`, nil)
+	if resp.StatusCode != 200 || strings.Contains(string(b), "event: error") || !strings.HasSuffix(string(b), `data: {"type":"message_stop"}`+"\n\n") {
+		t.Errorf("%d %q", resp.StatusCode, b)
+	}
+	eventually(t, 5*time.Second, "the request counted", func() bool {
+		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}) == 1
+	})
+	if got := metricValue(t, gw, "switchyard_tokens_total", map[string]string{"kind": "completion"}); got != 2 {
+		t.Errorf("completion tokens %v, want 2", got)
+	}
+}

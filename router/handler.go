@@ -150,14 +150,24 @@ func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix
 	defer g.finish(x)
 	x.storedSuffix = suffix
 	s := x.snap
+	rc := x.responseController(w)
+	timed := rc.SetReadDeadline(time.Now().Add(s.Config.Server.BodyTimeout.Std())) == nil
 	key, err := s.authenticate(r)
 	if err == nil {
 		x.key = key
 		x.info = &reqInfo{}
 		x.body, err = readBody(r, int64(s.Config.Server.MaxBodyBytes))
 	}
+	if err == nil && timed {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	if err == nil && key != nil && key.limiter != nil {
+		if wait := key.wait(time.Now()); wait > 0 {
+			err = &retryAfter{err: fmt.Errorf("%w: API key %q is over its rate of %g requests/s", errRateLimited, key.name, key.rate.RPS), after: wait}
+		}
+	}
 	if err == nil {
-		err = x.pinToStored(id)
+		err = x.pinToStored(id, "response_id")
 	}
 	if err != nil {
 		g.fail(w, x, err, "")
@@ -215,10 +225,14 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		x.clientModel = info.Model
 	}
 	switch {
-	case info.PreviousResponse != "":
-		// A stored response lives on the replica that made it.
-		if err := x.pinToStored(info.PreviousResponse); err != nil {
+	case info.PreviousResponse != "" && x.ep == responsesEndpoint:
+		// A stored response lives on the replica that made it, which
+		// must be in a pool the requested model may reach.
+		if err := x.pinToStored(info.PreviousResponse, "previous_response_id"); err != nil {
 			return err
+		}
+		if !s.reaches(tgt, x.decision.Pools[0]) {
+			return errResponseNotFound(info.PreviousResponse, "previous_response_id", fmt.Sprintf("it was stored by a pool the model `%s` does not route to", info.Model))
 		}
 	case !tgt.policy:
 		x.decision = policy.Decision{Route: "direct", Pools: []string{tgt.pool.Name}}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
@@ -43,18 +44,29 @@ func decodeResponseID(id string) (tag, orig string, ok bool) {
 	return rest[:12], rest[13:], true
 }
 
-// errResponseNotFound is a 404 in the Responses API's error shape.
-func errResponseNotFound(id, why string) error {
-	return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "response_not_found", Param: "previous_response_id",
+// errResponseNotFound is a 404 in the Responses API's error shape; param
+// names where the id came from.
+func errResponseNotFound(id, param, why string) error {
+	return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "response_not_found", Param: param,
 		Message: fmt.Sprintf("response %q was not found: %s", id, why)}
+}
+
+// reaches reports whether requests for the model target t may be sent to
+// pool: its own pool, or, for a policy-routed name, a pool the routes
+// name (target, split, fallback, spill).
+func (s *Snapshot) reaches(t target, pool string) bool {
+	if !t.policy {
+		return t.pool != nil && t.pool.Name == pool
+	}
+	return s.routed(pool)
 }
 
 // pinToStored sends the exchange to the replica that stored response id,
 // with the replica's own id restored in the body.
-func (x *exchange) pinToStored(id string) error {
+func (x *exchange) pinToStored(id, param string) error {
 	tag, orig, ok := decodeResponseID(id)
 	if !ok {
-		return errResponseNotFound(id, "it was not made through this gateway")
+		return errResponseNotFound(id, param, "it was not made through this gateway")
 	}
 	for _, ps := range x.snap.poolOrder {
 		for _, rep := range ps.Replicas() {
@@ -75,7 +87,7 @@ func (x *exchange) pinToStored(id string) error {
 			return nil
 		}
 	}
-	return errResponseNotFound(id, "the replica that stored it is no longer configured")
+	return errResponseNotFound(id, param, "the replica that stored it is no longer configured")
 }
 
 // storedHandler serves GET and DELETE /v1/responses/{id} and POST
@@ -90,12 +102,14 @@ func (g *Gateway) storedHandler(suffix string) http.HandlerFunc {
 // event data (the top-level id of a response object, and response.id of
 // an event) to the ids clients see. Item ids are left alone.
 func responseIDs(data []byte, tag string) []byte {
-	for _, path := range [...]string{"id", "response.id"} {
+	// The replica that answered also stored the response it continues,
+	// so an echoed previous_response_id takes the same tag.
+	for _, path := range [...]string{"id", "response.id", "previous_response_id", "response.previous_response_id"} {
 		v := gjson.GetBytes(data, path)
 		if v.Type != gjson.String || !strings.HasPrefix(v.Str, "resp_") || strings.HasPrefix(v.Str, storedPrefix) {
 			continue
 		}
-		if path == "id" && gjson.GetBytes(data, "object").Str != "response" {
+		if (path == "id" || path == "previous_response_id") && gjson.GetBytes(data, "object").Str != "response" {
 			continue
 		}
 		if out, err := sjson.SetBytes(data, path, encodeResponseID(tag, v.Str)); err == nil {
@@ -103,4 +117,19 @@ func responseIDs(data []byte, tag string) []byte {
 		}
 	}
 	return data
+}
+
+// routed reports whether the routes can send a request to pool.
+func (s *Snapshot) routed(pool string) bool {
+	for _, r := range s.Config.Routes {
+		if r.To == pool || slices.Contains(r.Fallback, pool) || (r.Spill != nil && r.Spill.To == pool) {
+			return true
+		}
+		for _, e := range r.Split {
+			if e.Pool == pool {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -176,7 +176,7 @@ func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input
 			g.log.Warn("classifier failed; using on_error label", "request_id", x.id, "label", res.Label, "result", res.Outcome, "error", res.Err.Error())
 		}
 	}
-	return policy.Classification{Label: res.Label, Scores: res.Scores}
+	return policy.Classification{Label: res.Label, Scores: res.Scores, Fallback: res.Fallback()}
 }
 
 // classifierInput reads what the classifier looks at from the body fields.

@@ -83,10 +83,11 @@ func (g *Gateway) shadowDecide(ctx context.Context, x *exchange, live policy.Dec
 	if sh == nil {
 		return
 	}
+	// The shadow policy has no session store; the session id still
+	// picks its splits, as the live policy's.
 	req := *preq
-	req.Session = "" // the shadow keeps no sessions
 	if res := x.classRes; res.Outcome != "" || x.snap.classifier == nil {
-		cls := policy.Classification{Label: res.Label, Scores: res.Scores}
+		cls := policy.Classification{Label: res.Label, Scores: res.Scores, Fallback: res.Fallback()}
 		sh.record(g, live, sh.policy.Decide(&req, func() policy.Classification { return cls }, false))
 		return
 	}
@@ -95,7 +96,7 @@ func (g *Gateway) shadowDecide(ctx context.Context, x *exchange, live policy.Dec
 	go func() {
 		d := sh.policy.Decide(&req, func() policy.Classification {
 			r := c.Classify(ctx, in)
-			return policy.Classification{Label: r.Label, Scores: r.Scores}
+			return policy.Classification{Label: r.Label, Scores: r.Scores, Fallback: r.Fallback()}
 		}, false)
 		sh.record(g, live, d)
 	}()

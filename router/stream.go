@@ -145,6 +145,9 @@ func (p *pump) run(body io.Reader) error {
 			}
 			out, keep := p.event(ev)
 			if !keep {
+				if p.sawDone {
+					break // a [DONE] these APIs do not have: the end all the same
+				}
 				continue
 			}
 			if err := p.write(out); err != nil {
@@ -180,7 +183,7 @@ func (p *pump) run(body io.Reader) error {
 			// The stream ended inside an event. A client parser drops an
 			// incomplete event, so it is not passed on; a [DONE] whose
 			// blank line is missing still completes the stream.
-			if data, ok := eventData(tail); ok && bytes.Equal(bytes.TrimSpace(data), doneValue) {
+			if data, ok := eventData(tail); ok && bytes.Equal(bytes.TrimSpace(data), doneValue) && (p.ep != responsesEndpoint && p.ep != messagesEndpoint) {
 				end := []byte("\n\n")
 				if tail[len(tail)-1] == '\n' {
 					end = end[1:] // the line is ended; add the blank line
@@ -198,10 +201,12 @@ func (p *pump) run(body io.Reader) error {
 				return nil
 			}
 		}
+		if p.complete {
+			// The terminal event was sent: however the replica ends the
+			// connection now, the client has its whole answer.
+			return nil
+		}
 		if errors.Is(rerr, io.EOF) {
-			if p.complete {
-				return nil
-			}
 			return errStreamCut
 		}
 		return fmt.Errorf("%w: %w", errStreamCut, rerr)

@@ -399,10 +399,16 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	defer resp.Body.Close()
 	o, retry, reason := judgeStatus(resp.StatusCode)
 	if resp.StatusCode == http.StatusNotFound && x.ep > completionsEndpoint {
-		// Beyond chat and completions a 404 is an answer (a stored
-		// response that is not there, an endpoint this vLLM version does
-		// not have), not a sign that the server lacks the pool's model.
-		o, retry = pools.Neutral, false
+		// On chat and completions a 404 means the server lacks the pool's
+		// model. Elsewhere it may be an answer: a stored response that is
+		// not there, or an endpoint this vLLM version lacks (FastAPI's
+		// {"detail":"Not Found"}), which says nothing of the replica's
+		// other traffic.
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		if x.pinned != nil || !x.ep.generates() || !bytes.Contains(bytes.ToLower(b), []byte("model")) {
+			o, retry = pools.Neutral, false
+		}
 	}
 	if x.ep == countTokensEndpoint && resp.StatusCode == http.StatusNotFound {
 		return g.countTokensLocally(w, x, resp)
@@ -460,7 +466,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		// before they are.
 		p := pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std()}
 		_ = p.write(answer)
-		if resp.StatusCode == http.StatusOK {
+		if resp.StatusCode == http.StatusOK && x.storedID == "" { // a stored response's tokens were counted when it was made
 			g.usage(x, ps, buf.Bytes(), span)
 			if recording {
 				var a genAIResponse
@@ -561,6 +567,9 @@ func (g *Gateway) upstreamRequest(ctx, hctx context.Context, x *exchange, r *htt
 	switch {
 	case x.storedID != "":
 		method, target = r.Method, rep.Base()+"/v1/responses/"+url.PathEscape(x.storedID)+x.storedSuffix
+		if r.URL.RawQuery != "" {
+			target += "?" + r.URL.RawQuery // stream, starting_after, include
+		}
 		if len(body) == 0 {
 			rd = http.NoBody
 		}
