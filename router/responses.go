@@ -133,3 +133,25 @@ func (s *Snapshot) routed(pool string) bool {
 	}
 	return false
 }
+
+// perTurnUsage are the per-turn arrays vLLM adds inside a Responses
+// usage's token details. The OpenAI API has none, and SDKs that check the
+// details as numbers refuse them (the OpenAI Agents SDK's streamed runs
+// fail), so they are removed.
+var perTurnUsage = [...]string{
+	"usage.input_tokens_details.input_tokens_per_turn", "usage.input_tokens_details.cached_tokens_per_turn",
+	"usage.output_tokens_details.output_tokens_per_turn", "usage.output_tokens_details.tool_output_tokens_per_turn",
+}
+
+// trimUsage removes perTurnUsage under prefix ("" for a response body,
+// "response." for an event) from data, which it does not modify.
+func trimUsage(data []byte, prefix string) []byte {
+	for _, path := range perTurnUsage {
+		if gjson.GetBytes(data, prefix+path).Exists() {
+			if out, err := sjson.DeleteBytes(data, prefix+path); err == nil {
+				data = out
+			}
+		}
+	}
+	return data
+}

@@ -107,3 +107,42 @@ func TestSDKsSurfaceCutStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAIAgentsSDK: the OpenAI Agents SDK (JS), pointed at the gateway,
+// completes a task over the Responses API: the model calls a tool, the
+// SDK runs it and sends the result back, and the model answers; plain and
+// streaming.
+func TestOpenAIAgentsSDK(t *testing.T) {
+	dir, err := filepath.Abs("../testdata/sdk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed; .ci/run installs it")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@openai", "agents")); err != nil {
+		t.Skip("the SDKs are not installed: run npm ci --prefix testdata/sdk (.ci/run does)")
+	}
+	e := startAgents(t, 1)
+	for _, mode := range []string{"plain", "stream"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		out, err := exec.CommandContext(ctx, node, filepath.Join(dir, "agents.mjs"), e.gws[0].API.URL+"/v1", mode).Output()
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: node: %v", mode, err)
+		}
+		var r struct {
+			OK    bool     `json:"ok"`
+			Items []string `json:"items"`
+			Text  string   `json:"text"`
+			Error string   `json:"error"`
+		}
+		if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
+			t.Fatalf("%s: %q: %v", mode, out, err)
+		}
+		if !r.OK || strings.Join(r.Items, ",") != "tool_call_item,tool_call_output_item,message_output_item" || r.Text == "" {
+			t.Errorf("%s: %+v, want a tool call, its output and an answer", mode, r)
+		}
+	}
+}

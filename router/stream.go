@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -326,9 +325,14 @@ func (p *pump) typedEvent(ev, data []byte) []byte {
 			}
 			p.usageModel = root.Get("response.model").Str
 		}
-		if id := root.Get("response.id"); p.idTag != "" && id.Type == gjson.String && !strings.HasPrefix(id.Str, storedPrefix) {
-			nd, err := sjson.SetBytes(bytes.Clone(data), "response.id", encodeResponseID(p.idTag, id.Str))
-			if err == nil {
+		if root.Get("response.id").Exists() {
+			// The response object: ids that name the replica, and usage
+			// without vLLM's per-turn arrays.
+			nd := trimUsage(data, "response.")
+			if p.idTag != "" {
+				nd = responseIDs(nd, p.idTag)
+			}
+			if !bytes.Equal(nd, data) {
 				ev = rebuildData(ev, nd)
 				data, _ = eventData(ev)
 			}

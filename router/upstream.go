@@ -782,7 +782,7 @@ func (g *Gateway) countTokensLocally(w http.ResponseWriter, x *exchange, resp *h
 // (see storedPrefix).
 func (x *exchange) rewriteAnswer(answer []byte, rep *pools.Replica) []byte {
 	if x.ep == responsesEndpoint {
-		answer = responseIDs(answer, replicaTag(rep))
+		answer = trimUsage(responseIDs(answer, replicaTag(rep)), "")
 	}
 	if x.clientModel != "" && gjson.GetBytes(answer, "model").Exists() {
 		if out, err := sjson.SetBytes(answer, "model", x.clientModel); err == nil {
