@@ -157,20 +157,8 @@ type Evaluation struct {
 func (g *Gateway) Evaluate(ctx context.Context, r *EvalRequest) Evaluation {
 	s, info := r.snap, r.info
 	hr := (&http.Request{Header: http.Header{}}).WithContext(ctx)
-	// The lines below mirror decide (route.go) on a request without
-	// headers or key: the policy request, and the classifier input taken
-	// from the session's opening when there is a session.
-	preq := &policy.Request{
-		Model: info.Model, Stream: info.Stream, Tools: info.Tools, Messages: info.Messages,
-		PromptTokens: info.PromptTokens, Header: hr.Header,
-	}
-	in := classifierInput(info)
-	if id := sessionID(s, hr, info); id != "" {
-		preq.Session = id + preq.Key + "\x00" + info.Model
-		var open opening
-		open, in = openingOf(info)
-		preq.Messages, preq.PromptTokens = open.messages, open.promptTokens
-	}
+	// As decide does, on a request without a key.
+	preq, in, _ := policyRequest(s, hr, "", info)
 	var e Evaluation
 	var res classifier.Result
 	if s.classifier != nil {

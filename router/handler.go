@@ -58,6 +58,10 @@ type exchange struct {
 	sent int
 	// spanSettings caches the request's gen_ai.request.* attributes.
 	spanSettings []attribute.KeyValue
+	// session is the request's session id ("" without one), once
+	// sessionSet.
+	session    string
+	sessionSet bool
 	// classRes is the classifier's answer, when it was asked.
 	classRes classifier.Result
 	// clientModel, with models[].rewrite_response_model, is the model name

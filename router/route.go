@@ -20,24 +20,14 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	info := x.info
 	ctx, span := g.startSpan(ctx, "switchyard.route")
 	defer span.End()
-	preq := &policy.Request{
-		Model: info.Model, Stream: info.Stream, Tools: info.Tools, Messages: info.Messages,
-		PromptTokens: info.PromptTokens, Header: r.Header,
-	}
+	key := ""
 	if x.key != nil {
-		preq.Key = x.key.name
+		key = x.key.name
 	}
-	in := classifierInput(info)
-	if id := sessionID(s, r, info); id != "" {
-		// A session's decision is kept per API key and model name, so a
-		// session id cannot carry one key's (or model's) route to another.
-		preq.Session = id + preq.Key + "\x00" + info.Model
-		// A conversation is decided on its opening alone, so every turn,
-		// on any instance, reaches the decision its first turn did.
-		var open opening
-		open, in = openingOf(info)
-		preq.Messages, preq.PromptTokens = open.messages, open.promptTokens
-	}
+	var preq *policy.Request
+	var in classifier.Input
+	preq, in, x.session = policyRequest(s, r, key, info)
+	x.sessionSet = true
 	d := s.Policy.Decide(preq, func() policy.Classification { return g.classify(ctx, x, in) }, explain)
 	if d.Sticky && d.Classified && s.classifier != nil {
 		s.classifier.CountSticky(d.Class)
@@ -51,6 +41,25 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	return d
 }
 
+// policyRequest is what the policy and the classifier see of a request,
+// and its session id. With a session, a conversation is decided on its
+// opening alone, so every turn, on any instance, reaches the decision its
+// first turn did; its decision is kept per API key and model name, so a
+// session id cannot carry one key's (or model's) route to another.
+func policyRequest(s *Snapshot, r *http.Request, key string, info *reqInfo) (*policy.Request, classifier.Input, string) {
+	preq := &policy.Request{
+		Model: info.Model, Stream: info.Stream, Tools: info.Tools, Messages: info.Messages,
+		PromptTokens: info.PromptTokens, Header: r.Header, Key: key,
+	}
+	id, open, in := sessionID(s, r, info)
+	if id == "" {
+		return preq, classifierInput(info), ""
+	}
+	preq.Session = id + key + "\x00" + info.Model
+	preq.Messages, preq.PromptTokens = open.messages, open.promptTokens
+	return preq, in, id
+}
+
 // sessionHeaders are the session ids real agents send without being
 // asked: Codex's session-id and Claude Code's x-claude-code-session-id.
 var sessionHeaders = [...]string{"session-id", "x-claude-code-session-id"}
@@ -62,10 +71,13 @@ var sessionHeaders = [...]string{"session-id", "x-claude-code-session-id"}
 // with session.from_user; and with session.implicit, the conversation's
 // opening. Ids are client input of any length; hashing them keeps every
 // session key the same small size, and the same on every instance.
-func sessionID(s *Snapshot, r *http.Request, info *reqInfo) string {
+//
+// With an id it also returns the conversation's opening and the classifier
+// input read from it, computed once.
+func sessionID(s *Snapshot, r *http.Request, info *reqInfo) (string, opening, classifier.Input) {
 	se := s.Config.Session
 	if se == nil {
-		return ""
+		return "", opening{}, classifier.Input{}
 	}
 	id := ""
 	if se.Header != "" {
@@ -82,22 +94,22 @@ func sessionID(s *Snapshot, r *http.Request, info *reqInfo) string {
 	if id == "" && se.FromUser {
 		id = info.User
 	}
+	if id == "" && (se.Implicit == nil || !*se.Implicit) {
+		return "", opening{}, classifier.Input{}
+	}
+	open, in := openingOf(info)
 	if id != "" {
 		sum := sha256.Sum256([]byte("id\x00" + id))
-		return string(sum[:16])
-	}
-	if se.Implicit == nil || !*se.Implicit {
-		return ""
+		return string(sum[:16]), open, in
 	}
 	h := sha256.New()
 	h.Write([]byte("opening\x00"))
-	open, _ := openingOf(info)
 	for _, raw := range open.raw {
 		h.Write([]byte(raw))
 		h.Write([]byte{0})
 	}
 	h.Write([]byte(info.tools.Raw))
-	return string(h.Sum(nil)[:16])
+	return string(h.Sum(nil)[:16]), open, in
 }
 
 // opening is a conversation's first turn: the system and developer
@@ -251,8 +263,12 @@ func contentText(c gjson.Result) string {
 // affinityKey groups requests sharing a prompt prefix: the session id when
 // there is one, else a hash of the leading depth messages.
 func affinityKey(x *exchange, r *http.Request, depth int) string {
-	if id := sessionID(x.snap, r, x.info); id != "" {
-		return "s:" + id
+	if !x.sessionSet { // a request no policy decided (a pinned pool)
+		x.session, _, _ = sessionID(x.snap, r, x.info)
+		x.sessionSet = true
+	}
+	if x.session != "" {
+		return "s:" + x.session
 	}
 	var h uint64 = 14695981039346656037
 	n := 0
