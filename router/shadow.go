@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,6 +23,10 @@ type shadowState struct {
 	generation int64
 	policy     *policy.Policy
 
+	// pending counts shadow decisions waiting on a classifier call;
+	// skipped those not made because too many were.
+	pending, skipped atomic.Int64
+
 	mu sync.Mutex
 	// pairs counts decisions by live pool and shadow pool; routes by
 	// live route and shadow route.
@@ -29,7 +34,10 @@ type shadowState struct {
 	routes map[[2]string]int64
 }
 
-// shadowMetrics is switchyard_shadow_decisions_total.
+// maxShadowCalls bounds the shadow decisions waiting on a classifier call.
+const maxShadowCalls = 64
+
+// newShadowMetric is switchyard_shadow_decisions_total.
 func newShadowMetric() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchyard_shadow_decisions_total",
@@ -92,8 +100,17 @@ func (g *Gateway) shadowDecide(ctx context.Context, x *exchange, live policy.Dec
 		return
 	}
 	c := x.snap.classifier
+	// The shadow's own classifier calls are bounded: past maxShadowCalls
+	// at once, a request is not evaluated (counted in skipped), so a slow
+	// classifier cannot pile up goroutines at the request rate.
+	if sh.pending.Add(1) > maxShadowCalls {
+		sh.pending.Add(-1)
+		sh.skipped.Add(1)
+		return
+	}
 	ctx = context.WithoutCancel(ctx)
 	go func() {
+		defer sh.pending.Add(-1)
 		d := sh.policy.Decide(&req, func() policy.Classification {
 			r := c.Classify(ctx, in)
 			return policy.Classification{Label: r.Label, Scores: r.Scores, Fallback: r.Fallback()}
@@ -113,15 +130,18 @@ func (sh *shadowState) record(g *Gateway, live, shadow policy.Decision) {
 
 // shadowSummary is /admin/shadow's answer.
 type shadowSummary struct {
-	Enabled    bool               `json:"enabled"`
-	File       string             `json:"file,omitempty"`
-	Generation int64              `json:"generation,omitempty"`
-	Decisions  int64              `json:"decisions"`
-	Agreement  float64            `json:"agreement"`
-	LiveSplit  map[string]float64 `json:"live_split,omitempty"`
-	Split      map[string]float64 `json:"shadow_split,omitempty"`
-	Pairs      []shadowPair       `json:"pairs,omitempty"`
-	Routes     []shadowPair       `json:"routes,omitempty"`
+	Enabled    bool   `json:"enabled"`
+	File       string `json:"file,omitempty"`
+	Generation int64  `json:"generation,omitempty"`
+	Decisions  int64  `json:"decisions"`
+	// Skipped are requests not evaluated because 64 shadow decisions were
+	// already waiting on the classifier.
+	Skipped   int64              `json:"skipped"`
+	Agreement float64            `json:"agreement"`
+	LiveSplit map[string]float64 `json:"live_split,omitempty"`
+	Split     map[string]float64 `json:"shadow_split,omitempty"`
+	Pairs     []shadowPair       `json:"pairs,omitempty"`
+	Routes    []shadowPair       `json:"routes,omitempty"`
 }
 
 type shadowPair struct {
@@ -133,7 +153,7 @@ type shadowPair struct {
 func (sh *shadowState) summary() shadowSummary {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	out := shadowSummary{Enabled: true, File: sh.file, Generation: sh.generation,
+	out := shadowSummary{Enabled: true, File: sh.file, Generation: sh.generation, Skipped: sh.skipped.Load(),
 		LiveSplit: map[string]float64{}, Split: map[string]float64{}}
 	same := int64(0)
 	for k, n := range sh.pairs {
