@@ -361,29 +361,18 @@ func (s *Server) messagesBlockHasher(root, msgs gjson.Result, count bool) *block
 // tool_choice ({type: auto|any|tool|none, name}). The tool called is the one
 // tool_choice names, else the first; "none" calls nothing.
 func anthropicTools(root gjson.Result) (offeredTools, *apiError) {
-	var t offeredTools
 	tools := root.Get("tools")
-	if tools.Exists() && tools.Type != gjson.Null {
-		if !tools.IsArray() {
-			return t, invalid("tools: must be a list")
+	t, e := readTools(root, invalid, func(i int, tool gjson.Result) *apiError {
+		if name := tool.Get("name"); name.Type != gjson.String || name.Str == "" {
+			return invalid("tools[%d].name: Field required", i)
 		}
-		var e *apiError
-		tools.ForEach(func(_, tool gjson.Result) bool {
-			if name := tool.Get("name"); name.Type != gjson.String || name.Str == "" {
-				e = invalid("tools[%d].name: Field required", t.count)
-				return false
-			}
-			if !tool.Get("input_schema").IsObject() {
-				e = invalid("tools[%d].input_schema: Field required (an object)", t.count)
-				return false
-			}
-			t.count++
-			return true
-		})
-		if e != nil {
-			return t, e
+		if !tool.Get("input_schema").IsObject() {
+			return invalid("tools[%d].input_schema: Field required (an object)", i)
 		}
-		t.chars = len(tools.Raw)
+		return nil
+	})
+	if e != nil {
+		return t, e
 	}
 
 	named := ""

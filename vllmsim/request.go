@@ -598,28 +598,42 @@ type offeredTools struct {
 	call  gjson.Result // the "function" object to call; absent for no call
 }
 
+// readTools counts the tools of a request (each checked by check, its
+// index given) and their size; a tools field that is not a list is an
+// error made by errf, as each API words it.
+func readTools(root gjson.Result, errf func(format string, args ...any) *apiError, check func(i int, tool gjson.Result) *apiError) (offeredTools, *apiError) {
+	var t offeredTools
+	tools := root.Get("tools")
+	if !tools.Exists() || tools.Type == gjson.Null {
+		return t, nil
+	}
+	if !tools.IsArray() {
+		return t, errf("tools: must be a list")
+	}
+	var e *apiError
+	tools.ForEach(func(_, tool gjson.Result) bool {
+		if e = check(t.count, tool); e != nil {
+			return false
+		}
+		t.count++
+		return true
+	})
+	t.chars = len(tools.Raw)
+	return t, e
+}
+
 // parseTools reads tools and tool_choice. The function to call is the one
 // tool_choice names, else the first tool; tool_choice "none" calls nothing.
 func parseTools(root gjson.Result) (offeredTools, *apiError) {
-	var t offeredTools
 	tools := root.Get("tools")
-	if tools.Exists() && tools.Type != gjson.Null {
-		if !tools.IsArray() {
-			return t, badRequest("tools: must be a list")
+	t, e := readTools(root, badRequest, func(i int, tool gjson.Result) *apiError {
+		if name := tool.Get("function.name"); name.Type != gjson.String || name.Str == "" {
+			return badRequest("tools[%d]: function.name: field required", i)
 		}
-		var e *apiError
-		tools.ForEach(func(_, tool gjson.Result) bool {
-			if name := tool.Get("function.name"); name.Type != gjson.String || name.Str == "" {
-				e = badRequest("tools[%d]: function.name: field required", t.count)
-				return false
-			}
-			t.count++
-			return true
-		})
-		if e != nil {
-			return t, e
-		}
-		t.chars = len(tools.Raw)
+		return nil
+	})
+	if e != nil {
+		return t, e
 	}
 
 	choice := root.Get("tool_choice")

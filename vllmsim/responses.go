@@ -404,31 +404,20 @@ func responsesInput(input gjson.Result, bh *blockHasher) (chars int, lastRole st
 // tools are called. The function called is the one tool_choice names, else
 // the first function tool; tool_choice "none" calls nothing.
 func responsesTools(root gjson.Result) (offeredTools, *apiError) {
-	var t offeredTools
 	tools := root.Get("tools")
-	if tools.Exists() && tools.Type != gjson.Null {
-		if !tools.IsArray() {
-			return t, badRequest("tools: must be a list")
+	t, e := readTools(root, badRequest, func(i int, tool gjson.Result) *apiError {
+		if !tool.IsObject() || tool.Get("type").Type != gjson.String {
+			return badRequest("tools[%d]: type: field required", i)
 		}
-		var e *apiError
-		tools.ForEach(func(_, tool gjson.Result) bool {
-			if !tool.IsObject() || tool.Get("type").Type != gjson.String {
-				e = badRequest("tools[%d]: type: field required", t.count)
-				return false
+		if tool.Get("type").Str == "function" {
+			if name := tool.Get("name"); name.Type != gjson.String || name.Str == "" {
+				return badRequest("tools[%d]: name: field required", i)
 			}
-			if tool.Get("type").Str == "function" {
-				if name := tool.Get("name"); name.Type != gjson.String || name.Str == "" {
-					e = badRequest("tools[%d]: name: field required", t.count)
-					return false
-				}
-			}
-			t.count++
-			return true
-		})
-		if e != nil {
-			return t, e
 		}
-		t.chars = len(tools.Raw)
+		return nil
+	})
+	if e != nil {
+		return t, e
 	}
 
 	named := ""
