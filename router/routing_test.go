@@ -773,3 +773,45 @@ func TestShadowRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestShadowClassifierCallsBounded: when only the shadow needs the
+// classifier and the classifier stalls, at most 64 shadow decisions wait
+// on it; the rest are counted as skipped, and live requests are not held.
+func TestShadowClassifierCallsBounded(t *testing.T) {
+	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+	m := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
+	m.Sim.SetFaults(vllmsim.Faults{Stall: time.Minute}) // the classifier never answers in time
+	dir := t.TempDir()
+	base := strings.NewReplacer("{{qwen}}", q.Srv.URL, "{{minicpm}}", m.Srv.URL).Replace(classifierYAML)
+	base = strings.Replace(base, "timeout: 2s", "timeout: 1m", 1)
+	cut := strings.Index(base, "routes:\n")
+	live, shadow := filepath.Join(dir, "live.yaml"), filepath.Join(dir, "shadow.yaml")
+	writeFile(t, live, base[:cut]+"routes:\n  - name: default\n    to: qwen\n")
+	writeFile(t, shadow, base[:cut]+"routes:\n  - name: complex\n    when: {class: complex}\n    to: qwen\n  - name: default\n    to: minicpm\n")
+	cfg, err := router.LoadConfig(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath, o.ShadowPath = live, shadow })
+	// Let the stalled classifier calls end with the test.
+	t.Cleanup(m.Srv.CloseClientConnections)
+	for i := range 70 {
+		// The live route needs no class: each request is answered at once.
+		if resp, b := post(t, gw.API.URL+"/v1/chat/completions", chatBody(fmt.Sprint("question ", i), ""), nil); resp.StatusCode != 200 {
+			t.Fatalf("live request %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	var b []byte
+	eventually(t, 10*time.Second, "six skipped shadow decisions", func() bool {
+		r, err := http.Get(gw.Admin.URL + "/admin/shadow")
+		if err != nil {
+			return false
+		}
+		defer r.Body.Close()
+		b, _ = io.ReadAll(r.Body)
+		return gjson.GetBytes(b, "skipped").Int() == 6
+	})
+	if n := gjson.GetBytes(b, "decisions").Int(); n != 0 {
+		t.Errorf("%d shadow decisions made while the classifier stalled, want 0: %s", n, b)
+	}
+}
