@@ -286,6 +286,11 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 			return removeSpan(ev, data, k, valueEnd), true
 		}
 	}
+	if !gjson.ValidBytes(data) {
+		// Not JSON: no usage to read, and no member to remove (an edit
+		// could turn it into JSON that carries one).
+		return ev, true
+	}
 	u := gjson.GetBytes(data, "usage")
 	if u.IsObject() {
 		p.prompt, p.completion = u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
