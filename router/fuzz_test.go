@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -155,6 +156,7 @@ func (r *chunkedReader) Read(p []byte) (int, error) {
 // pump's verdict must not depend on the split, and with usage injected no
 // usage may reach the client.
 func FuzzPump(f *testing.F) {
+	var seeds []string
 	for _, s := range []string{
 		"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\ndata: [DONE]\n\n",
 		"event: message\r\ndata: {\"choices\":[]}\r\n\r\ndata:[DONE]\r\n\r\n",
@@ -163,6 +165,12 @@ func FuzzPump(f *testing.F) {
 		"data: {\"choices\":[{\"index\":0}],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n",
 		"data: {\"choices\":[{\"delta\":{\"content\":\"cut\"}}]}\n\ndata: {\"cho",
 	} {
+		seeds = append(seeds, s)
+	}
+	for _, c := range duplicateUsage {
+		seeds = append(seeds, "data: "+c.data+"\n\ndata: [DONE]\n\n")
+	}
+	for _, s := range seeds {
 		f.Add([]byte(s), uint64(0), false)
 		f.Add([]byte(s), uint64(0x0123456789abcdef), true)
 	}
@@ -195,7 +203,7 @@ func FuzzPump(f *testing.F) {
 		}
 		if injected {
 			for _, d := range gotWhole {
-				if gjson.Valid(d) && gjson.Get(d, "usage").Exists() {
+				if topUsage(d) {
 					t.Fatalf("usage reached a client that did not ask for it: %q", d)
 				}
 			}
@@ -212,4 +220,85 @@ func FuzzPump(f *testing.F) {
 			t.Fatalf("events differ from the replica's:\n got %q\nwant %q", gotWhole, want)
 		}
 	})
+}
+
+// duplicateUsage are replica chunks whose "usage" members a client's JSON
+// parser (which keeps the last duplicate) and a first-match reader would
+// read differently; FuzzPump found the first.
+var duplicateUsage = []struct {
+	name, data string
+	// kept: the chunk reaches a client that did not ask for usage.
+	kept bool
+	// prompt and completion: the usage counted (the last member's).
+	prompt, completion int64
+}{
+	{"array then object", `{"x":[],"usage":[],"usage":{}}`, false, 0, 0},
+	{"null then object", `{"choices":[{"delta":{"content":"a"}}],"usage":null,"usage":{"prompt_tokens":3,"completion_tokens":4}}`, true, 3, 4},
+	{"two objects", `{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1},"usage":{"prompt_tokens":5,"completion_tokens":6}}`, false, 5, 6},
+	{"nested and top-level", `{"choices":[{"delta":{"content":"a","usage":null}}],"usage":null}`, true, 0, 0},
+	{"nested only", `{"choices":[{"delta":{"content":"a","usage":null}}]}`, true, 0, 0},
+	{"escaped key", `{"choices":[{"delta":{"content":"a"}}],"us\u0061ge":{"prompt_tokens":1,"completion_tokens":2}}`, true, 1, 2},
+	{"null then object, no choices", `{"usage":null,"usage":{"prompt_tokens":7,"completion_tokens":8}}`, false, 7, 8},
+}
+
+// topUsage reports whether a client's parser finds a top-level usage in d.
+func topUsage(d string) bool {
+	var m map[string]json.RawMessage
+	if json.Unmarshal([]byte(d), &m) != nil {
+		return false
+	}
+	_, ok := m["usage"]
+	return ok
+}
+
+func TestPumpDuplicateUsage(t *testing.T) {
+	for _, c := range duplicateUsage {
+		for _, injected := range []bool{true, false} {
+			stream := "data: " + c.data + "\n\ndata: [DONE]\n\n"
+			rec := httptest.NewRecorder()
+			p := &pump{w: rec, rc: http.NewResponseController(rec), injected: injected}
+			if err := p.run(strings.NewReader(stream)); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			got := sseEvents(rec.Body.Bytes())
+			if p.prompt != c.prompt || p.completion != c.completion {
+				t.Errorf("%s (injected %t): counted %d/%d, want the last member's %d/%d", c.name, injected, p.prompt, p.completion, c.prompt, c.completion)
+			}
+			if !injected {
+				if len(got) != 2 || got[0] != c.data {
+					t.Errorf("%s: a client that asked for usage got %q, want the chunk unchanged", c.name, got)
+				}
+				continue
+			}
+			if kept := len(got) == 2; kept != c.kept {
+				t.Errorf("%s: chunk kept %t, want %t (%q)", c.name, kept, c.kept, got)
+			}
+			for _, d := range got {
+				if topUsage(d) {
+					t.Errorf("%s: usage reached a client that did not ask for it: %q", c.name, d)
+				}
+			}
+			if c.kept && len(got) == 2 && strings.Contains(c.data, `"delta":{"content":"a","usage":null}`) &&
+				!strings.Contains(got[0], `"delta":{"content":"a","usage":null}`) {
+				t.Errorf("%s: a nested usage key was edited: %q", c.name, got[0])
+			}
+		}
+	}
+}
+
+// A chunk nesting deeper than the bound is not parsed (a recursive parser
+// on hostile nesting costs memory without bound) and not relayed (it may
+// carry usage): the stream ends as cut after the events before it.
+func TestPumpRefusesDeepChunk(t *testing.T) {
+	deep := `{"x":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `,"usage":{"prompt_tokens":1,"completion_tokens":2}}`
+	stream := "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: " + deep + "\n\ndata: [DONE]\n\n"
+	rec := httptest.NewRecorder()
+	p := &pump{w: rec, rc: http.NewResponseController(rec), injected: true}
+	err := p.run(strings.NewReader(stream))
+	if !errors.Is(err, errStreamCut) || !strings.Contains(err.Error(), "deeper than 64") {
+		t.Fatalf("run = %v, want a cut stream naming the depth", err)
+	}
+	if got := sseEvents(rec.Body.Bytes()); len(got) != 1 || !strings.Contains(got[0], `"content":"a"`) {
+		t.Fatalf("client got %q, want only the first chunk", got)
+	}
 }

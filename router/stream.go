@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
 
+	"github.com/switchyard/switchyard/policy"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -83,6 +85,12 @@ type pump struct {
 	// idTag, for a Responses stream, is the replica's tag for the
 	// response ids clients see (see storedPrefix).
 	idTag string
+	// maxDepth bounds how deeply replica data may nest before the pump
+	// parses it (server.max_json_depth; 0: the default).
+	maxDepth int
+	// refused, when set, is why an event from the replica could not be
+	// relayed safely; the stream ends as cut.
+	refused error
 	// midEvent: the bytes written so far end inside an event (an event
 	// too long to parse was passed through), so an error event needs a
 	// blank line first.
@@ -143,6 +151,16 @@ func (p *pump) run(body io.Reader) error {
 				continue
 			}
 			out, keep := p.event(ev)
+			if p.refused != nil {
+				// Flush what came before: the client keeps every event
+				// that was whole.
+				if wrote {
+					if err := p.flush(); err != nil {
+						return err
+					}
+				}
+				return fmt.Errorf("%w: %w", errStreamCut, p.refused)
+			}
 			if !keep {
 				if p.sawDone {
 					break // a [DONE] these APIs do not have: the end all the same
@@ -270,44 +288,141 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 			p.token.firstToken()
 		}
 	}
+	out = p.chatUsage(ev, data)
+	return out, out != nil
+}
+
+func (p *pump) depthBound() int {
+	if p.maxDepth > 0 {
+		return p.maxDepth
+	}
+	return policy.DefaultMaxJSONDepth
+}
+
+// chatUsage reads and, when the gateway asked for usage on the client's
+// behalf, removes the usage of a chat or completions chunk. JSON parsers
+// disagree on a duplicated key (JavaScript's and Python's keep the last,
+// gjson finds the first), so every top-level "usage" member is removed, the
+// last one is the one counted (what the client's parser would have seen),
+// and a "usage" key nested inside another value is never touched. A chunk
+// that carries usage and no choice is the usage chunk the client did not
+// ask for, and is dropped whole (nil).
+func (p *pump) chatUsage(ev, data []byte) []byte {
 	k := bytes.Index(data, usageKey)
-	if k < 0 {
-		return ev, true
+	// A key can spell "usage" with \u escapes; without one, a chunk with
+	// no "usage" has no usage member.
+	escaped := bytes.Contains(data, []byte(`\u`))
+	if k < 0 && !escaped {
+		return ev
 	}
 	// Fast path for the "usage":null that servers add to every chunk once
-	// include_usage is set: no JSON parse. A raw "usage" followed by a
-	// colon can only be a key (a string value is never followed by one).
-	if v := skipSpace(data[k+len(usageKey):]); len(v) > 0 && v[0] == ':' {
-		if v = skipSpace(v[1:]); bytes.HasPrefix(v, []byte("null")) {
-			if !p.injected {
-				return ev, true
+	// include_usage is set: no JSON parse when it is the only "usage" and a
+	// top-level key (a string value is never followed by a colon).
+	if !escaped && bytes.LastIndex(data, usageKey) == k && objectDepth(data[:k]) == 1 {
+		if v := skipSpace(data[k+len(usageKey):]); len(v) > 0 && v[0] == ':' {
+			if v = skipSpace(v[1:]); bytes.HasPrefix(v, []byte("null")) {
+				if !p.injected {
+					return ev
+				}
+				valueEnd := len(data) - len(v) + len("null")
+				return removeSpan(ev, data, k, valueEnd)
 			}
-			valueEnd := len(data) - len(v) + len("null")
-			return removeSpan(ev, data, k, valueEnd), true
 		}
+	}
+	if !checkDepth(data, p.depthBound()) {
+		// Too deep to parse safely, and it may carry usage.
+		p.refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
+		return nil
 	}
 	if !gjson.ValidBytes(data) {
 		// Not JSON: no usage to read, and no member to remove (an edit
 		// could turn it into JSON that carries one).
-		return ev, true
+		return ev
 	}
-	u := gjson.GetBytes(data, "usage")
-	if u.IsObject() {
+	usage := topMembers(data, "usage")
+	if len(usage) == 0 {
+		return ev
+	}
+	if u := usage[len(usage)-1].val; u.IsObject() {
 		p.prompt, p.completion = u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
 		p.sawUsage = true
 		if p.usageModel == "" {
 			p.usageModel = gjson.GetBytes(data, "model").String()
 		}
 	}
-	if !p.injected || !u.Exists() {
-		return ev, true
+	if !p.injected {
+		return ev
 	}
-	if u.IsObject() && !hasChoices(data) {
-		return nil, false // the usage chunk the client did not ask for
+	object := slices.ContainsFunc(usage, func(m member) bool { return m.val.IsObject() })
+	choices := slices.ContainsFunc(topMembers(data, "choices"), func(m member) bool { return m.val.Get("0").Exists() })
+	if object && !choices {
+		return nil // the usage chunk the client did not ask for
 	}
-	// A usage member in a chunk that also carries choices ("usage":null,
-	// or running totals with continuous usage stats): remove it in place.
-	return removeMember(ev, data, u), true
+	// Usage members in a chunk that also carries choices ("usage":null,
+	// or running totals with continuous usage stats): remove them.
+	nd := bytes.Clone(data)
+	for i := len(usage) - 1; i >= 0; i-- {
+		m := usage[i]
+		nd = removeSpan(nd, nd, m.start, m.val.Index+len(m.val.Raw))
+	}
+	return rebuildData(ev, nd)
+}
+
+// member is one top-level member of a JSON object: where its key starts in
+// the object's text, and its value (whose Index is also in that text).
+type member struct {
+	start int
+	val   gjson.Result
+}
+
+// topMembers returns the members of the JSON object data whose key, once
+// unescaped, is name, in order. data must be valid JSON.
+func topMembers(data []byte, name string) []member {
+	root := gjson.ParseBytes(data)
+	if !root.IsObject() {
+		return nil
+	}
+	base := len(data) - len(root.Raw)
+	var out []member
+	root.ForEach(func(k, v gjson.Result) bool {
+		if k.Str == name {
+			v.Index += base
+			out = append(out, member{start: k.Index + base, val: v})
+		}
+		return true
+	})
+	return out
+}
+
+// objectDepth returns how deeply the end of the JSON text prefix nests in
+// arrays and objects (strings and escapes skipped; a flat scan).
+func objectDepth(prefix []byte) int {
+	depth := 0
+	inString := false
+	for i := 0; i < len(prefix); i++ {
+		c := prefix[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			depth++
+		case ']', '}':
+			depth--
+		}
+	}
+	if inString {
+		return -1
+	}
+	return depth
 }
 
 // typedEvent reads an event of the Responses or Messages API, whose data
@@ -396,21 +511,6 @@ func (p *pump) rewrite(ev, data []byte, path string) ([]byte, []byte) {
 	out := rebuildData(ev, nd)
 	d, _ := eventData(out)
 	return out, d
-}
-
-// hasChoices reports whether a chunk's choices array has an entry.
-func hasChoices(data []byte) bool {
-	return gjson.GetBytes(data, "choices.0").Exists()
-}
-
-// removeMember removes the top-level member whose value is v from the JSON
-// object data.
-func removeMember(ev, data []byte, v gjson.Result) []byte {
-	keyStart := bytes.LastIndex(data[:max(v.Index, 0)], usageKey)
-	if v.Index <= 0 || keyStart < 0 {
-		return ev
-	}
-	return removeSpan(ev, data, keyStart, v.Index+len(v.Raw))
 }
 
 // removeSpan removes the object member data[start:end] (key to end of
