@@ -82,6 +82,20 @@ type Server struct {
 	AdminTokenMetrics bool `yaml:"admin_token_metrics,omitempty"`
 	// AdminToken is read from AdminTokenEnv; never printed.
 	AdminToken Secret `yaml:"-"`
+	// MaxConnections caps the client connections open at once on the
+	// client listener; one more is answered 503 and closed. Default 0:
+	// derived from the process's file-descriptor limit (see
+	// docs/config.md).
+	MaxConnections int `yaml:"max_connections,omitempty"`
+	// AdminMaxConnections is the same cap for the admin listener.
+	// Default 256.
+	AdminMaxConnections int `yaml:"admin_max_connections,omitempty"`
+	// ResponseIDSecretEnv names a variable holding the secret that signs
+	// the stored-response ids clients see (binding each to the API key that
+	// made it). Default: a secret derived from the API keys.
+	ResponseIDSecretEnv string `yaml:"response_id_secret_env,omitempty"`
+	// ResponseIDSecret is read from ResponseIDSecretEnv; never printed.
+	ResponseIDSecret Secret `yaml:"-"`
 	// Readiness makes /readyz depend on named pools. By default /readyz
 	// is 200 whenever a config is loaded and the gateway is not draining.
 	Readiness *Readiness `yaml:"readiness,omitempty"`
@@ -100,6 +114,9 @@ type APIKey struct {
 	KeyEnv string     `yaml:"key_env"`
 	Models StringList `yaml:"models,omitempty"`
 	Rate   *Rate      `yaml:"rate,omitempty"`
+	// Weight is the key's share of a full replica's queue against other
+	// keys' waiting requests. Default 1.
+	Weight int `yaml:"weight,omitempty"`
 	// Secret is the key read from the environment; never printed.
 	Secret Secret `yaml:"-"`
 }
@@ -528,6 +545,7 @@ const (
 	DefaultBodyTimeout       = 30 * time.Second
 	DefaultWriteTimeout      = 60 * time.Second
 	DefaultDrainDelay        = 5 * time.Second
+	DefaultAdminMaxConns     = 256
 	DefaultBalance           = "least_outstanding"
 	DefaultQueueTimeout      = 5 * time.Second
 	DefaultConnectTimeout    = 2 * time.Second
@@ -596,6 +614,14 @@ func (c *Config) applyDefaults() {
 	}
 	if s.Instances == 0 {
 		s.Instances = 1
+	}
+	if s.AdminMaxConnections == 0 {
+		s.AdminMaxConnections = DefaultAdminMaxConns
+	}
+	for _, k := range s.APIKeys {
+		if k.Weight == 0 {
+			k.Weight = 1
+		}
 	}
 	for _, p := range c.Pools {
 		if p.Balance == "" {

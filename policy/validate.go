@@ -107,6 +107,19 @@ func (v *validator) server() {
 	if f, given := v.number(p("server", "instances")); s.Instances < 1 || given && f < 1 {
 		v.errf(p("server", "instances"), "server: instances must be at least 1")
 	}
+	if f, given := v.number(p("server", "max_connections")); s.MaxConnections < 0 || given && f < 0 {
+		v.errf(p("server", "max_connections"), "server: max_connections must not be negative (0: derived from the file-descriptor limit)")
+	}
+	if f, given := v.number(p("server", "admin_max_connections")); s.AdminMaxConnections < 1 || given && f < 1 {
+		v.errf(p("server", "admin_max_connections"), "server: admin_max_connections must be at least 1")
+	}
+	if s.ResponseIDSecretEnv != "" && !v.reg.SkipEnv {
+		if val := v.getenv(s.ResponseIDSecretEnv); len(val) < 16 {
+			v.errf(p("server", "response_id_secret_env"), "server: response_id_secret_env: environment variable %s must hold at least 16 characters", s.ResponseIDSecretEnv)
+		} else {
+			s.ResponseIDSecret = Secret(val)
+		}
+	}
 	if *s.DrainDelay < 0 {
 		v.errf(p("server", "drain_delay"), "server: drain_delay must not be negative")
 	}
@@ -131,6 +144,11 @@ func (v *validator) server() {
 		}
 		if len(k.Models) == 0 {
 			k.Models = StringList{"*"}
+		}
+		if f, given := v.number(appendCopy(at, "weight")); k.Weight < 1 || given && f < 1 {
+			v.errf(appendCopy(at, "weight"), "api key %q: weight must be at least 1", k.Name)
+		} else if k.Weight > 1000 {
+			v.errf(appendCopy(at, "weight"), "api key %q: weight %d is over 1000", k.Name, k.Weight)
 		}
 		if r := k.Rate; r != nil {
 			if r.RPS <= 0 {

@@ -45,13 +45,13 @@ func (g *Gateway) Handler() http.Handler {
 	r.Get("/readyz", g.ready)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeErrorFor(w, apiOf(r), &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
-			Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
+			Message: "no such endpoint: " + clip(r.Method) + " " + clip(r.URL.Path)})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		writeErrorFor(w, apiOf(r), &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
-			Message: "method " + r.Method + " is not allowed on " + r.URL.Path})
+			Message: "method " + clip(r.Method) + " is not allowed on " + clip(r.URL.Path)})
 	})
-	return r
+	return g.bounded(false, r)
 }
 
 // apiOf guesses the API a request outside the known endpoints speaks:
@@ -80,9 +80,9 @@ func (g *Gateway) AdminHandler() http.Handler {
 	r.Get("/readyz", g.ready)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
-			Message: "no such admin endpoint: " + r.Method + " " + r.URL.Path})
+			Message: "no such admin endpoint: " + clip(r.Method) + " " + clip(r.URL.Path)})
 	})
-	return r
+	return g.bounded(true, r)
 }
 
 // adminGuard protects the admin API. With server.admin_token_env set,
@@ -214,7 +214,7 @@ func (g *Gateway) getModel(w http.ResponseWriter, r *http.Request) {
 	}
 	id := chi.URLParam(r, "id")
 	if _, ok := s.resolve(id); !ok || !key.allows(id) {
-		writeErrorFor(w, ep, toAPIError(fmt.Errorf("%w: the model `%s` does not exist", errModelNotFound, id), ""))
+		writeErrorFor(w, ep, toAPIError(fmt.Errorf("%w: the model `%s` does not exist", errModelNotFound, clip(id)), ""))
 		return
 	}
 	if ep.anthropic() {

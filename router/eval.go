@@ -121,7 +121,7 @@ func (g *Gateway) PrepareEval(api API, body []byte) (*EvalRequest, error) {
 	}
 	tgt, ok := s.resolve(info.Model)
 	if !ok {
-		return nil, fmt.Errorf("%w: the model `%s` does not exist", errModelNotFound, info.Model)
+		return nil, fmt.Errorf("%w: the model `%s` does not exist", errModelNotFound, clip(info.Model))
 	}
 	return &EvalRequest{API: api, PromptTokens: info.PromptTokens, snap: s, info: info, policy: tgt.policy}, nil
 }

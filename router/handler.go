@@ -220,10 +220,10 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	tgt, ok := s.resolve(info.Model)
 	if !ok {
-		return fmt.Errorf("%w: the model `%s` does not exist (see GET /v1/models)", errModelNotFound, info.Model)
+		return fmt.Errorf("%w: the model `%s` does not exist (see GET /v1/models)", errModelNotFound, clip(info.Model))
 	}
 	if !key.allows(info.Model) {
-		return fmt.Errorf("%w: API key %q may not use model %q", errForbidden, key.name, info.Model)
+		return fmt.Errorf("%w: API key %q may not use model %q", errForbidden, key.name, clip(info.Model))
 	}
 	if tgt.rewrite {
 		x.clientModel = info.Model
@@ -241,7 +241,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 	case !tgt.policy:
 		x.decision = policy.Decision{Route: "direct", Pools: []string{tgt.pool.Name}}
 	case !x.ep.generates():
-		return badRequest("model", fmt.Sprintf("the model `%s` is routed by the policy; %s needs a model one pool serves (a pool name, a served model name, or a models[] entry with pool:)", info.Model, x.ep.path()))
+		return badRequest("model", fmt.Sprintf("the model `%s` is routed by the policy; %s needs a model one pool serves (a pool name, a served model name, or a models[] entry with pool:)", clip(info.Model), x.ep.path()))
 	default:
 		x.decision = g.decide(ctx, r, x, false)
 	}
@@ -304,7 +304,7 @@ func (g *Gateway) finish(x *exchange) {
 		attrs = append(attrs, slog.String("key", x.key.name))
 	}
 	if x.info != nil {
-		attrs = append(attrs, slog.String("model", x.info.Model), slog.Bool("stream", x.info.Stream))
+		attrs = append(attrs, slog.String("model", clip(x.info.Model)), slog.Bool("stream", x.info.Stream))
 	}
 	if x.ttft > 0 {
 		attrs = append(attrs, slog.Float64("ttft_ms", float64(x.ttft.Microseconds())/1000))

@@ -29,6 +29,11 @@ type metrics struct {
 	generation prometheus.Gauge
 	inflight   *prometheus.GaugeVec
 	queueWait  *prometheus.HistogramVec
+	// connsOpen and connsRefused are per listener (api or admin).
+	connsOpen    *prometheus.GaugeVec
+	connsRefused *prometheus.CounterVec
+	// poison counts requests that failed alike on two replicas.
+	poison *prometheus.CounterVec
 }
 
 // latencyBuckets span a fast classifier hit to a long reasoning answer.
@@ -83,6 +88,15 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 			Name: "switchyard_queue_wait_seconds", Help: "Time spent waiting for a replica slot (max_inflight) before the upstream call.",
 			Buckets: []float64{.0001, .001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"pool"}),
+		connsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_connections_open", Help: "Client connections open, by listener (api or admin).",
+		}, []string{"listener"}),
+		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_connections_refused_total", Help: "Connections answered 503 and closed because the listener was at its cap (server.max_connections, server.admin_max_connections), by listener.",
+		}, []string{"listener"}),
+		poison: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_poison_requests_total", Help: "Requests that got the same 5xx status from two replicas: not retried further and not held against either replica, by pool.",
+		}, []string{"pool"}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "switchyard_build_info", Help: "Build information; always 1.",
@@ -92,7 +106,10 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	m.shadow = newShadowMetric()
 	reg.MustRegister(m.shadow)
 	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.keyRequests, m.keyTokens, m.classifierTokens, m.retries, m.fallbacks, m.resumes,
-		m.reloads, m.generation, m.inflight, m.queueWait, build)
+		m.reloads, m.generation, m.inflight, m.queueWait, m.connsOpen, m.connsRefused, m.poison, build)
+	for _, l := range []string{"api", "admin"} {
+		m.connsRefused.WithLabelValues(l)
+	}
 	for _, r := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(r)
 	}

@@ -48,7 +48,7 @@ func decodeResponseID(id string) (tag, orig string, ok bool) {
 // names where the id came from.
 func errResponseNotFound(id, param, why string) error {
 	return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "response_not_found", Param: param,
-		Message: fmt.Sprintf("response %q was not found: %s", id, why)}
+		Message: fmt.Sprintf("response %q was not found: %s", clip(id), why)}
 }
 
 // reaches reports whether requests for the model target t may be sent to

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/pools"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -619,17 +620,18 @@ func trimURLError(err error) string {
 // readErrorMessage reads a replica's error body (bounded) for the message.
 func readErrorMessage(body io.Reader) string {
 	b, _ := io.ReadAll(io.LimitReader(body, 16<<10))
+	// A replica's message may quote the request (vLLM's validation
+	// errors do): it is cut like any echoed client string, with more room.
+	if !checkDepth(b, policy.DefaultMaxJSONDepth) {
+		return clipN(strings.TrimSpace(string(b)), maxReplicaEcho)
+	}
 	if m := gjson.GetBytes(b, "error.message"); m.Exists() {
-		return m.String()
+		return clipN(m.String(), maxReplicaEcho)
 	}
 	if m := gjson.GetBytes(b, "message"); m.Exists() {
-		return m.String()
+		return clipN(m.String(), maxReplicaEcho)
 	}
-	s := strings.TrimSpace(string(b))
-	if len(s) > 200 {
-		s = s[:200]
-	}
-	return s
+	return clipN(strings.TrimSpace(string(b)), maxReplicaEcho)
 }
 
 var jsonContentType = []string{"application/json"}

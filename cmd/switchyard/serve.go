@@ -80,7 +80,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitRuntime
 	}
 	defer g.Close()
-	srv := &Server{Gateway: g, Log: log, Listen: cfg.Server.Listen, AdminListen: cfg.Server.AdminListen}
+	srv := &Server{Gateway: g, Log: log, Listen: cfg.Server.Listen, AdminListen: cfg.Server.AdminListen, FDLimit: raiseFDLimit(log)}
 	if !*noWatch {
 		go watchConfig(ctx, path, g, log)
 	}
@@ -108,6 +108,10 @@ type Server struct {
 	Exit func(code int)
 	// Sleep waits out server.drain_delay; nil means time.Sleep.
 	Sleep func(time.Duration)
+	// FDLimit is the process's open-file limit, from which the client
+	// listener's default connection cap is derived (0: unknown, no cap
+	// unless server.max_connections sets one).
+	FDLimit uint64
 }
 
 // Run serves until ctx ends, then drains in-flight requests (streams
@@ -137,6 +141,8 @@ func (s *Server) Run(ctx context.Context, ready func(api, admin net.Addr)) error
 		IdleTimeout:       sc.IdleTimeout.Std(),
 		ErrorLog:          slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn),
 	}
+	apiLn = s.Gateway.LimitListener(apiLn, "api", s.FDLimit)
+	adminLn = s.Gateway.LimitListener(adminLn, "admin", s.FDLimit)
 	errc := make(chan error, 2)
 	go func() { errc <- api.Serve(apiLn) }()
 	go func() { errc <- admin.Serve(adminLn) }()

@@ -1,0 +1,195 @@
+package router_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// isolationYAML is a one-pool gateway with a short body timeout.
+const isolationYAML = `
+version: 1
+server:
+  body_timeout: 1s
+  max_connections: 4
+  admin_max_connections: 2
+pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: a, url: "{{m}}"}]}
+routes:
+  - name: default
+    to: p
+`
+
+// rawRequest writes head (lines without their CRLFs) to addr and returns
+// the connection and a reader of it.
+func rawRequest(t *testing.T, addr string, head ...string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := io.WriteString(c, strings.Join(head, "\r\n")+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	return c, bufio.NewReader(c)
+}
+
+// closedWithin reads c until it ends and reports whether that happened
+// before d (a generous bound: the server closes after body_timeout, 1s).
+func closedWithin(c net.Conn, br *bufio.Reader, d time.Duration) bool {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	_, err := io.Copy(io.Discard, br)
+	return err == nil // EOF: the server closed; a timeout is an error
+}
+
+// TestUnreadBodyIsBounded: a request that announces a body it never sends
+// holds its connection at most server.body_timeout, on every route and on
+// the admin listener, with or without a key. Before the fix, routes that
+// never read a body held such a connection forever (net/http's discard of
+// the unread body after the handler had no deadline).
+func TestUnreadBodyIsBounded(t *testing.T) {
+	m := startReplica(t, fast("m"))
+	gw := startGateway(t, loadConfig(t, isolationYAML, map[string]string{"m": m.Srv.URL}, nil))
+	api, admin := strings.TrimPrefix(gw.API.URL, "http://"), strings.TrimPrefix(gw.Admin.URL, "http://")
+	for _, c := range []struct{ addr, method, path string }{
+		{api, "GET", "/v1/models"}, {api, "GET", "/healthz"}, {api, "GET", "/readyz"}, {api, "HEAD", "/"},
+		{api, "GET", "/no/such/path"}, {api, "PUT", "/v1/chat/completions"}, {api, "POST", "/v1/chat/completions"},
+		{api, "GET", "/v1/responses/resp_x"},
+		{admin, "GET", "/metrics"}, {admin, "GET", "/admin/pools"}, {admin, "GET", "/healthz"}, {admin, "POST", "/admin/reload"},
+		{admin, "GET", "/nothing"},
+	} {
+		t.Run(c.method+c.path, func(t *testing.T) {
+			t.Parallel()
+			conn, br := rawRequest(t, c.addr, c.method+" "+c.path+" HTTP/1.1", "Host: x", "Content-Type: application/json", "Content-Length: 100000")
+			if !closedWithin(conn, br, 15*time.Second) {
+				t.Errorf("%s %s on %s: the connection with an unsent body was still open after 15s (body_timeout 1s)", c.method, c.path, c.addr)
+			}
+		})
+	}
+}
+
+// TestConnectionCap: a listener holds at most its cap of connections; one
+// more is answered 503 (API-shaped, Connection: close) and counted, and a
+// freed place is taken again.
+func TestConnectionCap(t *testing.T) {
+	m := startReplica(t, fast("m"))
+	gw := startGateway(t, loadConfig(t, isolationYAML, map[string]string{"m": m.Srv.URL}, nil))
+	for _, l := range []struct {
+		name string
+		h    http.Handler
+		cap  int
+	}{{"api", gw.G.Handler(), 4}, {"admin", gw.G.AdminHandler(), 2}} {
+		t.Run(l.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewUnstartedServer(l.h)
+			srv.Listener.Close()
+			srv.Listener = gw.G.LimitListener(ln, l.name, 1<<20)
+			srv.Start()
+			defer srv.Close()
+			addr := ln.Addr().String()
+			// cap idle connections, each known to be accepted (answered).
+			var held []net.Conn
+			for i := 0; i < l.cap; i++ {
+				c, br := rawRequest(t, addr, "GET /healthz HTTP/1.1", "Host: x")
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil || resp.StatusCode != 200 {
+					t.Fatalf("connection %d: %v %v", i, resp, err)
+				}
+				resp.Body.Close()
+				held = append(held, c)
+			}
+			c, br := rawRequest(t, addr, "GET /healthz HTTP/1.1", "Host: x")
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("over the cap: %v", err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 503 || !resp.Close || !strings.Contains(string(b), `"code":"too_many_connections"`) {
+				t.Fatalf("over the cap: %d close=%t %s", resp.StatusCode, resp.Close, b)
+			}
+			c.Close()
+			if v := metricValue(t, gw, "switchyard_connections_refused_total", map[string]string{"listener": l.name}); v != 1 {
+				t.Errorf("refused counted %g, want 1", v)
+			}
+			held[0].Close()
+			eventually(t, 10*time.Second, "a freed place to be taken", func() bool {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					return false
+				}
+				defer c.Close()
+				fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				return err == nil && resp.StatusCode == 200
+			})
+		})
+	}
+}
+
+// TestRequestBodyEncodingRefused: a gzip-encoded body is refused with 415
+// in the endpoint's API shape and never reaches the replica.
+func TestRequestBodyEncodingRefused(t *testing.T) {
+	m := startReplica(t, fast("m"))
+	gw := startGateway(t, loadConfig(t, isolationYAML, map[string]string{"m": m.Srv.URL}, nil))
+	for _, c := range []struct{ path, shape string }{
+		{"/v1/chat/completions", `"error":{"message"`}, {"/v1/messages", `"type":"error"`},
+	} {
+		resp, b := post(t, gw.API.URL+c.path, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, map[string]string{"Content-Encoding": "gzip"})
+		if resp.StatusCode != http.StatusUnsupportedMediaType || !strings.Contains(string(b), c.shape) {
+			t.Errorf("%s: %d %s", c.path, resp.StatusCode, b)
+		}
+	}
+	if n := m.count(); n != 0 {
+		t.Errorf("the replica got %d requests", n)
+	}
+}
+
+// TestChunkedRequestCloses: a chunked request (net/http drops a
+// Content-Length sent beside it) is answered and its connection closed.
+func TestChunkedRequestCloses(t *testing.T) {
+	m := startReplica(t, fast("m"))
+	gw := startGateway(t, loadConfig(t, isolationYAML, map[string]string{"m": m.Srv.URL}, nil))
+	body := `{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`
+	conn, br := rawRequest(t, strings.TrimPrefix(gw.API.URL, "http://"), "POST /v1/chat/completions HTTP/1.1", "Host: x",
+		"Content-Type: application/json", "Transfer-Encoding: chunked", "Content-Length: 5")
+	fmt.Fprintf(conn, "%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 || !resp.Close {
+		t.Fatalf("chunked request: %d close=%t", resp.StatusCode, resp.Close)
+	}
+	if !closedWithin(conn, br, 10*time.Second) {
+		t.Error("the connection stayed open")
+	}
+}
+
+// TestEchoesAreBounded: a 4 MiB model name comes back cut in the error and
+// the access line.
+func TestEchoesAreBounded(t *testing.T) {
+	m := startReplica(t, fast("m"))
+	gw := startGateway(t, loadConfig(t, isolationYAML, map[string]string{"m": m.Srv.URL}, nil))
+	name := strings.Repeat("x", 4<<20)
+	resp, b := post(t, gw.API.URL+"/v1/embeddings", `{"model":"`+name+`","input":"a"}`, nil)
+	if resp.StatusCode != 404 || len(b) > 2048 || !strings.Contains(string(b), "more bytes]") {
+		t.Errorf("error for a 4 MiB model name: %d, %d bytes", resp.StatusCode, len(b))
+	}
+	eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"status":404`) })
+	for _, line := range strings.Split(gw.Logs.String(), "\n") {
+		if len(line) > 4096 {
+			t.Errorf("a log line of %d bytes", len(line))
+		}
+	}
+}
