@@ -51,12 +51,16 @@ const (
 	// OutcomeCircuitOpen: the circuit breaker was open, so the classifier
 	// pool was not called and the on_error label was used.
 	OutcomeCircuitOpen = "circuit_open"
+	// OutcomeRefused: the classifier pool refused this request's
+	// classification (4xx, typically its length); the on_error label was
+	// used and the breaker was not told.
+	OutcomeRefused = "refused"
 )
 
 // Fallback reports whether r carries the on_error label because the
-// classifier could not answer (timeout, error, open circuit).
+// classifier could not answer (timeout, error, open circuit, refused).
 func (r Result) Fallback() bool {
-	return r.Outcome == OutcomeTimeout || r.Outcome == OutcomeError || r.Outcome == OutcomeCircuitOpen
+	return r.Outcome == OutcomeTimeout || r.Outcome == OutcomeError || r.Outcome == OutcomeCircuitOpen || r.Outcome == OutcomeRefused
 }
 
 // Options configures a Classifier.
@@ -310,13 +314,19 @@ func (c *Classifier) call(ctx context.Context, in *Input, key uint64) Result {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
 		}
-		// Every client that waited on this call left: not the pool's fault.
-		if parent.Err() == nil {
+		// Every client that waited on this call left, or the request
+		// itself was refused: not the pool's fault.
+		requestCaused := parent.Err() != nil || errors.Is(err, ErrRefused)
+		if !requestCaused {
 			c.outcome(true, probe, err)
 		} else if probe {
 			c.endProbe()
 		}
-		return c.fail(err)
+		r := c.fail(err)
+		if errors.Is(err, ErrRefused) {
+			r.Outcome = OutcomeRefused
+		}
+		return r
 	}
 	c.outcome(false, probe, nil)
 	if c.cache != nil {
@@ -358,17 +368,45 @@ func (c *Classifier) CountSticky(label string) {
 }
 
 // truncate keeps the system prompt's first part and the head and tail of
-// the last user turn within max characters in total.
-func (in *Input) truncate(max int) {
-	sysBudget := max / 4
-	in.System = head(in.System, sysBudget)
-	rest := max - len(in.System)
-	in.LastUser = headTail(in.LastUser, rest)
-	in.Prompt = headTail(in.Prompt, max)
-	if len(in.Tools) > 32 {
-		in.Tools = in.Tools[:32]
+// the last user turn within limit characters in total, tool names
+// included.
+//
+// Every part a client writes is bounded, so no request can make the
+// classifier's own call overflow its model's context: at most maxTools
+// tool names of at most maxToolName bytes each, within an eighth of max
+// in all; the system prompt within a quarter; the last user turn within
+// what remains. The prompt of a completions request, which has no other
+// part, may use all of max.
+func (in *Input) truncate(limit int) {
+	if len(in.Tools) > maxTools {
+		in.Tools = in.Tools[:maxTools]
 	}
+	toolBudget := limit / 8
+	tools := make([]string, 0, len(in.Tools))
+	for _, t := range in.Tools {
+		t = head(t, min(maxToolName, toolBudget))
+		if t == "" {
+			break
+		}
+		toolBudget -= len(t)
+		tools = append(tools, t)
+	}
+	in.Tools = tools
+	used := 0
+	for _, t := range tools {
+		used += len(t) + 2 // ", " between names
+	}
+	in.System = head(in.System, limit/4)
+	in.LastUser = headTail(in.LastUser, max(0, limit-len(in.System)-used))
+	in.Prompt = headTail(in.Prompt, limit)
 }
+
+// The bounds of the tool names the classifier sees: OpenAI's function
+// names are at most 64 characters.
+const (
+	maxTools    = 32
+	maxToolName = 64
+)
 
 func head(s string, n int) string {
 	if len(s) <= n {
@@ -504,6 +542,11 @@ func (g *flightGroup) do(ctx context.Context, key uint64, fn func(context.Contex
 		return Result{Outcome: OutcomeError, Err: ctx.Err()}
 	}
 }
+
+// ErrRefused marks a Transport error that the request caused (the pool
+// answered 4xx: the classifier's own request was refused, typically for
+// its length). It never counts toward the circuit breaker.
+var ErrRefused = errors.New("the classifier pool refused the request")
 
 // errCircuitOpen is the error of a classification the breaker refused.
 var errCircuitOpen = errors.New("classifier circuit open: the classifier pool failed repeatedly; using on_error until a probe succeeds")

@@ -489,3 +489,29 @@ func sentParts(t *testing.T, body []byte) (system, user string) {
 	}
 	return system, user
 }
+
+// TestTruncationBoundsEveryPart: whatever a client writes (many long tool
+// names, a long system prompt and turn), what the classifier sends fits
+// the input bound; names are cut to 64 bytes, at most 32 of them.
+func TestTruncationBoundsEveryPart(t *testing.T) {
+	var tools []string
+	for i := range 100 {
+		tools = append(tools, strings.Repeat(string(rune('a'+i%26)), 20<<10))
+	}
+	for _, limit := range []int{100, 1000, 4000} {
+		in := classifier.Truncated(classifier.Input{System: strings.Repeat("s", 50000), LastUser: strings.Repeat("u", 50000), Tools: tools}, limit)
+		total := len(in.System) + len(in.LastUser)
+		for _, n := range in.Tools {
+			if len(n) > 64 {
+				t.Errorf("limit %d: a tool name of %d bytes", limit, len(n))
+			}
+			total += len(n) + 2
+		}
+		if len(in.Tools) > 32 || total > limit {
+			t.Errorf("limit %d: %d tools, %d characters in all", limit, len(in.Tools), total)
+		}
+		if len(in.LastUser) == 0 {
+			t.Errorf("limit %d: the last turn was dropped", limit)
+		}
+	}
+}

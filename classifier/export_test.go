@@ -12,3 +12,9 @@ func (c *Classifier) Waiters(in Input) int {
 	}
 	return 0
 }
+
+// Truncated is in as the classifier would send it within limit.
+func Truncated(in Input, limit int) Input {
+	in.truncate(limit)
+	return in
+}

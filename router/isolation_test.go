@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/vllmsim"
 )
 
 // isolationYAML is a one-pool gateway with a short body timeout.
@@ -191,5 +193,55 @@ func TestEchoesAreBounded(t *testing.T) {
 		if len(line) > 4096 {
 			t.Errorf("a log line of %d bytes", len(line))
 		}
+	}
+}
+
+// TestClassifierBreakerIgnoresRequestFaults: one key's requests cannot open
+// the classifier's breaker for everyone. Tool names are cut to the
+// classifier's input bound (before the fix, three 20 KB names overflowed
+// the classifier model's context and five such requests opened the
+// breaker), and a classification the pool refuses with 4xx because of the
+// request (here: a long turn with max_input_chars raised past the model's
+// context) gets on_error's label without telling the breaker.
+func TestClassifierBreakerIgnoresRequestFaults(t *testing.T) {
+	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+	m := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
+	yaml := strings.Replace(classifierYAML, "  on_error: complex\n", "  on_error: complex\n  max_input_chars: 40000\n  breaker: {failures: 3, cooldown: 1h}\n  cache: {size: 0}\n", 1)
+	gw := startGateway(t, loadConfig(t, yaml, map[string]string{"qwen": q.Srv.URL, "minicpm": m.Srv.URL}, nil))
+	url := gw.API.URL + "/v1/chat/completions"
+	var tools []string
+	for i := range 3 {
+		tools = append(tools, fmt.Sprintf(`{"type":"function","function":{"name":"t%d%s"}}`, i, strings.Repeat("x", 20<<10)))
+	}
+	longNames := `,"tools":[` + strings.Join(tools, ",") + `]`
+	for i := range 8 {
+		// The replica may refuse the request itself for its length (400);
+		// what counts is the classification before it.
+		resp, b := post(t, url, chatBody(fmt.Sprint("hi ", i), longNames), nil)
+		if resp.StatusCode != 200 && resp.StatusCode != 400 {
+			t.Fatalf("long tool names %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"label": "simple", "result": "ok"}) +
+		metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"label": "complex", "result": "ok"}); v != 8 {
+		t.Errorf("requests with long tool names classified ok %v times, want 8 (names cut to the input bound)", v)
+	}
+	long := strings.Repeat("word ", 6000) // 30 KB: past the classifier model's 4096 tokens
+	for i := range 8 {
+		resp, b := post(t, url, chatBody(fmt.Sprint(i, long), ""), nil)
+		if resp.StatusCode >= 500 || resp.Header.Get("X-Switchyard-Class") != "complex" {
+			t.Fatalf("overlong turn %d: %d class %q %s", i, resp.StatusCode, resp.Header.Get("X-Switchyard-Class"), b)
+		}
+	}
+	if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"label": "complex", "result": "refused"}); v != 8 {
+		t.Errorf("refused classifications %v, want 8", v)
+	}
+	if v := metricValue(t, gw, "switchyard_classifier_circuit_open", nil); v != 0 {
+		t.Fatalf("the breaker opened on request-caused failures")
+	}
+	// Another key's ordinary request is still classified.
+	resp, _ := post(t, url, chatBody("What is the capital of Portugal?", ""), nil)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Class") != "simple" {
+		t.Errorf("an ordinary request after the attack: %d class %q", resp.StatusCode, resp.Header.Get("X-Switchyard-Class"))
 	}
 }

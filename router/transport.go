@@ -112,7 +112,7 @@ func (t *poolTransport) once(ctx context.Context, ps *poolState, rep *pools.Repl
 	if resp.StatusCode != http.StatusOK {
 		// A 4xx other than the ones judged above: the classifier's own
 		// request was refused. Not the replica's fault, not retried.
-		return nil, result{outcome: pools.Neutral, err: fmt.Errorf("replica %q: status %d: %s", rep.Name, resp.StatusCode, readErrorMessage(bytes.NewReader(out)))}
+		return nil, result{outcome: pools.Neutral, err: fmt.Errorf("replica %q: status %d: %s: %w", rep.Name, resp.StatusCode, readErrorMessage(bytes.NewReader(out)), classifier.ErrRefused)}
 	}
 	p, c, ok := readUsage(out)
 	if ok {
