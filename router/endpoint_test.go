@@ -218,10 +218,12 @@ routes:
 		t.Fatalf("%d ejections after one timeout", n)
 	}
 
-	// Every replica fails: each request is tried on all three, yet at
-	// most one of three (34%) is ejected.
-	for _, r := range reps {
-		r.Sim.SetFaults(vllmsim.Faults{FailPercent: 100})
+	// Every replica fails, each its own way (the same status from two
+	// would make the request a poison request, held against neither):
+	// each request is tried on all three, yet at most one of three (34%)
+	// is ejected.
+	for i, r := range reps {
+		r.Sim.SetFaults(vllmsim.Faults{FailPercent: 100, FailStatus: []int{500, 502, 503}[i]})
 	}
 	for range 6 {
 		if resp, _ := post(t, url, chatBody("bad", ""), nil); resp.StatusCode != 502 {

@@ -245,3 +245,64 @@ func TestClassifierBreakerIgnoresRequestFaults(t *testing.T) {
 		t.Errorf("an ordinary request after the attack: %d class %q", resp.StatusCode, resp.Header.Get("X-Switchyard-Class"))
 	}
 }
+
+// TestPoisonRequestEjectsNoReplica: a request that every replica answers
+// with the same 5xx stops after two replicas and counts against neither;
+// before the fix each try counted in its replica's consecutive-5xx streak
+// and three such requests ejected one replica of three.
+func TestPoisonRequestEjectsNoReplica(t *testing.T) {
+	var urls = map[string]string{}
+	var reps []*replica
+	for _, n := range []string{"a", "b", "c"} {
+		r := startReplica(t, fast("m"))
+		r.Sim.SetFaults(vllmsim.Faults{PoisonText: "POISON", FailStatus: 500})
+		urls[n] = r.Srv.URL
+		reps = append(reps, r)
+	}
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p:
+    model: m
+    balance: round_robin
+    retries: 2
+    outlier: {consecutive_5xx: 2}
+    health: {disabled: true}
+    replicas: [{name: a, url: "{{a}}"}, {name: b, url: "{{b}}"}, {name: c, url: "{{c}}"}]
+routes:
+  - name: default
+    to: p
+`, urls, nil))
+	url := gw.API.URL + "/v1/chat/completions"
+	for i := range 6 {
+		resp, _ := post(t, url, `{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"POISON `+fmt.Sprint(i)+`"}]}`, nil)
+		if resp.StatusCode < 500 {
+			t.Fatalf("poison request %d: %d", i, resp.StatusCode)
+		}
+	}
+	total := 0
+	for _, r := range reps {
+		total += r.count()
+	}
+	if total != 12 {
+		t.Errorf("6 poison requests reached replicas %d times, want 12 (two tries each)", total)
+	}
+	if v := metricValue(t, gw, "switchyard_poison_requests_total", map[string]string{"pool": "p"}); v != 6 {
+		t.Errorf("poison requests counted %v, want 6", v)
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		if v := metricValue(t, gw, "switchyard_replica_ejections_total", map[string]string{"pool": "p", "replica": n}); v != 0 {
+			t.Errorf("replica %s ejected by poison requests", n)
+		}
+	}
+	// A replica that fails alone is still held to account.
+	reps[0].Sim.SetFaults(vllmsim.Faults{FailPercent: 100, FailStatus: 503})
+	for i := range 6 {
+		if resp, b := post(t, url, `{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"fine `+fmt.Sprint(i)+`"}]}`, nil); resp.StatusCode != 200 {
+			t.Fatalf("request %d with one failing replica: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	if v := metricValue(t, gw, "switchyard_replica_ejections_total", map[string]string{"pool": "p", "replica": "a"}); v < 1 {
+		t.Errorf("the failing replica was not ejected (%v)", v)
+	}
+}

@@ -178,8 +178,21 @@ type execution struct {
 // any answer (a keep-alive connection a restarted replica had closed) may
 // be retried on the same replica when no other can take it. A retry is
 // counted, and its backoff slept, only when some replica can take it.
+//
+// Poison rule: a request that gets the same 5xx status from two replicas
+// is taken to be the cause (a vLLM bug on one input, say): it is not
+// retried further, and neither answer counts toward either replica's
+// consecutive_5xx. So a 5xx that may be retried is told to passive health
+// only once the next attempt has shown whether the request is to blame
+// (the slot is released at once all the same).
 func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 	ps := ex.ps
+	var held *heldFailure
+	defer func() {
+		if held != nil {
+			ps.Observe(held.rep, held.outcome, held.detail)
+		}
+	}()
 	tried := ex.triedBuf[:0]
 	other := func(r *pools.Replica) bool { return ex.only != nil && r.Endpoint != ex.only.Endpoint }
 	exclude := func(r *pools.Replica) bool { return other(r) || slices.Contains(tried, r) }
@@ -230,7 +243,24 @@ func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 		tried = append(tried, rep)
 		ex.call.acquired(rep)
 		res := ex.call.send(ctx, rep)
-		ps.Observe(rep, res.outcome, res.detail)
+		status := failedStatus(res)
+		if held != nil && status >= 500 && status == held.status {
+			// The same 5xx from a second replica: the request's fault.
+			held = nil
+			ps.Release(rep)
+			g.metrics.poison.WithLabelValues(ps.Name).Inc()
+			res.retry = false
+			return res
+		}
+		if held != nil {
+			ps.Observe(held.rep, held.outcome, held.detail)
+			held = nil
+		}
+		if status >= 500 && res.retry && !res.done && ctx.Err() == nil && a+1 < ex.attempts {
+			held = &heldFailure{rep: rep, outcome: res.outcome, detail: res.detail, status: status}
+		} else {
+			ps.Observe(rep, res.outcome, res.detail)
+		}
 		ps.Release(rep)
 		if res.done || !res.retry || ctx.Err() != nil {
 			return res
@@ -247,6 +277,25 @@ func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 		last = res
 	}
 	return last
+}
+
+// heldFailure is a replica's 5xx not yet told to passive health (see the
+// poison rule of execute).
+type heldFailure struct {
+	rep     *pools.Replica
+	outcome pools.Outcome
+	detail  string
+	status  int
+}
+
+// failedStatus is the status of a replica's failed answer (0 when the
+// attempt got none, or succeeded).
+func failedStatus(res result) int {
+	var uf *upstreamFailure
+	if res.done || !errors.As(res.err, &uf) {
+		return 0
+	}
+	return uf.status
 }
 
 // isConnectTimeout reports a timeout while connecting (dial or TLS

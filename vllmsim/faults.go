@@ -32,6 +32,10 @@ type Faults struct {
 	CutAfterChunks int
 	// Unhealthy makes GET /health answer 503.
 	Unhealthy bool
+	// PoisonText, when set, makes every inference request whose body
+	// contains it fail at once with FailStatus: a bug that one input
+	// triggers on every replica alike.
+	PoisonText string
 }
 
 // Validate reports every invalid field of f, joined.
@@ -65,7 +69,7 @@ func (f *Faults) failStatus() int {
 
 // RegisterFlags binds f's fields to flags on fs, using f's current values as
 // the defaults: --fail-percent --fail-status --stall --slow-start --cut-after
-// --unhealthy.
+// --unhealthy --poison-text.
 func (f *Faults) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&f.FailPercent, "fail-percent", f.FailPercent, "share of requests (0..100) that fail at once with --fail-status")
 	fs.IntVar(&f.FailStatus, "fail-status", f.FailStatus, "HTTP status of injected failures (0 = 500)")
@@ -73,4 +77,5 @@ func (f *Faults) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&f.SlowStart, "slow-start", f.SlowStart, "extra delay before the first token, after stream headers")
 	fs.IntVar(&f.CutAfterChunks, "cut-after", f.CutAfterChunks, "abort streams after this many data events, non-stream responses mid-body (0 = never)")
 	fs.BoolVar(&f.Unhealthy, "unhealthy", f.Unhealthy, "GET /health answers 503")
+	fs.StringVar(&f.PoisonText, "poison-text", f.PoisonText, "requests whose body contains this `text` fail at once with --fail-status")
 }

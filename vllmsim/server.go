@@ -1,6 +1,7 @@
 package vllmsim
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -341,6 +342,9 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, a api) {
 	p, wr, e := a.parse(body)
 	if e == nil && s.failNow(f.FailPercent) {
 		e = &apiError{status: f.failStatus(), message: "simulated failure (vllmsim fail-percent fault)"}
+	}
+	if e == nil && f.PoisonText != "" && bytes.Contains(body, []byte(f.PoisonText)) {
+		e = &apiError{status: f.failStatus(), message: "simulated failure on this input (vllmsim poison-text fault)"}
 	}
 	if e != nil {
 		s.failed.Add(1)
