@@ -1,6 +1,7 @@
 package router
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -58,25 +59,35 @@ func TestAdapt(t *testing.T) {
 	}
 }
 
-// TestResponseIDs: ids round-trip through the encoding, item ids are left
-// alone, and ids already encoded are not encoded twice.
+// TestResponseIDs: ids round-trip through the encoding whatever the
+// replica's id looks like (one shaped like the gateway's own included:
+// recognition is by the mac, never by a prefix), item ids are left alone,
+// and an id checks only for the key it was made for.
 func TestResponseIDs(t *testing.T) {
-	id := encodeResponseID("0123456789ab", "resp_xyz")
-	if tag, orig, ok := decodeResponseID(id); !ok || tag != "0123456789ab" || orig != "resp_xyz" {
-		t.Errorf("decode(%s) = %q %q %v", id, tag, orig, ok)
+	a, b := ids{secret: []byte("s"), key: "a"}, ids{secret: []byte("s"), key: "b"}
+	for _, orig := range []string{"resp_xyz", "resp_sy0123456789ab_resp_1", "chatcmpl-1", "x_y_z", "resp_sy" + strings.Repeat("0", 40)} {
+		id := a.encode("0123456789ab", orig)
+		if tag, got, ok := a.decode(id); !ok || tag != "0123456789ab" || got != orig {
+			t.Errorf("decode(%s) = %q %q %v", id, tag, got, ok)
+		}
+		if _, _, ok := b.decode(id); ok {
+			t.Errorf("key b decoded key a's id %s", id)
+		}
+		if _, _, ok := (ids{secret: []byte("other"), key: "a"}).decode(id); ok {
+			t.Errorf("another deployment's secret decoded %s", id)
+		}
 	}
-	for _, bad := range []string{"resp_xyz", "resp_sy", "resp_sy0123456789abresp", "msg_1"} {
-		if _, _, ok := decodeResponseID(bad); ok {
+	forged := a.encode("0123456789ab", "..")
+	for _, bad := range []string{"resp_xyz", "resp_sy", "resp_sy0123456789abresp", "msg_1", "resp_sy000000000000_resp_abc",
+		"resp_sy0123456789ab0000000000000000_resp_1", forged, a.encode("0123456789ab", "r") + "x"} {
+		if _, _, ok := a.decode(bad); ok {
 			t.Errorf("decode(%q) accepted", bad)
 		}
 	}
 	body := []byte(`{"id":"resp_1","object":"response","output":[{"id":"msg_1","type":"message"}]}`)
-	got := string(responseIDs(body, "0123456789ab"))
-	if want := `{"id":"resp_sy0123456789ab_resp_1","object":"response","output":[{"id":"msg_1","type":"message"}]}`; got != want {
-		t.Errorf("responseIDs = %s", got)
-	}
-	if again := string(responseIDs([]byte(got), "0123456789ab")); again != got {
-		t.Errorf("encoded twice: %s", again)
+	got := string(responseIDs(body, "0123456789ab", a))
+	if want := `{"id":"` + a.encode("0123456789ab", "resp_1") + `","object":"response","output":[{"id":"msg_1","type":"message"}]}`; got != want {
+		t.Errorf("responseIDs = %s, want %s", got, want)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -304,5 +306,71 @@ routes:
 	}
 	if v := metricValue(t, gw, "switchyard_replica_ejections_total", map[string]string{"pool": "p", "replica": "a"}); v < 1 {
 		t.Errorf("the failing replica was not ejected (%v)", v)
+	}
+}
+
+// TestStoredResponsesBelongToKeys: a stored response's id works only with
+// the key that made it. Before the fix, key B could GET, continue, cancel
+// and delete key A's stored response by its id.
+func TestStoredResponsesBelongToKeys(t *testing.T) {
+	m := startReplica(t, fast("m"))
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+server:
+  api_keys:
+    - {name: a, key_env: KEY_A}
+    - {name: b, key_env: KEY_B}
+pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "{{m}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"m": m.Srv.URL}, map[string]string{"KEY_A": "key-a-secret", "KEY_B": "key-b-secret"}))
+	as := func(key string) map[string]string { return map[string]string{"Authorization": "Bearer " + key} }
+	resp, b := post(t, gw.API.URL+"/v1/responses", `{"model":"m","input":"hello","max_output_tokens":4}`, as("key-a-secret"))
+	id := gjson.GetBytes(b, "id").Str
+	if resp.StatusCode != 200 || !strings.HasPrefix(id, "resp_sy") {
+		t.Fatalf("create: %d %s", resp.StatusCode, b)
+	}
+	do := func(method, path, body, key string) (int, []byte) {
+		req, _ := http.NewRequest(method, gw.API.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, out
+	}
+	before := m.count()
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/v1/responses/" + id, ""},
+		{"DELETE", "/v1/responses/" + id, ""},
+		{"POST", "/v1/responses/" + id + "/cancel", ""},
+		{"POST", "/v1/responses", `{"model":"m","input":"more","previous_response_id":"` + id + `"}`},
+	} {
+		code, out := do(c.method, c.path, c.body, "key-b-secret")
+		if code != 404 || gjson.GetBytes(out, "error.code").Str != "response_not_found" {
+			t.Errorf("key b %s %s: %d %s", c.method, c.path, code, out)
+		}
+	}
+	// Forged and path-climbing ids never reach the replica either.
+	for _, bad := range []string{id[:len(id)-1] + "x", "resp_sy" + id[7:19] + "0000000000000000_..", ".."} {
+		if code, out := do("GET", "/v1/responses/"+bad, "", "key-a-secret"); code != 404 {
+			t.Errorf("GET %q: %d %s", bad, code, out)
+		}
+	}
+	if n := m.count(); n != before {
+		t.Errorf("the replica got %d requests for other keys' and forged ids", n-before)
+	}
+	if code, out := do("GET", "/v1/responses/"+id, "", "key-a-secret"); code != 200 || gjson.GetBytes(out, "id").Str != id {
+		t.Errorf("key a GET its own: %d %s", code, out)
+	}
+	if code, out := do("POST", "/v1/responses", `{"model":"m","input":"more","max_output_tokens":4,"previous_response_id":"`+id+`"}`, "key-a-secret"); code != 200 {
+		t.Errorf("key a continues its own: %d %s", code, out)
 	}
 }

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -20,10 +21,16 @@ import (
 // Responses API's default) in the memory of the server that made it, so a
 // follow-up naming it (previous_response_id, GET, DELETE, cancel) must
 // reach that server. Switchyard keeps no table: the response id a client
-// sees names the replica, as storedPrefix + a tag derived from the
-// replica's URL + "_" + the replica's own id. Every gateway instance with
-// the same config reads the same tag, and the id is restored on the way
-// in.
+// sees names the replica and the API key, as
+//
+//	storedPrefix + tag + mac + "_" + the replica's own id
+//
+// where tag is 12 hex digits derived from the replica's URL and mac 16 hex
+// digits of an HMAC-SHA256, under the deployment's secret, of the key's
+// name, the tag and the replica's id. Every instance with the same config
+// checks it with no shared store. An id is the gateway's only when its mac
+// verifies for the key that presents it: another key's id, a forged one
+// and a replica's own id that happens to look alike are all unknown (404).
 const storedPrefix = "resp_sy"
 
 // replicaTag is 12 hex digits of a digest of the replica's URL.
@@ -32,17 +39,77 @@ func replicaTag(rep *pools.Replica) string {
 	return hex.EncodeToString(sum[:6])
 }
 
-// encodeResponseID is the id the client sees for the replica's id.
-func encodeResponseID(tag, id string) string { return storedPrefix + tag + "_" + id }
+// responseIDSecret is the secret of the deployment's response ids:
+// server.response_id_secret_env's value, else a digest of the API keys'
+// values (unknown to any one client when there are several keys), else,
+// without keys, a constant (ids are then bound to nothing but their
+// replica, as every client may use every id).
+func responseIDSecret(sc *policy.Server) []byte {
+	h := sha256.New()
+	h.Write([]byte("switchyard response ids\x00"))
+	if sc.ResponseIDSecret != "" {
+		h.Write([]byte(sc.ResponseIDSecret))
+		return h.Sum(nil)
+	}
+	secrets := make([]string, 0, len(sc.APIKeys))
+	for _, k := range sc.APIKeys {
+		secrets = append(secrets, string(k.Secret))
+	}
+	slices.Sort(secrets)
+	for _, k := range secrets {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+	}
+	return h.Sum(nil)
+}
 
-// decodeResponseID splits an id encodeResponseID made.
-func decodeResponseID(id string) (tag, orig string, ok bool) {
-	rest, ok := strings.CutPrefix(id, storedPrefix)
-	if !ok || len(rest) < 14 || rest[12] != '_' {
+// ids signs and checks the response ids of one API key.
+type ids struct {
+	secret []byte
+	key    string // the key's name; "" without keys
+}
+
+// idsFor is the signer of the exchange's key.
+func (x *exchange) ids() ids {
+	i := ids{secret: x.snap.idSecret}
+	if x.key != nil {
+		i.key = x.key.name
+	}
+	return i
+}
+
+func (i ids) mac(tag, orig string) string {
+	h := hmac.New(sha256.New, i.secret)
+	h.Write([]byte(i.key))
+	h.Write([]byte{0})
+	h.Write([]byte(tag))
+	h.Write([]byte{0})
+	h.Write([]byte(orig))
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// encode is the id the client sees for the replica's id.
+func (i ids) encode(tag, orig string) string {
+	return storedPrefix + tag + i.mac(tag, orig) + "_" + orig
+}
+
+// decode splits an id encode made for this key; ok is false for any
+// other string. The replica's id may have any shape but "." and "..",
+// which could climb a path.
+func (i ids) decode(id string) (tag, orig string, ok bool) {
+	rest, found := strings.CutPrefix(id, storedPrefix)
+	if !found || len(rest) < 30 || rest[28] != '_' || len(id) > maxResponseID {
 		return "", "", false
 	}
-	return rest[:12], rest[13:], true
+	tag, mac, orig := rest[:12], rest[12:28], rest[29:]
+	if orig == "." || orig == ".." || !hmac.Equal([]byte(mac), []byte(i.mac(tag, orig))) {
+		return "", "", false
+	}
+	return tag, orig, true
 }
+
+// maxResponseID bounds the ids a client may present.
+const maxResponseID = 512
 
 // errResponseNotFound is a 404 in the Responses API's error shape; param
 // names where the id came from.
@@ -64,9 +131,11 @@ func (s *Snapshot) reaches(t target, pool string) bool {
 // pinToStored sends the exchange to the replica that stored response id,
 // with the replica's own id restored in the body.
 func (x *exchange) pinToStored(id, param string) error {
-	tag, orig, ok := decodeResponseID(id)
+	tag, orig, ok := x.ids().decode(id)
 	if !ok {
-		return errResponseNotFound(id, param, "it was not made through this gateway")
+		// Another key's id is as unknown as a made-up one: nothing tells
+		// the two apart.
+		return errResponseNotFound(id, param, "it was not made through this gateway with this API key")
 	}
 	for _, ps := range x.snap.poolOrder {
 		for _, rep := range ps.Replicas() {
@@ -101,18 +170,22 @@ func (g *Gateway) storedHandler(suffix string) http.HandlerFunc {
 // responseIDs rewrites the response ids of a Responses API answer or
 // event data (the top-level id of a response object, and response.id of
 // an event) to the ids clients see. Item ids are left alone.
-func responseIDs(data []byte, tag string) []byte {
+//
+// Every id the replica sends is encoded, whatever its shape: the replica
+// never sees an encoded id (they are restored on the way in), so nothing
+// it sends is already one of the gateway's.
+func responseIDs(data []byte, tag string, i ids) []byte {
 	// The replica that answered also stored the response it continues,
 	// so an echoed previous_response_id takes the same tag.
 	for _, path := range [...]string{"id", "response.id", "previous_response_id", "response.previous_response_id"} {
 		v := gjson.GetBytes(data, path)
-		if v.Type != gjson.String || !strings.HasPrefix(v.Str, "resp_") || strings.HasPrefix(v.Str, storedPrefix) {
+		if v.Type != gjson.String || v.Str == "" {
 			continue
 		}
 		if (path == "id" || path == "previous_response_id") && gjson.GetBytes(data, "object").Str != "response" {
 			continue
 		}
-		if out, err := sjson.SetBytes(data, path, encodeResponseID(tag, v.Str)); err == nil {
+		if out, err := sjson.SetBytes(data, path, i.encode(tag, v.Str)); err == nil {
 			data = out
 		}
 	}

@@ -36,11 +36,13 @@ type Snapshot struct {
 	Generation int64
 	Policy     *policy.Policy
 
-	pools      map[string]*poolState
-	poolOrder  []*poolState
-	models     map[string]target
-	patterns   []modelPattern
-	keys       []*apiKey
+	pools     map[string]*poolState
+	poolOrder []*poolState
+	models    map[string]target
+	patterns  []modelPattern
+	keys      []*apiKey
+	// idSecret signs the stored-response ids clients see (see ids).
+	idSecret   []byte
 	classifier *classifier.Classifier
 	sessions   *policy.Sessions
 	// required are the pools /readyz needs an available replica in.
@@ -88,6 +90,7 @@ type apiKey struct {
 	name    string
 	sum     [32]byte
 	models  policy.StringList
+	weight  int
 	limiter *rate.Limiter
 	rate    *policy.Rate
 	// instances is server.instances when the limiter was made.
@@ -151,7 +154,7 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 	}
 	n := cfg.Server.Instances
 	for _, k := range cfg.Server.APIKeys {
-		ak := &apiKey{name: k.Name, sum: sha256.Sum256([]byte(k.Secret)), models: k.Models, rate: k.Rate, instances: n}
+		ak := &apiKey{name: k.Name, sum: sha256.Sum256([]byte(k.Secret)), models: k.Models, weight: k.Weight, rate: k.Rate, instances: n}
 		if k.Rate != nil {
 			if old := prev.key(k.Name); old != nil && reflect.DeepEqual(old.rate, k.Rate) && old.instances == n {
 				ak.limiter = old.limiter
@@ -163,6 +166,7 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 		}
 		s.keys = append(s.keys, ak)
 	}
+	s.idSecret = responseIDSecret(&cfg.Server)
 	var popts []policy.Option
 	if se := cfg.Session; se != nil {
 		if prev != nil && prev.sessions != nil && reflect.DeepEqual(prev.Config.Session, se) {

@@ -83,8 +83,9 @@ type pump struct {
 	// error event can follow it.
 	seq int64
 	// idTag, for a Responses stream, is the replica's tag for the
-	// response ids clients see (see storedPrefix).
+	// response ids clients see, and ids signs them (see storedPrefix).
 	idTag string
+	ids   ids
 	// maxDepth bounds how deeply replica data may nest before the pump
 	// parses it (server.max_json_depth; 0: the default).
 	maxDepth int
@@ -450,7 +451,7 @@ func (p *pump) typedEvent(ev, data []byte) []byte {
 			// without vLLM's per-turn arrays.
 			nd := trimUsage(data, "response.")
 			if p.idTag != "" {
-				nd = responseIDs(nd, p.idTag)
+				nd = responseIDs(nd, p.idTag, p.ids)
 			}
 			if !bytes.Equal(nd, data) {
 				ev = rebuildData(ev, nd)

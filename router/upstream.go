@@ -540,7 +540,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	x.pump = pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std(),
 		injected: injected, clock: clock, token: x, ep: x.ep, rewriteModel: x.clientModel}
 	if x.ep == responsesEndpoint {
-		x.pump.idTag = replicaTag(rep)
+		x.pump.idTag, x.pump.ids = replicaTag(rep), x.ids()
 	}
 	if sw != nil {
 		x.pump.w = sw
@@ -833,7 +833,7 @@ func (g *Gateway) countTokensLocally(w http.ResponseWriter, x *exchange, resp *h
 // (see storedPrefix).
 func (x *exchange) rewriteAnswer(answer []byte, rep *pools.Replica) []byte {
 	if x.ep == responsesEndpoint {
-		answer = trimUsage(responseIDs(answer, replicaTag(rep)), "")
+		answer = trimUsage(responseIDs(answer, replicaTag(rep), x.ids()), "")
 	}
 	if x.clientModel != "" && gjson.GetBytes(answer, "model").Exists() {
 		if out, err := sjson.SetBytes(answer, "model", x.clientModel); err == nil {
