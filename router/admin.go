@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -99,6 +102,13 @@ func (g *Gateway) adminGuard(next http.Handler) http.Handler {
 			return
 		}
 		sc := &g.snap.Load().Config.Server
+		probe := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
+		if sc.AdminToken == "" && !probe && !trustedHost(r.Host, sc.AdminListen) {
+			writeError(w, &apiError{Status: http.StatusForbidden, Type: "permission_error", Code: "host_not_allowed",
+				Message: "without an admin token the admin API answers only requests addressed to an IP address, localhost or its admin_listen host (Host " +
+					strconv.Quote(clip(r.Host)) + "); set server.admin_token_env to reach it by another name"})
+			return
+		}
 		guarded := strings.HasPrefix(r.URL.Path, "/admin/") || (r.URL.Path == "/metrics" && sc.AdminTokenMetrics)
 		if guarded && sc.AdminToken != "" && !bearerIs(r, string(sc.AdminToken)) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard-admin"`)
@@ -108,6 +118,33 @@ func (g *Gateway) adminGuard(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// trustedHost reports whether a request's Host may reach an admin API that
+// has no token: an IP address, localhost (or a name under .localhost,
+// which browsers resolve to loopback themselves), or the host admin_listen
+// names. A DNS rebinding attack makes a browser send the attacker's own
+// domain name as Host, so a name outside these is refused, as Prometheus
+// and Consul do.
+func trustedHost(host, adminListen string) bool {
+	h := host
+	if hh, _, err := net.SplitHostPort(host); err == nil {
+		h = hh
+	}
+	h = strings.TrimSuffix(strings.ToLower(strings.Trim(h, "[]")), ".")
+	if h == "" {
+		return false
+	}
+	if _, err := netip.ParseAddr(h); err == nil {
+		return true
+	}
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	if lh, _, err := net.SplitHostPort(adminListen); err == nil && strings.EqualFold(strings.TrimSuffix(lh, "."), h) {
+		return true
+	}
+	return false
 }
 
 // crossOrigin reports whether a browser sent r from a page of another
