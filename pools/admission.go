@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sort"
 	"sync/atomic"
 	"time"
 )
@@ -23,7 +24,13 @@ var (
 type waiter struct {
 	ch    chan *Endpoint // buffered: a hand-off never blocks
 	state atomic.Int32   // waiting, served or gone
-	max   int64          // the waiter's pool's max_inflight
+	// max is the waiter's pool's max_inflight (a reload that raises it
+	// raises it here too).
+	max atomic.Int64
+	// tenant and weight place the waiter among other tenants' (see
+	// waitQueue); tenant "" is one tenant like any other.
+	tenant string
+	weight float64
 }
 
 const (
@@ -32,40 +39,77 @@ const (
 	gone
 )
 
-// waitQueue is a FIFO of waiters; entries of waiters served elsewhere or
-// gone are dropped lazily when they reach the head, so each waiter costs
-// O(1) per endpoint it was queued on.
+// waitQueue holds an endpoint's waiters in fair order, by start-time fair
+// queueing across tenants (API keys): each waiter gets a virtual start
+// tag, max(the queue's virtual time, its tenant's last finish tag), and a
+// finish tag one 1/weight later; waiters are served in order of start tag
+// (arrival order among equal tags). So while several tenants wait, each
+// gets slots in proportion to its weight whatever the size of its burst,
+// and within a tenant the order is strictly first come, first served.
+// Entries of waiters served elsewhere or gone are dropped lazily.
 type waitQueue struct {
-	items []*waiter
+	items []queued
 	head  int
 	// maxCap is the largest cap of any waiter queued since the queue was
 	// last empty (an upper bound, never lowered while it holds waiters).
 	maxCap int64
+	// vtime is the start tag of the last waiter served; finish is each
+	// tenant's last finish tag. Both restart when the queue empties.
+	vtime  float64
+	finish map[string]float64
+}
+
+// queued is one entry of a waitQueue.
+type queued struct {
+	w     *waiter
+	start float64
 }
 
 func (q *waitQueue) len() int { return len(q.items) - q.head }
 
 func (q *waitQueue) push(w *waiter) {
-	q.items = append(q.items, w)
-	if w.max <= 0 {
+	if q.finish == nil {
+		q.finish = map[string]float64{}
+	}
+	start := max(q.vtime, q.finish[w.tenant])
+	q.finish[w.tenant] = start + 1/w.weight
+	// After every entry with a start tag at or before this one: FIFO
+	// among equals, and a tenant's own waiters keep their order.
+	i := q.head + sort.Search(q.len(), func(k int) bool { return q.items[q.head+k].start > start })
+	q.items = slices.Insert(q.items, i, queued{w: w, start: start})
+	if m := w.max.Load(); m <= 0 {
 		q.maxCap = 1 << 62 // unlimited
 	} else {
-		q.maxCap = max(q.maxCap, w.max)
+		q.maxCap = max(q.maxCap, m)
 	}
 }
 
-func (q *waitQueue) peek() *waiter { return q.items[q.head] }
+func (q *waitQueue) peek() *waiter { return q.items[q.head].w }
+
+// at returns the waiter k places behind the head.
+func (q *waitQueue) at(k int) *waiter { return q.items[q.head+k].w }
 
 func (q *waitQueue) pop() {
-	q.items[q.head] = nil
+	q.items[q.head] = queued{}
 	q.head++
 	if q.head == len(q.items) {
-		q.items, q.head, q.maxCap = q.items[:0], 0, 0
+		q.reset()
 	} else if q.head > 64 && q.head*2 > len(q.items) {
 		n := copy(q.items, q.items[q.head:])
 		clear(q.items[n:])
 		q.items, q.head = q.items[:n], 0
 	}
+}
+
+// reset empties the queue's bookkeeping once it holds no entry.
+func (q *waitQueue) reset() {
+	q.items, q.head, q.maxCap, q.vtime = q.items[:0], 0, 0, 0
+	clear(q.finish)
+}
+
+// served notes that the entry k places behind the head is being served.
+func (q *waitQueue) served(k int) {
+	q.vtime = max(q.vtime, q.items[q.head+k].start)
 }
 
 // admit counts one more request on e if that keeps it within max (0 = no
@@ -106,20 +150,21 @@ func (e *Endpoint) dispatch() {
 	// k is relative to the queue's head: removing an entry at or after
 	// it, or compacting the queue, keeps the entries behind it at k.
 	for k := 0; k < e.queue.len(); {
-		w := e.queue.items[e.queue.head+k]
+		w := e.queue.at(k)
+		wmax := w.max.Load()
 		switch {
 		case w.state.Load() != waiting:
 			e.removeAt(k)
 			continue
-		case blocked >= 0 && w.max > 0 && w.max <= blocked:
+		case blocked >= 0 && wmax > 0 && wmax <= blocked:
 			k++
 			continue
-		case !e.admit(w.max):
-			if w.max <= 0 {
+		case !e.admit(wmax):
+			if wmax <= 0 {
 				return // unlimited waiter blocked: nothing fits
 			}
-			blocked = max(blocked, w.max)
-			if w.max >= e.queue.maxCap {
+			blocked = max(blocked, wmax)
+			if wmax >= e.queue.maxCap {
 				return // no waiter with a higher cap is queued
 			}
 			k++
@@ -130,6 +175,7 @@ func (e *Endpoint) dispatch() {
 			e.removeAt(k)
 			continue
 		}
+		e.queue.served(k)
 		e.removeAt(k)
 		w.ch <- e
 	}
@@ -143,12 +189,12 @@ func (e *Endpoint) removeAt(k int) {
 	} else {
 		i := q.head + k
 		copy(q.items[i:], q.items[i+1:])
-		q.items[len(q.items)-1] = nil
+		q.items[len(q.items)-1] = queued{}
 		q.items = q.items[:len(q.items)-1]
 	}
 	e.queued.Add(-1)
 	if q.len() == 0 {
-		q.items, q.head, q.maxCap = q.items[:0], 0, 0
+		q.reset()
 	}
 }
 
@@ -159,10 +205,23 @@ func (e *Endpoint) unqueue(w *waiter) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for k := 0; k < e.queue.len(); k++ {
-		if e.queue.items[e.queue.head+k] == w {
+		if e.queue.at(k) == w {
 			e.removeAt(k)
 			break
 		}
+	}
+	e.dispatch()
+}
+
+// recap dispatches again after w's cap changed (a reload), keeping the
+// queue's maxCap an upper bound of its waiters' caps.
+func (e *Endpoint) recap(w *waiter) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if m := w.max.Load(); m <= 0 {
+		e.queue.maxCap = 1 << 62
+	} else {
+		e.queue.maxCap = max(e.queue.maxCap, m)
 	}
 	e.dispatch()
 }
@@ -219,7 +278,8 @@ func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica)
 	}
 	timer := time.NewTimer(p.opts.QueueTimeout)
 	defer timer.Stop()
-	w := &waiter{ch: make(chan *Endpoint, 1), max: int64(p.opts.MaxInflight)}
+	w := &waiter{ch: make(chan *Endpoint, 1), tenant: req.Tenant, weight: float64(max(1, req.Weight))}
+	w.max.Store(int64(p.opts.MaxInflight))
 	for _, f := range full {
 		f.enqueue(w)
 		if w.state.Load() != waiting {
@@ -256,12 +316,24 @@ func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica)
 		}
 		if recheck {
 			// Something changed (a replica back, a reload): look again
-			// without giving up the place in the queues.
+			// without giving up the place in the queues. After a reload
+			// the waiter follows its pool's new view: replicas added or
+			// replaced there can take it, and a new max_inflight applies
+			// to it at once.
 			changed = p.reg.changes()
+			if np := p.reg.current(p); np != p {
+				p = np
+				if m := int64(p.opts.MaxInflight); m != w.max.Load() {
+					w.max.Store(m)
+					for _, f := range full {
+						f.recap(w)
+					}
+				}
+			}
 			r, more := p.tryAcquire(req, exclude)
 			if r == nil {
 				for _, f := range more {
-					if !slices.Contains(full, f) {
+					if !slices.ContainsFunc(full, func(x *Replica) bool { return x.Endpoint == f.Endpoint }) {
 						full = append(full, f)
 						f.enqueue(w)
 					}

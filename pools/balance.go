@@ -18,6 +18,11 @@ type Request struct {
 	// Key groups requests that share a prompt prefix (session id, or a hash
 	// of the leading messages); used by affinity.
 	Key string
+	// Tenant is who sends the request (the API key's name; "" for none)
+	// and Weight its share against other tenants while requests wait for
+	// a full replica (0 counts as 1). See waitQueue.
+	Tenant string
+	Weight int
 }
 
 // Env is what balancers get from their pool: injected randomness and clock,

@@ -210,6 +210,20 @@ func (g *Registry) Apply(opts []Options) ([]*Pool, error) {
 	return pools, nil
 }
 
+// current returns the view of the last Apply with p's name: p itself
+// while it is current, and p too when the pool is gone (or p was not made
+// by Apply).
+func (g *Registry) current(p *Pool) *Pool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, v := range g.views {
+		if v.Name == p.Name {
+			return v
+		}
+	}
+	return p
+}
+
 // poolsOf returns p and every current pool that lists e.
 func (g *Registry) poolsOf(e *Endpoint, p *Pool) []*Pool {
 	g.mu.Lock()

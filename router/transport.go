@@ -36,7 +36,9 @@ func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte
 		return nil, fmt.Errorf("classifier pool %q: %w", t.pool, pools.ErrNoReplica)
 	}
 	call := &classifierCall{t: t, ps: ps, body: body}
-	ex := &execution{ps: ps, req: &pools.Request{}, attempts: 2, call: call}
+	// The classifier's calls wait for a full replica as a tenant of their
+	// own, beside the keys' requests.
+	ex := &execution{ps: ps, req: &pools.Request{Tenant: "(classifier)"}, attempts: 2, call: call}
 	res := t.g.execute(ctx, ex)
 	if res.err != nil {
 		if ctx.Err() != nil {

@@ -366,6 +366,10 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 	}
 	x.preq = pools.Request{}
+	if x.key != nil {
+		// Waiting for a full replica, keys take turns by weight.
+		x.preq.Tenant, x.preq.Weight = x.key.name, x.key.weight
+	}
 	if ps.Balance() == "affinity" {
 		x.preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
 	}
