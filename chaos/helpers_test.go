@@ -81,7 +81,16 @@ type proc struct {
 // listens.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startWith(t, nil, args...)
+}
+
+// startWith is start with env added to the process's environment.
+func startWith(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{cmd: exec.Command(binary, args...), logs: &logBuffer{}, done: make(chan struct{})}
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stderr = p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -131,6 +140,16 @@ func gateway(t *testing.T, cfg string) (*proc, string) {
 	}
 	p := start(t, "serve", "--config", path, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
 	return p, path
+}
+
+// startEnv writes cfg to a file and serves it with env set.
+func startEnv(t *testing.T, env []string, cfg string) *proc {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "switchyard.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startWith(t, env, "serve", "--config", path, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
 }
 
 // fds is the number of file descriptors the process has open.

@@ -1,0 +1,397 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// isolationConfig: two traffic pools chosen by a model classifier, two
+// keys. The classifier's model has a short context (2048 tokens) and
+// max_input_chars is set past it, so that a long turn makes the
+// classifier's own call fail for the request's sake.
+func isolationConfig(a, b, c, cls string) string {
+	return fmt.Sprintf(`version: 1
+server:
+  body_timeout: 1s
+  read_header_timeout: 2s
+  max_connections: 512
+  api_keys:
+    - {name: victim, key_env: VICTIM_KEY}
+    - {name: attacker, key_env: ATTACKER_KEY}
+pools:
+  small:
+    model: m
+    balance: least_outstanding
+    max_inflight: 4
+    queue_timeout: 20s
+    retries: 2
+    outlier: {consecutive_5xx: 3}
+    health: {interval: 200ms, timeout: 1s}
+    replicas: [{name: a, url: "http://%s"}, {name: b, url: "http://%s"}]
+  big:
+    model: m
+    max_inflight: 4
+    queue_timeout: 20s
+    outlier: {consecutive_5xx: 3}
+    health: {interval: 200ms, timeout: 1s}
+    replicas: [{name: c, url: "http://%s"}]
+  cls:
+    model: cls
+    health: {interval: 200ms, timeout: 1s}
+    replicas: [{name: cls, url: "http://%s"}]
+classifier:
+  kind: model
+  pool: cls
+  labels: [simple, complex]
+  on_error: complex
+  max_input_chars: 40000
+  timeout: 2s
+  cache: {size: 0}
+  breaker: {failures: 3, cooldown: 30s}
+models:
+  - {name: auto, route: policy}
+session: {implicit: false}
+routes:
+  - name: complex
+    when: {class: complex}
+    to: big
+  - name: default
+    to: small
+`, a, b, c, cls)
+}
+
+// victimKinds are the request shapes the victim sends, each in its API.
+var victimKinds = []struct {
+	name, path string
+	stream     bool
+	body       func(prompt string) string
+	done       func(body string) bool
+}{
+	{"chat", "/v1/chat/completions", false, func(p string) string {
+		return `{"model":"auto","messages":[{"role":"user","content":` + strconv.Quote(p) + `}]}`
+	}, func(b string) bool { return gjson.Get(b, "choices.0.message").Exists() }},
+	{"chat stream", "/v1/chat/completions", true, func(p string) string {
+		return `{"model":"auto","stream":true,"messages":[{"role":"user","content":` + strconv.Quote(p) + `}]}`
+	}, func(b string) bool { return strings.HasSuffix(b, "data: [DONE]\n\n") && !strings.Contains(b, `"error"`) }},
+	{"responses", "/v1/responses", false, func(p string) string {
+		return `{"model":"auto","input":` + strconv.Quote(p) + `}`
+	}, func(b string) bool { return gjson.Get(b, "status").Str == "completed" }},
+	{"responses stream", "/v1/responses", true, func(p string) string {
+		return `{"model":"auto","stream":true,"input":` + strconv.Quote(p) + `}`
+	}, func(b string) bool {
+		return strings.Count(b, "event: response.completed") == 1 && !strings.Contains(b, "event: error")
+	}},
+	{"messages", "/v1/messages", false, func(p string) string {
+		return `{"model":"auto","max_tokens":16,"messages":[{"role":"user","content":` + strconv.Quote(p) + `}]}`
+	}, func(b string) bool { return gjson.Get(b, "type").Str == "message" }},
+	{"messages stream", "/v1/messages", true, func(p string) string {
+		return `{"model":"auto","max_tokens":16,"stream":true,"messages":[{"role":"user","content":` + strconv.Quote(p) + `}]}`
+	}, func(b string) bool { return strings.Count(b, "event: message_stop") == 1 && !strings.Contains(b, "event: error") }},
+}
+
+// victimPrompts: the sim's classifier labels the first simple and the
+// second complex, so the victim's traffic splits about evenly.
+var victimPrompts = []string{"What is the capital of Portugal?", "Prove step by step that the algorithm terminates."}
+
+// victimRun is what a victim phase saw.
+type victimRun struct {
+	lost      []string
+	latencies []time.Duration
+	big, all  int
+	ids       []string
+}
+
+// victimLoad sends n requests from w workers with the victim's key,
+// cycling through the kinds and prompts.
+func victimLoad(addr string, n, w int) victimRun {
+	var mu sync.Mutex
+	var run victimRun
+	c := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: w}}
+	defer c.CloseIdleConnections()
+	next := make(chan int)
+	go func() {
+		for i := range n {
+			next <- i
+		}
+		close(next)
+	}()
+	var wg sync.WaitGroup
+	for range w {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				k := victimKinds[i%len(victimKinds)]
+				prompt := victimPrompts[(i/len(victimKinds))%2]
+				req, _ := http.NewRequest("POST", "http://"+addr+k.path, strings.NewReader(k.body(prompt)))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer victim-key-0123456789")
+				start := time.Now()
+				resp, err := c.Do(req)
+				var body []byte
+				if err == nil {
+					body, err = io.ReadAll(resp.Body)
+					resp.Body.Close()
+				}
+				el := time.Since(start)
+				mu.Lock()
+				switch {
+				case err != nil:
+					run.lost = append(run.lost, fmt.Sprintf("%s: %v", k.name, err))
+				case resp.StatusCode != 200 || !k.done(string(body)):
+					run.lost = append(run.lost, fmt.Sprintf("%s: %d %.300s", k.name, resp.StatusCode, body))
+				default:
+					run.latencies = append(run.latencies, el)
+					run.all++
+					if resp.Header.Get("X-Switchyard-Pool") == "big" {
+						run.big++
+					}
+					if k.name == "responses" {
+						run.ids = append(run.ids, gjson.GetBytes(body, "id").Str)
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return run
+}
+
+func (r victimRun) p99() time.Duration {
+	s := slices.Clone(r.latencies)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[min(len(s)-1, len(s)*99/100)]
+}
+
+func (r victimRun) median() time.Duration {
+	s := slices.Clone(r.latencies)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func (r victimRun) bigShare() float64 { return float64(r.big) / float64(max(1, r.all)) }
+
+// rss is the process's resident memory in bytes.
+func (p *proc) rss(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		t.Skipf("cannot read the gateway's memory: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// attack runs every attack of one key at once until ctx ends, and counts
+// what it sent.
+type attack struct {
+	hoarded, breaker, poison, flood, foreignIDs, foreignFound atomic.Int64
+}
+
+func (a *attack) run(ctx context.Context, addr string, victimIDs func() []string) {
+	var wg sync.WaitGroup
+	c := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer c.CloseIdleConnections()
+	send := func(path, body string) (int, []byte) {
+		req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+addr+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer attacker-key-0123456789")
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	loop := func(pause time.Duration, f func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				f()
+				select {
+				case <-ctx.Done():
+				case <-time.After(pause):
+				}
+			}
+		}()
+	}
+	// Connections that announce a body and never send it, no key needed:
+	// 150 held at a time, each replaced when the gateway closes it.
+	for range 150 {
+		loop(0, func() {
+			conn, err := net.DialTimeout("tcp", addr, time.Second)
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			a.hoarded.Add(1)
+			fmt.Fprintf(conn, "GET /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			_, _ = io.Copy(io.Discard, conn)
+		})
+	}
+	// Breaker-tripping requests: tool names of 20 KB, and turns too long
+	// for the classifier's model, in bursts of 8.
+	var tools []string
+	for i := range 3 {
+		tools = append(tools, fmt.Sprintf(`{"type":"function","function":{"name":"t%d%s"}}`, i, strings.Repeat("x", 20<<10)))
+	}
+	longTurn := strings.Repeat("word ", 4000)
+	loop(300*time.Millisecond, func() {
+		var bw sync.WaitGroup
+		for i := range 8 {
+			bw.Add(1)
+			go func() {
+				defer bw.Done()
+				a.breaker.Add(1)
+				if i%2 == 0 {
+					send("/v1/chat/completions", `{"model":"auto","max_tokens":4,"messages":[{"role":"user","content":"hi"}],"tools":[`+strings.Join(tools, ",")+`]}`)
+				} else {
+					send("/v1/chat/completions", `{"model":"auto","max_tokens":4,"messages":[{"role":"user","content":"`+longTurn+`"}]}`)
+				}
+			}()
+		}
+		bw.Wait()
+	})
+	// Poison requests: every replica answers them 500.
+	loop(50*time.Millisecond, func() {
+		a.poison.Add(1)
+		send("/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"POISON-INPUT"}]}`)
+	})
+	// A queue flood: 48 requests at a time on pools of 4 slots a replica.
+	for range 48 {
+		loop(0, func() {
+			a.flood.Add(1)
+			send("/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"flood"}]}`)
+		})
+	}
+	// The victim's stored responses, by their ids.
+	loop(100*time.Millisecond, func() {
+		for _, id := range victimIDs() {
+			req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/v1/responses/"+id, nil)
+			req.Header.Set("Authorization", "Bearer attacker-key-0123456789")
+			resp, err := c.Do(req)
+			if err != nil {
+				continue
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			a.foreignIDs.Add(1)
+			if resp.StatusCode != 404 {
+				a.foreignFound.Add(1)
+			}
+		}
+	})
+	wg.Wait()
+}
+
+// TestAdversarialTenant: one key runs every attack of the isolation issue
+// at once (hoarded connections, breaker-tripping and poison requests, a
+// queue flood, the other key's stored-response ids) while a second key
+// sends a steady mixed load (chat, Responses, Messages, stream and not).
+// Against the same load with no attack, the victim loses no request and
+// keeps its pool split within 2 points, no replica is ejected, the
+// breaker stays closed, no foreign id is found, and the gateway's memory
+// stays bounded. Latencies are logged (a loaded 2-core machine's timing
+// is no test); docs/benchmarks.md has measured figures.
+func TestAdversarialTenant(t *testing.T) {
+	a, b, c := sim(t, "--poison-text", "POISON-INPUT"), sim(t, "--poison-text", "POISON-INPUT"), sim(t, "--poison-text", "POISON-INPUT")
+	cls := start(t, "sim", "--listen", "127.0.0.1:0", "--model", "cls", "--max-model-len", "2048", "--decode-tps", "400", "--max-tokens", "8")
+	gw := startEnv(t, []string{"VICTIM_KEY=victim-key-0123456789", "ATTACKER_KEY=attacker-key-0123456789"}, isolationConfig(a.addr, b.addr, c.addr, cls.addr))
+	const n, workers = 240, 4
+	victimLoad(gw.addr, 24, workers) // warm-up
+	quiet := victimLoad(gw.addr, n, workers)
+	if len(quiet.lost) != 0 {
+		t.Fatalf("without an attack the victim lost %d requests; first: %s", len(quiet.lost), quiet.lost[0])
+	}
+	rssBefore := gw.rss(t)
+
+	var mu sync.Mutex
+	var ids []string
+	ids = append(ids, quiet.ids...)
+	ctx, cancel := context.WithCancel(context.Background())
+	var atk attack
+	attackDone := make(chan struct{})
+	go func() {
+		atk.run(ctx, gw.addr, func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(ids) })
+		close(attackDone)
+	}()
+	time.Sleep(500 * time.Millisecond) // let every attack start
+	var peakRSS atomic.Int64
+	watch := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-watch:
+				return
+			case <-time.After(100 * time.Millisecond):
+				if r := gw.rss(t); r > peakRSS.Load() {
+					peakRSS.Store(r)
+				}
+			}
+		}
+	}()
+	attacked := victimLoad(gw.addr, n, workers)
+	close(watch)
+	cancel()
+	<-attackDone
+
+	t.Logf("attack: %d hoarded connections, %d breaker-tripping, %d poison, %d flood requests, %d foreign id lookups",
+		atk.hoarded.Load(), atk.breaker.Load(), atk.poison.Load(), atk.flood.Load(), atk.foreignIDs.Load())
+	t.Logf("victim without attack: median %v p99 %v big share %.3f; under attack: median %v p99 %v (%.2fx) big share %.3f",
+		quiet.median(), quiet.p99(), quiet.bigShare(), attacked.median(), attacked.p99(),
+		float64(attacked.p99())/float64(max(1, quiet.p99())), attacked.bigShare())
+	t.Logf("gateway RSS: %d MiB at rest, peak %d MiB under attack", rssBefore>>20, peakRSS.Load()>>20)
+	if len(attacked.lost) != 0 {
+		t.Errorf("under attack the victim lost %d of %d requests; first: %s", len(attacked.lost), n, attacked.lost[0])
+	}
+	if d := attacked.bigShare() - quiet.bigShare(); d > 0.02 || d < -0.02 {
+		t.Errorf("the victim's share on the big pool moved from %.3f to %.3f", quiet.bigShare(), attacked.bigShare())
+	}
+	if atk.hoarded.Load() < 150 || atk.breaker.Load() < 8 || atk.poison.Load() < 1 || atk.flood.Load() < 48 || atk.foreignIDs.Load() < 1 {
+		t.Errorf("an attack did not run: %d hoarded, %d breaker, %d poison, %d flood, %d ids",
+			atk.hoarded.Load(), atk.breaker.Load(), atk.poison.Load(), atk.flood.Load(), atk.foreignIDs.Load())
+	}
+	if f := atk.foreignFound.Load(); f != 0 {
+		t.Errorf("the attacker's key found %d of the victim's stored responses", f)
+	}
+	if v := gw.metric(t, "switchyard_replica_ejections_total"); v != 0 {
+		t.Errorf("%v replica ejections", v)
+	}
+	if v := gw.metric(t, "switchyard_classifier_circuit_open"); v != 0 {
+		t.Errorf("the classifier's breaker opened")
+	}
+	if v := gw.metric(t, "switchyard_poison_requests_total"); v < 1 {
+		t.Errorf("no poison request was recognised")
+	}
+	if p := peakRSS.Load(); p > rssBefore+256<<20 {
+		t.Errorf("gateway RSS grew from %d MiB to %d MiB", rssBefore>>20, p>>20)
+	}
+}
