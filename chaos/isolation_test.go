@@ -85,7 +85,9 @@ var victimKinds = []struct {
 	}, func(b string) bool { return gjson.Get(b, "choices.0.message").Exists() }},
 	{"chat stream", "/v1/chat/completions", true, func(p string) string {
 		return `{"model":"auto","stream":true,"messages":[{"role":"user","content":` + strconv.Quote(p) + `}]}`
-	}, func(b string) bool { return strings.HasSuffix(b, "data: [DONE]\n\n") && !strings.Contains(b, `"error"`) }},
+	}, func(b string) bool {
+		return strings.HasSuffix(b, "data: [DONE]\n\n") && !strings.Contains(b, `"error"`)
+	}},
 	{"responses", "/v1/responses", false, func(p string) string {
 		return `{"model":"auto","input":` + strconv.Quote(p) + `}`
 	}, func(b string) bool { return gjson.Get(b, "status").Str == "completed" }},
@@ -99,7 +101,9 @@ var victimKinds = []struct {
 	}, func(b string) bool { return gjson.Get(b, "type").Str == "message" }},
 	{"messages stream", "/v1/messages", true, func(p string) string {
 		return `{"model":"auto","max_tokens":16,"stream":true,"messages":[{"role":"user","content":` + strconv.Quote(p) + `}]}`
-	}, func(b string) bool { return strings.Count(b, "event: message_stop") == 1 && !strings.Contains(b, "event: error") }},
+	}, func(b string) bool {
+		return strings.Count(b, "event: message_stop") == 1 && !strings.Contains(b, "event: error")
+	}},
 }
 
 // victimPrompts: the sim's classifier labels the first simple and the
