@@ -525,3 +525,74 @@ func TestStreamEdgeForms(t *testing.T) {
 		}
 	})
 }
+
+// TestDeepReplicaAnswerRefused: a non-stream answer nesting JSON deeper
+// than the bound is never parsed (three such answers took the gateway
+// from 18 MiB to 2,273 MiB before the fix); the client gets 502.
+func TestDeepReplicaAnswerRefused(t *testing.T) {
+	deep := `{"choices":[],"usage":` + strings.Repeat("[", 1_000_000) + strings.Repeat("]", 1_000_000) + `}`
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, deep)
+	}))
+	t.Cleanup(up.Close)
+	gw := oneReplicaGateway(t, up.URL, ", retries: 0", "")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range 3 {
+		resp, b := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil)
+		if resp.StatusCode != 502 || !strings.Contains(string(b), "deeper than 64") {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.TotalAlloc-before.TotalAlloc) >> 20; grew > 200 {
+		t.Errorf("three deep answers allocated %d MiB", grew)
+	}
+}
+
+// TestClientCancelIsTheClients: a client that closes its stream is logged
+// 499 "client closed the stream" (before the fix: "the replica ended the
+// stream before it was complete: context canceled"), the replica is not
+// blamed, and the tokens it had streamed are counted (before: 0).
+func TestClientCancelIsTheClients(t *testing.T) {
+	up := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		for i := range 5 {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d\"}}]}\n\n", i)
+		}
+		_ = rc.Flush()
+		<-r.Context().Done()
+	})
+	gw := oneReplicaGateway(t, up.URL, "", "")
+	req, _ := http.NewRequest("POST", gw.API.URL+"/v1/chat/completions", strings.NewReader(streamReq))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	for seen := 0; seen < 5; {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(line, "data: ") {
+			seen++
+		}
+	}
+	resp.Body.Close()
+	eventually(t, 5*time.Second, "a 499 to be logged", func() bool {
+		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "499"}) == 1
+	})
+	if logs := gw.Logs.String(); !strings.Contains(logs, "client closed the stream") || strings.Contains(logs, "replica ended the stream") {
+		t.Errorf("access line: %s", logs)
+	}
+	if v := metricValue(t, gw, "switchyard_tokens_total", map[string]string{"kind": "completion"}); v != 5 {
+		t.Errorf("completion tokens counted %v, want the 5 streamed", v)
+	}
+	if v := adminReplicaView(t, gw, "p", "r"); v.LastError != "" {
+		t.Errorf("the replica was blamed: %+v", v)
+	}
+}

@@ -422,3 +422,28 @@ func TestAdminRefusesRebinding(t *testing.T) {
 		t.Errorf("with a token, by service name: %d", resp.StatusCode)
 	}
 }
+
+// TestDeepClassifierAnswerRefused: a classifier answer nesting JSON deeper
+// than the bound is never parsed (eight such answers took the gateway to
+// 949 MiB before the fix); the request gets on_error's label.
+func TestDeepClassifierAnswerRefused(t *testing.T) {
+	deep := `{"choices":[{"message":{"content":` + strings.Repeat("[", 1_000_000) + strings.Repeat("]", 1_000_000) + `}}]}`
+	cls := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, deep)
+	}))
+	t.Cleanup(cls.Close)
+	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+	yaml := strings.Replace(classifierYAML, "  on_error: complex\n", "  on_error: complex\n  cache: {size: 0}\n", 1)
+	yaml = strings.Replace(yaml, "model: openbmb/MiniCPM5-2B\n    health: {disabled: true}", "model: openbmb/MiniCPM5-2B\n    retries: 0\n    health: {disabled: true}", 1)
+	gw := startGateway(t, loadConfig(t, yaml, map[string]string{"qwen": q.Srv.URL, "minicpm": cls.URL}, nil))
+	for i := range 4 {
+		resp, b := post(t, gw.API.URL+"/v1/chat/completions", chatBody(fmt.Sprint("hi ", i), ""), nil)
+		if resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Class") != "complex" {
+			t.Fatalf("%d class %q %s", resp.StatusCode, resp.Header.Get("X-Switchyard-Class"), b)
+		}
+	}
+	if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"label": "complex", "result": "error"}); v != 4 {
+		t.Errorf("classifier errors %v, want 4", v)
+	}
+}

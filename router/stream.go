@@ -20,9 +20,25 @@ import (
 // thousands of open streams stay cheap; an event that does not fit grows it.
 var streamBufPool = sync.Pool{New: func() any { b := make([]byte, 2<<10); return &b }}
 
-// maxEvent bounds one SSE event held while looking for its end; a longer
-// event is passed through unparsed.
-const maxEvent = 4 << 20
+// maxEvent bounds one SSE event of a chat or completions stream held while
+// looking for its end; a longer event is passed through unparsed. The
+// Responses and Messages APIs echo the request in some events (the
+// Responses API's response.created and response.completed carry its
+// instructions and metadata), which hold ids to rewrite and the terminal
+// event, so their events may be held up to maxTypedEvent (the bound of a
+// non-stream answer) and are refused beyond it.
+const (
+	maxEvent      = 4 << 20
+	maxTypedEvent = 64 << 20
+)
+
+// eventLimit is the largest event p holds whole.
+func (p *pump) eventLimit() int {
+	if p.typed() {
+		return maxTypedEvent
+	}
+	return maxEvent
+}
 
 var (
 	usageKey  = []byte(`"usage"`)
@@ -79,6 +95,10 @@ type pump struct {
 	complete           bool
 	prompt, completion int64
 	usageModel         string
+	// deltas counts the token-bearing events relayed (for chat, the
+	// chunks from the first token on): the completion tokens counted when
+	// a stream ends before its usage arrives.
+	deltas int64
 	// seq is the last sequence_number of a Responses stream, so that an
 	// error event can follow it.
 	seq int64
@@ -118,10 +138,14 @@ func (p *pump) run(body io.Reader) error {
 			if start > 0 {
 				end = copy(buf, buf[start:end])
 				start = 0
-			} else if len(buf) < maxEvent {
-				nb := make([]byte, 2*len(buf))
+			} else if len(buf) < p.eventLimit() {
+				nb := make([]byte, min(2*len(buf), p.eventLimit()))
 				end = copy(nb, buf[:end])
 				buf = nb
+			} else if p.typed() {
+				// Their events carry ids to rewrite and the terminal
+				// event: one that cannot be read whole is refused.
+				return fmt.Errorf("%w: the replica sent an event larger than %d bytes", errStreamCut, p.eventLimit())
 			} else {
 				// One event larger than maxEvent: pass it through as is.
 				// Its rest is passed through unread when its end comes.
@@ -180,6 +204,11 @@ func (p *pump) run(body io.Reader) error {
 			if err := p.flush(); err != nil {
 				return err
 			}
+		}
+		if p.sawDone && p.typed() && !p.complete {
+			// These APIs end with their own terminal event; a [DONE]
+			// before it ends an answer that is not whole.
+			return fmt.Errorf("%w: [DONE] came before the stream's terminal event", errStreamCut)
 		}
 		if p.sawDone {
 			// The answer is complete: how the replica or the client ends
@@ -289,9 +318,16 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 			p.token.firstToken()
 		}
 	}
+	if p.sawToken {
+		p.deltas++ // an estimate: chunks from the first token on
+	}
 	out = p.chatUsage(ev, data)
 	return out, out != nil
 }
+
+// typed reports whether the stream's API names its events' types and ends
+// with a terminal event of its own (Responses, Messages).
+func (p *pump) typed() bool { return p.ep == responsesEndpoint || p.ep == messagesEndpoint }
 
 func (p *pump) depthBound() int {
 	if p.maxDepth > 0 {
@@ -430,6 +466,10 @@ func objectDepth(prefix []byte) int {
 // names its type: the first token, usage, the terminal event. Events pass
 // through unchanged (but for rewriteModel).
 func (p *pump) typedEvent(ev, data []byte) []byte {
+	if !checkDepth(data, p.depthBound()) {
+		p.refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
+		return nil
+	}
 	root := gjson.ParseBytes(data)
 	typ := root.Get("type").Str
 	if p.ep == responsesEndpoint {
@@ -491,6 +531,7 @@ func (p *pump) typedEvent(ev, data []byte) []byte {
 }
 
 func (p *pump) noteToken() {
+	p.deltas++
 	if !p.sawToken {
 		p.sawToken = true
 		if p.token != nil {

@@ -106,6 +106,12 @@ func (t *poolTransport) once(ctx context.Context, ps *poolState, rep *pools.Repl
 		return nil, judgeError(ctx, ps, rep, err, "reading answer")
 	}
 	setClientStatus(span, resp.StatusCode, "")
+	if !checkDepth(out, t.g.snap.Load().Config.Server.MaxJSONDepth) {
+		// Never parsed: a recursive parser on hostile nesting costs
+		// memory without bound. The replica's fault.
+		err := fmt.Errorf("replica %q: the classifier's answer nests JSON too deeply", rep.Name)
+		return nil, result{retry: true, outcome: pools.Status5xx, reason: "status_5xx", detail: err.Error(), err: err}
+	}
 	if o, retry, reason := judgeStatus(resp.StatusCode); retry {
 		msg := readErrorMessage(bytes.NewReader(out))
 		return nil, result{retry: true, outcome: o, reason: reason, detail: fmt.Sprintf("classifier status %d: %s", resp.StatusCode, msg),

@@ -505,6 +505,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			return judgeError(ctx, ps, rep, err, "reading body")
 		}
 		answer := buf.Bytes()
+		if d := x.snap.Config.Server.MaxJSONDepth; !checkDepth(answer, d) {
+			// Read as untrusted as a client's body: never parsed.
+			ue := &upstreamError{pool: ps.Name, replica: rep.Name, err: fmt.Errorf("the answer nests JSON deeper than %d levels", d)}
+			return result{retry: true, outcome: pools.Status5xx, reason: "status_5xx", detail: ue.err.Error(), err: ue}
+		}
 		switch {
 		case resp.StatusCode == http.StatusOK:
 			answer = x.rewriteAnswer(answer, rep)
@@ -542,7 +547,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		defer func() { setResponseAttrs(span, x.span, sw.resp.attrs()) }()
 	}
 	x.pump = pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std(),
-		injected: injected, clock: clock, token: x, ep: x.ep, rewriteModel: x.clientModel}
+		injected: injected, clock: clock, token: x, ep: x.ep, rewriteModel: x.clientModel, maxDepth: x.snap.Config.Server.MaxJSONDepth}
 	if x.ep == responsesEndpoint {
 		x.pump.idTag, x.pump.ids = replicaTag(rep), x.ids()
 	}
@@ -568,7 +573,14 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		// the upstream request is cancelled with the attempt's context
 		// (vLLM then frees the KV cache).
 		x.status = statusClientClosed
-		x.errMsg = err.Error()
+		x.errMsg = "client closed the stream"
+		if errors.Is(err, errClientGone) && ctx.Err() == nil {
+			x.errMsg = "client stopped reading: " + err.Error()
+		}
+		if !p.sawUsage && p.deltas > 0 {
+			// The usage never came: count what was streamed.
+			g.recordUsage(x, ps, 0, p.deltas, p.usageModel, span)
+		}
 		return result{done: true, outcome: pools.Neutral}
 	}
 	// A replica that cut its stream, or stalled it past first_token_timeout

@@ -1,0 +1,83 @@
+package router
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// runTyped pumps a Responses or Messages stream and returns what the
+// client got, the pump and its verdict.
+func runTyped(t *testing.T, ep endpoint, stream string) (string, *pump, error) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	p := &pump{w: rec, rc: http.NewResponseController(rec), ep: ep, idTag: "0123456789ab", ids: ids{secret: []byte("s")}}
+	err := p.run(strings.NewReader(stream))
+	return rec.Body.String(), p, err
+}
+
+// TestDoneBeforeTerminalEvent: on the Responses and Messages APIs a [DONE]
+// before the API's terminal event ends an incomplete stream; before the
+// fix it was taken as success.
+func TestDoneBeforeTerminalEvent(t *testing.T) {
+	for _, c := range []struct {
+		ep           endpoint
+		head, ending string
+	}{
+		{responsesEndpoint, "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\"}}\n\n",
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":1,\"response\":{\"id\":\"resp_1\",\"object\":\"response\"}}\n\n"},
+		{messagesEndpoint, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
+			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"},
+	} {
+		if _, _, err := runTyped(t, c.ep, c.head+"data: [DONE]\n\n"); !errors.Is(err, errStreamCut) {
+			t.Errorf("%v: [DONE] without the terminal event: %v, want a cut stream", c.ep, err)
+		}
+		if out, _, err := runTyped(t, c.ep, c.head+c.ending+"data: [DONE]\n\n"); err != nil || strings.Contains(out, "[DONE]") {
+			t.Errorf("%v: a whole stream: %v %q", c.ep, err, out)
+		}
+	}
+}
+
+// TestLargeTerminalEvent: a Responses stream whose response.completed
+// echoes 4.5 MB of metadata (over the 4 MiB a chat event may hold) is
+// still read whole: complete, with its ids rewritten. Before the fix the
+// event passed through unparsed, the gateway appended an error event after
+// it, logged 502 and counted a 5xx against the replica.
+func TestLargeTerminalEvent(t *testing.T) {
+	meta := `{"k":"` + strings.Repeat("m", 4500<<10) + `"}`
+	resp := `{"id":"resp_1","object":"response","metadata":` + meta + `}`
+	stream := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":" + resp + "}\n\n" +
+		"event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":1,\"response\":" + resp + "}\n\n"
+	out, p, err := runTyped(t, responsesEndpoint, stream)
+	if err != nil || !p.complete {
+		t.Fatalf("run = %v, complete %t", err, p.complete)
+	}
+	want := p.ids.encode("0123456789ab", "resp_1")
+	for _, ev := range sseEvents([]byte(out)) {
+		if id := gjson.Get(ev, "response.id").Str; id != want {
+			t.Errorf("%s: response.id %.40q, want %s", gjson.Get(ev, "type").Str, id, want)
+		}
+	}
+	// One past the bound is refused, never passed through unread.
+	huge := "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"metadata\":\"" + strings.Repeat("m", maxTypedEvent) + "\"}}\n\n"
+	if _, _, err := runTyped(t, responsesEndpoint, huge); !errors.Is(err, errStreamCut) || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("an event over %d bytes: %v", maxTypedEvent, err)
+	}
+}
+
+// TestDeepTypedEventRefused: replica data is as untrusted as a client's:
+// a Responses or Messages event nesting deeper than the bound is not
+// parsed and ends the stream.
+func TestDeepTypedEventRefused(t *testing.T) {
+	deep := strings.Repeat("[", 100_000) + strings.Repeat("]", 100_000)
+	for _, ep := range []endpoint{responsesEndpoint, messagesEndpoint} {
+		_, _, err := runTyped(t, ep, "event: x\ndata: {\"type\":\"message_delta\",\"usage\":"+deep+"}\n\n")
+		if !errors.Is(err, errStreamCut) || !strings.Contains(err.Error(), "deeper") {
+			t.Errorf("%v: %v", ep, err)
+		}
+	}
+}
