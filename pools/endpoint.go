@@ -48,6 +48,18 @@ type Endpoint struct {
 	// not serve the pool's model; only a probe that sees the key accepted
 	// and every model listed clears it.
 	misconfigured atomic.Bool
+	// misHeldUntil (unix nanos): a misconfiguration found on a request is
+	// not cleared by a probe before then (a growing backoff, as for
+	// ejections, so a replica that refuses inference but lists its models
+	// does not flap in and out every interval).
+	misHeldUntil atomic.Int64
+	// probing: the endpoint is new and waits for its first passing probe
+	// before it takes traffic (only while its health loop runs).
+	probing atomic.Bool
+	// probed is closed once the endpoint's first probe has answered, pass
+	// or fail.
+	probed     chan struct{}
+	probedOnce sync.Once
 	// ejectedUntil (unix nanos) is set by outlier detection.
 	ejectedUntil atomic.Int64
 	ejections    atomic.Int64
@@ -72,6 +84,10 @@ type Endpoint struct {
 	old []*http.Transport
 	// consecutive active probe results, owned by the health loop.
 	probeOK, probeFail int
+	// misStreak counts misconfigurations in a row (the backoff's
+	// multiplier); lastMisEnd is when the last hold ended.
+	misStreak  int
+	lastMisEnd time.Time
 	// outlier detection counters, reset by a success.
 	cons5xx, consConnect int
 	// ejectStreak is how many ejections in a row the endpoint has had; it
@@ -83,7 +99,7 @@ type Endpoint struct {
 }
 
 func newEndpoint(reg *Registry, u *url.URL, o EndpointOptions) *Endpoint {
-	e := &Endpoint{url: u, base: o.URL, reg: reg, opts: o}
+	e := &Endpoint{url: u, base: o.URL, reg: reg, opts: o, probed: make(chan struct{})}
 	e.healthy.Store(true)
 	e.client.Store(reg.newClient(o))
 	return e
@@ -114,8 +130,14 @@ func (e *Endpoint) Inflight() int64 { return e.inflight.Load() }
 func (e *Endpoint) Waiting() int64 { return e.queued.Load() }
 
 // Healthy reports the active health verdict (false too while the server is
-// marked misconfigured).
-func (e *Endpoint) Healthy() bool { return e.healthy.Load() && !e.misconfigured.Load() }
+// marked misconfigured, and while a new endpoint waits for its first
+// passing probe).
+func (e *Endpoint) Healthy() bool {
+	return e.healthy.Load() && !e.misconfigured.Load() && !e.probing.Load()
+}
+
+// Probing reports that the endpoint is new and has not yet passed a probe.
+func (e *Endpoint) Probing() bool { return e.probing.Load() }
 
 // Misconfigured reports that the server refused the pool's key or does not
 // serve the pool's model.
@@ -168,12 +190,15 @@ func (e *Endpoint) setErr(err string) {
 
 // Load is what a server's vLLM /metrics said at one scrape.
 type Load struct {
-	At       time.Time
-	Running  float64
-	Waiting  float64
-	KVUsage  float64 // 0..1
-	HasKV    bool
-	HasQueue bool
+	At      time.Time
+	Running float64
+	Waiting float64
+	KVUsage float64 // 0..1
+	HasKV   bool
+	// HasQueue: the scrape had vllm:num_requests_waiting (the queue the
+	// balancers read); HasRunning: it had vllm:num_requests_running.
+	HasQueue   bool
+	HasRunning bool
 	// Legacy is set when KV usage came from vllm:gpu_cache_usage_perc.
 	Legacy bool
 	Err    string

@@ -134,16 +134,27 @@ func (e *Endpoint) apply(ctx context.Context, o EndpointOptions) {
 		return
 	}
 	h := o.Health
+	defer e.probedOnce.Do(func() { close(e.probed) })
 	e.mu.Lock()
 	var changed, healthy bool
 	var why string
 	switch {
+	case err == nil && e.probing.Load():
+		// A new endpoint's first passing probe admits it.
+		e.probeOK, e.probeFail = 1, 0
+		e.probing.Store(false)
+		e.why = ""
+		changed, healthy, why = e.Healthy(), true, "first probe passed"
 	case err == nil:
 		e.probeOK++
 		e.probeFail = 0
+		if models && e.misconfigured.Load() && e.reg.now().UnixNano() < e.misHeldUntil.Load() {
+			break // the backoff of a misconfiguration found on requests
+		}
 		if models && e.misconfigured.Load() {
 			// The key is accepted and every model is listed again.
 			e.misconfigured.Store(false)
+			e.lastMisEnd = e.reg.now()
 			if e.healthy.Load() {
 				e.why = ""
 				changed, healthy, why = true, true, "key accepted and model listed"
@@ -169,6 +180,9 @@ func (e *Endpoint) apply(ctx context.Context, o EndpointOptions) {
 		e.probeFail++
 		e.probeOK = 0
 		e.lastErr = err.Error()
+		if e.probing.Load() {
+			e.why = "waiting for a first passing probe: " + err.Error()
+		}
 		if e.healthy.Load() && e.probeFail >= h.UnhealthyAfter {
 			e.healthy.Store(false)
 			e.why = fmt.Sprintf("%d probes failed: %v", e.probeFail, err)

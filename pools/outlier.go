@@ -76,8 +76,21 @@ func (p *Pool) Observe(r *Replica, o Outcome, detail string) {
 			return
 		}
 		if e.misconfigured.CompareAndSwap(false, true) {
-			why := "misconfigured: " + detail
+			// Held out for a growing time before a probe may clear the
+			// mark, as an ejection: base × the marks in a row, up to max;
+			// a replica that behaved for max since starts over.
+			now := p.reg.now()
 			e.mu.Lock()
+			if !e.lastMisEnd.IsZero() && now.Sub(e.lastMisEnd) > od.MaxEjection {
+				e.misStreak = 0
+			}
+			e.misStreak++
+			d := od.BaseEjection * time.Duration(e.misStreak)
+			if d > od.MaxEjection || d <= 0 {
+				d = od.MaxEjection
+			}
+			e.misHeldUntil.Store(now.Add(d).UnixNano())
+			why := fmt.Sprintf("misconfigured (held out at least %s): %s", d, detail)
 			e.why = why
 			e.mu.Unlock()
 			p.reg.changedState(e, false, why)

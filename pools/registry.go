@@ -260,9 +260,28 @@ func (g *Registry) member(e *Endpoint) *Replica {
 
 // Start runs the health and scrape loops of every endpoint, now and for
 // endpoints later reconciled in, until ctx ends or Close.
+//
+// Start returns once every endpoint's first probe has answered, or its
+// probe timeout has passed: replicas take traffic only after a passing
+// probe, so a gateway that starts serving at once would refuse requests
+// its healthy replicas could take.
 func (g *Registry) Start(ctx context.Context) {
-	for _, e := range g.setContext(ctx) {
+	eps := g.setContext(ctx)
+	for _, e := range eps {
 		e.startLoops(ctx)
+	}
+	for _, e := range eps {
+		o := e.Options()
+		if o.Health.Disabled {
+			continue
+		}
+		t := time.NewTimer(o.Health.Timeout + 100*time.Millisecond)
+		select {
+		case <-e.probed:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
 	}
 }
 
@@ -309,6 +328,13 @@ func (e *Endpoint) startLoops(ctx context.Context) {
 	o := e.opts
 	e.mu.Unlock()
 	if !o.Health.Disabled {
+		select {
+		case <-e.probed:
+		default:
+			// Never probed yet: it takes traffic only once a probe
+			// passes (with probes off, at once).
+			e.probing.Store(true)
+		}
 		go e.runHealth(lctx, o)
 	}
 	if o.Scrape.Enabled {

@@ -57,7 +57,10 @@ func (e *Endpoint) runScrape(ctx context.Context, o EndpointOptions) {
 func (l *Load) Missing() []string {
 	var out []string
 	if !l.HasQueue {
-		out = append(out, metricWaiting, metricRunning)
+		out = append(out, metricWaiting)
+	}
+	if !l.HasRunning {
+		out = append(out, metricRunning)
 	}
 	if !l.HasKV {
 		out = append(out, metricKV)
@@ -118,10 +121,10 @@ func ParseLoad(r io.Reader) (*Load, error) {
 	l := &Load{}
 	w, okW := sum(fams[metricWaiting])
 	run, okR := sum(fams[metricRunning])
-	if okW || okR {
-		l.HasQueue = true
-		l.Waiting, l.Running = w, run
-	}
+	// Each signal counts only when it was there: a server with running
+	// but no waiting has no known queue (not a queue of 0).
+	l.HasQueue, l.HasRunning = okW, okR
+	l.Waiting, l.Running = w, run
 	if kv, ok := maxGauge(fams[metricKV]); ok {
 		l.HasKV, l.KVUsage = true, kv
 	} else if kv, ok := maxGauge(fams[metricKVLegacy]); ok {

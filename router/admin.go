@@ -410,11 +410,15 @@ func (g *Gateway) adminExplain(w http.ResponseWriter, r *http.Request) {
 }
 
 type replicaView struct {
-	Name    string   `json:"name"`
-	URL     string   `json:"url"`
-	Nodes   []string `json:"nodes,omitempty"`
-	Healthy bool     `json:"healthy"`
-	Ejected bool     `json:"ejected"`
+	Name  string   `json:"name"`
+	URL   string   `json:"url"`
+	Nodes []string `json:"nodes,omitempty"`
+	// State is one word for the replica: probing (new, no probe passed
+	// yet), healthy, unhealthy, ejected, misconfigured or draining
+	// (removed by a reload, finishing its requests).
+	State   string `json:"state"`
+	Healthy bool   `json:"healthy"`
+	Ejected bool   `json:"ejected"`
 	// Misconfigured: the server refused the pool's key or does not serve
 	// the pool's model (why says which).
 	Misconfigured bool   `json:"misconfigured"`
@@ -442,6 +446,24 @@ type poolView struct {
 	Replicas    []replicaView `json:"replicas"`
 }
 
+// replicaState is the one word /admin/pools shows for a replica, the most
+// telling first.
+func replicaState(rep *pools.Replica, now time.Time) string {
+	switch {
+	case rep.Retired():
+		return "draining"
+	case rep.Probing():
+		return "probing"
+	case rep.Misconfigured():
+		return "misconfigured"
+	case rep.Ejected(now):
+		return "ejected"
+	case !rep.Healthy():
+		return "unhealthy"
+	}
+	return "healthy"
+}
+
 func (g *Gateway) adminPools(w http.ResponseWriter, _ *http.Request) {
 	s := g.snap.Load()
 	now := g.opts.Now()
@@ -450,7 +472,7 @@ func (g *Gateway) adminPools(w http.ResponseWriter, _ *http.Request) {
 		pv := poolView{Name: ps.Name, Model: ps.Model, Balance: ps.Balance(), MaxInflight: ps.MaxInflight(), Healthy: ps.HealthyCount()}
 		for _, rep := range ps.Replicas() {
 			lastErr, why := rep.LastError()
-			rv := replicaView{Name: rep.Name, URL: rep.URL().String(), Nodes: rep.Nodes, Healthy: rep.Healthy(),
+			rv := replicaView{Name: rep.Name, URL: rep.URL().String(), Nodes: rep.Nodes, State: replicaState(rep, now), Healthy: rep.Healthy(),
 				Ejected: rep.Ejected(now), Misconfigured: rep.Misconfigured(), Why: why, Inflight: rep.Inflight(),
 				Waiting: rep.Waiting(), Ejections: rep.Ejections(), LastError: lastErr}
 			if l := rep.CurrentLoad(); l != nil {
@@ -459,7 +481,10 @@ func (g *Gateway) adminPools(w http.ResponseWriter, _ *http.Request) {
 				if l.Err == "" {
 					rv.Missing = l.Missing()
 					if l.HasQueue {
-						rv.Queue, rv.Running = &l.Waiting, &l.Running
+						rv.Queue = &l.Waiting
+					}
+					if l.HasRunning {
+						rv.Running = &l.Running
 					}
 					if l.HasKV {
 						rv.KVUsage = &l.KVUsage

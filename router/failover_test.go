@@ -77,6 +77,7 @@ func counterSeries(t *testing.T, gw *gateway, name string) map[string]float64 {
 
 type adminReplica struct {
 	Name          string `json:"name"`
+	State         string `json:"state"`
 	Healthy       bool   `json:"healthy"`
 	Ejected       bool   `json:"ejected"`
 	Misconfigured bool   `json:"misconfigured"`

@@ -447,3 +447,33 @@ func TestDeepClassifierAnswerRefused(t *testing.T) {
 		t.Errorf("classifier errors %v, want 4", v)
 	}
 }
+
+// TestAdminShowsProbing: a replica whose vLLM is still loading (/health
+// 503) is "probing" in /admin/pools and takes no request; once a probe
+// passes it is "healthy".
+func TestAdminShowsProbing(t *testing.T) {
+	good, loading := startReplica(t, fast("m")), startReplica(t, fast("m"))
+	loading.Sim.SetFaults(vllmsim.Faults{Unhealthy: true})
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p:
+    model: m
+    balance: round_robin
+    health: {interval: 20ms, timeout: 1s}
+    replicas: [{name: good, url: "{{good}}"}, {name: loading, url: "{{loading}}"}]
+routes:
+  - name: default
+    to: p
+`, map[string]string{"good": good.Srv.URL, "loading": loading.Srv.URL}, nil))
+	if v := adminReplicaView(t, gw, "p", "loading"); v.State != "probing" || v.Healthy {
+		t.Fatalf("a loading replica: %+v", v)
+	}
+	for i := range 6 {
+		if resp, b := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Replica") != "good" {
+			t.Fatalf("request %d: %d %s on %q", i, resp.StatusCode, b, resp.Header.Get("X-Switchyard-Replica"))
+		}
+	}
+	loading.Sim.SetFaults(vllmsim.Faults{})
+	eventually(t, 10*time.Second, "the replica to be admitted", func() bool { return adminReplicaView(t, gw, "p", "loading").State == "healthy" })
+}
