@@ -537,3 +537,38 @@ func TestRenderRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestPlaceholderSecretsRefused: serve does not start with the example
+// manifests' placeholder admin token (or an API key left as a
+// placeholder); before, it accepted REPLACE-ME-… as the token.
+func TestPlaceholderSecretsRefused(t *testing.T) {
+	src := `version: 1
+server:
+  admin_token_env: TOK
+  api_keys: [{name: a, key_env: KEY}]
+pools:
+  p: {model: m, replicas: [{name: r, url: "http://127.0.0.1:1"}]}
+routes:
+  - {name: d, to: p}
+`
+	reg := testRegistry
+	reg.Getenv = func(k string) string {
+		return map[string]string{"TOK": "REPLACE-ME-with-a-long-random-token", "KEY": "replace-me"}[k]
+	}
+	_, err := policy.Load("p.yaml", []byte(src), reg)
+	if err == nil || !strings.Contains(err.Error(), "p.yaml:3:") || !strings.Contains(err.Error(), "placeholder") || !strings.Contains(err.Error(), `api key "a"`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestCredentialsRedacted: a password written in a replica URL is refused
+// without being repeated (before, validate echoed it).
+func TestCredentialsRedacted(t *testing.T) {
+	for _, u := range []string{"http://admin:hunter2@10.0.0.5:8000", "http://admin:hunter2@[bad", "ftp://u:hunter2@h"} {
+		src := "version: 1\npools:\n  p: {model: m, replicas: [{name: r, url: \"" + u + "\"}]}\nroutes:\n  - {name: d, to: p}\n"
+		_, err := policy.Load("p.yaml", []byte(src), testRegistry)
+		if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "p.yaml:3:") {
+			t.Errorf("%s: %v", u, err)
+		}
+	}
+}

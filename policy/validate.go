@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -100,6 +101,8 @@ func (v *validator) server() {
 	default:
 		if val := v.getenv(s.AdminTokenEnv); val == "" {
 			v.errf(p("server", "admin_token_env"), "server: admin_token_env: environment variable %s is not set or empty", s.AdminTokenEnv)
+		} else if placeholder(val) {
+			v.errf(p("server", "admin_token_env"), "server: admin_token_env: environment variable %s holds the example manifests' placeholder %q; set a long random token (openssl rand -hex 32)", s.AdminTokenEnv, val)
 		} else {
 			s.AdminToken = Secret(val)
 		}
@@ -139,6 +142,8 @@ func (v *validator) server() {
 			// validated without secrets
 		} else if val := v.getenv(k.KeyEnv); val == "" {
 			v.errf(appendCopy(at, "key_env"), "api key %q: environment variable %s is not set or empty", k.Name, k.KeyEnv)
+		} else if placeholder(val) {
+			v.errf(appendCopy(at, "key_env"), "api key %q: environment variable %s holds a placeholder (%q); set the real key", k.Name, k.KeyEnv, val)
 		} else {
 			k.Secret = Secret(val)
 		}
@@ -266,11 +271,11 @@ func (v *validator) pools() {
 			}
 			u, err := url.Parse(r.URL)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				v.errf(appendCopy(rat, "url"), "pool %q: replica %q: url %q must be an absolute http:// or https:// URL", pool.Name, r.Name, r.URL)
+				v.errf(appendCopy(rat, "url"), "pool %q: replica %q: url %q must be an absolute http:// or https:// URL", pool.Name, r.Name, RedactURL(r.URL))
 				continue
 			}
 			if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-				v.errf(appendCopy(rat, "url"), "pool %q: replica %q: url %q must be a base URL without query, fragment or credentials (use api_key_env for a key)", pool.Name, r.Name, r.URL)
+				v.errf(appendCopy(rat, "url"), "pool %q: replica %q: url %q must be a base URL without query, fragment or credentials (use api_key_env for a key)", pool.Name, r.Name, RedactURL(r.URL))
 				continue
 			}
 			u.Path = strings.TrimSuffix(u.Path, "/")
@@ -605,3 +610,22 @@ func (v *validator) when(at []any, what string, w *When) {
 
 // appendCopy extends a lookup path without sharing its backing array.
 func appendCopy(a []any, more ...any) []any { return append(slices.Clip(a), more...) }
+
+// placeholder reports a secret left as the example manifests ship it
+// (deploy/kustomize's Secret says REPLACE-ME-…).
+func placeholder(secret string) bool {
+	return strings.HasPrefix(strings.ToUpper(strings.TrimSpace(secret)), "REPLACE-ME")
+}
+
+// userinfo matches the credentials of a URL-like string that may not
+// parse.
+var userinfo = regexp.MustCompile(`//[^/@\s]*@`)
+
+// RedactURL returns raw with any password (or user info, when raw does
+// not parse as a URL) replaced by "xxxxx", for messages and logs.
+func RedactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return userinfo.ReplaceAllString(raw, "//xxxxx@")
+}

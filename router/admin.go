@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -364,6 +365,7 @@ func (g *Gateway) Explain(ctx context.Context, header http.Header, body []byte, 
 	}
 	e := &Explanation{Route: d.Route, Pool: d.Pools[0], Fallback: d.Pools[1:], Matched: d.Matched, Skipped: d.Skipped,
 		Spill: d.Spill, Sticky: d.Sticky, Scores: d.Scores}
+	e.Scores = rounded(e.Scores)
 	if e.Scores == nil {
 		e.Scores = map[string]float64{}
 	}
@@ -444,6 +446,19 @@ type poolView struct {
 	MaxInflight int           `json:"max_inflight"`
 	Healthy     int           `json:"healthy_replicas"`
 	Replicas    []replicaView `json:"replicas"`
+}
+
+// rounded returns scores rounded to 3 decimals, for people to read
+// (0.85, not 0.8500000000000001).
+func rounded(scores map[string]float64) map[string]float64 {
+	if scores == nil {
+		return nil
+	}
+	out := make(map[string]float64, len(scores))
+	for k, v := range scores {
+		out[k] = math.Round(v*1000) / 1000
+	}
+	return out
 }
 
 // replicaState is the one word /admin/pools shows for a replica, the most

@@ -66,7 +66,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 			Name: "switchyard_classifier_tokens_total", Help: "Tokens of the classifier's own calls to its pool, by kind (prompt or completion); not in switchyard_tokens_total.",
 		}, []string{"kind"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_upstream_retries_total", Help: "Attempts retried on another replica, by pool and reason.",
+			Name: "switchyard_upstream_retries_total", Help: "Retries sent, by pool and the reason the previous attempt failed (on another replica, or on the same one after a connection failure when no other can take the request).",
 		}, []string{"pool", "reason"}),
 		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_stream_resumes_total",

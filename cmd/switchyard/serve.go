@@ -121,12 +121,12 @@ func (s *Server) Run(ctx context.Context, ready func(api, admin net.Addr)) error
 	sc := s.Gateway.Snapshot().Config.Server
 	apiLn, err := net.Listen("tcp", s.Listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", s.Listen, err)
+		return fmt.Errorf("listen %s: %w%s", s.Listen, err, inUseHint(err, "--listen", "server.listen"))
 	}
 	adminLn, err := net.Listen("tcp", s.AdminListen)
 	if err != nil {
 		apiLn.Close()
-		return fmt.Errorf("admin listen %s: %w", s.AdminListen, err)
+		return fmt.Errorf("admin listen %s: %w%s", s.AdminListen, err, inUseHint(err, "--admin-listen", "server.admin_listen"))
 	}
 	api := &http.Server{
 		Handler:           s.Gateway.Handler(),
@@ -211,6 +211,15 @@ func (s *Server) Run(ctx context.Context, ready func(api, admin net.Addr)) error
 	_ = admin.Shutdown(actx)
 	acancel()
 	return nil
+}
+
+// inUseHint says how to pick another address when err is an address in
+// use (another switchyard, or a demo, already listens there).
+func inUseHint(err error, flag, key string) string {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Sprintf(" (another process listens there: choose another address with %s or %s)", flag, key)
+	}
+	return ""
 }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {

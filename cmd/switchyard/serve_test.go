@@ -391,3 +391,38 @@ routes:
 		t.Errorf("the listener still accepts after the drain")
 	}
 }
+
+// TestPortInUseNamesTheFlag: an address in use says how to choose another
+// (before, the error was net's alone).
+func TestPortInUseNamesTheFlag(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	cfg, err := policy.Load("t.yaml", []byte(`version: 1
+pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "http://127.0.0.1:1"}]}
+routes:
+  - name: main
+    to: p
+`), router.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	g, err := router.New(cfg, router.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for _, c := range []struct{ listen, admin, want string }{
+		{busy.Addr().String(), "127.0.0.1:0", "--listen or server.listen"},
+		{"127.0.0.1:0", busy.Addr().String(), "--admin-listen or server.admin_listen"},
+	} {
+		srv := &Server{Gateway: g, Log: log, Listen: c.listen, AdminListen: c.admin}
+		if err := srv.Run(context.Background(), nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s/%s: %v", c.listen, c.admin, err)
+		}
+	}
+}
