@@ -62,6 +62,9 @@ type Gateway struct {
 	// started at all, so tracing costs nothing (not even context values).
 	tracing bool
 	prop    propagation.TextMapPropagator
+	// unknownModelHint is when the operator was last told of a client's
+	// unknown model name (unix nanos; at most once a minute).
+	unknownModelHint atomic.Int64
 
 	// shadow is the candidate policy of serve --shadow, nil without one.
 	shadow atomic.Pointer[shadowState]

@@ -220,6 +220,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	tgt, ok := s.resolve(info.Model)
 	if !ok {
+		g.hintUnknownModel(s, info.Model)
 		return fmt.Errorf("%w: the model `%s` does not exist (see GET /v1/models)", errModelNotFound, clip(info.Model))
 	}
 	if !key.allows(info.Model) {
@@ -252,6 +253,23 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	w.Header().Set(headerRoute, x.route)
 	return nil
+}
+
+// hintUnknownModel tells the operator, at most once a minute, that clients
+// ask for a model name no models[] entry routes, and the one-line fix: an
+// agent's own default name (gpt-4o, claude-sonnet-4-5) gets 404 until a
+// pattern routes it.
+func (g *Gateway) hintUnknownModel(s *Snapshot, model string) {
+	if len(s.patterns) > 0 {
+		return // the operator chose which names route; this one does not
+	}
+	now := g.opts.Now().UnixNano()
+	last := g.unknownModelHint.Load()
+	if now-last < int64(time.Minute) || !g.unknownModelHint.CompareAndSwap(last, now) {
+		return
+	}
+	g.log.Warn(`a client asked for a model no models[] entry routes; to route every name an agent sends by the policy, add models: [{name: "*", route: policy}] (docs/config.md)`,
+		"model", clip(model))
 }
 
 // statusClientClosed marks a request whose client went away (nginx's 499).

@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -485,5 +487,33 @@ func TestExplainScoresRounded(t *testing.T) {
 	resp, b := post(t, gw.Admin.URL+"/admin/explain", chatBody("Prove step by step that the algorithm terminates.", ""), nil)
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"complex": 0.85,`) || strings.Contains(string(b), "0000000") {
 		t.Errorf("%d %s", resp.StatusCode, b)
+	}
+}
+
+// TestUnknownModelHint: an agent's default model name gets 404 with a hint
+// for the client, and the operator is told the one-line fix, once a
+// minute at most.
+func TestUnknownModelHint(t *testing.T) {
+	m := startReplica(t, fast("m"))
+	now := time.Unix(1e9, 0)
+	var mu sync.Mutex
+	gw := startGateway(t, loadConfig(t, isolationYAML, map[string]string{"m": m.Srv.URL}, nil), func(o *router.Options) {
+		o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	})
+	hints := func() int { return strings.Count(gw.Logs.String(), `route: policy}]`) }
+	for range 3 {
+		if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 404 {
+			t.Fatalf("%d", resp.StatusCode)
+		}
+	}
+	if n := hints(); n != 1 {
+		t.Errorf("%d hints for 3 requests within a minute, want 1", n)
+	}
+	mu.Lock()
+	now = now.Add(61 * time.Second)
+	mu.Unlock()
+	post(t, gw.API.URL+"/v1/chat/completions", `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`, nil)
+	if n := hints(); n != 2 {
+		t.Errorf("%d hints after a minute, want 2", n)
 	}
 }
