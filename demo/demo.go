@@ -37,7 +37,12 @@ type Options struct {
 	Kill      string
 	KillAfter time.Duration
 	Out       io.Writer
-	Logger    *slog.Logger
+	// Terminal: Out is a terminal, so the live table is redrawn in place;
+	// otherwise a line is written every few seconds.
+	Terminal bool
+	// Width is the terminal's width in columns (0: 120).
+	Width  int
+	Logger *slog.Logger
 }
 
 // Run starts the simulated 8-node cluster from the embedded reference
@@ -132,7 +137,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 			load.Workers = 16
 		}
 		fmt.Fprintf(o.Out, "\nRunning a mixed agent-like load (%d concurrent sessions); %s.\n", load.Workers, until)
+		fmt.Fprintf(o.Out, "Latencies are of the simulated replicas, whose model time runs %g× faster than the reference cluster's (--speedup).\n", o.SpeedUp)
 		fmt.Fprintln(o.Out, ClassLegend)
+		fmt.Fprintln(o.Out)
 		go func() { load.Run(runCtx); close(done) }()
 	} else {
 		fmt.Fprintf(o.Out, "\nNo load (--no-load); %s.\n", until)
@@ -153,17 +160,19 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		defer t.Stop()
 		tick = t.C
 	}
+	view := &screen{w: o.Out, terminal: o.Terminal, width: o.Width, rec: rec, g: g, lastLine: time.Now()}
 	for {
 		select {
-		case <-tick:
-			PrintTick(o.Out, rec, g, o.Tick)
+		case now := <-tick:
+			view.tick(now)
 		case <-kill:
 			cl.Kill(o.Kill)
-			fmt.Fprintf(o.Out, "\n*** killed replica %s: the streams it was serving continue on another replica (pool resume) ***\n\n", o.Kill)
+			view.event(time.Since(rec.started), fmt.Sprintf("killed %s: its requests are retried and its chat streams resume elsewhere; its Responses/Messages streams end with an error event", o.Kill))
 		case <-runCtx.Done():
 			<-done
 			s := rec.Summarize()
 			if !o.NoLoad {
+				view.tick(time.Now())
 				PrintSummary(o.Out, s)
 			}
 			return s, nil

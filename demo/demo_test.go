@@ -112,13 +112,23 @@ func TestDemoKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "killed replica qwen-b") {
+	if !strings.Contains(out.String(), "killed qwen-b: ") {
 		t.Errorf("no kill line:\n%s", out.String())
 	}
-	// Streams are resumed; only a stream cut inside a tool call's
-	// arguments (not resumable) may fail.
+	// Chat streams are resumed; a Responses or Messages stream, or one cut
+	// inside a tool call's arguments (not resumable), may fail, and each
+	// failure is reported with its API and why.
 	if s.Errors > 0 && !strings.Contains(s.FirstError, "interrupted") {
 		t.Errorf("%d errors; first: %s", s.Errors, s.FirstError)
+	}
+	n := 0
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(line, "  failed: ") { // the summary's list
+			n++
+		}
+	}
+	if n != min(s.Errors, 10) {
+		t.Errorf("%d failures listed for %d errors:\n%s", n, s.Errors, out.String())
 	}
 	if _, err := demo.Run(context.Background(), demo.Options{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0",
 		Duration: time.Second, Kill: "nope", Out: &out}); err == nil || !strings.Contains(err.Error(), `"nope"`) {

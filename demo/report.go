@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/switchyard/switchyard/router"
 )
 
 // Recorder collects load results for the live table and the summary.
@@ -58,6 +56,9 @@ type Summary struct {
 	ByRoute    map[string]int
 	ByClass    map[string]int
 	FirstError string
+	// Failed describes each failed request (its API, kind, pool and
+	// why), up to maxFailed.
+	Failed []string
 	// APIs is each client API's share and its split over the pools.
 	APIs string
 }
@@ -86,6 +87,9 @@ func (r *Recorder) Summarize() Summary {
 			if s.FirstError == "" {
 				s.FirstError = fmt.Sprintf("status %d: %s", res.Status, res.Err)
 			}
+			if len(s.Failed) < maxFailed {
+				s.Failed = append(s.Failed, describe(res))
+			}
 		}
 		s.ByPool[orDash(res.Pool)]++
 		s.ByRoute[orDash(res.Route)]++
@@ -102,48 +106,14 @@ func orDash(s string) string {
 	return s
 }
 
+// maxFailed bounds the failed requests the summary lists.
+const maxFailed = 10
+
 // ClassLegend explains the "-" among the classes: the gateway sets
 // X-Switchyard-Class only when the classifier decided the route, so a request
 // that matched a rule before any class condition (tool-heavy: four tools or
 // more) or that named a pool has no class.
 const ClassLegend = `In "classes:", - counts requests that needed no classifier call (a rule matched before any class condition, or the model named a pool).`
-
-// PrintTick writes one live table for the last interval.
-func PrintTick(w io.Writer, rec *Recorder, g *router.Gateway, interval time.Duration) {
-	res := rec.take()
-	elapsed := time.Since(rec.started).Round(time.Second)
-	fmt.Fprintf(w, "\n── t=%-5s %6.1f req/s ", elapsed, float64(len(res))/interval.Seconds())
-	errs := 0
-	for _, r := range res {
-		if r.Err != "" || r.Status != 200 {
-			errs++
-		}
-	}
-	fmt.Fprintf(w, "  errors %d  classifier cache hits %s ──\n", errs, cacheHitRate(g.Registry()))
-	fmt.Fprintf(w, "  %-9s %6s %5s %9s %9s %9s %9s\n", "pool", "share", "req", "p50", "p99", "ttft p50", "ttft p99")
-	byPool := groupBy(res, func(r Result) string { return r.Pool })
-	for _, pool := range sortedKeys(byPool) {
-		rs := byPool[pool]
-		lat, ttft := latencies(rs)
-		fmt.Fprintf(w, "  %-9s %5.0f%% %5d %9s %9s %9s %9s\n", orDash(pool), 100*float64(len(rs))/float64(max(len(res), 1)), len(rs),
-			pct(lat, 0.5), pct(lat, 0.99), pct(ttft, 0.5), pct(ttft, 0.99))
-	}
-	fmt.Fprintf(w, "  routes:  %s\n", shares(groupBy(res, func(r Result) string { return r.Route }), len(res)))
-	fmt.Fprintf(w, "  classes: %s\n", shares(groupBy(res, func(r Result) string { return r.Class }), len(res)))
-	fmt.Fprintf(w, "  apis:    %s\n", apiSplit(res))
-	var reps []string
-	for _, p := range g.Snapshot().Config.Pools {
-		ps := g.Snapshot().Pool(p.Name)
-		for _, r := range ps.Replicas() {
-			state := "up"
-			if !r.Available(time.Now()) {
-				state = "DOWN"
-			}
-			reps = append(reps, fmt.Sprintf("%s %d %s", r.Name, r.Inflight(), state))
-		}
-	}
-	fmt.Fprintf(w, "  in flight: %s\n", strings.Join(reps, " │ "))
-}
 
 // PrintSummary writes the end-of-run summary.
 func PrintSummary(w io.Writer, s Summary) {
@@ -156,8 +126,11 @@ func PrintSummary(w io.Writer, s Summary) {
 	if s.ByClass["-"] > 0 {
 		fmt.Fprintln(w, "  (class -: no classifier call was needed)")
 	}
-	if s.FirstError != "" {
-		fmt.Fprintf(w, "  first error: %s\n", s.FirstError)
+	for _, f := range s.Failed {
+		fmt.Fprintf(w, "  failed: %s\n", f)
+	}
+	if s.Errors > len(s.Failed) {
+		fmt.Fprintf(w, "  … and %d more failed\n", s.Errors-len(s.Failed))
 	}
 }
 

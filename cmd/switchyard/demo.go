@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -27,7 +28,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	o := demo.Options{Listen: *listen, AdminListen: *adminListen, Duration: *duration,
-		NoLoad: *noLoad, SpeedUp: *speedUp, Workers: *workers, Out: stdout}
+		NoLoad: *noLoad, SpeedUp: *speedUp, Workers: *workers, Out: stdout, Terminal: isTerminal(stdout), Width: terminalWidth(stdout)}
 	if *kill != "" {
 		name, after, ok := strings.Cut(*kill, "@")
 		d, err := time.ParseDuration(after)
@@ -46,4 +47,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitRuntime
 	}
 	return exitOK
+}
+
+// isTerminal reports whether w is a terminal that understands cursor
+// movement (not a pipe or a file, not TERM=dumb).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok || os.Getenv("TERM") == "dumb" {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

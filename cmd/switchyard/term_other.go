@@ -1,0 +1,8 @@
+//go:build !unix
+
+package main
+
+import "io"
+
+// terminalWidth: unknown here.
+func terminalWidth(io.Writer) int { return 0 }
