@@ -161,11 +161,11 @@ func TestExplainConfigEnv(t *testing.T) {
 	}
 }
 
-// TestREADMECommands: the README's Commands table names every flag of every
+// TestREADMECommands: docs/reference.md's Commands table names every flag of every
 // command in that command's row.
 func TestREADMECommands(t *testing.T) {
 	sets := commandFlags(t)
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/reference.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,12 +180,12 @@ func TestREADMECommands(t *testing.T) {
 	for _, c := range commands() {
 		row, ok := rows[c.name]
 		if !ok {
-			t.Errorf("README's Commands table has no row for %s", c.name)
+			t.Errorf("docs/reference.md's Commands table has no row for %s", c.name)
 			continue
 		}
 		for _, name := range flagNames(sets[c.name]) {
 			if !strings.Contains(row, "--"+name+"`") && !strings.Contains(row, "--"+name+" ") && !strings.Contains(row, "--"+name+"]") {
-				t.Errorf("README's %s row lacks --%s", c.name, name)
+				t.Errorf("docs/reference.md's %s row lacks --%s", c.name, name)
 			}
 		}
 	}
