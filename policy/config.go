@@ -248,7 +248,10 @@ type Pool struct {
 	Resume   *Resume    `yaml:"resume,omitempty"`
 	Scrape   *Scrape    `yaml:"scrape,omitempty"`
 	Affinity *Affinity  `yaml:"affinity,omitempty"`
-	Replicas []*Replica `yaml:"replicas"`
+	Replicas []*Replica `yaml:"replicas,omitempty"`
+	// Discovery finds the replicas in DNS instead of Replicas (exclusive
+	// with it); see discovery.go.
+	Discovery *Discovery `yaml:"discovery,omitempty"`
 }
 
 // DTypes are the bytes per parameter of the dtypes a pool may declare.
@@ -714,6 +717,7 @@ func (c *Config) applyDefaults() {
 		if p.Affinity.LoadFactor == 0 {
 			p.Affinity.LoadFactor = DefaultAffinityLoadFactor
 		}
+		p.Discovery.applyDefaults()
 	}
 	if cl := c.Classifier; cl != nil {
 		if cl.Breaker == nil {

@@ -183,7 +183,7 @@ func TestLoadBad(t *testing.T) {
 			`../testdata/unknown-nested-keys.bad.yaml:8:7: pool "small": health: unknown key "timout" (known: path, interval, timeout, unhealthy_after, healthy_after, check_models, disabled)`,
 		}},
 		{"unknown-pool-key", []string{
-			`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas)`,
+			`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas, discovery)`,
 		}},
 		{"unknown-route-key", []string{
 			`../testdata/unknown-route-key.bad.yaml:10:5: routes[0] "default": unknown key "fallbacks" (known: name, when, to, split, fallback, spill, sticky)`,
@@ -202,7 +202,7 @@ func TestLoadBad(t *testing.T) {
 		}},
 		{"several-kinds", []string{
 			`../testdata/several-kinds.bad.yaml:7:19: server: shutdown_grace: invalid duration "30 seconds" (use Go durations such as 250ms, 30s, 5m)`,
-			`../testdata/several-kinds.bad.yaml:11:5: pool "small": unknown key "balanse" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas)`,
+			`../testdata/several-kinds.bad.yaml:11:5: pool "small": unknown key "balanse" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas, discovery)`,
 			`../testdata/several-kinds.bad.yaml:15:19: pool "large": max_inflight: expected an integer, got "lots"`,
 			`../testdata/several-kinds.bad.yaml:23:19: routes[0] "hard": "compex" is not a classifier label (labels: simple, complex)`,
 			`../testdata/several-kinds.bad.yaml:26:9: routes[1] "typo": pool "medium" is not defined (known: large, small)`,

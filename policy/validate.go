@@ -250,8 +250,10 @@ func (v *validator) pools() {
 		if f, given := v.number(appendCopy(at, "affinity", "depth")); pool.Affinity.Depth < 1 || given && f < 1 {
 			v.errf(appendCopy(at, "affinity", "depth"), "pool %q: affinity.depth must be at least 1 message", pool.Name)
 		}
-		if len(pool.Replicas) == 0 {
-			v.errf(at, "pool %q: at least one replica is required", pool.Name)
+		if pool.Discovery != nil {
+			v.discovery(at, pool)
+		} else if len(pool.Replicas) == 0 {
+			v.errf(at, "pool %q: at least one replica is required (or a discovery section)", pool.Name)
 		}
 		seen := map[string]bool{}
 		for i, r := range pool.Replicas {
