@@ -104,6 +104,17 @@ type Discovery struct {
 	status DiscoveryStatus
 	// fails counts failed resolutions in a row (the retry backoff).
 	fails int
+	// stopped: Stop was called; a resolution still running changes
+	// nothing, so the pool's series, once forgotten, stay gone.
+	stopped bool
+}
+
+// Stop makes d inert: a resolution in progress (Run's, after its context
+// ended) records nothing and tells nothing.
+func (d *Discovery) Stop() {
+	d.mu.Lock()
+	d.stopped = true
+	d.mu.Unlock()
 }
 
 // NewDiscovery returns a pool's discovery with an empty set; call Resolve
@@ -121,11 +132,7 @@ func NewDiscovery(o DiscoveryOptions) *Discovery {
 	if o.After == nil {
 		o.After = time.After
 	}
-	d := &Discovery{opts: o, status: DiscoveryStatus{Kind: o.Kind, Name: o.Name, TTL: -1}}
-	if o.Metrics != nil {
-		o.Metrics.replicas.WithLabelValues(o.Pool).Set(0)
-	}
-	return d
+	return &Discovery{opts: o, status: DiscoveryStatus{Kind: o.Kind, Name: o.Name, TTL: -1}}
 }
 
 // Options returns the options d was made with.
@@ -172,6 +179,10 @@ func (d *Discovery) Resolve(ctx context.Context) (changed bool) {
 	now := d.opts.Now()
 
 	d.mu.Lock()
+	if d.stopped {
+		d.mu.Unlock()
+		return false
+	}
 	prev := d.status
 	d.status.AttemptAt, d.status.Result, d.status.Err = now, result, ""
 	var added, removed []string
@@ -184,12 +195,12 @@ func (d *Discovery) Resolve(ctx context.Context) (changed bool) {
 		d.status.Addrs, d.status.ResolvedAt, d.status.TTL = addrs, now, ttl
 	}
 	cur := slices.Clone(d.status.Addrs)
-	d.mu.Unlock()
-
 	if m := d.opts.Metrics; m != nil {
 		m.resolutions.WithLabelValues(d.opts.Pool, result).Inc()
 		m.replicas.WithLabelValues(d.opts.Pool).Set(float64(len(cur)))
 	}
+	d.mu.Unlock()
+
 	changed = len(added)+len(removed) > 0
 	// Told once per change: a name failing every interval is one line,
 	// not one per attempt (the error's text varies: ports, servers).

@@ -412,9 +412,12 @@ func (g *Gateway) adminExplain(w http.ResponseWriter, r *http.Request) {
 }
 
 type replicaView struct {
-	Name  string   `json:"name"`
-	URL   string   `json:"url"`
-	Nodes []string `json:"nodes,omitempty"`
+	Name string `json:"name"`
+	URL  string `json:"url"`
+	// Source is where the replica came from: config (listed), dns or srv
+	// (discovered).
+	Source string   `json:"source"`
+	Nodes  []string `json:"nodes,omitempty"`
 	// State is one word for the replica: probing (new, no probe passed
 	// yet), healthy, unhealthy, ejected, misconfigured or draining
 	// (removed by a reload, finishing its requests).
@@ -446,6 +449,8 @@ type poolView struct {
 	MaxInflight int           `json:"max_inflight"`
 	Healthy     int           `json:"healthy_replicas"`
 	Replicas    []replicaView `json:"replicas"`
+	// Discovery is set for a pool whose replicas come from DNS.
+	Discovery *discoveryView `json:"discovery,omitempty"`
 }
 
 // rounded returns scores rounded to 3 decimals, for people to read
@@ -484,10 +489,12 @@ func (g *Gateway) adminPools(w http.ResponseWriter, _ *http.Request) {
 	now := g.opts.Now()
 	out := make([]poolView, 0, len(s.poolOrder))
 	for _, ps := range s.poolOrder {
-		pv := poolView{Name: ps.Name, Model: ps.Model, Balance: ps.Balance(), MaxInflight: ps.MaxInflight(), Healthy: ps.HealthyCount()}
+		pv := poolView{Name: ps.Name, Model: ps.Model, Balance: ps.Balance(), MaxInflight: ps.MaxInflight(), Healthy: ps.HealthyCount(),
+			Discovery: s.discoveryView(ps.Name), Replicas: []replicaView{}}
+		source := replicaSource(ps.cfg)
 		for _, rep := range ps.Replicas() {
 			lastErr, why := rep.LastError()
-			rv := replicaView{Name: rep.Name, URL: rep.URL().String(), Nodes: rep.Nodes, State: replicaState(rep, now), Healthy: rep.Healthy(),
+			rv := replicaView{Name: rep.Name, URL: rep.URL().String(), Source: source, Nodes: rep.Nodes, State: replicaState(rep, now), Healthy: rep.Healthy(),
 				Ejected: rep.Ejected(now), Misconfigured: rep.Misconfigured(), Why: why, Inflight: rep.Inflight(),
 				Waiting: rep.Waiting(), Ejections: rep.Ejections(), LastError: lastErr}
 			if l := rep.CurrentLoad(); l != nil {

@@ -70,7 +70,11 @@ type Gateway struct {
 	shadow atomic.Pointer[shadowState]
 	// endpoints owns every replica server across reloads.
 	endpoints *pools.Registry
-	snap      atomic.Pointer[Snapshot]
+	// disc are the running discoveries by pool (reloadMu; see
+	// discovery.go), discMetrics their series.
+	disc        map[string]*discoveredPool
+	discMetrics *pools.DiscoveryMetrics
+	snap        atomic.Pointer[Snapshot]
 	// draining is set on shutdown: /readyz answers 503.
 	draining atomic.Bool
 	// streams are the client streams being pumped, with the cancel of
@@ -114,6 +118,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 		tracing: o.Tracer != nil, prop: o.Propagator, rand: rnd}
 	g.metrics = newMetrics(o.Registry, o.Version)
 	g.classMetrics = classifier.NewMetrics(o.Registry)
+	g.discMetrics = pools.NewDiscoveryMetrics(o.Registry)
 	o.Registry.MustRegister(newControlCollector(g))
 	o.Registry.MustRegister(pools.NewCollector(func() []*pools.Pool {
 		if s := g.snap.Load(); s != nil {
@@ -132,6 +137,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	s.Generation = g.gen.Add(1)
 	g.metrics.generation.Set(float64(s.Generation))
 	g.snap.Store(s)
+	g.commitDiscovery(s)
 	if o.ShadowPath != "" {
 		if err := g.loadShadow(); err != nil {
 			g.stop()
@@ -266,6 +272,7 @@ func (g *Gateway) Apply(cfg *policy.Config) (int64, error) {
 	}
 	s.Generation = g.gen.Add(1)
 	g.snap.Store(s)
+	g.commitDiscovery(s)
 	g.metrics.reloads.WithLabelValues("ok").Inc()
 	g.metrics.generation.Set(float64(s.Generation))
 	g.log.Info("config reloaded", "file", cfg.File, "generation", s.Generation, "pools", len(s.poolOrder), "routes", len(cfg.Routes))

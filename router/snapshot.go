@@ -47,6 +47,8 @@ type Snapshot struct {
 	sessions   *policy.Sessions
 	// required are the pools /readyz needs an available replica in.
 	required []string
+	// discovery are the discovered pools' discoveries, by pool name.
+	discovery map[string]*discoveredPool
 }
 
 // poolState is a pool as this snapshot runs it: the pool view (its replicas
@@ -118,8 +120,12 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 		s.classifier = c
 	}
 	opts := make([]pools.Options, len(cfg.Pools))
+	s.discovery = g.discoveries(cfg)
 	for i, pc := range cfg.Pools {
 		opts[i] = poolOptions(pc, cfg)
+		if dp := s.discovery[pc.Name]; dp != nil {
+			opts[i].Replicas = dp.d.Replicas()
+		}
 	}
 	// Reconciling the registry is the last step that can fail, and it
 	// fails before changing anything. Endpoints the old snapshot still

@@ -1,0 +1,168 @@
+package router
+
+import (
+	"context"
+	"time"
+
+	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/pools"
+)
+
+// discoveredPool is a pool's running DNS discovery. It outlives reloads
+// that keep the pool's discovery section, so its set (and its endpoints'
+// state) carries over.
+type discoveredPool struct {
+	d   *pools.Discovery
+	cfg policy.Discovery
+	// cancel stops its loop; nil until it runs.
+	cancel context.CancelFunc
+}
+
+// resolvConf is the system resolver's configuration.
+var resolvConf = "/etc/resolv.conf"
+
+// discoveries returns the discoveries cfg's pools need: the running one of
+// a pool whose section did not change, else a new one, resolved once now
+// (so a reload or a start serves the names' replicas at once). New ones
+// run only once committed. Called with reloadMu held (or from New).
+func (g *Gateway) discoveries(cfg *policy.Config) map[string]*discoveredPool {
+	next := map[string]*discoveredPool{}
+	for _, pc := range cfg.Pools {
+		dc := pc.Discovery
+		if dc == nil {
+			continue
+		}
+		if old := g.disc[pc.Name]; old != nil && old.cfg == *dc {
+			next[pc.Name] = old
+			continue
+		}
+		var lookup pools.Lookup
+		l, err := pools.NewDNSLookup(dc.Resolver, resolvConf)
+		if err != nil {
+			// No resolv.conf to read servers from: the standard
+			// library's resolver still works, without TTLs.
+			g.log.Warn("discovery: using the system resolver without TTLs; re-resolving every interval", "pool", pc.Name, "error", err.Error())
+			lookup = pools.StdLookup{}
+		} else {
+			lookup = l
+		}
+		d := pools.NewDiscovery(pools.DiscoveryOptions{Pool: pc.Name, Kind: dc.Kind(), Name: dc.Name(), Port: dc.Port,
+			Interval: dc.Interval.Std(), Lookup: lookup, Now: g.opts.Now, Metrics: g.discMetrics, OnEvent: g.onDiscovery})
+		if !g.opts.Passive {
+			d.Resolve(g.ctx)
+		}
+		next[pc.Name] = &discoveredPool{d: d, cfg: *dc}
+	}
+	return next
+}
+
+// commitDiscovery makes s's discoveries the running ones: new ones start
+// their loops, replaced and dropped ones stop. Called with reloadMu held
+// (or from New), after s is swapped in.
+func (g *Gateway) commitDiscovery(s *Snapshot) {
+	for name, dp := range g.disc {
+		if s.discovery[name] == dp {
+			continue
+		}
+		if dp.cancel != nil {
+			dp.cancel()
+		}
+		dp.d.Stop()
+		if s.discovery[name] == nil {
+			g.discMetrics.Forget(name)
+		}
+	}
+	for name, dp := range s.discovery {
+		if dp.cancel != nil || g.opts.Passive {
+			continue
+		}
+		ctx, cancel := context.WithCancel(g.ctx)
+		dp.cancel = cancel
+		go dp.d.Run(ctx, func() { g.rediscover(name, dp) })
+	}
+	g.disc = s.discovery
+}
+
+// rediscover rebuilds the running snapshot from its own config after a
+// resolution changed a pool's set: the registry adds the new addresses
+// (probing until a probe passes) and retires the vanished ones (no new
+// requests; those in flight finish), and waiters follow the new view. It
+// is serialised with reloads; a discovery a reload replaced meanwhile is
+// ignored. The generation stays: the config did not change.
+func (g *Gateway) rediscover(pool string, dp *discoveredPool) {
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	if g.disc[pool] != dp {
+		return
+	}
+	prev := g.snap.Load()
+	s, err := g.build(prev.Config, prev)
+	if err != nil {
+		g.log.Error("discovery: the new replica set could not be applied; the running set keeps serving", "pool", pool, "error", err.Error())
+		return
+	}
+	s.Generation = prev.Generation
+	g.snap.Store(s)
+	g.commitDiscovery(s)
+}
+
+// onDiscovery logs a discovery's changes (once per change, see
+// pools.DiscoveryOptions.OnEvent).
+func (g *Gateway) onDiscovery(ev pools.DiscoveryEvent) {
+	attrs := []any{"pool", ev.Pool, ev.Kind, ev.Name, "replicas", len(ev.Addrs)}
+	switch {
+	case ev.Result == pools.ResultOK && len(ev.Added)+len(ev.Removed) > 0:
+		g.log.Info("discovery: replica set changed", append(attrs, "added", ev.Added, "removed", ev.Removed)...)
+	case ev.Result == pools.ResultOK:
+		g.log.Info("discovery: the name resolves again", attrs...)
+	case ev.Result == pools.ResultEmpty:
+		g.log.Warn("discovery: the name has no address; keeping the last good set", append(attrs, "error", ev.Err.Error())...)
+	default:
+		g.log.Error("discovery: resolution failed; keeping the last good set", append(attrs, "error", ev.Err.Error())...)
+	}
+}
+
+// discoveryView is a discovered pool's part of /admin/pools.
+type discoveryView struct {
+	Kind        string   `json:"kind"`
+	Name        string   `json:"name"`
+	Resolver    string   `json:"resolver,omitempty"`
+	Interval    string   `json:"interval"`
+	Addresses   []string `json:"addresses"`
+	LastResolve string   `json:"last_resolved,omitempty"`
+	LastAttempt string   `json:"last_attempt,omitempty"`
+	Result      string   `json:"result,omitempty"`
+	Error       string   `json:"error,omitempty"`
+	TTL         string   `json:"ttl,omitempty"`
+}
+
+func (s *Snapshot) discoveryView(pool string) *discoveryView {
+	dp := s.discovery[pool]
+	if dp == nil {
+		return nil
+	}
+	st := dp.d.Status()
+	v := &discoveryView{Kind: st.Kind, Name: st.Name, Resolver: dp.cfg.Resolver, Interval: dp.cfg.Interval.Std().String(),
+		Addresses: st.Addrs, Result: st.Result, Error: st.Err}
+	if v.Addresses == nil {
+		v.Addresses = []string{}
+	}
+	if !st.ResolvedAt.IsZero() {
+		v.LastResolve = st.ResolvedAt.UTC().Format(time.RFC3339Nano)
+	}
+	if !st.AttemptAt.IsZero() {
+		v.LastAttempt = st.AttemptAt.UTC().Format(time.RFC3339Nano)
+	}
+	if st.TTL >= 0 && !st.ResolvedAt.IsZero() {
+		v.TTL = st.TTL.String()
+	}
+	return v
+}
+
+// replicaSource is where a pool's replicas come from: config, dns or srv.
+func replicaSource(pc *policy.Pool) string {
+	if pc.Discovery != nil {
+		return pc.Discovery.Kind()
+	}
+	return "config"
+}
