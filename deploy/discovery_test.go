@@ -21,7 +21,10 @@ const discoveryExample = "kustomize/examples/vllm-discovery"
 // DNS name (A records: its port; SRV records: its port's name).
 func TestKustomizeDiscoveryExample(t *testing.T) {
 	r := renderKustomize(t, discoveryExample)
-	checkKinds(t, r, []string{"Deployment", "Service", "Service"})
+	checkKinds(t, r, []string{"Deployment", "Service"})
+	if n := r.count()["Service"]; n != 2 {
+		t.Errorf("%d Services, want 2 (the Deployment's and the LeaderWorkerSet leaders')", n)
+	}
 	reg := router.Registry()
 	reg.SkipEnv = true
 	cfg, err := policy.Load("switchyard.yaml", readFile(t, filepath.Join(discoveryExample, "switchyard.yaml")), reg)

@@ -3,6 +3,7 @@ package pools_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,13 +114,16 @@ func TestDNSLookupFailures(t *testing.T) {
 	if err := os.WriteFile(conf, []byte("nameserver 127.0.0.1\nsearch nothere.test test\noptions ndots:5\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sl, err := pools.NewDNSLookupVia(conf, srv.Addr)
+	sl, err := pools.NewDNSLookupVia(conf, down.Addr, srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got, _, err := sl.Lookup(context.Background(), "dns", "vllm", 8000)
 	if err != nil || len(got) != 1 || got[0] != "127.0.0.2:8000" {
 		t.Errorf("search list: Lookup = %v, %v; want [127.0.0.2:8000]", got, err)
+	}
+	if down.Queries() == 0 {
+		t.Error("the first name server was not asked")
 	}
 	if _, err := pools.NewDNSLookup("", filepath.Join(t.TempDir(), "absent")); err == nil {
 		t.Error("NewDNSLookup with no resolv.conf: no error")
@@ -128,6 +132,37 @@ func TestDNSLookupFailures(t *testing.T) {
 	_ = os.WriteFile(empty, []byte("search test\n"), 0o600)
 	if _, err := pools.NewDNSLookup("", empty); err == nil || !strings.Contains(err.Error(), "no nameserver") {
 		t.Errorf("NewDNSLookup with no nameserver: %v", err)
+	}
+}
+
+// TestStdLookup: the standard library's resolver (used where there is no
+// resolv.conf), dialling the test server, finds the same addresses, knows
+// no TTL, and tells a missing name from a failure.
+func TestStdLookup(t *testing.T) {
+	srv := dnstest.New(t)
+	srv.Zone(
+		"vllm.test. 30 IN A 127.0.0.2",
+		"_http._tcp.vllm.test. 9 IN SRV 0 50 8001 a.vllm.test.",
+		"a.vllm.test. 60 IN A 127.0.0.3",
+	)
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, srv.Addr)
+	}}
+	l := pools.StdLookup{Resolver: r}
+	ctx := context.Background()
+	if got, ttl, err := l.Lookup(ctx, "dns", "vllm.test.", 8000); err != nil || len(got) != 1 || got[0] != "127.0.0.2:8000" || ttl >= 0 {
+		t.Errorf("dns: %v %s %v", got, ttl, err)
+	}
+	if got, _, err := l.Lookup(ctx, "srv", "_http._tcp.vllm.test.", 0); err != nil || len(got) != 1 || got[0] != "127.0.0.3:8001" {
+		t.Errorf("srv: %v %v", got, err)
+	}
+	if _, _, err := l.Lookup(ctx, "dns", "missing.test.", 8000); !errors.Is(err, pools.ErrNoRecords) {
+		t.Errorf("nxdomain: %v, want ErrNoRecords", err)
+	}
+	srv.SetMode(dnstest.ServFail)
+	if _, _, err := l.Lookup(ctx, "dns", "vllm.test.", 8000); err == nil || errors.Is(err, pools.ErrNoRecords) {
+		t.Errorf("servfail: %v, want a failure", err)
 	}
 }
 

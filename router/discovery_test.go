@@ -371,6 +371,15 @@ routes:
 		t.Fatalf("status %d %s", resp.StatusCode, body)
 	}
 
+	// A reload that keeps the section keeps the discovery and its set:
+	// nothing is resolved for it.
+	if _, err := gw.G.Apply(loadConfig(t, yaml, vars, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if got := healthyReplicas(t, gw); !slices.Equal(got, []string{a}) {
+		t.Fatalf("after a reload keeping the section: healthy %v, want [%s] (state kept)", got, a)
+	}
+
 	// A reload naming another name resolves it at once.
 	vars["name"] = "other.test"
 	if _, err := gw.G.Apply(loadConfig(t, yaml, vars, nil)); err != nil {
