@@ -8,9 +8,11 @@ import (
 )
 
 // lock takes the exclusive lock on the file name, waiting for it; the
-// kernel releases it when the process ends, however it ends.
+// kernel releases it when the process ends, however it ends. The file is
+// opened read-only, which flock needs no more than, so that another user's
+// lock file serves too.
 func lock(name string) (unlock func(), err error) {
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o666)
+	f, err := os.OpenFile(name, os.O_RDONLY|os.O_CREATE, 0o666)
 	if err != nil {
 		return nil, err
 	}
