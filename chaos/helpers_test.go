@@ -17,9 +17,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/deploy/imagebuild"
 )
 
-// binary is the switchyard binary built once for the suite.
+// binary is the switchyard binary built once for the suite, as the
+// Dockerfile builds it.
 var binary string
 
 func TestMain(m *testing.M) {
@@ -37,14 +40,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "switchyard")
-	build := exec.Command("go", "build", "-o", binary, "../cmd/switchyard")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	// The image's binary. deploy's tests build the same one; whichever
+	// builds second finds the packages compiled and only links.
+	built, err := imagebuild.Build("..", dir)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "building switchyard:", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	binary = built.Path
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -565,7 +565,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_classifier_requests_total",
-			Help: "Classifications by label and result (ok, cache_hit, sticky, timeout, error, circuit_open).",
+			Help: "Classifications by label and result (ok, cache_hit, sticky, timeout, error, circuit_open, refused).",
 		}, []string{"label", "result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "switchyard_classifier_duration_seconds",

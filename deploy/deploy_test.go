@@ -645,36 +645,6 @@ func checkKinds(t *testing.T, r *rendering, want []string) {
 	}
 }
 
-func renderKustomize(t *testing.T, dir string) *rendering {
-	t.Helper()
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return decode(t, "kustomize build "+dir, mustGoRun(t, kustomizeTool, "build", abs))
-}
-
-// helmTemplate renders the chart as the release "switchyard" in the
-// namespace "switchyard", with extra flags.
-func helmTemplate(t *testing.T, flags ...string) ([]byte, error) {
-	t.Helper()
-	abs, err := filepath.Abs(chartPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"template", "switchyard", abs, "--namespace", helmNamespace}, flags...)
-	return goRun(t, helmTool, args...)
-}
-
-func renderHelm(t *testing.T, flags ...string) *rendering {
-	t.Helper()
-	out, err := helmTemplate(t, flags...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return decode(t, "helm template "+strings.Join(flags, " "), out)
-}
-
 // TestKustomizeBase: the base renders, decodes strictly, and wires the
 // gateway as it needs.
 func TestKustomizeBase(t *testing.T) {
@@ -779,8 +749,8 @@ func TestKustomizeDGXSpark(t *testing.T) {
 // gateway needs, with the same default policy; its switches do what
 // values.yaml says.
 func TestHelmChart(t *testing.T) {
-	r := renderHelm(t, "--set", "adminToken.value="+helmTestToken,
-		"--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true")
+	r := renderHelm(t, "adminToken.value="+helmTestToken,
+		"monitoring.podMonitor.enabled=true", "monitoring.prometheusRule.enabled=true")
 	checkKinds(t, r, gatewayKinds)
 	g := checkGateway(t, r)
 	if want := string(readFile(t, filepath.Join(basePath, "switchyard.yaml"))); g.configText != strings.TrimSuffix(want, "\n") {
@@ -801,14 +771,14 @@ func TestHelmChart(t *testing.T) {
 		}
 	})
 	t.Run("monitoring off by default", func(t *testing.T) {
-		r := renderHelm(t, "--set", "adminToken.value="+helmTestToken)
+		r := renderHelm(t, "adminToken.value="+helmTestToken)
 		want := slices.DeleteFunc(slices.Clone(gatewayKinds), func(k string) bool { return k == "PodMonitor" || k == "PrometheusRule" })
 		checkKinds(t, r, want)
 		checkGateway(t, r)
 	})
 	t.Run("existing secret", func(t *testing.T) {
-		r := renderHelm(t, "--set", "adminToken.existingSecret=my-token", "--set", "adminToken.key=bearer",
-			"--set", "monitoring.podMonitor.enabled=true")
+		r := renderHelm(t, "adminToken.existingSecret=my-token", "adminToken.key=bearer",
+			"monitoring.podMonitor.enabled=true")
 		if n := len(all[*corev1.Secret](r)); n != 0 {
 			t.Errorf("%d Secrets, want none: the Secret exists", n)
 		}
@@ -818,7 +788,7 @@ func TestHelmChart(t *testing.T) {
 	})
 	t.Run("autoscaling off", func(t *testing.T) {
 		// replicaCount stays 2, the policy's server.instances.
-		r := renderHelm(t, "--set", "adminToken.value="+helmTestToken, "--set", "autoscaling.enabled=false")
+		r := renderHelm(t, "adminToken.value="+helmTestToken, "autoscaling.enabled=false")
 		if n := len(all[*autoscalingv2.HorizontalPodAutoscaler](r)); n != 0 {
 			t.Errorf("%d HPAs, want none", n)
 		}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/moby/patternmatcher"
 	"github.com/moby/patternmatcher/ignorefile"
+
+	"github.com/switchyard/switchyard/deploy/imagebuild"
 )
 
 // The image is checked without a container engine: the Dockerfile's COPY
@@ -309,43 +311,84 @@ func TestDockerignore(t *testing.T) {
 var (
 	buildOnce sync.Once
 	binDir    string
-	binPath   string
+	built     imagebuild.Result
 	buildErr  error
+
+	shortSkipsMu sync.Mutex
+	shortSkips   []string // the tests -short skipped
 )
 
-// TestMain removes the binary staticBinary built.
+// TestMain removes the binary staticBinary built, and says which tests
+// -short skipped (a t.Skip message shows only with -v).
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
+	if len(shortSkips) > 0 {
+		fmt.Fprintf(os.Stderr, "deploy: -short skipped %s: they run the switchyard binary, which -short does not build\n",
+			strings.Join(shortSkips, ", "))
+	}
 	os.Exit(code)
 }
 
 // staticBinary builds cmd/switchyard once, as the Dockerfile does
-// (CGO_ENABLED=0, -trimpath), and returns its path.
+// (imagebuild: CGO_ENABLED=0, -trimpath, its -ldflags), and returns its
+// path.
 func staticBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
+		shortSkipsMu.Lock()
+		shortSkips = append(shortSkips, t.Name())
+		shortSkipsMu.Unlock()
 		t.Skip("-short: not building the binary")
 	}
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "switchyard-deploy-")
-		if buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "switchyard")
-		build := exec.Command("go", "build", "-trimpath", "-o", binPath, "./cmd/switchyard")
-		build.Dir = repoRoot
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("CGO_ENABLED=0 go build ./cmd/switchyard: %w\n%s", err, out)
+		if buildErr == nil {
+			built, buildErr = imagebuild.Build(repoRoot, binDir)
 		}
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	return binPath
+	t.Logf("switchyard: %v", built)
+	return built.Path
+}
+
+// TestImageBuildIsTheDockerfiles: the binary the tests run (imagebuild's)
+// is built as the Dockerfile's RUN line builds it, its ARG defaults filled
+// in.
+func TestImageBuildIsTheDockerfiles(t *testing.T) {
+	args := map[string]string{}
+	var runs []instruction
+	for _, in := range parseDockerfile(t, string(readFile(t, dockerfilePath))) {
+		switch in.cmd {
+		case "ARG":
+			if k, v, ok := strings.Cut(in.args, "="); ok {
+				args[k] = v
+			}
+		case "RUN":
+			if strings.Contains(in.args, "go build") {
+				runs = append(runs, in)
+			}
+		}
+	}
+	if len(runs) != 1 {
+		t.Fatalf("%s: %d RUN lines with go build, want 1", dockerfilePath, len(runs))
+	}
+	got := os.Expand(runs[0].args, func(k string) string { return args[k] })
+	var flags []string
+	for _, f := range imagebuild.Flags {
+		if strings.Contains(f, " ") {
+			f = `"` + f + `"`
+		}
+		flags = append(flags, f)
+	}
+	want := fmt.Sprintf("%s go build %s -o ", strings.Join(imagebuild.Env, " "), strings.Join(flags, " "))
+	if !strings.HasPrefix(got, want) || !strings.HasSuffix(got, " "+imagebuild.Package) {
+		t.Errorf("%s:%d: RUN %s\nwant the build the tests run: %s... %s", dockerfilePath, runs[0].line, got, want, imagebuild.Package)
+	}
 }
 
 // TestStaticBuild builds the binary as the Dockerfile does, checks that it

@@ -146,6 +146,15 @@ func (e *Endpoint) Misconfigured() bool { return e.misconfigured.Load() }
 // Ejected reports whether outlier detection currently excludes the server.
 func (e *Endpoint) Ejected(now time.Time) bool { return now.UnixNano() < e.ejectedUntil.Load() }
 
+// EjectedUntil is when the current (or last) ejection ends; zero when the
+// server was never ejected.
+func (e *Endpoint) EjectedUntil() time.Time {
+	if n := e.ejectedUntil.Load(); n > 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
 // Retired reports that a reload removed the endpoint; it takes no new
 // requests and finishes those in flight.
 func (e *Endpoint) Retired() bool { return e.retired.Load() }

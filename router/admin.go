@@ -78,6 +78,10 @@ func (g *Gateway) AdminHandler() http.Handler {
 	r.Get("/admin/config", g.adminConfig)
 	r.Get("/admin/control", g.adminControl)
 	r.Get("/admin/shadow", g.adminShadow)
+	r.Get("/admin/status", g.adminStatus)
+	r.Get("/", statusAsset("index.html", "text/html; charset=utf-8"))
+	r.Get("/status.js", statusAsset("status.js", "text/javascript; charset=utf-8"))
+	r.Get("/status.css", statusAsset("status.css", "text/css; charset=utf-8"))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -439,7 +443,12 @@ type replicaView struct {
 	ScrapeErr  string   `json:"scrape_error,omitempty"`
 	Missing    []string `json:"missing_signals,omitempty"`
 	Ejections  int64    `json:"ejections"`
-	LastError  string   `json:"last_error,omitempty"`
+	// EjectedUntil, while ejected, is when the ejection ends.
+	EjectedUntil *time.Time `json:"ejected_until,omitempty"`
+	LastError    string     `json:"last_error,omitempty"`
+	// Recent is the replica's outcomes over the last minute, as the
+	// gateway saw them (its requests, error rate, time to first token).
+	Recent replicaStats `json:"recent"`
 }
 
 type poolView struct {
@@ -486,7 +495,16 @@ func replicaState(rep *pools.Replica, now time.Time) string {
 
 func (g *Gateway) adminPools(w http.ResponseWriter, _ *http.Request) {
 	s := g.snap.Load()
-	now := g.opts.Now()
+	resp := map[string]any{"generation": s.Generation, "pools": g.poolViews(s, g.opts.Now())}
+	if t := s.Config.Topology; t != nil {
+		resp["topology"] = t
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// poolViews is every pool and replica of s as /admin/pools and the status
+// page show them.
+func (g *Gateway) poolViews(s *Snapshot, now time.Time) []poolView {
 	out := make([]poolView, 0, len(s.poolOrder))
 	for _, ps := range s.poolOrder {
 		pv := poolView{Name: ps.Name, Model: ps.Model, Balance: ps.Balance(), MaxInflight: ps.MaxInflight(), Healthy: ps.HealthyCount(),
@@ -496,7 +514,12 @@ func (g *Gateway) adminPools(w http.ResponseWriter, _ *http.Request) {
 			lastErr, why := rep.LastError()
 			rv := replicaView{Name: rep.Name, URL: rep.URL().String(), Source: source, Nodes: rep.Nodes, State: replicaState(rep, now), Healthy: rep.Healthy(),
 				Ejected: rep.Ejected(now), Misconfigured: rep.Misconfigured(), Why: why, Inflight: rep.Inflight(),
-				Waiting: rep.Waiting(), Ejections: rep.Ejections(), LastError: lastErr}
+				Waiting: rep.Waiting(), Ejections: rep.Ejections(), LastError: lastErr,
+				Recent: g.status.replica(rep.Endpoint, now, time.Minute)}
+			if rv.Ejected {
+				u := rep.EjectedUntil().UTC()
+				rv.EjectedUntil = &u
+			}
 			if l := rep.CurrentLoad(); l != nil {
 				rv.LastScrape = l.At.UTC().Format(time.RFC3339Nano)
 				rv.ScrapeErr = l.Err
@@ -517,11 +540,7 @@ func (g *Gateway) adminPools(w http.ResponseWriter, _ *http.Request) {
 		}
 		out = append(out, pv)
 	}
-	resp := map[string]any{"generation": s.Generation, "pools": out}
-	if t := s.Config.Topology; t != nil {
-		resp["topology"] = t
-	}
-	writeJSON(w, http.StatusOK, resp)
+	return out
 }
 
 // adminControl shows the share controller's state.

@@ -70,7 +70,10 @@ type exchange struct {
 	// pinned is the one replica the exchange may use (a stored response's);
 	// storedID and storedSuffix make the upstream path of GET, DELETE and
 	// cancel of a stored response (method the client's).
-	pinned       *pools.Replica
+	pinned *pools.Replica
+	// rep is the replica that took the last attempt (the status page's
+	// per-replica outcomes).
+	rep          *pools.Replica
 	storedID     string
 	storedSuffix string
 
@@ -305,6 +308,7 @@ func (g *Gateway) finish(x *exchange) {
 	if x.pool != "" {
 		g.metrics.duration.WithLabelValues(x.pool).Observe(elapsed.Seconds())
 	}
+	g.status.record(x, g.opts.Now(), elapsed)
 	if x.span.IsRecording() {
 		g.endServerSpan(x)
 	}

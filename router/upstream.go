@@ -396,7 +396,7 @@ type upstreamCall struct {
 
 var _ caller = (*exchange)(nil)
 
-func (x *exchange) acquired(rep *pools.Replica) { x.replica = rep.Name }
+func (x *exchange) acquired(rep *pools.Replica) { x.replica, x.rep = rep.Name, rep }
 
 func (x *exchange) send(ctx context.Context, rep *pools.Replica) result {
 	u := &x.up

@@ -1,0 +1,276 @@
+package router
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchyard/switchyard/pools"
+)
+
+// The status page's data, kept by the gateway itself so that the page
+// works with no Prometheus: per-second request counts by pool and API for
+// statusSeconds, the last statusDecisions decisions, and per replica the
+// last replicaSamples outcomes. Recording a request costs a few atomic
+// operations and, for the decision log, one small allocation.
+const (
+	statusSeconds   = 15 * 60
+	statusPools     = 16 // pool names tracked; later ones count as "other"
+	statusDecisions = 50
+	replicaSamples  = 128
+)
+
+// statusAPIs are the APIs the split is shown for; the rest count as other.
+var statusAPIs = [...]string{"chat", "completions", "responses", "messages", "other"}
+
+func statusAPI(ep endpoint) int {
+	switch ep {
+	case chatEndpoint:
+		return 0
+	case completionsEndpoint:
+		return 1
+	case responsesEndpoint:
+		return 2
+	case messagesEndpoint:
+		return 3
+	}
+	return 4
+}
+
+type statusSlot struct {
+	// sec is the unix second the slot counts; a slot is cleared two
+	// seconds before its second comes, so writers never race a clear.
+	sec  atomic.Int64
+	reqs [statusPools][len(statusAPIs)]atomic.Int32
+	errs [statusPools][len(statusAPIs)]atomic.Int32
+}
+
+// decision is one line of the decision log: the access line's facts, no
+// prompt text.
+type decision struct {
+	At        time.Time `json:"at"`
+	Key       string    `json:"key,omitempty"`
+	API       string    `json:"api"`
+	Model     string    `json:"model,omitempty"`
+	Route     string    `json:"route,omitempty"`
+	Class     string    `json:"class,omitempty"`
+	Score     *float64  `json:"score,omitempty"`
+	Pool      string    `json:"pool,omitempty"`
+	Replica   string    `json:"replica,omitempty"`
+	Status    int       `json:"status"`
+	LatencyMS float64   `json:"latency_ms"`
+	TTFTMS    float64   `json:"ttft_ms,omitempty"`
+}
+
+// replicaRing holds one endpoint's last outcomes: when, whether it failed,
+// and the time to first token (µs; 0 when none was measured).
+type replicaRing struct {
+	n    atomic.Uint64
+	at   [replicaSamples]atomic.Int64 // unix nanos; 0: empty
+	fail [replicaSamples]atomic.Bool
+	ttft [replicaSamples]atomic.Int64
+}
+
+type statusRing struct {
+	slots     [statusSeconds]statusSlot
+	mu        sync.Mutex // guards allocating pool indexes
+	poolIndex sync.Map   // pool name → int
+	poolNames [statusPools]atomic.Pointer[string]
+	nPools    atomic.Int32
+	decisions [statusDecisions]atomic.Pointer[decision]
+	nDecided  atomic.Uint64
+	replicas  sync.Map // *pools.Endpoint → *replicaRing
+}
+
+// pool returns the index of a pool name, allocating one on first sight;
+// past statusPools names, the last index ("other").
+func (r *statusRing) pool(name string) int {
+	if v, ok := r.poolIndex.Load(name); ok {
+		return v.(int)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if v, ok := r.poolIndex.Load(name); ok {
+		return v.(int)
+	}
+	n := int(r.nPools.Load())
+	if n >= statusPools-1 {
+		other := "other"
+		r.poolNames[statusPools-1].Store(&other)
+		r.poolIndex.Store(name, statusPools-1)
+		r.nPools.Store(statusPools)
+		return statusPools - 1
+	}
+	r.poolNames[n].Store(&name)
+	r.poolIndex.Store(name, n)
+	r.nPools.Store(int32(n + 1))
+	return n
+}
+
+// prepare clears the slot of second sec (run about two seconds ahead).
+func (r *statusRing) prepare(sec int64) {
+	s := &r.slots[sec%statusSeconds]
+	if s.sec.Load() == sec {
+		return
+	}
+	for p := range s.reqs {
+		for a := range s.reqs[p] {
+			s.reqs[p][a].Store(0)
+			s.errs[p][a].Store(0)
+		}
+	}
+	s.sec.Store(sec)
+}
+
+// run keeps the slots ahead of the clock until ctx ends.
+func (r *statusRing) run(ctx context.Context, now func() time.Time) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		sec := now().Unix()
+		r.prepare(sec + 1)
+		r.prepare(sec + 2)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// record counts one finished exchange.
+func (r *statusRing) record(x *exchange, now time.Time, elapsed time.Duration) {
+	if x.pool != "" {
+		s := &r.slots[now.Unix()%statusSeconds]
+		if s.sec.Load() == now.Unix() { // else the clock ran ahead of run: not counted
+			p, a := r.pool(x.pool), statusAPI(x.ep)
+			s.reqs[p][a].Add(1)
+			if x.status >= 500 {
+				s.errs[p][a].Add(1)
+			}
+		}
+	}
+	if x.rep != nil {
+		v, ok := r.replicas.Load(x.rep.Endpoint)
+		if !ok {
+			v, _ = r.replicas.LoadOrStore(x.rep.Endpoint, &replicaRing{})
+		}
+		rr := v.(*replicaRing)
+		i := (rr.n.Add(1) - 1) % replicaSamples
+		rr.fail[i].Store(x.status >= 500)
+		rr.ttft[i].Store(x.ttft.Microseconds())
+		rr.at[i].Store(now.UnixNano())
+	}
+	d := &decision{At: now.UTC(), API: statusAPIs[statusAPI(x.ep)], Route: x.route, Class: x.class, Pool: x.pool,
+		Replica: x.replica, Status: x.status, LatencyMS: float64(elapsed.Microseconds()) / 1000, TTFTMS: float64(x.ttft.Microseconds()) / 1000}
+	if x.key != nil {
+		d.Key = x.key.name
+	}
+	if x.info != nil {
+		d.Model = clip(x.info.Model)
+	}
+	if p, ok := x.decision.Scores[x.class]; ok && x.class != "" {
+		d.Score = &p
+	}
+	r.decisions[(r.nDecided.Add(1)-1)%statusDecisions].Store(d)
+}
+
+// splitSeries is the per-second request counts of the last n seconds up
+// to now (oldest first), by pool and API.
+type splitSeries struct {
+	Start   int64                       `json:"start"` // unix second of the first value
+	Seconds int                         `json:"seconds"`
+	Pools   map[string]map[string][]int `json:"pools"`  // pool → api → counts
+	Errors  map[string][]int            `json:"errors"` // pool → 5xx counts
+}
+
+func (r *statusRing) series(now time.Time, n int) splitSeries {
+	end := now.Unix()
+	start := end - int64(n) + 1
+	out := splitSeries{Start: start, Seconds: n, Pools: map[string]map[string][]int{}, Errors: map[string][]int{}}
+	np := int(r.nPools.Load())
+	for p := 0; p < np; p++ {
+		name := r.poolNames[p].Load()
+		if name == nil {
+			continue
+		}
+		apis := map[string][]int{}
+		errs := make([]int, n)
+		any := false
+		for a, api := range statusAPIs {
+			vals := make([]int, n)
+			for i := 0; i < n; i++ {
+				sec := start + int64(i)
+				s := &r.slots[sec%statusSeconds]
+				if s.sec.Load() != sec {
+					continue
+				}
+				vals[i] = int(s.reqs[p][a].Load())
+				errs[i] += int(s.errs[p][a].Load())
+				any = any || vals[i] > 0
+			}
+			apis[api] = vals
+		}
+		if any {
+			out.Pools[*name] = apis
+			out.Errors[*name] = errs
+		}
+	}
+	return out
+}
+
+// recent returns the decision log, newest first.
+func (r *statusRing) recent() []*decision {
+	n := r.nDecided.Load()
+	out := make([]*decision, 0, statusDecisions)
+	for i := uint64(0); i < min(n, statusDecisions); i++ {
+		if d := r.decisions[(n-1-i)%statusDecisions].Load(); d != nil {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// replicaStats are a replica's outcomes over the last window: error rate
+// and time to first token.
+type replicaStats struct {
+	Requests  int      `json:"requests"`
+	ErrorRate float64  `json:"error_rate"`
+	TTFTP50   *float64 `json:"ttft_p50_ms,omitempty"`
+	TTFTP99   *float64 `json:"ttft_p99_ms,omitempty"`
+}
+
+func (r *statusRing) replica(e *pools.Endpoint, now time.Time, window time.Duration) replicaStats {
+	var st replicaStats
+	v, ok := r.replicas.Load(e)
+	if !ok {
+		return st
+	}
+	rr := v.(*replicaRing)
+	var ttfts []float64
+	fails := 0
+	for i := range replicaSamples {
+		at := rr.at[i].Load()
+		if at == 0 || now.Sub(time.Unix(0, at)) > window {
+			continue
+		}
+		st.Requests++
+		if rr.fail[i].Load() {
+			fails++
+		}
+		if t := rr.ttft[i].Load(); t > 0 {
+			ttfts = append(ttfts, float64(t)/1000)
+		}
+	}
+	if st.Requests > 0 {
+		st.ErrorRate = float64(fails) / float64(st.Requests)
+	}
+	if len(ttfts) > 0 {
+		slices.Sort(ttfts)
+		p50, p99 := ttfts[len(ttfts)/2], ttfts[min(len(ttfts)-1, len(ttfts)*99/100)]
+		st.TTFTP50, st.TTFTP99 = &p50, &p99
+	}
+	return st
+}

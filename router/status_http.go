@@ -1,0 +1,144 @@
+package router
+
+import (
+	"embed"
+	"encoding/json"
+	"io/fs"
+	"net/http"
+	"strconv"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// The status page: one page on the admin listener (GET /), its script and
+// style, embedded in the binary. The page fetches /admin/status and
+// nothing else; its Content-Security-Policy forbids any other origin.
+//
+//go:embed statuspage
+var statusFiles embed.FS
+
+// statusCSP lets the page load only its own files and talk only to the
+// listener that served it.
+const statusCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// statusAsset serves one embedded file of the page.
+func statusAsset(name, contentType string) http.HandlerFunc {
+	sub, _ := fs.Sub(statusFiles, "statuspage")
+	body, err := fs.ReadFile(sub, name)
+	if err != nil {
+		panic("router: status page file missing: " + name)
+	}
+	return func(w http.ResponseWriter, _ *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", contentType)
+		h.Set("Content-Security-Policy", statusCSP)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cache-Control", "no-cache")
+		_, _ = w.Write(body)
+	}
+}
+
+// statusDoc is GET /admin/status.
+type statusDoc struct {
+	Version    string         `json:"version"`
+	Now        time.Time      `json:"now"`
+	Started    time.Time      `json:"started"`
+	Generation int64          `json:"generation"`
+	LastReload *reloadOutcome `json:"last_reload,omitempty"`
+	// TokenRequired: the admin API needs a token (the page asks once).
+	TokenRequired bool            `json:"token_required"`
+	Split         splitSeries     `json:"split"`
+	Control       map[string]any  `json:"control,omitempty"`
+	Pools         []poolView      `json:"pools"`
+	Classifier    *classifierStat `json:"classifier,omitempty"`
+	Shadow        *shadowSummary  `json:"shadow,omitempty"`
+	Decisions     []*decision     `json:"decisions"`
+}
+
+// classifierStat is the classifier's cumulative counters; the page turns
+// them into rates between two polls.
+type classifierStat struct {
+	Kind        string             `json:"kind"`
+	Results     map[string]float64 `json:"results"` // result → classifications
+	DurationSum float64            `json:"duration_seconds_sum"`
+	Calls       float64            `json:"calls"` // classifications that called the pool
+	BreakerOpen bool               `json:"breaker_open"`
+}
+
+func (g *Gateway) adminStatus(w http.ResponseWriter, r *http.Request) {
+	s := g.snap.Load()
+	now := g.opts.Now()
+	secs := statusSeconds
+	if v := r.URL.Query().Get("seconds"); v != "" {
+		// A page that already holds the history asks for the last few
+		// seconds only.
+		if n, err := parsePositive(v); err == nil && n < statusSeconds {
+			secs = n
+		}
+	}
+	doc := statusDoc{Version: g.opts.Version, Now: now.UTC(), Started: g.started.UTC(), Generation: s.Generation,
+		LastReload: g.lastReload.Load(), TokenRequired: s.Config.Server.AdminToken != "",
+		Split: g.status.series(now, secs), Pools: g.poolViews(s, now), Decisions: g.status.recent()}
+	if ctrl := s.Policy.Controller(); ctrl != nil {
+		doc.Control = map[string]any{"share": ctrl.State()}
+	}
+	if sh := g.shadow.Load(); sh != nil {
+		sum := sh.summary()
+		doc.Shadow = &sum
+	}
+	if cl := s.Config.Classifier; cl != nil {
+		doc.Classifier = g.classifierStat(cl.Kind)
+	}
+	// Compact: the page polls it every second (900 counts a series).
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(doc)
+}
+
+func (g *Gateway) classifierStat(kind string) *classifierStat {
+	st := &classifierStat{Kind: kind, Results: map[string]float64{}}
+	fams, err := g.reg.Gather()
+	if err != nil {
+		return st
+	}
+	for _, f := range fams {
+		switch f.GetName() {
+		case "switchyard_classifier_requests_total":
+			for _, m := range f.GetMetric() {
+				st.Results[label(m.GetLabel(), "result")] += m.GetCounter().GetValue()
+			}
+		case "switchyard_classifier_duration_seconds":
+			for _, m := range f.GetMetric() {
+				st.DurationSum += m.GetHistogram().GetSampleSum()
+				st.Calls += float64(m.GetHistogram().GetSampleCount())
+			}
+		case "switchyard_classifier_circuit_open":
+			for _, m := range f.GetMetric() {
+				st.BreakerOpen = m.GetGauge().GetValue() == 1
+			}
+		}
+	}
+	return st
+}
+
+// label is the value of the label name among ls ("" when absent).
+func label(ls []*dto.LabelPair, name string) string {
+	for _, l := range ls {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// parsePositive reads a positive decimal integer.
+func parsePositive(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err == nil && n <= 0 {
+		err = strconv.ErrRange
+	}
+	return n, err
+}
