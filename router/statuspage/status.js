@@ -204,7 +204,7 @@ function drawReplicas(pools) {
       row.dataset.replica = r.name;
       row.dataset.state = r.state;
       cell(row, p.name).style.color = poolColors[p.name];
-      cell(row, r.name);
+      cell(row, r.name + (r.source && r.source !== "config" ? " (" + r.source + ")" : "")).title = r.url;
       let state = r.state;
       if (r.state === "ejected" && r.ejected_until) state += " (" + dur(new Date(r.ejected_until) - Date.now()) + " left)";
       cell(row, state, "state");
