@@ -81,14 +81,7 @@ func (p *Pool) Observe(r *Replica, o Outcome, detail string) {
 			// a replica that behaved for max since starts over.
 			now := p.reg.now()
 			e.mu.Lock()
-			if !e.lastMisEnd.IsZero() && now.Sub(e.lastMisEnd) > od.MaxEjection {
-				e.misStreak = 0
-			}
-			e.misStreak++
-			d := od.BaseEjection * time.Duration(e.misStreak)
-			if d > od.MaxEjection || d <= 0 {
-				d = od.MaxEjection
-			}
+			d := od.hold(&e.misStreak, e.lastMisEnd, now)
 			e.misHeldUntil.Store(now.Add(d).UnixNano())
 			why := fmt.Sprintf("misconfigured (held out at least %s): %s", d, detail)
 			e.why = why
@@ -152,16 +145,7 @@ func (p *Pool) eject(r *Replica, cause string) {
 		}
 	}
 	e.mu.Lock()
-	// A replica that behaved for a full max_ejection since its last
-	// ejection starts again at the base time.
-	if !e.lastEjectEnd.IsZero() && now.Sub(e.lastEjectEnd) > od.MaxEjection {
-		e.ejectStreak = 0
-	}
-	e.ejectStreak++
-	d := od.BaseEjection * time.Duration(e.ejectStreak)
-	if d > od.MaxEjection || d <= 0 {
-		d = od.MaxEjection
-	}
+	d := od.hold(&e.ejectStreak, e.lastEjectEnd, now)
 	e.cons5xx, e.consConnect = 0, 0
 	e.lastEjectEnd = now.Add(d)
 	why := fmt.Sprintf("ejected for %s after %s", d, cause)
@@ -205,4 +189,20 @@ func (g *Registry) changedState(e *Endpoint, healthy bool, why string) {
 	if cb := g.opts.OnChange; cb != nil {
 		cb(g.member(e), healthy, why)
 	}
+}
+
+// hold is the growing backoff of ejections and misconfiguration marks:
+// base × the marks in a row (counted in *streak), up to max; a replica that
+// behaved for a full max since its last hold ended (lastEnd) starts again
+// at the base time.
+func (od OutlierOptions) hold(streak *int, lastEnd, now time.Time) time.Duration {
+	if !lastEnd.IsZero() && now.Sub(lastEnd) > od.MaxEjection {
+		*streak = 0
+	}
+	*streak++
+	d := od.BaseEjection * time.Duration(*streak)
+	if d > od.MaxEjection || d <= 0 {
+		d = od.MaxEjection
+	}
+	return d
 }

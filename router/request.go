@@ -111,10 +111,18 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 // deep nesting costs memory far beyond the body's size. Malformed JSON is
 // left to the validator.
 func checkDepth(body []byte, max int) bool {
+	_, ok := jsonNesting(body, max)
+	return ok
+}
+
+// jsonNesting scans JSON text flatly (strings and escapes skipped) and
+// returns how deeply its end nests in arrays and objects (-1 when it ends
+// inside a string), or ok false as soon as it nests deeper than limit.
+func jsonNesting(b []byte, limit int) (end int, ok bool) {
 	depth := 0
 	inString := false
-	for i := 0; i < len(body); i++ {
-		c := body[i]
+	for i := 0; i < len(b); i++ {
+		c := b[i]
 		if inString {
 			switch c {
 			case '\\':
@@ -129,14 +137,17 @@ func checkDepth(body []byte, max int) bool {
 			inString = true
 		case '[', '{':
 			depth++
-			if depth > max {
-				return false
+			if depth > limit {
+				return depth, false
 			}
 		case ']', '}':
 			depth--
 		}
 	}
-	return true
+	if inString {
+		return -1, true
+	}
+	return depth, true
 }
 
 // routingKeys are the top-level fields the gateway reads. Each must appear

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -432,34 +433,10 @@ func topMembers(data []byte, name string) []member {
 }
 
 // objectDepth returns how deeply the end of the JSON text prefix nests in
-// arrays and objects (strings and escapes skipped; a flat scan).
+// arrays and objects (-1 inside a string).
 func objectDepth(prefix []byte) int {
-	depth := 0
-	inString := false
-	for i := 0; i < len(prefix); i++ {
-		c := prefix[i]
-		if inString {
-			switch c {
-			case '\\':
-				i++
-			case '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-		case '[', '{':
-			depth++
-		case ']', '}':
-			depth--
-		}
-	}
-	if inString {
-		return -1
-	}
-	return depth
+	end, _ := jsonNesting(prefix, math.MaxInt)
+	return end
 }
 
 // typedEvent reads an event of the Responses or Messages API, whose data

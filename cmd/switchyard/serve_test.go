@@ -328,23 +328,7 @@ func TestExposedAdmin(t *testing.T) {
 func TestDrainDelay(t *testing.T) {
 	fast := httptest.NewServer(vllmsim.New(vllmsim.Profile{Model: "m", DefaultMaxTokens: 2}))
 	defer fast.Close()
-	cfg, err := policy.Load("t.yaml", []byte(`version: 1
-server: {drain_delay: 7s}
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "`+fast.URL+`"}]}
-routes:
-  - name: main
-    to: p
-`), router.Registry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	g, err := router.New(cfg, router.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g, log := onePoolGateway(t, "server: {drain_delay: 7s}\n", fast.URL)
 	sleeping, wake := make(chan time.Duration, 1), make(chan struct{})
 	srv := &Server{Gateway: g, Log: log, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0",
 		Sleep: func(d time.Duration) { sleeping <- d; <-wake }}
@@ -400,9 +384,24 @@ func TestPortInUseNamesTheFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	cfg, err := policy.Load("t.yaml", []byte(`version: 1
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "http://127.0.0.1:1"}]}
+	g, log := onePoolGateway(t, "", "http://127.0.0.1:1")
+	for _, c := range []struct{ listen, admin, want string }{
+		{busy.Addr().String(), "127.0.0.1:0", "--listen or server.listen"},
+		{"127.0.0.1:0", busy.Addr().String(), "--admin-listen or server.admin_listen"},
+	} {
+		srv := &Server{Gateway: g, Log: log, Listen: c.listen, AdminListen: c.admin}
+		if err := srv.Run(context.Background(), nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s/%s: %v", c.listen, c.admin, err)
+		}
+	}
+}
+
+// onePoolGateway is a gateway (closed with the test) over one pool "p" on
+// the replica at url, with server (a YAML "server:" line, or "") added.
+func onePoolGateway(t *testing.T, server, url string) (*router.Gateway, *slog.Logger) {
+	t.Helper()
+	cfg, err := policy.Load("t.yaml", []byte("version: 1\n"+server+`pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "`+url+`"}]}
 routes:
   - name: main
     to: p
@@ -415,14 +414,6 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.Close()
-	for _, c := range []struct{ listen, admin, want string }{
-		{busy.Addr().String(), "127.0.0.1:0", "--listen or server.listen"},
-		{"127.0.0.1:0", busy.Addr().String(), "--admin-listen or server.admin_listen"},
-	} {
-		srv := &Server{Gateway: g, Log: log, Listen: c.listen, AdminListen: c.admin}
-		if err := srv.Run(context.Background(), nil); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s/%s: %v", c.listen, c.admin, err)
-		}
-	}
+	t.Cleanup(g.Close)
+	return g, log
 }
