@@ -333,38 +333,51 @@ type ClassifierOutcome struct {
 // No request is sent to a replica, no session decision is stored, and no
 // API key is presented, so key conditions do not match.
 func (g *Gateway) Explain(ctx context.Context, header http.Header, body []byte, class string) (*Explanation, error) {
+	return g.ExplainAPI(ctx, header, body, class, "")
+}
+
+// ExplainAPI is Explain for a body of api (chat, completions, responses or
+// messages); "" detects it from the body (DetectAPI) or, with an
+// anthropic-version header, takes the Messages API. The decision is made
+// as serving makes it (the same policy request, session and sticky
+// decision); class, when set, stands in for the classifier's answer.
+func (g *Gateway) ExplainAPI(ctx context.Context, header http.Header, body []byte, class, api string) (*Explanation, error) {
 	s := g.snap.Load()
-	ep := chatEndpoint
-	if !gjsonHas(body, "messages") && gjsonHas(body, "prompt") {
-		ep = completionsEndpoint
+	if api == "" {
+		api = string(DetectAPI(body))
+		if header.Get("Anthropic-Version") != "" {
+			api = string(APIMessages)
+		}
+	}
+	ep, ok := apiEndpoints[API(api)]
+	if !ok {
+		names := make([]string, 0, len(apiEndpoints))
+		for _, a := range APIs() {
+			names = append(names, string(a))
+		}
+		return nil, badRequest("api", fmt.Sprintf("unknown API %q (known: %s)", clip(api), strings.Join(names, ", ")))
 	}
 	info, err := parseRequest(body, ep, s.Config.Server.MaxJSONDepth)
 	if err != nil {
 		return nil, err
 	}
-	x := &exchange{snap: s, info: info, body: body, id: "explain"}
+	x := &exchange{snap: s, info: info, body: body, id: "explain", ep: ep}
 	tgt, ok := s.resolve(info.Model)
 	if !ok {
-		return nil, toAPIError(errModelNotFound, "the model `"+info.Model+"` does not exist")
+		return nil, toAPIError(errModelNotFound, "the model `"+clip(info.Model)+"` does not exist")
+	}
+	if class != "" && s.classifier != nil && !slices.Contains(s.classifier.Labels(), class) {
+		return nil, badRequest("class", fmt.Sprintf("class %q is not a label (labels: %s)", clip(class), strings.Join(s.classifier.Labels(), ", ")))
 	}
 	var d policy.Decision
 	r := (&http.Request{Header: header}).WithContext(ctx)
 	if r.Header == nil {
 		r.Header = http.Header{}
 	}
-	switch {
-	case !tgt.policy:
+	if !tgt.policy {
 		d = policy.Decision{Route: "direct", Pools: []string{tgt.pool.Name}, Matched: []string{"direct"}}
-	case class != "":
-		if s.classifier != nil && !slices.Contains(s.classifier.Labels(), class) {
-			return nil, badRequest("class", fmt.Sprintf("class %q is not a label (labels: %s)", class, strings.Join(s.classifier.Labels(), ", ")))
-		}
-		preq := &policy.Request{Model: info.Model, Stream: info.Stream, Tools: info.Tools, Messages: info.Messages,
-			PromptTokens: info.PromptTokens, Header: r.Header}
-		d = s.Policy.Decide(preq, func() policy.Classification {
-			return policy.Classification{Label: class, Scores: map[string]float64{class: 1}}
-		}, true)
-	default:
+	} else {
+		x.forceClass = class
 		d = g.decide(ctx, r, x, true)
 	}
 	e := &Explanation{Route: d.Route, Pool: d.Pools[0], Fallback: d.Pools[1:], Matched: d.Matched, Skipped: d.Skipped,
@@ -407,7 +420,7 @@ func (g *Gateway) adminExplain(w http.ResponseWriter, r *http.Request) {
 		writeError(w, toAPIError(err, ""))
 		return
 	}
-	e, err := g.Explain(r.Context(), r.Header, body, r.URL.Query().Get("class"))
+	e, err := g.ExplainAPI(r.Context(), r.Header, body, r.URL.Query().Get("class"), r.URL.Query().Get("api"))
 	if err != nil {
 		writeError(w, toAPIError(err, ""))
 		return

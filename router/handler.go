@@ -62,6 +62,8 @@ type exchange struct {
 	// sessionSet.
 	session    string
 	sessionSet bool
+	// forceClass, for explain --class, stands in for the classifier.
+	forceClass string
 	// classRes is the classifier's answer, when it was asked.
 	classRes classifier.Result
 	// clientModel, with models[].rewrite_response_model, is the model name

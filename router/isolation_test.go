@@ -517,3 +517,35 @@ func TestUnknownModelHint(t *testing.T) {
 		t.Errorf("%d hints after a minute, want 2", n)
 	}
 }
+
+// TestExplainDecidesAsServing: explain --class decides through the same
+// path as serving, so a sticky split session is named the pool serving
+// picks (before, explain built its own policy request without the
+// session and could name the other pool); explain reads Responses and
+// Messages bodies too (before: "missing required parameter: 'messages'").
+func TestExplainDecidesAsServing(t *testing.T) {
+	gw, _, _ := setupClassifier(t)
+	for i := range 12 {
+		h := map[string]string{"X-Coin": "yes", "X-Session-Id": fmt.Sprint("session-", i)}
+		resp, _ := post(t, gw.API.URL+"/v1/chat/completions", chatBody("What is the capital of Portugal?", ""), h)
+		served := resp.Header.Get("X-Switchyard-Pool")
+		resp, b := post(t, gw.Admin.URL+"/admin/explain?class=simple", chatBody("What is the capital of Portugal?", ""), h)
+		if resp.StatusCode != 200 || gjson.GetBytes(b, "pool").Str != served || served == "" {
+			t.Errorf("session %d: served on %q, explain says %s", i, served, b)
+		}
+	}
+	for _, c := range []struct{ api, body string }{
+		{"", `{"model":"auto","input":"Prove step by step that the algorithm terminates."}`},
+		{"responses", `{"model":"auto","input":[{"role":"user","content":"hi"}]}`},
+		{"", `{"model":"auto","max_tokens":5,"system":"Be brief.","messages":[{"role":"user","content":"hi"}]}`},
+		{"messages", `{"model":"auto","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`},
+	} {
+		resp, b := post(t, gw.Admin.URL+"/admin/explain?api="+c.api, c.body, nil)
+		if resp.StatusCode != 200 || gjson.GetBytes(b, "pool").Str == "" {
+			t.Errorf("explain api=%q %s: %d %s", c.api, c.body, resp.StatusCode, b)
+		}
+	}
+	if resp, b := post(t, gw.Admin.URL+"/admin/explain?api=bogus", chatBody("hi", ""), nil); resp.StatusCode != 400 || !strings.Contains(string(b), "unknown API") {
+		t.Errorf("api=bogus: %d %s", resp.StatusCode, b)
+	}
+}

@@ -28,7 +28,14 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	var in classifier.Input
 	preq, in, x.session = policyRequest(s, r, key, info)
 	x.sessionSet = true
-	d := s.Policy.Decide(preq, func() policy.Classification { return g.classify(ctx, x, in) }, explain)
+	d := s.Policy.Decide(preq, func() policy.Classification {
+		if x.forceClass != "" {
+			// explain --class: the class stands in for the classifier's
+			// answer; everything else is decided as serving decides.
+			return policy.Classification{Label: x.forceClass, Scores: map[string]float64{x.forceClass: 1}}
+		}
+		return g.classify(ctx, x, in)
+	}, explain)
 	if d.Sticky && d.Classified && s.classifier != nil {
 		s.classifier.CountSticky(d.Class)
 	}

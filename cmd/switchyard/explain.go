@@ -18,6 +18,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := newFlags("explain", "[REQUEST_JSON | -]", stderr)
 	configPath := fs.String("config", "", "config `file` (default $SWITCHYARD_CONFIG, then ./switchyard.yaml)")
 	class := fs.String("class", "", "use this class `label` instead of calling the classifier")
+	api := fs.String("api", "", "the request's `API`: chat, completions, responses or messages (default: detected from the body)")
 	var headers headerFlags
 	fs.Var(&headers, "header", "request `header` as 'Name: value' (repeatable), e.g. for header conditions")
 	if code, ok := parse(fs, args); !ok {
@@ -62,7 +63,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exitRuntime
 	}
 	defer g.Close()
-	e, err := g.Explain(ctx, http.Header(headers), body, *class)
+	e, err := g.ExplainAPI(ctx, http.Header(headers), body, *class, *api)
 	if err != nil {
 		fmt.Fprintln(stderr, "switchyard explain:", err)
 		return exitInvalid
