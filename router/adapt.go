@@ -14,10 +14,39 @@ import (
 // new slice).
 func adapt(ep endpoint, body []byte) []byte {
 	switch ep {
+	case chatEndpoint:
+		return adaptChat(body)
 	case responsesEndpoint:
 		return adaptResponses(body)
 	case messagesEndpoint, countTokensEndpoint:
 		return adaptMessages(body)
+	}
+	return body
+}
+
+// vllmEffort maps a reasoning effort vLLM does not take (it takes low,
+// medium and high) to the nearest it does; ok is false for the ones it
+// takes (and for anything else, which vLLM's own error then names).
+func vllmEffort(e string) (string, bool) {
+	switch e {
+	case "minimal", "none":
+		return "low", true
+	case "xhigh":
+		return "high", true
+	}
+	return "", false
+}
+
+// adaptChat: chat requests (Codex's chat wire API sends
+// reasoning_effort "xhigh").
+func adaptChat(body []byte) []byte {
+	if !bytes.Contains(body, []byte(`"reasoning_effort"`)) {
+		return body // the usual request: not parsed
+	}
+	if e, ok := vllmEffort(gjson.GetBytes(body, "reasoning_effort").Str); ok {
+		if b, err := sjson.SetBytes(body, "reasoning_effort", e); err == nil {
+			return b
+		}
 	}
 	return body
 }
@@ -37,11 +66,8 @@ func adaptResponses(body []byte) []byte {
 		}
 	}
 	// reasoning.effort beyond vLLM's low/medium/high.
-	switch root.Get("reasoning.effort").Str {
-	case "minimal", "none":
-		set("reasoning.effort", "low")
-	case "xhigh":
-		set("reasoning.effort", "high")
+	if e, ok := vllmEffort(root.Get("reasoning.effort").Str); ok {
+		set("reasoning.effort", e)
 	}
 	// Tools: namespace groups are flattened into their function tools;
 	// tools vLLM cannot run (web_search, local_shell, custom grammar
