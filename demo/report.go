@@ -15,7 +15,6 @@ import (
 // Recorder collects load results for the live table and the summary.
 type Recorder struct {
 	mu      sync.Mutex
-	window  []Result
 	total   []Result
 	started time.Time
 }
@@ -26,18 +25,8 @@ func NewRecorder() *Recorder { return &Recorder{started: time.Now()} }
 // Add records a result; safe for concurrent use.
 func (r *Recorder) Add(res Result) {
 	r.mu.Lock()
-	r.window = append(r.window, res)
 	r.total = append(r.total, res)
 	r.mu.Unlock()
-}
-
-// take returns the window's results and starts a new window.
-func (r *Recorder) take() []Result {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	w := r.window
-	r.window = nil
-	return w
 }
 
 // All returns every result so far.

@@ -156,16 +156,13 @@ func (r *chunkedReader) Read(p []byte) (int, error) {
 // pump's verdict must not depend on the split, and with usage injected no
 // usage may reach the client.
 func FuzzPump(f *testing.F) {
-	var seeds []string
-	for _, s := range []string{
+	seeds := []string{
 		"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\ndata: [DONE]\n\n",
 		"event: message\r\ndata: {\"choices\":[]}\r\n\r\ndata:[DONE]\r\n\r\n",
 		"data: x\r\rdata: [DONE]\r\r",
 		"data: a\ndata: b\n\n: comment\n\nid: 7\nretry: 10\ndata: c\n\ndata: [DONE]",
 		"data: {\"choices\":[{\"index\":0}],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n",
 		"data: {\"choices\":[{\"delta\":{\"content\":\"cut\"}}]}\n\ndata: {\"cho",
-	} {
-		seeds = append(seeds, s)
 	}
 	for _, c := range duplicateUsage {
 		seeds = append(seeds, "data: "+c.data+"\n\ndata: [DONE]\n\n")

@@ -313,6 +313,4 @@ func parseRequest(body []byte, ep endpoint, maxDepth int) (*reqInfo, error) {
 // prompt_tokens condition: about four bytes of JSON per token.
 func estimateTokens(n int) int { return (n + 3) / 4 }
 
-func gjsonHas(body []byte, key string) bool { return gjson.GetBytes(body, key).Exists() }
-
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
