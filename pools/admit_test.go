@@ -127,3 +127,30 @@ func TestMissingSignalsNamed(t *testing.T) {
 		t.Errorf("missing %q", got)
 	}
 }
+
+// TestProbesTurnedOffAdmitAProbingReplica: a replica still waiting for its
+// first passing probe takes traffic once a reload turns probes off (no
+// probe would ever admit it; review finding).
+func TestProbesTurnedOffAdmitAProbingReplica(t *testing.T) {
+	loading := startSim(t, vllmsim.Profile{Model: "m"})
+	loading.Sim.SetFaults(vllmsim.Faults{Unhealthy: true})
+	reg := pools.NewRegistry(pools.RegistryOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	t.Cleanup(reg.Close)
+	o := withDefaults(pools.Options{Name: "p", Balance: "round_robin",
+		Health:   pools.HealthOptions{Interval: 10 * time.Millisecond, Timeout: time.Second},
+		Replicas: []pools.ReplicaSpec{{Name: "r", URL: loading.URL}}})
+	if _, err := reg.Apply([]pools.Options{o}); err != nil {
+		t.Fatal(err)
+	}
+	reg.Start(ctx)
+	o.Health.Disabled = true
+	ps, err := reg.Apply([]pools.Options{o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := ps[0].Replicas()[0]; r.Probing() || !r.Healthy() {
+		t.Errorf("after probes were turned off: probing %t healthy %t", r.Probing(), r.Healthy())
+	}
+}

@@ -154,6 +154,9 @@ func (g *Registry) Apply(opts []Options) ([]*Pool, error) {
 		e, ok := g.endpoints[key]
 		if !ok {
 			e = newEndpoint(g, urls[key], eo)
+			// Out of rotation from the moment a pool view lists it until
+			// its first probe passes (when loops will run it).
+			e.probing.Store(!eo.Health.Disabled && g.ctx != nil)
 			g.endpoints[key] = e
 			start = append(start, e)
 			continue
@@ -171,7 +174,10 @@ func (g *Registry) Apply(opts []Options) ([]*Pool, error) {
 			// requests and probes judge it afresh.
 			e.misconfigured.Store(false)
 			if eo.Health.Disabled {
+				// No probe will run: neither a verdict nor a first probe
+				// can keep it out any longer.
 				e.healthy.Store(true)
+				e.probing.Store(false)
 			}
 			e.mu.Lock()
 			e.why, e.probeOK, e.probeFail = "", 0, 0
@@ -336,6 +342,8 @@ func (e *Endpoint) startLoops(ctx context.Context) {
 			e.probing.Store(true)
 		}
 		go e.runHealth(lctx, o)
+	} else {
+		e.probing.Store(false)
 	}
 	if o.Scrape.Enabled {
 		go e.runScrape(lctx, o)

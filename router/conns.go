@@ -81,11 +81,20 @@ type limitListener struct {
 	name    string
 	fdLimit uint64
 	open    atomic.Int64
+	gaugeMu sync.Mutex
 	gauge   interface{ Set(float64) }
 	// refusing bounds the connections being refused at once (each is
 	// answered and drained briefly); beyond it a connection is closed at
 	// once.
 	refusing chan struct{}
+}
+
+// setGauge publishes the open count; under gaugeMu, so that a stale
+// count never overwrites a newer one.
+func (l *limitListener) setGauge() {
+	l.gaugeMu.Lock()
+	l.gauge.Set(float64(l.open.Load()))
+	l.gaugeMu.Unlock()
 }
 
 func (l *limitListener) max() int64 {
@@ -111,7 +120,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			l.refuse(c)
 			continue
 		}
-		l.gauge.Set(float64(l.open.Load()))
+		l.setGauge()
 		return &limitConn{Conn: c, l: l}, nil
 	}
 }
@@ -156,7 +165,10 @@ type limitConn struct {
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.gauge.Set(float64(c.l.open.Add(-1))) })
+	c.once.Do(func() {
+		c.l.open.Add(-1)
+		c.l.setGauge()
+	})
 	return err
 }
 

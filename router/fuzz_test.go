@@ -292,7 +292,7 @@ func TestPumpRefusesDeepChunk(t *testing.T) {
 	rec := httptest.NewRecorder()
 	p := &pump{w: rec, rc: http.NewResponseController(rec), injected: true}
 	err := p.run(strings.NewReader(stream))
-	if !errors.Is(err, errStreamCut) || !strings.Contains(err.Error(), "deeper than 64") {
+	if !errors.Is(err, errStreamCut) || !strings.Contains(err.Error(), "deeper than 80") {
 		t.Fatalf("run = %v, want a cut stream naming the depth", err)
 	}
 	if got := sseEvents(rec.Body.Bytes()); len(got) != 1 || !strings.Contains(got[0], `"content":"a"`) {

@@ -542,7 +542,7 @@ func TestDeepReplicaAnswerRefused(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	for range 3 {
 		resp, b := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil)
-		if resp.StatusCode != 502 || !strings.Contains(string(b), "deeper than 64") {
+		if resp.StatusCode != 502 || !strings.Contains(string(b), "deeper than 80") {
 			t.Fatalf("%d %s", resp.StatusCode, b)
 		}
 	}

@@ -549,3 +549,69 @@ func TestExplainDecidesAsServing(t *testing.T) {
 		t.Errorf("api=bogus: %d %s", resp.StatusCode, b)
 	}
 }
+
+// TestPoisonRuleIsFor500Only: 502, 503 and 504 describe a replica, not the
+// input; two replicas answering 503 do not stop a request that a third
+// can serve (review finding: the rule cost such requests their healthy
+// replica).
+func TestPoisonRuleIsFor500Only(t *testing.T) {
+	urls := map[string]string{}
+	var reps []*replica
+	for _, n := range []string{"a", "b", "c"} {
+		r := startReplica(t, fast("m"))
+		urls[n] = r.Srv.URL
+		reps = append(reps, r)
+	}
+	reps[0].Sim.SetFaults(vllmsim.Faults{FailPercent: 100, FailStatus: 503})
+	reps[1].Sim.SetFaults(vllmsim.Faults{FailPercent: 100, FailStatus: 503})
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p:
+    model: m
+    balance: round_robin
+    retries: 2
+    outlier: {consecutive_5xx: 0}
+    health: {disabled: true}
+    replicas: [{name: a, url: "{{a}}"}, {name: b, url: "{{b}}"}, {name: c, url: "{{c}}"}]
+routes:
+  - name: default
+    to: p
+`, urls, nil))
+	for i := range 6 {
+		if resp, b := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	if v := metricValue(t, gw, "switchyard_poison_requests_total", map[string]string{"pool": "p"}); v != 0 {
+		t.Errorf("503s counted as poison: %v", v)
+	}
+}
+
+// TestPoisonClassificationSparesTheBreaker: a classification that both
+// classifier replicas answer 500 for is the request's fault: it gets
+// on_error's label and never opens the breaker (review finding).
+func TestPoisonClassificationSparesTheBreaker(t *testing.T) {
+	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+	m1 := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
+	m2 := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
+	for _, m := range []*replica{m1, m2} {
+		m.Sim.SetFaults(vllmsim.Faults{PoisonText: "POISON", FailStatus: 500})
+	}
+	yaml := strings.Replace(classifierYAML, "  on_error: complex\n", "  on_error: complex\n  breaker: {failures: 2, cooldown: 1h}\n  cache: {size: 0}\n", 1)
+	yaml = strings.Replace(yaml, `replicas: [{name: minicpm-a, url: "{{minicpm}}"}]`, `balance: round_robin
+    replicas: [{name: minicpm-a, url: "{{minicpm}}"}, {name: minicpm-b, url: "{{minicpm2}}"}]`, 1)
+	gw := startGateway(t, loadConfig(t, yaml, map[string]string{"qwen": q.Srv.URL, "minicpm": m1.Srv.URL, "minicpm2": m2.Srv.URL}, nil))
+	for i := range 5 {
+		resp, _ := post(t, gw.API.URL+"/v1/chat/completions", chatBody(fmt.Sprint("POISON ", i), ""), nil)
+		if resp.Header.Get("X-Switchyard-Class") != "complex" {
+			t.Fatalf("poison %d: class %q", i, resp.Header.Get("X-Switchyard-Class"))
+		}
+	}
+	if v := metricValue(t, gw, "switchyard_classifier_circuit_open", nil); v != 0 {
+		t.Fatal("poison classifications opened the breaker")
+	}
+	if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"label": "complex", "result": "refused"}); v != 5 {
+		t.Errorf("refused classifications %v, want 5", v)
+	}
+}

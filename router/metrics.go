@@ -95,7 +95,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 			Name: "switchyard_connections_refused_total", Help: "Connections answered 503 and closed because the listener was at its cap (server.max_connections, server.admin_max_connections), by listener.",
 		}, []string{"listener"}),
 		poison: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_poison_requests_total", Help: "Requests that got the same 5xx status from two replicas: not retried further and not held against either replica, by pool.",
+			Name: "switchyard_poison_requests_total", Help: "Requests that got 500 from two replicas: not retried further and not held against either replica, by pool.",
 		}, []string{"pool"}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{

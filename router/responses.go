@@ -137,26 +137,45 @@ func (x *exchange) pinToStored(id, param string) error {
 		// the two apart.
 		return errResponseNotFound(id, param, "it was not made through this gateway with this API key")
 	}
+	// A server listed in several pools is pinned in one the requested
+	// model reaches when there is one (see the handler's check).
+	var found *pools.Replica
+	var foundPool *poolState
 	for _, ps := range x.snap.poolOrder {
 		for _, rep := range ps.Replicas() {
 			if replicaTag(rep) != tag {
 				continue
 			}
-			x.pinned = rep
-			x.decision = policy.Decision{Route: "stored", Pools: []string{ps.Name}}
-			if x.info.PreviousResponse != "" {
-				b, err := sjson.SetBytes(x.body, "previous_response_id", orig)
-				if err != nil {
-					return badRequest("previous_response_id", err.Error())
-				}
-				x.body = b
-			} else {
-				x.storedID = orig
+			if found == nil || x.reachable(ps.Name) && !x.reachable(foundPool.Name) {
+				found, foundPool = rep, ps
 			}
-			return nil
 		}
 	}
-	return errResponseNotFound(id, param, "the replica that stored it is no longer configured")
+	if found == nil {
+		return errResponseNotFound(id, param, "the replica that stored it is no longer configured")
+	}
+	x.pinned = found
+	x.decision = policy.Decision{Route: "stored", Pools: []string{foundPool.Name}}
+	if x.info.PreviousResponse != "" {
+		b, err := sjson.SetBytes(x.body, "previous_response_id", orig)
+		if err != nil {
+			return badRequest("previous_response_id", err.Error())
+		}
+		x.body = b
+	} else {
+		x.storedID = orig
+	}
+	return nil
+}
+
+// reachable reports whether the exchange's model may be sent to pool (any
+// pool for a call on a stored response, which names no model).
+func (x *exchange) reachable(pool string) bool {
+	if x.info == nil || x.info.Model == "" {
+		return true
+	}
+	tgt, ok := x.snap.resolve(x.info.Model)
+	return ok && x.snap.reaches(tgt, pool)
 }
 
 // storedHandler serves GET and DELETE /v1/responses/{id} and POST

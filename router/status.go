@@ -132,6 +132,14 @@ func (r *statusRing) run(ctx context.Context, now func() time.Time) {
 		sec := now().Unix()
 		r.prepare(sec + 1)
 		r.prepare(sec + 2)
+		// Endpoints a reload or a DNS change removed are forgotten once
+		// drained, so that churn does not pin them.
+		r.replicas.Range(func(k, _ any) bool {
+			if e := k.(*pools.Endpoint); e.Retired() && e.Inflight() == 0 {
+				r.replicas.Delete(k)
+			}
+			return true
+		})
 		select {
 		case <-ctx.Done():
 			return

@@ -334,7 +334,7 @@ func (p *pump) depthBound() int {
 	if p.maxDepth > 0 {
 		return p.maxDepth
 	}
-	return policy.DefaultMaxJSONDepth
+	return replicaDepth(policy.DefaultMaxJSONDepth)
 }
 
 // chatUsage reads and, when the gateway asked for usage on the client's

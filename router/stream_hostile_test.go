@@ -81,3 +81,16 @@ func TestDeepTypedEventRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestEchoAtTheRequestBoundPasses: a replica's event may nest deeper than
+// requests may (it echoes the request inside its own structure): a
+// request at the bound must not have its answer refused and its replica
+// charged (review finding).
+func TestEchoAtTheRequestBoundPasses(t *testing.T) {
+	params := strings.Repeat(`{"a":`, 62) + "1" + strings.Repeat("}", 62)
+	ev := "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"object\":\"response\",\"tools\":[{\"type\":\"function\",\"parameters\":" + params + "}]}}\n\n" +
+		"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"object\":\"response\"}}\n\n"
+	if _, p, err := runTyped(t, responsesEndpoint, ev); err != nil || !p.complete {
+		t.Fatalf("an echo of a request at the bound: %v", err)
+	}
+}

@@ -44,6 +44,11 @@ func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if res.poison {
+			// The same 500 from two replicas: this request's input, not
+			// the pool; the breaker must not hear of it.
+			return nil, fmt.Errorf("classifier pool %q: %w (%w)", t.pool, classifier.ErrRefused, res.err)
+		}
 		return nil, fmt.Errorf("classifier pool %q: %w", t.pool, res.err)
 	}
 	return call.out, nil
@@ -106,7 +111,7 @@ func (t *poolTransport) once(ctx context.Context, ps *poolState, rep *pools.Repl
 		return nil, judgeError(ctx, ps, rep, err, "reading answer")
 	}
 	setClientStatus(span, resp.StatusCode, "")
-	if !checkDepth(out, t.g.snap.Load().Config.Server.MaxJSONDepth) {
+	if !checkDepth(out, replicaDepth(t.g.snap.Load().Config.Server.MaxJSONDepth)) {
 		// Never parsed: a recursive parser on hostile nesting costs
 		// memory without bound. The replica's fault.
 		err := fmt.Errorf("replica %q: the classifier's answer nests JSON too deeply", rep.Name)

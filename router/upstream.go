@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,6 +137,9 @@ type result struct {
 	detail  string
 	reason  string
 	err     error
+	// poison: two replicas gave the same 500 for the request (see
+	// execute); the request, not the pool, is at fault.
+	poison bool
 }
 
 // caller makes the attempts of one execution.
@@ -165,6 +167,9 @@ type execution struct {
 	retryAfter time.Duration
 	// only, when set, is the one replica that may take the request.
 	only *pools.Replica
+	// held is a retryable 5xx not yet told to passive health (see the
+	// poison rule of execute).
+	held *heldFailure
 }
 
 // execute is the one upstream executor, for client requests and classifier
@@ -187,20 +192,18 @@ type execution struct {
 // (the slot is released at once all the same).
 func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 	ps := ex.ps
-	var held *heldFailure
-	defer func() {
-		if held != nil {
-			ps.Observe(held.rep, held.outcome, held.detail)
-		}
-	}()
+	ex.held = nil
+	defer ex.settle(ps, 0)
+	// Replicas are compared by endpoint: a reload during a queue wait
+	// hands the waiter the pool's new view, whose Replica values are new.
 	tried := ex.triedBuf[:0]
 	other := func(r *pools.Replica) bool { return ex.only != nil && r.Endpoint != ex.only.Endpoint }
-	exclude := func(r *pools.Replica) bool { return other(r) || slices.Contains(tried, r) }
+	exclude := func(r *pools.Replica) bool { return other(r) || hasEndpoint(tried, r) }
 	// refused lists the replicas whose attempt got no answer at all; only
 	// those may be asked again when no other replica can take the request.
 	refused := ex.refusedBuf[:0]
 	answered := func(r *pools.Replica) bool {
-		return other(r) || slices.Contains(tried, r) && !slices.Contains(refused, r)
+		return other(r) || hasEndpoint(tried, r) && !hasEndpoint(refused, r)
 	}
 	var last result
 	for a := 0; a < ex.attempts; a++ {
@@ -244,20 +247,17 @@ func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 		ex.call.acquired(rep)
 		res := ex.call.send(ctx, rep)
 		status := failedStatus(res)
-		if held != nil && status >= 500 && status == held.status {
-			// The same 5xx from a second replica: the request's fault.
-			held = nil
+		if ex.held != nil && poisonStatus(status) && status == ex.held.status {
+			// The same 500 from a second replica: the request's fault.
+			ex.held = nil
 			ps.Release(rep)
 			g.metrics.poison.WithLabelValues(ps.Name).Inc()
-			res.retry = false
+			res.retry, res.poison = false, true
 			return res
 		}
-		if held != nil {
-			ps.Observe(held.rep, held.outcome, held.detail)
-			held = nil
-		}
-		if status >= 500 && res.retry && !res.done && ctx.Err() == nil && a+1 < ex.attempts {
-			held = &heldFailure{rep: rep, outcome: res.outcome, detail: res.detail, status: status}
+		ex.settle(ps, status)
+		if poisonStatus(status) && res.retry && !res.done && ctx.Err() == nil && a+1 < ex.attempts {
+			ex.held = &heldFailure{rep: rep, outcome: res.outcome, detail: res.detail, status: status}
 		} else {
 			ps.Observe(rep, res.outcome, res.detail)
 		}
@@ -271,7 +271,7 @@ func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 			ex.retryAfter = max(ex.retryAfter, uf.retryAfter)
 			uf.retryAfter = ex.retryAfter
 		}
-		if res.outcome == pools.ConnectFailure && !slices.Contains(refused, rep) {
+		if res.outcome == pools.ConnectFailure && !hasEndpoint(refused, rep) {
 			refused = append(refused, rep)
 		}
 		last = res
@@ -286,6 +286,42 @@ type heldFailure struct {
 	outcome pools.Outcome
 	detail  string
 	status  int
+}
+
+// replicaDepthMargin is how much deeper than a request replica data may
+// nest: an answer echoes the request inside its own structure (the
+// Responses API's response.created carries the request's tools one level
+// down), so a request at the bound must not make its answer refused.
+const replicaDepthMargin = 16
+
+func replicaDepth(requestBound int) int { return requestBound + replicaDepthMargin }
+
+// poisonStatus reports a status the poison rule applies to: 500, what
+// vLLM answers when one input makes it fail. 502, 503 and 504 describe the
+// replica or what stands before it (overloaded, restarting), not the
+// request.
+func poisonStatus(status int) bool { return status == http.StatusInternalServerError }
+
+// settle tells passive health of a held 5xx once the next attempt's answer
+// has a status that is not the same failure (status 0: the execution ends
+// without one): the replica was at fault after all. It is called as soon
+// as the next answer's headers are judged, not when that answer ends, so
+// a failing replica is counted while a long stream runs elsewhere.
+func (ex *execution) settle(ps *poolState, status int) {
+	if h := ex.held; h != nil && !(status != 0 && status == h.status) {
+		ex.held = nil
+		ps.Observe(h.rep, h.outcome, h.detail)
+	}
+}
+
+// hasEndpoint reports whether rs holds a replica of r's endpoint.
+func hasEndpoint(rs []*pools.Replica, r *pools.Replica) bool {
+	for _, x := range rs {
+		if x.Endpoint == r.Endpoint {
+			return true
+		}
+	}
+	return false
 }
 
 // failedStatus is the status of a replica's failed answer (0 when the
@@ -451,6 +487,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return judgeError(ctx, ps, rep, err, "")
 	}
 	defer resp.Body.Close()
+	// A held failure of an earlier attempt is settled now, not when this
+	// answer (perhaps a long stream) ends.
+	x.exec.settle(ps, resp.StatusCode)
 	o, retry, reason := judgeStatus(resp.StatusCode)
 	if resp.StatusCode == http.StatusNotFound && x.ep > completionsEndpoint {
 		// On chat and completions a 404 means the server lacks the pool's
@@ -505,7 +544,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			return judgeError(ctx, ps, rep, err, "reading body")
 		}
 		answer := buf.Bytes()
-		if d := x.snap.Config.Server.MaxJSONDepth; !checkDepth(answer, d) {
+		if d := replicaDepth(x.snap.Config.Server.MaxJSONDepth); resp.StatusCode == http.StatusOK && !checkDepth(answer, d) {
 			// Read as untrusted as a client's body: never parsed.
 			ue := &upstreamError{pool: ps.Name, replica: rep.Name, err: fmt.Errorf("the answer nests JSON deeper than %d levels", d)}
 			return result{retry: true, outcome: pools.Status5xx, reason: "status_5xx", detail: ue.err.Error(), err: ue}
@@ -547,7 +586,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		defer func() { setResponseAttrs(span, x.span, sw.resp.attrs()) }()
 	}
 	x.pump = pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std(),
-		injected: injected, clock: clock, token: x, ep: x.ep, rewriteModel: x.clientModel, maxDepth: x.snap.Config.Server.MaxJSONDepth}
+		injected: injected, clock: clock, token: x, ep: x.ep, rewriteModel: x.clientModel, maxDepth: replicaDepth(x.snap.Config.Server.MaxJSONDepth)}
 	if x.ep == responsesEndpoint {
 		x.pump.idTag, x.pump.ids = replicaTag(rep), x.ids()
 	}

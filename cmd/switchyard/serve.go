@@ -70,6 +70,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	override(cfg)
+	if len(cfg.Server.APIKeys) > 0 && cfg.Server.ResponseIDSecretEnv == "" {
+		log.Warn("stored-response ids are signed with a secret derived from the API keys: adding or rotating a key makes earlier ids unknown (404); set server.response_id_secret_env to keep them")
+	}
 	if exposedAdmin(cfg.Server.AdminListen) && cfg.Server.AdminToken == "" {
 		log.Warn("the admin API listens beyond this host without a token: whoever reaches it can read the config, reload it and run explain; set server.admin_token_env",
 			"admin_listen", cfg.Server.AdminListen)
