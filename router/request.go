@@ -83,6 +83,9 @@ type reqInfo struct {
 	tools    gjson.Result
 	system   gjson.Result
 	input    gjson.Result
+	// additional are the tool lists of a Responses request's
+	// additional_tools input items.
+	additional []gjson.Result
 }
 
 // readBody reads at most limit bytes; more is errTooLarge.
@@ -303,10 +306,37 @@ func parseRequest(body []byte, ep endpoint, maxDepth int) (*reqInfo, error) {
 		info.PromptTokens = estimateTokens(len(info.prompt.Raw))
 	}
 	if info.tools.IsArray() {
-		info.tools.ForEach(func(_, _ gjson.Result) bool { info.Tools++; return true })
+		info.Tools = countTools(info.tools)
 		info.PromptTokens += estimateTokens(len(info.tools.Raw))
 	}
+	if ep == responsesEndpoint && info.input.IsArray() {
+		// Codex sends its tools inside additional_tools input items (their
+		// size is already in the input's).
+		info.input.ForEach(func(_, it gjson.Result) bool {
+			if it.Get("type").Str == "additional_tools" {
+				info.additional = append(info.additional, it.Get("tools"))
+				info.Tools += countTools(it.Get("tools"))
+			}
+			return true
+		})
+	}
 	return info, nil
+}
+
+// countTools counts the tools the policy's tools feature sees: every entry
+// of a tools array, and for a Responses namespace group each tool inside it
+// (docs/agents.md).
+func countTools(tools gjson.Result) int {
+	n := 0
+	tools.ForEach(func(_, t gjson.Result) bool {
+		if t.Get("type").Str == "namespace" && t.Get("tools").IsArray() {
+			n += countTools(t.Get("tools"))
+		} else {
+			n++
+		}
+		return true
+	})
+	return n
 }
 
 // estimateTokens is the cheap prompt-size estimate used by the

@@ -167,8 +167,8 @@ func openingOf(info *reqInfo) (opening, classifier.Input) {
 	o.promptTokens = estimateTokens(size + 1)
 	if info.tools.IsArray() {
 		o.promptTokens += estimateTokens(len(info.tools.Raw))
-		in.Tools = toolNames(info.tools)
 	}
+	in.Tools = allToolNames(info)
 	return o, in
 }
 
@@ -225,8 +225,18 @@ func classifierInput(info *reqInfo) classifier.Input {
 		}
 		return true
 	})
-	in.Tools = toolNames(info.tools)
+	in.Tools = allToolNames(info)
 	return in
+}
+
+// allToolNames are the names of every tool the request offers, those of
+// additional_tools input items included.
+func allToolNames(info *reqInfo) []string {
+	out := toolNames(info.tools)
+	for _, t := range info.additional {
+		out = append(out, toolNames(t)...)
+	}
+	return out
 }
 
 // toolNames lists the names of the tools offered: chat's function.name,
