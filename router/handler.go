@@ -246,13 +246,23 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 	case !tgt.policy:
 		x.decision = policy.Decision{Route: "direct", Pools: []string{tgt.pool.Name}}
+	case x.ep == countTokensEndpoint:
+		// Claude Code counts tokens for the name it generates with (auto,
+		// a pattern, a claude-* name): the pool the request would be
+		// routed to answers, decided without a classifier call (a class
+		// condition reads on_error's label; a session's decision is used
+		// as it stands and none is made).
+		if cl := s.Config.Classifier; cl != nil {
+			x.forceClass = cl.OnError
+		}
+		x.decision = g.decide(ctx, r, x, true)
 	case !x.ep.generates():
 		return badRequest("model", fmt.Sprintf("the model `%s` is routed by the policy; %s needs a model one pool serves (a pool name, a served model name, or a models[] entry with pool:)", clip(info.Model), x.ep.path()))
 	default:
 		x.decision = g.decide(ctx, r, x, false)
 	}
 	x.route = x.decision.Route
-	if x.decision.Classified {
+	if x.decision.Classified && x.forceClass == "" {
 		x.class = x.decision.Class
 		w.Header().Set(headerClass, x.class)
 	}

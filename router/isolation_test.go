@@ -634,3 +634,25 @@ func TestToolsCountedWhereAgentsPutThem(t *testing.T) {
 		}
 	}
 }
+
+// TestCountTokensForRoutedNames: count_tokens for a policy-routed name
+// (auto, a pattern, a claude-* name) is answered by the pool the request
+// would be routed to, without a classifier call (before: 400, and Claude
+// Code 2.1.197 replaced each /context call with a generation).
+func TestCountTokensForRoutedNames(t *testing.T) {
+	gw, q, m := setupClassifier(t)
+	calls := classifierCalls(m)
+	for _, body := range []string{
+		`{"model":"auto","messages":[{"role":"user","content":"hello there, how are you?"}]}`,
+		`{"model":"auto","messages":[{"role":"user","content":"Prove step by step that the algorithm terminates."}]}`,
+	} {
+		resp, b := post(t, gw.API.URL+"/v1/messages/count_tokens", body, map[string]string{"anthropic-version": "2023-06-01"})
+		if resp.StatusCode != 200 || gjson.GetBytes(b, "input_tokens").Int() <= 0 || resp.Header.Get("X-Switchyard-Pool") == "" {
+			t.Errorf("count_tokens for auto: %d pool %q %s", resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"), b)
+		}
+	}
+	if n := classifierCalls(m); n != calls {
+		t.Errorf("count_tokens called the classifier %d times", n-calls)
+	}
+	_ = q
+}
