@@ -270,7 +270,7 @@ func (c *Classifier) Kind() string { return c.opts.Kind }
 // client's request context: when every request waiting on a shared call has
 // gone, the call is cancelled.
 func (c *Classifier) Classify(ctx context.Context, in Input) Result {
-	start := time.Now()
+	start := c.now()
 	in.truncate(c.opts.MaxInputChars)
 	key := in.hash(c.seed)
 	if c.cache != nil {
@@ -332,7 +332,7 @@ func (c *Classifier) call(ctx context.Context, in *Input, key uint64) Result {
 	if c.cache != nil {
 		v := cached{label: label, scores: scores}
 		if c.opts.CacheTTL > 0 {
-			v.expires = time.Now().Add(c.opts.CacheTTL)
+			v.expires = c.now().Add(c.opts.CacheTTL)
 		}
 		c.cache.Add(key, v)
 	}
@@ -351,7 +351,7 @@ func (c *Classifier) record(r Result, start time.Time) Result {
 	if m := c.opts.Metrics; m != nil {
 		m.requests.WithLabelValues(r.Label, r.Outcome).Inc()
 		if r.Outcome != OutcomeCacheHit {
-			m.duration.Observe(time.Since(start).Seconds())
+			m.duration.Observe(c.now().Sub(start).Seconds())
 		}
 		if p, ok := r.Scores[r.Label]; ok && r.Outcome == OutcomeOK {
 			m.confidence.Observe(p)
