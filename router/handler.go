@@ -64,6 +64,9 @@ type exchange struct {
 	sessionSet bool
 	// forceClass, for explain --class, stands in for the classifier.
 	forceClass string
+	// moreInChain: a pool follows the one being tried in the decision's
+	// chain (a context overflow moves on to it).
+	moreInChain bool
 	// classRes is the classifier's answer, when it was asked.
 	classRes classifier.Result
 	// clientModel, with models[].rewrite_response_model, is the model name

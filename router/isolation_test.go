@@ -656,3 +656,46 @@ func TestCountTokensForRoutedNames(t *testing.T) {
 	}
 	_ = q
 }
+
+// TestContextOverflowMovesUp: a request that cannot fit the small pool's
+// context goes to the next pool of its chain, whether the gateway's
+// estimate says so (max_model_len) or the replica's 400 does; before, the
+// replica's 400 ("maximum context length") reached the client although a
+// larger pool was in the chain.
+func TestContextOverflowMovesUp(t *testing.T) {
+	small := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 4096})
+	big := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 65536})
+	for _, c := range []struct{ name, smallExtra string }{
+		{"estimate", "max_model_len: 4096, "},
+		{"replica's 400", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  small: {model: m, `+c.smallExtra+`health: {disabled: true}, replicas: [{name: s, url: "{{s}}"}]}
+  big: {model: m, health: {disabled: true}, replicas: [{name: b, url: "{{b}}"}]}
+routes:
+  - name: default
+    to: small
+    fallback: [big]
+`, map[string]string{"s": small.Srv.URL, "b": big.Srv.URL}, nil))
+			long := strings.Repeat("word ", 5000) // about 6,000 tokens
+			for _, stream := range []bool{false, true} {
+				body := fmt.Sprintf(`{"model":"small","stream":%t,"max_tokens":8,"messages":[{"role":"user","content":%q}]}`, stream, long)
+				body = strings.Replace(body, `"model":"small"`, `"model":"auto"`, 1)
+				resp, b := post(t, gw.API.URL+"/v1/chat/completions", body, nil)
+				if resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Pool") != "big" {
+					t.Fatalf("stream %t: %d pool %q %.300s", stream, resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"), b)
+				}
+			}
+			if v := metricValue(t, gw, "switchyard_fallbacks_total", map[string]string{"from": "small", "to": "big", "reason": "context_length"}); v != 2 {
+				t.Errorf("context_length fallbacks %v, want 2", v)
+			}
+			// A prompt that fits stays on the small pool.
+			if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`, nil); resp.Header.Get("X-Switchyard-Pool") != "small" {
+				t.Errorf("a short prompt went to %q", resp.Header.Get("X-Switchyard-Pool"))
+			}
+		})
+	}
+}

@@ -52,9 +52,19 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			lastErr = fmt.Errorf("%w: pool %q is not configured", errNoReplica, name)
 			continue
 		}
+		x.moreInChain = i < len(chain)-1
+		if x.moreInChain && !fitsContext(ps, x) {
+			// The prompt and a minimal answer cannot fit this pool's
+			// context: the next pool of the chain is asked instead.
+			lastErr = fmt.Errorf("%w: pool %q", errContextLength, name)
+			continue
+		}
 		if i > 0 {
 			reason := "no_replica"
-			if !errors.Is(lastErr, errNoReplica) {
+			switch {
+			case errors.Is(lastErr, errContextLength):
+				reason = "context_length"
+			case !errors.Is(lastErr, errNoReplica):
 				reason = "upstream_error"
 			}
 			g.metrics.fallbacks.WithLabelValues(chain[i-1], name, reason).Inc()
@@ -79,6 +89,37 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 	}
 	g.fail(w, x, lastErr, "")
+}
+
+// errContextLength: the request does not fit a pool's context (its
+// estimate does not, or a replica said so); a larger pool of the chain is
+// asked.
+var errContextLength = errors.New("the prompt does not fit the pool's context")
+
+// fitsContext reports whether the request's prompt estimate and a minimal
+// answer fit ps's max_model_len (always, when it is not set or the
+// endpoint generates nothing).
+func fitsContext(ps *poolState, x *exchange) bool {
+	limit := ps.cfg.MaxModelLen
+	if limit <= 0 || !x.ep.generates() || x.info == nil {
+		return true
+	}
+	return x.info.PromptTokens+minFitAnswer <= limit
+}
+
+// contextOverflow reports a replica's 400 that says the prompt exceeds its
+// context (vLLM's wordings across versions).
+func contextOverflow(status int, body []byte) bool {
+	if status != http.StatusBadRequest {
+		return false
+	}
+	b := bytes.ToLower(body)
+	for _, w := range [...]string{"maximum context length", "max_model_len", "maximum model length", "context length"} {
+		if bytes.Contains(b, []byte(w)) {
+			return true
+		}
+	}
+	return false
 }
 
 // isTerminal reports a failure that no other replica or pool is asked to
@@ -544,6 +585,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			return judgeError(ctx, ps, rep, err, "reading body")
 		}
 		answer := buf.Bytes()
+		if x.moreInChain && contextOverflow(resp.StatusCode, answer) {
+			// Nothing reached the client: the next, larger pool of the
+			// chain takes the request. Not the replica's fault.
+			return result{outcome: pools.Neutral, err: fmt.Errorf("%w: replica %q: %s", errContextLength, rep.Name, readErrorMessage(bytes.NewReader(answer)))}
+		}
 		if d := replicaDepth(x.snap.Config.Server.MaxJSONDepth); resp.StatusCode == http.StatusOK && !checkDepth(answer, d) {
 			// Read as untrusted as a client's body: never parsed.
 			ue := &upstreamError{pool: ps.Name, replica: rep.Name, err: fmt.Errorf("the answer nests JSON deeper than %d levels", d)}
