@@ -133,6 +133,19 @@ func (s *evalState) class() Classification {
 	return s.cls
 }
 
+// Escalate keeps, for a session, decision d moved on to pools (the rest of
+// its chain from the pool that took the request): a conversation that
+// outgrew a pool's context stays on the larger pool for its later turns
+// and never moves back down. Without sessions it does nothing.
+func (p *Policy) Escalate(session string, d Decision, pools []string) {
+	if p.sessions == nil || session == "" || len(pools) == 0 {
+		return
+	}
+	d.Pools = append([]string(nil), pools...)
+	d.Matched, d.Skipped, d.Sticky = nil, nil, false
+	p.sessions.Replace(session, d)
+}
+
 // Decide evaluates the routes in order for req; the first match wins. With
 // explain, Matched and Skipped record the reasons. A session's earlier
 // decision is reused while it lives.

@@ -53,6 +53,14 @@ func (s *Sessions) Get(id string) (Decision, bool) {
 	return d, true
 }
 
+// Replace keeps d for id whatever was kept (a session escalated to a
+// larger pool).
+func (s *Sessions) Replace(id string, d Decision) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cache.Add(id, sessionEntry{d: d, expires: s.now().Add(s.ttl)})
+}
+
 // Put keeps d for id unless a live decision is already kept (the first
 // decision wins).
 func (s *Sessions) Put(id string, d Decision) {

@@ -62,6 +62,9 @@ type exchange struct {
 	// sessionSet.
 	session    string
 	sessionSet bool
+	// sessionKey is the policy's key of the session's decision ("" without
+	// a session).
+	sessionKey string
 	// forceClass, for explain --class, stands in for the classifier.
 	forceClass string
 	// moreInChain: a pool follows the one being tried in the decision's

@@ -699,3 +699,42 @@ routes:
 		})
 	}
 }
+
+// TestSessionEscalatesAndStays: a session whose prompt outgrew the small
+// pool moves to the larger one and stays there for its later turns, even a
+// short one that would fit (it never moves back down).
+func TestSessionEscalatesAndStays(t *testing.T) {
+	small := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 4096})
+	big := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 65536})
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  small: {model: m, health: {disabled: true}, replicas: [{name: s, url: "{{s}}"}]}
+  big: {model: m, health: {disabled: true}, replicas: [{name: b, url: "{{b}}"}]}
+session: {header: X-Session-Id, ttl: 1m, implicit: false}
+routes:
+  - name: default
+    to: small
+    fallback: [big]
+`, map[string]string{"s": small.Srv.URL, "b": big.Srv.URL}, nil))
+	h := map[string]string{"X-Session-Id": "agent-1"}
+	short := `{"model":"auto","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
+	if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", short, h); resp.Header.Get("X-Switchyard-Pool") != "small" {
+		t.Fatalf("the first turn went to %q", resp.Header.Get("X-Switchyard-Pool"))
+	}
+	long := fmt.Sprintf(`{"model":"auto","max_tokens":8,"messages":[{"role":"user","content":%q}]}`, strings.Repeat("word ", 5000))
+	if resp, b := post(t, gw.API.URL+"/v1/chat/completions", long, h); resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Pool") != "big" {
+		t.Fatalf("the long turn: %d %q %.200s", resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"), b)
+	}
+	before := small.count()
+	if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", short, h); resp.Header.Get("X-Switchyard-Pool") != "big" {
+		t.Errorf("a later short turn went back to %q", resp.Header.Get("X-Switchyard-Pool"))
+	}
+	if small.count() != before {
+		t.Errorf("the small pool was asked again")
+	}
+	// Another session is not moved.
+	if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", short, map[string]string{"X-Session-Id": "agent-2"}); resp.Header.Get("X-Switchyard-Pool") != "small" {
+		t.Errorf("another session went to %q", resp.Header.Get("X-Switchyard-Pool"))
+	}
+}

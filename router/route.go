@@ -27,7 +27,7 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	var preq *policy.Request
 	var in classifier.Input
 	preq, in, x.session = policyRequest(s, r, key, info)
-	x.sessionSet = true
+	x.sessionSet, x.sessionKey = true, preq.Session
 	d := s.Policy.Decide(preq, func() policy.Classification {
 		if x.forceClass != "" {
 			// explain --class: the class stands in for the classifier's

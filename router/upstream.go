@@ -64,6 +64,8 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			switch {
 			case errors.Is(lastErr, errContextLength):
 				reason = "context_length"
+				// The conversation only grows: its later turns start here.
+				s.Policy.Escalate(x.sessionKey, x.decision, chain[i:])
 			case !errors.Is(lastErr, errNoReplica):
 				reason = "upstream_error"
 			}
