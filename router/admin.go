@@ -314,6 +314,10 @@ type Explanation struct {
 	Fallback []string           `json:"fallback"`
 	Spill    *policy.Spill      `json:"spill,omitempty"`
 	Sticky   bool               `json:"sticky,omitempty"`
+	// ContextSkips are the pools of the chain the request would skip
+	// because its prompt estimate and a minimal answer cannot fit their
+	// max_model_len (the last pool of the chain is never skipped).
+	ContextSkips []string `json:"context_skips,omitempty"`
 	// Classifier says how the class was obtained when the classifier was
 	// asked; Fallback is true when it could not answer and on_error's
 	// label was used.
@@ -382,6 +386,11 @@ func (g *Gateway) ExplainAPI(ctx context.Context, header http.Header, body []byt
 	}
 	e := &Explanation{Route: d.Route, Pool: d.Pools[0], Fallback: d.Pools[1:], Matched: d.Matched, Skipped: d.Skipped,
 		Spill: d.Spill, Sticky: d.Sticky, Scores: d.Scores}
+	for i, p := range d.Pools[:len(d.Pools)-1] {
+		if ps := s.pools[p]; ps != nil && !fitsContext(ps, x) {
+			e.ContextSkips = append(e.ContextSkips, d.Pools[i])
+		}
+	}
 	e.Scores = rounded(e.Scores)
 	if e.Scores == nil {
 		e.Scores = map[string]float64{}

@@ -738,3 +738,28 @@ routes:
 		t.Errorf("another session went to %q", resp.Header.Get("X-Switchyard-Pool"))
 	}
 }
+
+// TestExplainShowsContextSkips: explain names the pools a request would
+// skip because it cannot fit their context.
+func TestExplainShowsContextSkips(t *testing.T) {
+	small := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 4096})
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  small: {model: m, max_model_len: 4096, health: {disabled: true}, replicas: [{name: s, url: "{{s}}"}]}
+  big: {model: m, health: {disabled: true}, replicas: [{name: b, url: "{{s}}"}]}
+routes:
+  - name: default
+    to: small
+    fallback: [big]
+`, map[string]string{"s": small.Srv.URL}, nil))
+	long := fmt.Sprintf(`{"model":"auto","messages":[{"role":"user","content":%q}]}`, strings.Repeat("word ", 5000))
+	resp, b := post(t, gw.Admin.URL+"/admin/explain", long, nil)
+	if resp.StatusCode != 200 || gjson.GetBytes(b, "context_skips.0").Str != "small" {
+		t.Errorf("%d %s", resp.StatusCode, b)
+	}
+	resp, b = post(t, gw.Admin.URL+"/admin/explain", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil)
+	if resp.StatusCode != 200 || gjson.GetBytes(b, "context_skips").Exists() {
+		t.Errorf("a short prompt: %d %s", resp.StatusCode, b)
+	}
+}
