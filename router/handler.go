@@ -165,16 +165,16 @@ func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix
 	defer g.finish(x)
 	x.storedSuffix = suffix
 	s := x.snap
-	rc := x.responseController(w)
-	timed := rc.SetReadDeadline(time.Now().Add(s.Config.Server.BodyTimeout.Std())) == nil
+	// bounded armed server.body_timeout for the body; it is lifted once
+	// the body is read.
 	key, err := s.authenticate(r)
 	if err == nil {
 		x.key = key
 		x.info = &reqInfo{}
 		x.body, err = readBody(r, int64(s.Config.Server.MaxBodyBytes))
 	}
-	if err == nil && timed {
-		_ = rc.SetReadDeadline(time.Time{})
+	if err == nil {
+		_ = x.responseController(w).SetReadDeadline(time.Time{})
 	}
 	if err == nil && key != nil && key.limiter != nil {
 		if wait := key.wait(time.Now()); wait > 0 {
@@ -197,11 +197,9 @@ func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix
 func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange) error {
 	s := x.snap
 	// server.body_timeout bounds reading the body, however slowly it
-	// trickles in; the deadline is lifted once it is read. It is armed
-	// first: a request refused before its body is read leaves the server
-	// discarding that body, which must be bounded too.
-	rc := x.responseController(w)
-	timed := rc.SetReadDeadline(time.Now().Add(s.Config.Server.BodyTimeout.Std())) == nil
+	// trickles in: bounded armed it before any handler ran (so a request
+	// refused before its body is read leaves the server discarding that
+	// body within it too); it is lifted once the body is read.
 	key, err := s.authenticate(r)
 	if err != nil {
 		return err
@@ -214,9 +212,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		// must not hold the connection that way either.
 		return err
 	}
-	if timed {
-		_ = rc.SetReadDeadline(time.Time{})
-	}
+	_ = x.responseController(w).SetReadDeadline(time.Time{})
 	x.body = body
 	info, err := parseRequest(body, x.ep, s.Config.Server.MaxJSONDepth)
 	if err != nil {

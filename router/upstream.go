@@ -227,12 +227,12 @@ type execution struct {
 // be retried on the same replica when no other can take it. A retry is
 // counted, and its backoff slept, only when some replica can take it.
 //
-// Poison rule: a request that gets the same 5xx status from two replicas
-// is taken to be the cause (a vLLM bug on one input, say): it is not
-// retried further, and neither answer counts toward either replica's
-// consecutive_5xx. So a 5xx that may be retried is told to passive health
-// only once the next attempt has shown whether the request is to blame
-// (the slot is released at once all the same).
+// Poison rule: a request that gets 500 from two replicas is taken to be
+// the cause (a vLLM bug on one input, say): it is not retried further, and
+// neither answer counts toward either replica's consecutive_5xx. So a
+// retryable 500 is told to passive health only once the next attempt's
+// status shows whether the request is to blame (settle; the slot is
+// released at once all the same).
 func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 	ps := ex.ps
 	ex.held = nil
