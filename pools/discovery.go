@@ -3,6 +3,7 @@ package pools
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"sync"
@@ -159,6 +160,9 @@ func (d *Discovery) Replicas() []ReplicaSpec {
 	return out
 }
 
+// MaxDiscovered bounds the replicas one pool takes from a resolution.
+const MaxDiscovered = 256
+
 // Resolve runs one resolution and reports whether it changed the set in
 // use. A failure or an empty answer changes nothing but the status.
 func (d *Discovery) Resolve(ctx context.Context) (changed bool) {
@@ -176,6 +180,13 @@ func (d *Discovery) Resolve(ctx context.Context) (changed bool) {
 		result = ResultError
 	}
 	addrs = slices.Compact(slices.Sorted(slices.Values(addrs)))
+	// An answer is untrusted input: a name that lists thousands of
+	// addresses must not become thousands of endpoints, each with its
+	// connections and probe loop.
+	truncated := len(addrs) > MaxDiscovered
+	if truncated {
+		addrs = addrs[:MaxDiscovered]
+	}
 	now := d.opts.Now()
 
 	d.mu.Lock()
@@ -193,6 +204,9 @@ func (d *Discovery) Resolve(ctx context.Context) (changed bool) {
 		d.fails = 0
 		added, removed = diffSets(prev.Addrs, addrs)
 		d.status.Addrs, d.status.ResolvedAt, d.status.TTL = addrs, now, ttl
+		if truncated {
+			d.status.Err = fmt.Sprintf("the answer listed more than %d addresses; the first %d (in address order) are used", MaxDiscovered, MaxDiscovered)
+		}
 	}
 	cur := slices.Clone(d.status.Addrs)
 	if m := d.opts.Metrics; m != nil {

@@ -3,6 +3,7 @@ package pools_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -370,5 +371,29 @@ func TestDiscoveryRunHonoursTTL(t *testing.T) {
 	case got := <-changes:
 		t.Errorf("unexpected change %v", got)
 	default:
+	}
+}
+
+// manyAddrs answers every lookup with n addresses.
+type manyAddrs int
+
+func (n manyAddrs) Lookup(context.Context, string, string, int) ([]string, time.Duration, error) {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("10.1.%d.%d:8000", i/250, i%250+1)
+	}
+	return out, time.Minute, nil
+}
+
+// TestDiscoveryBoundsTheAnswer: an answer listing thousands of addresses
+// (untrusted input) gives the pool at most MaxDiscovered replicas, and
+// says so.
+func TestDiscoveryBoundsTheAnswer(t *testing.T) {
+	d := pools.NewDiscovery(pools.DiscoveryOptions{Pool: "p", Kind: "dns", Name: "many.test", Port: 8000,
+		Interval: time.Minute, Timeout: time.Second, Lookup: manyAddrs(5000)})
+	d.Resolve(context.Background())
+	st := d.Status()
+	if len(st.Addrs) != pools.MaxDiscovered || !strings.Contains(st.Err, "more than 256") {
+		t.Errorf("%d addresses, err %q", len(st.Addrs), st.Err)
 	}
 }
