@@ -221,7 +221,7 @@ func messagesToChat(body []byte) ([]byte, error) {
 		return nil, refusef("messages request: messages: not a list")
 	}
 
-	var out []*chatMessage
+	out := []*chatMessage{} // never null: chat needs a list
 	system, err := anthropicSystem(root)
 	if err != nil {
 		return nil, err
@@ -854,7 +854,7 @@ func responsesToChat(body []byte) ([]byte, error) {
 		return nil, refusef("responses request: prompt: a stored prompt template")
 	}
 
-	var msgs []*chatMessage
+	msgs := []*chatMessage{} // never null: chat needs a list
 	// construct_input_messages: instructions first, when not empty.
 	if in := root.Get("instructions"); present(in) {
 		if in.Type != gjson.String {
