@@ -91,8 +91,12 @@ type exchange struct {
 	preq  pools.Request
 	exec  execution
 	clock upstreamClock
-	pump  pump
-	rc    *http.ResponseController
+	// cut is a stream its replica cut, left for resume; cont makes the
+	// continuation's attempts.
+	cut  *cutStream
+	cont continuation
+	pump pump
+	rc   *http.ResponseController
 }
 
 // responseController returns the exchange's one controller of w.

@@ -70,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		}, []string{"pool", "reason"}),
 		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_stream_resumes_total",
-			Help: "Chat streams whose replica failed mid-way, by pool and result: resumed (continued on another replica), failed, not_resumable.",
+			Help: "Streams (chat, Responses, Messages) whose replica failed mid-way, by pool and result: resumed (continued on another replica), failed, not_resumable.",
 		}, []string{"pool", "result"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_fallbacks_total", Help: "Requests sent to another pool than the route's target, by reason (fallback or spill).",

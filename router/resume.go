@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -21,6 +19,10 @@ import (
 // continue_final_message) and the client sees one uninterrupted stream.
 type resumeState struct {
 	maxBuffer int
+	// typed, for a Responses or Messages stream, follows that API's events
+	// and translates a continuation, which vLLM can only make through chat
+	// completions, back into them.
+	typed typedResume
 	// The first chunk's id, created and model (raw JSON): every chunk of a
 	// continuation carries them, so SDKs see one completion.
 	head               bool
@@ -40,14 +42,25 @@ type resumeState struct {
 	// offset is the deltas sent before the continuation in progress: its
 	// prompt holds them, its completion does not.
 	offset int64
+	// finish and usage are the continuation's, for a typed API's closing
+	// events.
+	finish string
+	usage  gjson.Result
 }
 
-func newResumeState(x *exchange, maxBuffer int) *resumeState {
+func newResumeState(x *exchange, maxBuffer int, rnd func() uint64) *resumeState {
 	rs := &resumeState{maxBuffer: maxBuffer}
 	root := gjson.ParseBytes(x.body)
+	switch x.ep {
+	case responsesEndpoint:
+		rs.typed = &responsesResume{rs: rs, rand: rnd}
+	case messagesEndpoint:
+		rs.typed = &messagesResume{rs: rs, rand: rnd}
+	case chatEndpoint:
+	default:
+		rs.broken = "not a chat completion (nor a Responses or Messages stream)"
+	}
 	switch {
-	case x.ep != chatEndpoint:
-		rs.broken = "not a chat completion"
 	case root.Get("n").Int() > 1:
 		rs.broken = "n > 1"
 	case root.Get("logprobs").Type == gjson.True:
@@ -90,15 +103,9 @@ func (rs *resumeState) observe(data []byte) {
 			case nonEmpty(r) && (rs.inContent || nonEmpty(t)):
 				rs.broken = "reasoning came after content"
 			case nonEmpty(r):
-				rs.reasoning = append(rs.reasoning, r.Str...)
-				rs.tokens++
+				rs.addReasoning(r.Str)
 			case nonEmpty(t):
-				rs.content = append(rs.content, t.Str...)
-				rs.inContent = true
-				rs.tokens++
-			}
-			if len(rs.reasoning)+len(rs.content) > rs.maxBuffer {
-				rs.broken, rs.reasoning, rs.content = "the answer outgrew resume.max_buffer", nil, nil
+				rs.addContent(t.Str)
 			}
 		}
 		return rs.broken == ""
@@ -146,6 +153,51 @@ func (rs *resumeState) continuation(data []byte) (out []byte, keep bool) {
 	return out, true
 }
 
+// request is the continuation's endpoint ("" for the client's) and body
+// for the client's request body.
+func (rs *resumeState) request(body []byte) (string, []byte, error) {
+	if rs.typed == nil {
+		b, err := rs.resumeBody(body)
+		return "", b, err
+	}
+	chat, err := rs.typed.toChat(body)
+	if err != nil {
+		return "", nil, fmt.Errorf("the request cannot be continued through chat completions: %w", err)
+	}
+	b, err := rs.resumeBody(chat)
+	return chatEndpoint.path(), b, err
+}
+
+// begin starts relaying a continuation.
+func (rs *resumeState) begin() {
+	rs.cont, rs.roleDropped = true, false
+	rs.finish, rs.usage = "", gjson.Result{}
+}
+
+// addReasoning and addContent record text the client was sent.
+func (rs *resumeState) addReasoning(s string) {
+	if rs.inContent {
+		rs.broken = "reasoning came after content"
+		return
+	}
+	rs.reasoning = append(rs.reasoning, s...)
+	rs.tokens++
+	rs.checkBuffer()
+}
+
+func (rs *resumeState) addContent(s string) {
+	rs.content = append(rs.content, s...)
+	rs.inContent = true
+	rs.tokens++
+	rs.checkBuffer()
+}
+
+func (rs *resumeState) checkBuffer() {
+	if len(rs.reasoning)+len(rs.content) > rs.maxBuffer {
+		rs.broken, rs.reasoning, rs.content = "the answer outgrew resume.max_buffer", nil, nil
+	}
+}
+
 // Reasoning in the partial assistant message is written the way reasoning
 // models' chat templates render a thinking turn, so that the template
 // renders the prompt to end where the text sent so far ends.
@@ -191,64 +243,98 @@ func (rs *resumeState) resumeBody(body []byte) ([]byte, error) {
 	return body, nil
 }
 
-// resume continues x's stream, which failed on replica failed with cause,
-// on other replicas of ps, up to resume.max_attempts. It returns true when
-// the client's stream was completed (or the client left); false leaves the
-// caller to end it with the error event.
-func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState, failed *pools.Replica, p *pump, cause error) bool {
+// resume continues x's cut stream (x.cut) on other replicas of ps, as a
+// new execution: the failed attempt has been counted against its replica
+// and released by then. Each continuation attempt is one send of
+// continuation; the executor's rules (other replicas only, up to
+// resume.max_attempts, backoff, passive health) apply to it as to any
+// request. When no continuation completes the client's stream, it ends
+// with the API's error event.
+func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
+	cut := x.cut
+	x.cut = nil
+	p := &x.pump
 	rs := p.resume
 	reason := rs.broken
 	switch {
-	case errors.Is(cause, errShuttingDown):
+	case errors.Is(cut.cause, errShuttingDown):
 		reason = "the gateway is shutting down"
-	case cause == ps.timeouts.totalErr:
+	case cut.cause != nil && cut.cause == ps.timeouts.totalErr:
 		reason = "max_stream_duration"
+	case ctx.Err() != nil:
+		reason = "the client went away"
 	}
 	if reason != "" {
 		g.metrics.resumes.WithLabelValues(ps.Name, "not_resumable").Inc()
 		x.resume = "not resumable: " + reason
-		return false
+		g.endCut(x, ps, cut.rep, cut.err)
+		return
 	}
-	tried := []*pools.Replica{failed}
-	exclude := func(r *pools.Replica) bool { return slices.Contains(tried, r) }
-	for a := 0; a < ps.cfg.Resume.MaxAttempts && ctx.Err() == nil; a++ {
-		if !ps.CanTake(exclude) {
-			break
+	x.cont = continuation{x: x, failed: cut.rep, cut: cut}
+	x.exec = execution{ps: ps, req: &x.preq, attempts: ps.cfg.Resume.MaxAttempts, call: &x.cont}
+	x.exec.avoid[0] = cut.rep
+	var res result
+	if ps.CanTake(func(r *pools.Replica) bool { return r.Endpoint == cut.rep.Endpoint }) {
+		res = g.execute(ctx, &x.exec)
+	} else {
+		res.err = errors.New("no other replica of the pool can take it")
+	}
+	if !res.done {
+		g.metrics.resumes.WithLabelValues(ps.Name, "failed").Inc()
+		x.resume = "resume failed"
+		if res.err != nil {
+			x.resume += ": " + clip(res.err.Error())
 		}
-		rep, err := ps.Acquire(ctx, &x.preq, exclude)
-		if err != nil {
-			break
-		}
-		tried = append(tried, rep)
-		done, err := g.continueOn(ctx, x, ps, rep, p)
-		ps.Release(rep)
-		if done {
-			g.metrics.resumes.WithLabelValues(ps.Name, "resumed").Inc()
-			x.replica = failed.Name + ">" + rep.Name
-			x.resume = fmt.Sprintf("resumed on %s after %d deltas", rep.Name, rs.offset)
-			return true
-		}
-		g.log.Warn("stream resume failed", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
-		if rs.broken != "" {
-			break
+		x.status = http.StatusBadGateway
+		g.endCut(x, ps, cut.rep, cut.err)
+		return
+	}
+	g.metrics.resumes.WithLabelValues(ps.Name, "resumed").Inc()
+	x.resume = fmt.Sprintf("resumed on %s after %d deltas", x.rep.Name, rs.offset)
+	if x.status != statusClientClosed {
+		x.status = http.StatusOK
+		if p.sawUsage {
+			g.recordUsage(x, ps, p.prompt, p.completion, p.usageModel, x.span)
 		}
 	}
-	g.metrics.resumes.WithLabelValues(ps.Name, "failed").Inc()
-	x.resume = "resume failed"
-	return false
+	g.log.Warn("stream cut by replica; resumed on another replica", "request_id", x.id, "pool", ps.Name,
+		"replica", cut.rep.Name, "error", cut.err.Error())
 }
 
-// continueOn sends the continuation request to rep and relays its stream
-// into the client's. done is true when the client's stream completed (or
-// the client left).
-func (g *Gateway) continueOn(ctx context.Context, x *exchange, ps *poolState, rep *pools.Replica, p *pump) (done bool, err error) {
+// continuation makes the attempts of a resume: each asks one replica to
+// continue the answer the client has been sent so far.
+type continuation struct {
+	x      *exchange
+	failed *pools.Replica
+	cut    *cutStream
+}
+
+var _ caller = (*continuation)(nil)
+
+func (c *continuation) acquired(rep *pools.Replica) {
+	c.x.replica, c.x.rep = c.failed.Name+">"+rep.Name, rep
+}
+
+// send asks rep to continue the stream and relays its answer into the
+// client's. A continuation that is cut in turn is retried on another
+// replica while the answer is still resumable; one the replica refuses
+// (a status other than 200) is not: the others would refuse it too.
+func (c *continuation) send(ctx context.Context, rep *pools.Replica) result {
+	x := c.x
+	g, ps, p := x.g, x.up.ps, &x.pump
 	rs := p.resume
-	body, err := rs.resumeBody(x.up.body)
+	path, body, err := rs.request(x.up.body)
 	if err != nil {
-		return false, err
+		rs.broken = err.Error()
+		return result{outcome: pools.Neutral, err: err}
 	}
-	ctx, span := g.startSpan(ctx, "switchyard.upstream", trace.WithSpanKind(trace.SpanKindClient))
+	// Its own attempt, linked to the one that was cut.
+	ctx, span := g.startSpan(ctx, "switchyard.upstream", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithLinks(trace.Link{SpanContext: c.cut.span}))
 	defer span.End()
+	if sw := c.cut.sw; sw != nil {
+		defer func() { setResponseAttrs(span, x.span, sw.resp.attrs()) }()
+	}
 	if span.IsRecording() {
 		span.SetAttributes(attrSwitchyardPool.String(ps.Name), attrSwitchyardReplica.String(rep.Name),
 			attrSwitchyardResume.Bool(true), attrSwitchyardResumeLen.Int64(rs.offset),
@@ -256,53 +342,43 @@ func (g *Gateway) continueOn(ctx context.Context, x *exchange, ps *poolState, re
 		span.SetAttributes(genAIRequestAttrs(body)...) // the model is the pool's
 	}
 	clock := &x.clock
-	hctx := clock.start(ctx, ps.timeouts)
 	defer clock.stop()
-	out, err := g.upstreamRequest(ctx, hctx, x, x.up.r, ps, rep, body)
-	if err != nil {
-		return false, err
-	}
-	if span.IsRecording() {
-		span.SetAttributes(clientRequestAttrs(out)...)
-	}
-	resp, err := rep.Client().Do(out)
-	resp, err = clock.headers(hctx, resp, err)
-	if err != nil {
-		if ctx.Err() == nil {
-			setClientError(span, transportErrorType(err), err)
-		}
-		res := judgeError(ctx, ps, rep, err, "")
-		ps.Observe(rep, res.outcome, res.detail)
-		return ctx.Err() != nil, err
+	resp, hctx, res := g.send(ctx, span, sendSpec{ps: ps, rep: rep, clock: clock, ex: &x.exec, what: "resume: ",
+		build: func(hctx context.Context) (*http.Request, error) {
+			return g.upstreamRequest(ctx, hctx, x, x.up.r, ps, rep, body, path)
+		}})
+	if resp == nil {
+		return res
 	}
 	defer resp.Body.Close()
-	setClientStatus(span, resp.StatusCode, "")
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	if !isEventStream(resp) {
 		msg := readErrorMessage(resp.Body)
 		if resp.StatusCode == http.StatusOK {
 			setClientError(span, errTypeNotStream, errors.New("the continuation is not an event stream"))
 		}
 		o, _, _ := judgeStatus(resp.StatusCode)
-		ps.Observe(rep, o, fmt.Sprintf("resume: status %d: %s", resp.StatusCode, msg))
-		return false, fmt.Errorf("replica %q answered %d: %s", rep.Name, resp.StatusCode, msg)
+		err := fmt.Errorf("replica %q answered %d: %s", rep.Name, resp.StatusCode, msg)
+		return result{outcome: o, detail: "resume: " + err.Error(), err: err}
 	}
 	clock.streaming()
 	g.trackStream(x, clock.cancel) // shutdown ends the continuation too
-	rs.cont, rs.roleDropped = true, false
+	defer g.untrackStream(x)
+	rs.begin()
 	if span.IsRecording() {
 		span.AddEvent("switchyard.resume", trace.WithAttributes(attrSwitchyardReplica.String(rep.Name)))
 	}
 	err = p.run(resp.Body)
 	switch {
 	case err == nil:
-		ps.Observe(rep, pools.Success, "")
-		return true, nil
+		return result{done: true, outcome: pools.Success}
 	case ctx.Err() != nil || errors.Is(err, errClientGone):
-		ps.Observe(rep, pools.Neutral, "")
-		x.status = statusClientClosed
-		return true, nil
+		g.clientLeft(ctx, x, err, span)
+		return result{done: true, outcome: pools.Neutral}
 	}
 	setClientError(span, errTypeStreamCut, err)
-	ps.Observe(rep, pools.Status5xx, "stream: "+err.Error())
-	return false, err
+	if errors.Is(context.Cause(hctx), errShuttingDown) {
+		return result{outcome: pools.Neutral, err: errShuttingDown}
+	}
+	g.log.Warn("stream resume failed", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
+	return result{retry: rs.broken == "", outcome: pools.Status5xx, reason: "stream_cut", detail: "stream: " + err.Error(), err: err}
 }

@@ -2,6 +2,8 @@ package router_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -213,4 +215,61 @@ func TestResumeNotPossible(t *testing.T) {
 			t.Errorf("failed %v", got)
 		}
 	})
+}
+
+// TestResumeReleasesCutReplica: a continuation is a new execution that
+// starts once the cut attempt has been counted and released. While the
+// continuation streams, the cut replica holds no request in flight and
+// passive health has already heard of its failure. (Before, the
+// continuation ran inside the cut attempt, which kept a's slot and told
+// passive health only when the continuation ended.)
+func TestResumeReleasesCutReplica(t *testing.T) {
+	a := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 24})
+	a.Sim.SetFaults(vllmsim.Faults{CutAfterChunks: 4})
+	release := make(chan struct{})
+	b := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
+		chunk := func(delta string) {
+			_, _ = io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`+delta+`,"finish_reason":null}]}`+"\n\n")
+			w.(http.Flusher).Flush()
+		}
+		chunk(`{"role":"assistant","content":""}`)
+		chunk(`{"content":" more"}`)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\n"+
+			`data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}`+"\n\ndata: [DONE]\n\n")
+	})
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p:
+    model: m
+    balance: round_robin
+    retries: 0
+    health: {disabled: true}
+    resume: {enabled: true}
+    replicas: [{name: a, url: "{{a}}"}, {name: b, url: "{{b}}"}]
+routes:
+  - name: default
+    to: p
+`, map[string]string{"a": a.Srv.URL, "b": b.URL}, nil))
+	done := make(chan string, 1)
+	go func() {
+		_, body := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
+		done <- string(body)
+	}()
+	eventually(t, 10*time.Second, "the continuation to stream on b", func() bool {
+		return adminReplicaView(t, gw, "p", "b").Inflight == 1
+	})
+	if av := adminReplicaView(t, gw, "p", "a"); av.Inflight != 0 || av.LastError == "" {
+		t.Errorf("while the continuation runs, the cut replica a shows %d in flight and last error %q; want 0 and its failure", av.Inflight, av.LastError)
+	}
+	close(release)
+	body := <-done
+	if !strings.HasSuffix(body, "data: [DONE]\n\n") || strings.Contains(body, "stream_interrupted") || !strings.Contains(body, `" more"`) {
+		t.Errorf("the client's stream: %q", body)
+	}
 }

@@ -287,6 +287,9 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 	if p.clock != nil {
 		p.clock.event() // progress: only events with data count
 	}
+	if rs := p.resume; rs != nil && rs.cont && rs.typed != nil {
+		return p.translated(data)
+	}
 	if bytes.Equal(bytes.TrimSpace(data), doneValue) {
 		p.sawDone = true
 		if p.ep == responsesEndpoint || p.ep == messagesEndpoint {
@@ -449,6 +452,9 @@ func (p *pump) typedEvent(ev, data []byte) []byte {
 	}
 	root := gjson.ParseBytes(data)
 	typ := root.Get("type").Str
+	if rs := p.resume; rs != nil && rs.typed != nil && rs.broken == "" {
+		rs.typed.observe(typ, root)
+	}
 	if p.ep == responsesEndpoint {
 		if n := root.Get("sequence_number"); n.Exists() {
 			p.seq = n.Int()

@@ -248,7 +248,9 @@ routes:
 		ca["gen_ai.operation.name"].AsString() != "chat" || ca["gen_ai.request.model"].AsString() != "m" {
 		t.Errorf("continuation: status %v, attributes %v", cont.Status().Code, ca)
 	}
-	if cont.Parent().SpanID() != cut.SpanContext().SpanID() {
-		t.Errorf("the continuation is not a child of the cut attempt")
+	// The continuation is a new execution, after the cut attempt ended:
+	// a sibling of it under the request's span, linked to it.
+	if cont.Parent().SpanID() != cut.Parent().SpanID() || len(cont.Links()) != 1 || cont.Links()[0].SpanContext.SpanID() != cut.SpanContext().SpanID() {
+		t.Errorf("the continuation is not a sibling of the cut attempt linked to it: parent %v, links %v", cont.Parent(), cont.Links())
 	}
 }

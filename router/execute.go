@@ -1,0 +1,327 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/switchyard/switchyard/pools"
+)
+
+// upstreamFailure is a replica answer that will not be passed to the
+// client as is (429, 5xx, or a sign the replica is misconfigured), kept to
+// explain the final error.
+type upstreamFailure struct {
+	status int
+	msg    string
+	// retryAfter is what the replica's Retry-After said (0: nothing).
+	retryAfter time.Duration
+}
+
+// parseRetryAfter reads a Retry-After header: delay seconds or an HTTP
+// date (RFC 9110 §10.2.3). 0 when absent or unreadable.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if v = strings.TrimSpace(v); v != "" && strings.Trim(v, "0123456789") == "" {
+		// delay-seconds: digits only; absurd values are capped at a day.
+		if n, err := strconv.Atoi(v); err == nil {
+			return time.Duration(min(n, 86400)) * time.Second
+		}
+		return 24 * time.Hour
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return min(t.Sub(now), 24*time.Hour)
+	}
+	return 0
+}
+
+func (u *upstreamFailure) Error() string {
+	return fmt.Sprintf("replica answered %d: %s", u.status, u.msg)
+}
+
+// result is the outcome of one upstream attempt, as the executor needs it.
+type result struct {
+	// done: the exchange is over (an answer reached the client, or the
+	// client went away); nothing is retried.
+	done bool
+	// retry: nothing reached the client and another replica may take the
+	// request (only with !done).
+	retry bool
+	// outcome and detail feed passive health; reason labels the retry
+	// metric if this attempt is retried.
+	outcome pools.Outcome
+	detail  string
+	reason  string
+	err     error
+	// poison: two replicas gave the same 500 for the request (see
+	// execute); the request, not the pool, is at fault.
+	poison bool
+}
+
+// caller makes the attempts of one execution.
+type caller interface {
+	// send makes one attempt on rep, which the executor has counted in
+	// flight and releases when send returns: send must have closed the
+	// response body by then.
+	send(ctx context.Context, rep *pools.Replica) result
+	// acquired is told each replica chosen, before send.
+	acquired(rep *pools.Replica)
+}
+
+// execution is one request to be placed on a pool by execute.
+type execution struct {
+	ps       *poolState
+	req      *pools.Request
+	attempts int
+	call     caller
+	// retries counts the retries actually sent.
+	retries int
+	// triedBuf backs the list of replicas tried, so that it costs no
+	// allocation for the usual few attempts.
+	triedBuf, refusedBuf [4]*pools.Replica
+	// retryAfter is the largest Retry-After of the 429s seen.
+	retryAfter time.Duration
+	// only, when set, is the one replica that may take the request.
+	only *pools.Replica
+	// held is a retryable 5xx not yet told to passive health (see the
+	// poison rule of execute).
+	held *heldFailure
+	// avoid, when set, is a replica never to be asked (the one that cut
+	// the stream a continuation resumes).
+	avoid [1]*pools.Replica
+}
+
+// execute is the one upstream executor, for client requests and classifier
+// calls alike: acquire a replica, send, record the outcome for passive
+// health, release, and retry per the rule below.
+//
+// Retry rule: an attempt is retried only while nothing has
+// reached the client (send says so with retry), on a replica not yet
+// tried, bounded by ex.attempts and the request's context. A 429 or 5xx
+// answer is never retried on the replica that gave it; a failure to get
+// any answer (a keep-alive connection a restarted replica had closed) may
+// be retried on the same replica when no other can take it. A retry is
+// counted, and its backoff slept, only when some replica can take it.
+//
+// Poison rule: a request that gets 500 from two replicas is taken to be
+// the cause (a vLLM bug on one input, say): it is not retried further, and
+// neither answer counts toward either replica's consecutive_5xx. So a
+// retryable 500 is told to passive health only once the next attempt's
+// status shows whether the request is to blame (settle; the slot is
+// released at once all the same).
+func (g *Gateway) execute(ctx context.Context, ex *execution) result {
+	ps := ex.ps
+	ex.held = nil
+	defer ex.settle(ps, 0)
+	// Replicas are compared by endpoint: a reload during a queue wait
+	// hands the waiter the pool's new view, whose Replica values are new.
+	tried := ex.triedBuf[:0]
+	for _, r := range ex.avoid {
+		if r != nil {
+			tried = append(tried, r)
+		}
+	}
+	other := func(r *pools.Replica) bool { return ex.only != nil && r.Endpoint != ex.only.Endpoint }
+	exclude := func(r *pools.Replica) bool { return other(r) || hasEndpoint(tried, r) }
+	// refused lists the replicas whose attempt got no answer at all; only
+	// those may be asked again when no other replica can take the request.
+	refused := ex.refusedBuf[:0]
+	answered := func(r *pools.Replica) bool {
+		return other(r) || hasEndpoint(tried, r) && !hasEndpoint(refused, r)
+	}
+	var last result
+	for a := 0; a < ex.attempts; a++ {
+		same := false
+		if a > 0 {
+			if !ps.CanTake(exclude) {
+				if last.outcome != pools.ConnectFailure || !ps.CanTake(answered) {
+					break
+				}
+				same = true
+			}
+			if err := backoff(ctx, a, g.rand); err != nil {
+				return result{err: err}
+			}
+		}
+		waitStart := time.Now()
+		var rep *pools.Replica
+		var err error
+		if same {
+			rep, err = ps.Acquire(ctx, ex.req, answered)
+		} else {
+			rep, err = ps.Acquire(ctx, ex.req, exclude)
+		}
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return result{err: ctx.Err()}
+			case a > 0:
+				return last
+			case errors.Is(err, pools.ErrSaturated):
+				return result{err: fmt.Errorf("%w: pool %q: every replica is at max_inflight %d", errNoReplica, ps.Name, ps.MaxInflight())}
+			}
+			return result{err: fmt.Errorf("%w: pool %q has no healthy replica", errNoReplica, ps.Name)}
+		}
+		g.metrics.queueWait.WithLabelValues(ps.Name).Observe(time.Since(waitStart).Seconds())
+		if a > 0 {
+			ex.retries++
+			g.metrics.retries.WithLabelValues(ps.Name, last.reason).Inc()
+		}
+		tried = append(tried, rep)
+		ex.call.acquired(rep)
+		res := ex.call.send(ctx, rep)
+		status := failedStatus(res)
+		if ex.held != nil && poisonStatus(status) && status == ex.held.status {
+			// The same 500 from a second replica: the request's fault.
+			ex.held = nil
+			ps.Release(rep)
+			g.metrics.poison.WithLabelValues(ps.Name).Inc()
+			res.retry, res.poison = false, true
+			return res
+		}
+		ex.settle(ps, status)
+		if poisonStatus(status) && res.retry && !res.done && ctx.Err() == nil && a+1 < ex.attempts {
+			ex.held = &heldFailure{rep: rep, outcome: res.outcome, detail: res.detail, status: status}
+		} else {
+			ps.Observe(rep, res.outcome, res.detail)
+		}
+		ps.Release(rep)
+		if res.done || !res.retry || ctx.Err() != nil {
+			return res
+		}
+		var uf *upstreamFailure
+		if errors.As(res.err, &uf) && uf.status == http.StatusTooManyRequests {
+			// The client is told the longest wait any replica asked for.
+			ex.retryAfter = max(ex.retryAfter, uf.retryAfter)
+			uf.retryAfter = ex.retryAfter
+		}
+		if res.outcome == pools.ConnectFailure && !hasEndpoint(refused, rep) {
+			refused = append(refused, rep)
+		}
+		last = res
+	}
+	return last
+}
+
+// heldFailure is a replica's 5xx not yet told to passive health (see the
+// poison rule of execute).
+type heldFailure struct {
+	rep     *pools.Replica
+	outcome pools.Outcome
+	detail  string
+	status  int
+}
+
+// replicaDepthMargin is how much deeper than a request replica data may
+// nest: an answer echoes the request inside its own structure (the
+// Responses API's response.created carries the request's tools one level
+// down), so a request at the bound must not make its answer refused.
+const replicaDepthMargin = 16
+
+func replicaDepth(requestBound int) int { return requestBound + replicaDepthMargin }
+
+// poisonStatus reports a status the poison rule applies to: 500, what
+// vLLM answers when one input makes it fail. 502, 503 and 504 describe the
+// replica or what stands before it (overloaded, restarting), not the
+// request.
+func poisonStatus(status int) bool { return status == http.StatusInternalServerError }
+
+// settle tells passive health of a held 5xx once the next attempt's answer
+// has a status that is not the same failure (status 0: the execution ends
+// without one): the replica was at fault after all. It is called as soon
+// as the next answer's headers are judged, not when that answer ends, so
+// a failing replica is counted while a long stream runs elsewhere.
+func (ex *execution) settle(ps *poolState, status int) {
+	if h := ex.held; h != nil && !(status != 0 && status == h.status) {
+		ex.held = nil
+		ps.Observe(h.rep, h.outcome, h.detail)
+	}
+}
+
+// hasEndpoint reports whether rs holds a replica of r's endpoint.
+func hasEndpoint(rs []*pools.Replica, r *pools.Replica) bool {
+	for _, x := range rs {
+		if x.Endpoint == r.Endpoint {
+			return true
+		}
+	}
+	return false
+}
+
+// failedStatus is the status of a replica's failed answer (0 when the
+// attempt got none, or succeeded).
+func failedStatus(res result) int {
+	var uf *upstreamFailure
+	if res.done || !errors.As(res.err, &uf) {
+		return 0
+	}
+	return uf.status
+}
+
+// isConnectTimeout reports a timeout while connecting (dial or TLS
+// handshake): the request was never sent, so it is a connection failure,
+// retried elsewhere, not a slow answer.
+func isConnectTimeout(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return true
+	}
+	return strings.Contains(err.Error(), "TLS handshake timeout")
+}
+
+// judgeStatus classifies a replica's answer status: what it says about the
+// replica, and whether another replica may be asked instead.
+func judgeStatus(status int) (o pools.Outcome, retry bool, reason string) {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return pools.Neutral, true, "status_429"
+	case status >= 500:
+		return pools.Status5xx, true, "status_5xx"
+	case status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusNotFound:
+		// The client's credentials are never forwarded and the model
+		// was rewritten to the pool's: the pool's key is wrong, or the
+		// server does not serve the pool's model.
+		return pools.Misconfigured, true, "misconfigured"
+	}
+	return pools.Success, false, ""
+}
+
+// judgeError classifies a failure to get an answer from rep: the client
+// going away, a timeout (never retried), or a connection failure.
+func judgeError(ctx context.Context, ps *poolState, rep *pools.Replica, err error, what string) result {
+	if ctx.Err() != nil {
+		return result{done: true, outcome: pools.Neutral, err: ctx.Err()}
+	}
+	ue := &upstreamError{pool: ps.Name, replica: rep.Name, err: err}
+	if what != "" {
+		ue.err = fmt.Errorf("%s: %w", what, err)
+	}
+	if isTimeout(err) && !isConnectTimeout(err) {
+		// Not replayed: the request may be slow rather than lost, and a
+		// replay doubles the load. Answers 504.
+		return result{outcome: pools.Timeout, detail: ue.err.Error(), err: ue}
+	}
+	return result{retry: true, outcome: pools.ConnectFailure, detail: ue.err.Error(), reason: "connect", err: ue}
+}
+
+// backoff waits a jittered, growing delay before retry number a (≥1),
+// returning early with the context's error.
+func backoff(ctx context.Context, a int, rnd func() uint64) error {
+	base := 10 * time.Millisecond << min(a-1, 4)
+	d := base/2 + time.Duration(rnd()%uint64(base))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

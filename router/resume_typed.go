@@ -1,0 +1,535 @@
+package router
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// typedResume resumes a stream of an API whose events name their type
+// (Responses, Messages). vLLM continues a partial answer only through chat
+// completions (continue_final_message), so the continuation is asked for
+// there, and its chunks are translated into the client API's events: the
+// client sees one stream in its own API, numbered and indexed on from what
+// it was sent, closed by one terminal event.
+type typedResume interface {
+	// observe records one event the client was sent, as the replica wrote
+	// it (before ids are rewritten). It marks the stream not resumable
+	// (resumeState.broken) when the event is one a continuation could not
+	// follow.
+	observe(typ string, root gjson.Result)
+	// translate turns one data event of the continuation's chat stream
+	// into the client API's events, as SSE bytes (nil: none yet); done is
+	// the chat stream's [DONE], after which the answer is closed.
+	translate(p *pump, data []byte, done bool) ([]byte, error)
+	// toChat is the chat request for the client's request body.
+	toChat(body []byte) ([]byte, error)
+}
+
+// errNotContinued: a continuation sent what the client's API stream cannot
+// carry on from; the stream ends with the API's error event.
+var errNotContinued = errors.New("the continuation cannot be relayed")
+
+// chatDelta is what one chunk of a chat stream brings to choice 0.
+type chatDelta struct {
+	reasoning, content string
+	toolCall           bool
+	finish             string
+	usage              gjson.Result
+}
+
+// readChatDelta reads a continuation's chunk. Reasoning deltas are content
+// once the answer was in its content (see resumeState.afterContent).
+func (rs *resumeState) readChatDelta(data []byte) chatDelta {
+	root := gjson.ParseBytes(data)
+	var d chatDelta
+	if u := root.Get("usage"); u.IsObject() {
+		d.usage = u
+	}
+	c0 := root.Get("choices.0")
+	delta := c0.Get("delta")
+	r := delta.Get("reasoning")
+	if !nonEmpty(r) {
+		r = delta.Get("reasoning_content")
+	}
+	if nonEmpty(r) {
+		d.reasoning = r.Str
+	}
+	if t := delta.Get("content"); nonEmpty(t) {
+		d.content = t.Str
+	}
+	if rs.afterContent || rs.inContent {
+		d.content, d.reasoning = d.reasoning+d.content, ""
+	}
+	d.toolCall = delta.Get("tool_calls").Exists() && delta.Get("tool_calls").Type != gjson.Null
+	if f := c0.Get("finish_reason"); f.Type == gjson.String {
+		d.finish = f.Str
+	}
+	return d
+}
+
+// continuationUsage is the continuation's usage moved to the whole answer:
+// the text already sent is in its prompt but is part of the completion.
+func (rs *resumeState) continuationUsage() (prompt, completion int64, ok bool) {
+	if !rs.usage.IsObject() {
+		return 0, 0, false
+	}
+	prompt = max(rs.usage.Get("prompt_tokens").Int()-rs.offset, 0)
+	completion = rs.usage.Get("completion_tokens").Int() + rs.offset
+	return prompt, completion, true
+}
+
+// translated relays one event of a typed stream's continuation: the chat
+// chunk is translated into the client API's events, each then relayed as
+// one from the replica would be (ids rewritten, tokens, usage and the
+// terminal event noted).
+func (p *pump) translated(data []byte) ([]byte, bool) {
+	rs := p.resume
+	if !checkDepth(data, p.depthBound()) {
+		p.refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
+		return nil, false
+	}
+	done := strings.TrimSpace(string(data)) == string(doneValue)
+	if !done {
+		d := rs.readChatDelta(data)
+		if d.toolCall {
+			rs.broken = "the continuation called a tool"
+			p.refused = fmt.Errorf("%w: %s", errNotContinued, rs.broken)
+			return nil, false
+		}
+		if d.finish != "" {
+			rs.finish = d.finish
+		}
+		if d.usage.Exists() {
+			rs.usage = d.usage
+		}
+	}
+	evs, err := rs.typed.translate(p, data, done)
+	if err != nil {
+		p.refused = err
+		return nil, false
+	}
+	if done {
+		p.sawDone = true
+	}
+	var out []byte
+	for len(evs) > 0 {
+		ev, n, _ := nextEvent(evs, 0)
+		if ev == nil {
+			break
+		}
+		evs = evs[n:]
+		d, _ := eventData(ev)
+		out = append(out, p.typedEvent(ev, d)...)
+		if p.refused != nil {
+			return nil, false
+		}
+	}
+	return out, len(out) > 0
+}
+
+// sse appends one event to b.
+func sse(b []byte, typ string, data string) []byte {
+	b = append(b, "event: "...)
+	b = append(b, typ...)
+	b = append(b, "\ndata: "...)
+	b = append(b, data...)
+	return append(b, '\n', '\n')
+}
+
+// jstr is s as a JSON string.
+func jstr(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func itoaInt(n int) string { return strconv.Itoa(n) }
+
+// ---- Responses ----
+
+// responsesResume follows a Responses stream: the response object of
+// response.created (the terminal event's base), the output items done, and
+// the item in progress.
+type responsesResume struct {
+	rs       *resumeState
+	rand     func() uint64
+	response string
+	items    []string
+	kept     int // bytes of items
+	next     int
+	open     *outputItem
+}
+
+// outputItem is an output item in progress: a message or reasoning.
+type outputItem struct {
+	kind  string // "message" or "reasoning"
+	id    string
+	index int
+	part  bool // its content part was opened
+	text  []byte
+	// textDone, partDone: its text's and its part's done events were sent.
+	textDone, partDone bool
+}
+
+func (r *responsesResume) toChat(body []byte) ([]byte, error) { return responsesToChat(body) }
+
+func (r *responsesResume) observe(typ string, root gjson.Result) {
+	rs := r.rs
+	switch typ {
+	case "response.created":
+		r.response = root.Get("response").Raw
+	case "response.in_progress":
+	case "response.output_item.added":
+		it := root.Get("item")
+		switch k := it.Get("type").Str; k {
+		case "message", "reasoning":
+			r.open = &outputItem{kind: k, id: it.Get("id").Str, index: int(root.Get("output_index").Int())}
+			r.next = r.open.index + 1
+		case "function_call", "custom_tool_call":
+			rs.broken = "a tool call was being sent"
+		default:
+			rs.broken = "an output item of type " + strconv.Quote(clip(k)) + " was being sent"
+		}
+	case "response.content_part.added", "response.reasoning_part.added":
+		if r.open != nil {
+			r.open.part = true
+		}
+	case "response.output_text.delta", "response.reasoning_text.delta":
+		want := "message"
+		if typ == "response.reasoning_text.delta" {
+			want = "reasoning"
+		}
+		if r.open == nil || r.open.kind != want {
+			rs.broken = "a delta came outside its output item"
+			return
+		}
+		d := root.Get("delta").Str
+		r.open.text = append(r.open.text, d...)
+		if want == "message" {
+			rs.addContent(d)
+		} else {
+			rs.addReasoning(d)
+		}
+	case "response.output_text.done", "response.reasoning_text.done":
+		if r.open != nil {
+			r.open.textDone = true
+		}
+	case "response.content_part.done", "response.reasoning_part.done":
+		if r.open != nil {
+			r.open.partDone = true
+		}
+	case "response.output_item.done":
+		r.items = append(r.items, root.Get("item").Raw)
+		if r.kept += len(root.Get("item").Raw); r.kept > rs.maxBuffer {
+			rs.broken, r.items = "the answer outgrew resume.max_buffer", nil
+		}
+		r.next = int(root.Get("output_index").Int()) + 1
+		r.open = nil
+	case "response.completed", "response.incomplete", "response.failed":
+		rs.broken = "the answer had finished"
+	case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
+		rs.broken = "a tool call was being sent"
+	case "response.refusal.delta":
+		rs.broken = "a refusal was being sent"
+	case "error":
+		rs.broken = "the replica sent an error event"
+	}
+}
+
+func (r *responsesResume) translate(p *pump, data []byte, done bool) ([]byte, error) {
+	rs := r.rs
+	if r.response == "" {
+		return nil, fmt.Errorf("%w: the stream had not sent response.created", errNotContinued)
+	}
+	e := responsesEmitter{seq: p.seq, open: r.open, next: r.next, rand: r.rand}
+	if r.open != nil {
+		cp := *r.open
+		e.open = &cp
+	}
+	if !done {
+		d := rs.readChatDelta(data)
+		if it := e.open; it != nil && it.textDone && d.reasoning+d.content != "" {
+			return nil, fmt.Errorf("%w: the output item's text had ended", errNotContinued)
+		}
+		if d.reasoning != "" {
+			if e.open == nil {
+				e.start("reasoning")
+			}
+			e.delta("response.reasoning_text.delta", d.reasoning)
+		}
+		if d.content != "" {
+			if e.open != nil && e.open.kind == "reasoning" {
+				e.close()
+			}
+			if e.open == nil {
+				e.start("message")
+			} else if !e.open.part {
+				e.part()
+			}
+			e.delta("response.output_text.delta", d.content)
+		}
+		return e.out, nil
+	}
+	if rs.finish == "" {
+		return nil, fmt.Errorf("%w: the continuation ended without a finish reason", errNotContinued)
+	}
+	closed := e.close()
+	items := append(append([]string(nil), r.items...), closed...)
+	resp := r.response
+	typ, status := "response.completed", "completed"
+	if rs.finish == "length" {
+		typ, status = "response.incomplete", "incomplete"
+		resp, _ = sjson.SetRaw(resp, "incomplete_details", `{"reason":"max_output_tokens"}`)
+	}
+	resp, _ = sjson.Set(resp, "status", status)
+	resp, _ = sjson.SetRaw(resp, "output", "["+strings.Join(items, ",")+"]")
+	if pt, ct, ok := rs.continuationUsage(); ok {
+		resp, _ = sjson.SetRaw(resp, "usage", `{"input_tokens":`+itoa(pt)+`,"input_tokens_details":{"cached_tokens":0},"output_tokens":`+itoa(ct)+
+			`,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":`+itoa(pt+ct)+`}`)
+	}
+	e.event(typ, `{"response":`+resp+`,"sequence_number":`+e.nextSeq()+`,"type":"`+typ+`"}`)
+	return e.out, nil
+}
+
+// responsesEmitter writes the Responses events of one translated chunk,
+// numbering them after the last one sent.
+type responsesEmitter struct {
+	out  []byte
+	seq  int64
+	open *outputItem
+	next int
+	rand func() uint64
+}
+
+func (e *responsesEmitter) nextSeq() string {
+	e.seq++
+	return itoa(e.seq)
+}
+
+func (e *responsesEmitter) event(typ, data string) { e.out = sse(e.out, typ, data) }
+
+// start opens a message or reasoning item and its content part.
+func (e *responsesEmitter) start(kind string) {
+	prefix := "msg_"
+	if kind == "reasoning" {
+		prefix = "rs_"
+	}
+	it := &outputItem{kind: kind, id: fmt.Sprintf("%s%016x%016x", prefix, e.rand(), e.rand()), index: e.next}
+	e.open, e.next = it, e.next+1
+	item := `{"id":` + jstr(it.id) + `,"content":[],"role":"assistant","status":"in_progress","type":"message"}`
+	if kind == "reasoning" {
+		item = `{"id":` + jstr(it.id) + `,"summary":[],"type":"reasoning","content":null,"encrypted_content":null,"status":"in_progress"}`
+	}
+	e.event("response.output_item.added", `{"item":`+item+`,"output_index":`+itoaInt(it.index)+`,"sequence_number":`+e.nextSeq()+`,"type":"response.output_item.added"}`)
+	e.part()
+}
+
+// part opens the open item's content part.
+func (e *responsesEmitter) part() {
+	it := e.open
+	typ, part := "response.content_part.added", `{"annotations":[],"text":"","type":"output_text","logprobs":[]}`
+	if it.kind == "reasoning" {
+		typ, part = "response.reasoning_part.added", `{"text":"","type":"reasoning_text"}`
+	}
+	it.part = true
+	e.event(typ, `{"content_index":0,"item_id":`+jstr(it.id)+`,"output_index":`+itoaInt(it.index)+`,"part":`+part+`,"sequence_number":`+e.nextSeq()+`,"type":"`+typ+`"}`)
+}
+
+func (e *responsesEmitter) delta(typ, text string) {
+	it := e.open
+	it.text = append(it.text, text...)
+	logprobs := `,"logprobs":[]`
+	if it.kind == "reasoning" {
+		logprobs = ""
+	}
+	e.event(typ, `{"content_index":0,"delta":`+jstr(text)+`,"item_id":`+jstr(it.id)+logprobs+`,"output_index":`+itoaInt(it.index)+`,"sequence_number":`+e.nextSeq()+`,"type":"`+typ+`"}`)
+}
+
+// close ends the open item (its text, its part, the item) and returns the
+// item as the terminal event lists it.
+func (e *responsesEmitter) close() []string {
+	it := e.open
+	if it == nil {
+		return nil
+	}
+	e.open = nil
+	text := jstr(string(it.text))
+	head := `{"content_index":0,"item_id":` + jstr(it.id) + `,"output_index":` + itoaInt(it.index)
+	var item string
+	if it.kind == "reasoning" {
+		if !it.textDone {
+			e.event("response.reasoning_text.done", head+`,"sequence_number":`+e.nextSeq()+`,"text":`+text+`,"type":"response.reasoning_text.done"}`)
+		}
+		if !it.partDone {
+			e.event("response.reasoning_part.done", head+`,"part":{"text":`+text+`,"type":"reasoning_text"},"sequence_number":`+e.nextSeq()+`,"type":"response.reasoning_part.done"}`)
+		}
+		item = `{"id":` + jstr(it.id) + `,"summary":[],"type":"reasoning","content":[{"text":` + text + `,"type":"reasoning_text"}],"encrypted_content":null,"status":"completed"}`
+	} else {
+		if !it.part {
+			e.open = it
+			e.part()
+			e.open = nil
+		}
+		part := `{"annotations":[],"text":` + text + `,"type":"output_text","logprobs":null}`
+		if !it.textDone {
+			e.event("response.output_text.done", head+`,"logprobs":[],"sequence_number":`+e.nextSeq()+`,"text":`+text+`,"type":"response.output_text.done"}`)
+		}
+		if !it.partDone {
+			e.event("response.content_part.done", head+`,"part":`+part+`,"sequence_number":`+e.nextSeq()+`,"type":"response.content_part.done"}`)
+		}
+		item = `{"id":` + jstr(it.id) + `,"content":[` + part + `],"role":"assistant","status":"completed","type":"message"}`
+	}
+	e.event("response.output_item.done", `{"item":`+item+`,"output_index":`+itoaInt(it.index)+`,"sequence_number":`+e.nextSeq()+`,"type":"response.output_item.done"}`)
+	return []string{item}
+}
+
+// ---- Messages ----
+
+// messagesResume follows a Messages stream: the content block in progress
+// and the next block's index.
+type messagesResume struct {
+	rs   *resumeState
+	rand func() uint64
+	open *messagesBlock
+	next int
+	// input is message_start's input_tokens: the prompt's, exact, where
+	// the continuation's includes the text already sent.
+	input gjson.Result
+}
+
+// messagesBlock is a text or thinking block in progress.
+type messagesBlock struct {
+	kind   string // "text" or "thinking"
+	index  int
+	signed bool // a thinking block's signature was sent
+}
+
+func (m *messagesResume) toChat(body []byte) ([]byte, error) { return messagesToChat(body) }
+
+func (m *messagesResume) observe(typ string, root gjson.Result) {
+	rs := m.rs
+	switch typ {
+	case "message_start":
+		m.input = root.Get("message.usage.input_tokens")
+	case "ping":
+	case "content_block_start":
+		switch k := root.Get("content_block.type").Str; k {
+		case "text", "thinking":
+			m.open = &messagesBlock{kind: k, index: int(root.Get("index").Int())}
+			m.next = m.open.index + 1
+		case "tool_use", "server_tool_use":
+			rs.broken = "a tool call was being sent"
+		default:
+			rs.broken = "a content block of type " + strconv.Quote(clip(k)) + " was being sent"
+		}
+	case "content_block_delta":
+		d := root.Get("delta")
+		switch {
+		case m.open == nil:
+			rs.broken = "a delta came outside its content block"
+		case d.Get("type").Str == "text_delta" && m.open.kind == "text":
+			rs.addContent(d.Get("text").Str)
+		case d.Get("type").Str == "thinking_delta" && m.open.kind == "thinking":
+			rs.addReasoning(d.Get("thinking").Str)
+		case d.Get("type").Str == "signature_delta":
+			m.open.signed = true
+		default:
+			rs.broken = "a delta of type " + strconv.Quote(clip(d.Get("type").Str)) + " was being sent"
+		}
+	case "content_block_stop":
+		m.next, m.open = int(root.Get("index").Int())+1, nil
+	case "message_delta", "message_stop":
+		rs.broken = "the answer had finished"
+	default:
+		rs.broken = "the replica sent an event of type " + strconv.Quote(clip(typ))
+	}
+}
+
+func (m *messagesResume) translate(p *pump, data []byte, done bool) ([]byte, error) {
+	rs := m.rs
+	e := messagesEmitter{next: m.next, rand: m.rand}
+	if m.open != nil {
+		cp := *m.open
+		e.open = &cp
+	}
+	if !done {
+		d := rs.readChatDelta(data)
+		if d.reasoning != "" {
+			if e.open == nil {
+				e.start("thinking")
+			}
+			e.event("content_block_delta", `{"type":"content_block_delta","delta":{"type":"thinking_delta","thinking":`+jstr(d.reasoning)+`},"index":`+itoaInt(e.open.index)+`}`)
+		}
+		if d.content != "" {
+			if e.open != nil && e.open.kind == "thinking" {
+				e.close()
+			}
+			if e.open == nil {
+				e.start("text")
+			}
+			e.event("content_block_delta", `{"type":"content_block_delta","delta":{"type":"text_delta","text":`+jstr(d.content)+`},"index":`+itoaInt(e.open.index)+`}`)
+		}
+		return e.out, nil
+	}
+	if rs.finish == "" {
+		return nil, fmt.Errorf("%w: the continuation ended without a finish reason", errNotContinued)
+	}
+	e.close()
+	// vLLM's stop-reason map (AnthropicServingMessages.stop_reason_map).
+	reason := "end_turn"
+	switch rs.finish {
+	case "length":
+		reason = "max_tokens"
+	case "tool_calls":
+		reason = "tool_use"
+	}
+	usage := ""
+	if pt, ct, ok := rs.continuationUsage(); ok {
+		if m.input.Type == gjson.Number {
+			pt = m.input.Int()
+		}
+		usage = `,"usage":{"input_tokens":` + itoa(pt) + `,"output_tokens":` + itoa(ct) + `}`
+	}
+	e.event("message_delta", `{"type":"message_delta","delta":{"stop_reason":"`+reason+`","stop_sequence":null}`+usage+`}`)
+	e.event("message_stop", `{"type":"message_stop"}`)
+	return e.out, nil
+}
+
+// messagesEmitter writes the Messages events of one translated chunk.
+type messagesEmitter struct {
+	out  []byte
+	open *messagesBlock
+	next int
+	rand func() uint64
+}
+
+func (e *messagesEmitter) event(typ, data string) { e.out = sse(e.out, typ, data) }
+
+func (e *messagesEmitter) start(kind string) {
+	e.open = &messagesBlock{kind: kind, index: e.next}
+	e.next++
+	block := `{"type":"text","text":""}`
+	if kind == "thinking" {
+		block = `{"type":"thinking","thinking":""}`
+	}
+	e.event("content_block_start", `{"type":"content_block_start","content_block":`+block+`,"index":`+itoaInt(e.open.index)+`}`)
+}
+
+// close ends the open block; a thinking block gets a signature first, as
+// vLLM sends one (an opaque value that vLLM ignores when it comes back).
+func (e *messagesEmitter) close() {
+	b := e.open
+	if b == nil {
+		return
+	}
+	e.open = nil
+	if b.kind == "thinking" && !b.signed {
+		e.event("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","delta":{"type":"signature_delta","signature":"%016x%016x"},"index":%d}`, e.rand(), e.rand(), b.index))
+	}
+	e.event("content_block_stop", `{"type":"content_block_stop","index":`+itoaInt(b.index)+`}`)
+}

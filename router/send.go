@@ -1,0 +1,381 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/pools"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// sendSpec is one HTTP attempt of an execution: where to, built how, and
+// judged how.
+type sendSpec struct {
+	ps    *poolState
+	rep   *pools.Replica
+	clock *upstreamClock
+	// ex, when set, settles a failure it holds as soon as this answer's
+	// status is known (see execute's poison rule), not when the answer
+	// (perhaps a long stream) ends.
+	ex *execution
+	// build makes the request with the attempt's context.
+	build func(hctx context.Context) (*http.Request, error)
+	// judge classifies the answer's status (judgeStatus when nil); it may
+	// read the body, leaving it readable.
+	judge func(resp *http.Response) (o pools.Outcome, retry bool, reason string)
+	// what prefixes the detail of a failed status ("classifier ").
+	what string
+}
+
+// send makes one HTTP attempt: it starts the attempt's clock (the caller
+// stops it), sends, and judges the answer's status. resp is an answer to
+// pass on, whose body the caller closes; without one, res is the failure
+// as the executor needs it (no answer, or a status another replica may be
+// asked instead of). hctx is the attempt's context, which the clock ends
+// with a phase timeout.
+func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *http.Response, hctx context.Context, res result) {
+	hctx = a.clock.start(ctx, a.ps.timeouts)
+	req, err := a.build(hctx)
+	if err != nil {
+		return nil, hctx, result{err: fmt.Errorf("%w: %v", errUpstream, err)}
+	}
+	if span.IsRecording() {
+		span.SetAttributes(clientRequestAttrs(req)...)
+	}
+	resp, err = a.rep.Client().Do(req)
+	resp, err = a.clock.headers(hctx, resp, err)
+	if err != nil {
+		if ctx.Err() == nil {
+			setClientError(span, transportErrorType(err), err)
+		}
+		return nil, hctx, judgeError(ctx, a.ps, a.rep, err, "")
+	}
+	if a.ex != nil {
+		a.ex.settle(a.ps, resp.StatusCode)
+	}
+	judge := a.judge
+	if judge == nil {
+		judge = func(resp *http.Response) (pools.Outcome, bool, string) { return judgeStatus(resp.StatusCode) }
+	}
+	o, retry, reason := judge(resp)
+	if !retry {
+		setClientStatus(span, resp.StatusCode, "")
+		return resp, hctx, result{}
+	}
+	defer resp.Body.Close()
+	msg := readErrorMessage(resp.Body)
+	setClientStatus(span, resp.StatusCode, msg)
+	uf := &upstreamFailure{status: resp.StatusCode, msg: msg}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		uf.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
+	return nil, hctx, result{retry: true, outcome: o, reason: reason,
+		detail: fmt.Sprintf("%sstatus %d: %s", a.what, resp.StatusCode, msg), err: uf}
+}
+
+// isEventStream reports an answer that is a 200 event stream.
+func isEventStream(resp *http.Response) bool {
+	return resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+}
+
+// upstreamRequest builds the request to rep for client request r: body,
+// the client's headers less hop-by-hop ones and its credentials, the
+// forwarding headers, the request id, the pool's key and the trace context
+// of ctx. hctx is the attempt's context. path, when set, is the endpoint
+// to post to instead of the client's (a continuation's).
+func (g *Gateway) upstreamRequest(ctx, hctx context.Context, x *exchange, r *http.Request, ps *poolState, rep *pools.Replica, body []byte, path string) (*http.Request, error) {
+	method, target := http.MethodPost, rep.Base()+x.ep.path()
+	var rd io.Reader = bytes.NewReader(body)
+	switch {
+	case path != "":
+		target = rep.Base() + path
+	case x.storedID != "":
+		method, target = r.Method, rep.Base()+"/v1/responses/"+url.PathEscape(x.storedID)+x.storedSuffix
+		if r.URL.RawQuery != "" {
+			target += "?" + r.URL.RawQuery // stream, starting_after, include
+		}
+		if len(body) == 0 {
+			rd = http.NoBody
+		}
+	case x.ep.anthropic() && r.URL.RawQuery != "":
+		target += "?" + r.URL.RawQuery // ?beta=true, as Claude Code sends it
+	}
+	out, err := http.NewRequestWithContext(hctx, method, target, rd)
+	if err != nil {
+		return nil, err
+	}
+	copyRequestHeaders(out.Header, r.Header)
+	setForwarded(out.Header, r)
+	out.Header[headerReqID] = x.idHeader
+	if rd != http.NoBody {
+		out.Header["Content-Type"] = jsonContentType
+	}
+	if k := ps.cfg.APIKey; k != "" {
+		out.Header.Set("Authorization", "Bearer "+string(k))
+	}
+	if g.tracing {
+		g.prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
+	}
+	return out, nil
+}
+
+// upstreamError is a failure to reach a replica or read its answer; it
+// keeps the cause (a timeout maps to 504) and reads as errUpstream.
+type upstreamError struct {
+	pool, replica string
+	err           error
+}
+
+func (e *upstreamError) Error() string {
+	return fmt.Sprintf("%v: pool %q replica %q: %s", errUpstream, e.pool, e.replica, trimURLError(e.err))
+}
+
+func (e *upstreamError) Unwrap() []error { return []error{errUpstream, e.err} }
+
+func trimURLError(err error) string {
+	s := err.Error()
+	if i := strings.LastIndex(s, ": "); i >= 0 && strings.HasPrefix(s, "Post ") {
+		return s[i+2:]
+	}
+	return s
+}
+
+// readErrorMessage reads a replica's error body (bounded) for the message.
+func readErrorMessage(body io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(body, 16<<10))
+	// A replica's message may quote the request (vLLM's validation
+	// errors do): it is cut like any echoed client string, with more room.
+	if !checkDepth(b, policy.DefaultMaxJSONDepth) {
+		return clipN(strings.TrimSpace(string(b)), maxReplicaEcho)
+	}
+	if m := gjson.GetBytes(b, "error.message"); m.Exists() {
+		return clipN(m.String(), maxReplicaEcho)
+	}
+	if m := gjson.GetBytes(b, "message"); m.Exists() {
+		return clipN(m.String(), maxReplicaEcho)
+	}
+	return clipN(strings.TrimSpace(string(b)), maxReplicaEcho)
+}
+
+var jsonContentType = []string{"application/json"}
+
+// maxResponseBytes bounds a non-stream answer held in memory before it is
+// passed on (streams are never held).
+var maxResponseBytes int64 = 64 << 20
+
+// hopHeaders are connection-specific (RFC 9110 §7.6.1) and never forwarded.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+func isHop(k string) bool {
+	for _, h := range hopHeaders {
+		if k == h {
+			return true
+		}
+	}
+	return false
+}
+
+// copyRequestHeaders forwards the client's headers except hop-by-hop ones,
+// the client's credentials for Switchyard, and those the transport sets.
+func copyRequestHeaders(dst, src http.Header) {
+	for k, vv := range src {
+		switch k {
+		case "Authorization", "X-Api-Key", "Content-Length", "Host", "Accept-Encoding", headerReqID:
+			continue // the client's credentials are for Switchyard
+		}
+		if isHop(k) {
+			continue
+		}
+		dst[k] = vv
+	}
+	dropConnectionHeaders(dst, src)
+}
+
+// dropConnectionHeaders removes from dst the headers that src's Connection
+// header names: they are hop-by-hop too (RFC 9110 §7.6.1).
+func dropConnectionHeaders(dst, src http.Header) {
+	for _, f := range src["Connection"] {
+		for name := range strings.SplitSeq(f, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				dst.Del(name)
+			}
+		}
+	}
+}
+
+// setForwarded tells the replica who the client is, as
+// httputil.ReverseProxy does: the peer's address is appended to
+// X-Forwarded-For, and X-Forwarded-Host and X-Forwarded-Proto describe the
+// request the gateway received. A Forwarded element (RFC 7239) is
+// appended with the same facts.
+func setForwarded(dst http.Header, in *http.Request) {
+	proto, protoV := "http", protoHTTP
+	if in.TLS != nil {
+		proto, protoV = "https", protoHTTPS
+	}
+	dst["X-Forwarded-Proto"] = protoV // shared, read-only
+	ip, _, err := net.SplitHostPort(in.RemoteAddr)
+	if err != nil {
+		dst.Del("X-Forwarded-For")
+		dst.Del("Forwarded")
+		return
+	}
+	// One backing array for the three values: one allocation, not three.
+	vals := make([]string, 3)
+	if in.Host != "" {
+		vals[0] = in.Host
+		dst["X-Forwarded-Host"] = vals[0:1:1]
+	}
+	vals[1] = ip
+	if prior := dst["X-Forwarded-For"]; len(prior) > 0 {
+		vals[1] = strings.Join(prior, ", ") + ", " + ip
+	}
+	dst["X-Forwarded-For"] = vals[1:2:2]
+	node := ip
+	if strings.Contains(ip, ":") {
+		node = `"[` + ip + `]"` // IPv6 is quoted and bracketed (RFC 7239 §6)
+	}
+	vals[2] = "for=" + node + ";proto=" + proto
+	if prior := strings.Join(dst["Forwarded"], ", "); prior != "" && strings.Count(prior, `"`)%2 == 0 {
+		// A client's value with an open quote would swallow ours; such a
+		// value is dropped rather than passed on.
+		vals[2] = prior + ", " + vals[2]
+	}
+	dst["Forwarded"] = vals[2:3:3]
+}
+
+var (
+	protoHTTP  = []string{"http"}
+	protoHTTPS = []string{"https"}
+)
+
+// writeHeaders copies the replica's response headers and adds Switchyard's.
+// length < 0 means streamed (no Content-Length).
+func (g *Gateway) writeHeaders(w http.ResponseWriter, x *exchange, resp *http.Response, length int64) {
+	h := w.Header()
+	for k, vv := range resp.Header {
+		if isHop(k) || k == "Content-Length" || k == headerReqID {
+			continue
+		}
+		h[k] = vv
+	}
+	dropConnectionHeaders(h, resp.Header)
+	if length >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(length, 10))
+	}
+	g.setRouteHeaders(h, x)
+}
+
+// setRouteHeaders sets the X-Switchyard-* headers and X-Request-Id. The
+// header names are already canonical; the values share one backing array so
+// this costs one allocation rather than one per header.
+func (g *Gateway) setRouteHeaders(h http.Header, x *exchange) {
+	vals := [5]string{x.id, x.route, x.pool, x.replica, x.class}
+	backing := vals[:]
+	set := func(k string, i int) {
+		if vals[i] != "" {
+			h[k] = backing[i : i+1 : i+1]
+		}
+	}
+	set(headerReqID, 0)
+	set(headerRoute, 1)
+	set(headerPool, 2)
+	set(headerReplica, 3)
+	set(headerClass, 4)
+}
+
+// countTokensLocally answers count_tokens for a vLLM without it (older
+// versions answer 404): an estimate, about four bytes of JSON per token.
+func (g *Gateway) countTokensLocally(w http.ResponseWriter, x *exchange, resp *http.Response) result {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 16<<10))
+	answer := []byte(`{"input_tokens":` + itoa(int64(x.info.PromptTokens)) + `}`)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", itoa(int64(len(answer))))
+	g.setRouteHeaders(h, x)
+	w.WriteHeader(http.StatusOK)
+	x.status, x.sent = http.StatusOK, http.StatusOK
+	_, _ = w.Write(answer)
+	return result{done: true, outcome: pools.Neutral}
+}
+
+// rewriteAnswer applies to a non-stream answer what the gateway changes:
+// the model name with rewrite_response_model, and a Responses answer's id
+// (see storedPrefix).
+func (x *exchange) rewriteAnswer(answer []byte, rep *pools.Replica) []byte {
+	if x.ep == responsesEndpoint {
+		answer = trimUsage(responseIDs(answer, replicaTag(rep), x.ids()), "")
+	}
+	if x.clientModel != "" && gjson.GetBytes(answer, "model").Exists() {
+		if out, err := sjson.SetBytes(answer, "model", x.clientModel); err == nil {
+			answer = out
+		}
+	}
+	return answer
+}
+
+// usage records the token counts of a non-stream response.
+func (g *Gateway) usage(x *exchange, ps *poolState, data []byte, span trace.Span) {
+	if p, c, ok := readUsage(data); ok {
+		g.recordUsage(x, ps, p, c, gjson.GetBytes(data, "model").String(), span)
+	}
+}
+
+// readUsage reads the usage object of a response or chunk.
+func readUsage(data []byte) (prompt, completion int64, ok bool) {
+	u := gjson.GetBytes(data, "usage")
+	if !u.IsObject() {
+		return 0, 0, false
+	}
+	if !u.Get("prompt_tokens").Exists() && u.Get("input_tokens").Exists() {
+		// The Responses and Messages APIs' names.
+		return u.Get("input_tokens").Int(), u.Get("output_tokens").Int(), true
+	}
+	return u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int(), true
+}
+
+// recordUsage counts one request's tokens, once.
+func (g *Gateway) recordUsage(x *exchange, ps *poolState, p, c int64, model string, span trace.Span) {
+	x.prompt, x.complete = p, c
+	g.metrics.tokens.WithLabelValues(ps.Name, "prompt").Add(float64(p))
+	g.metrics.tokens.WithLabelValues(ps.Name, "completion").Add(float64(c))
+	g.metrics.keyTokens.WithLabelValues(x.keyName(), "prompt").Add(float64(p))
+	g.metrics.keyTokens.WithLabelValues(x.keyName(), "completion").Add(float64(c))
+	if span.IsRecording() {
+		if model != "" {
+			setResponseAttrs(span, x.span, []attribute.KeyValue{attrGenAIResponseModel.String(model)})
+		}
+		setUsage(span, p, c)
+		setUsage(x.span, p, c)
+	}
+}
+
+var bufferPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func getBuffer() *bytes.Buffer { return bufferPool.Get().(*bytes.Buffer) }
+
+func putBuffer(b *bytes.Buffer) {
+	if b.Cap() > 1<<20 {
+		return // let unusually large buffers go
+	}
+	b.Reset()
+	bufferPool.Put(b)
+}
