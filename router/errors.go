@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -64,6 +65,17 @@ func badRequest(param, msg string) *apiError {
 // toAPIError maps any error of the request path to its status and OpenAI
 // shape. It is the one place that decides statuses.
 func toAPIError(err error, detail string) *apiError {
+	var uf *upstreamFailure
+	if errors.As(err, &uf) {
+		// A replica's refusal that no other replica took over: its status
+		// class and message, in the gateway's shape.
+		if uf.status == http.StatusTooManyRequests {
+			err = &retryAfter{err: fmt.Errorf("%w: %s", errUpstream429, uf.msg), after: uf.retryAfter}
+		} else {
+			err = fmt.Errorf("%w: replica answered %d: %s", errUpstream, uf.status, uf.msg)
+		}
+		detail = ""
+	}
 	ae := mapError(err, detail)
 	var ra *retryAfter
 	if errors.As(err, &ra) && ae.RetryAfter > 0 {

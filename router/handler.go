@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -300,14 +299,6 @@ const statusClientClosed = 499
 // known.
 func (g *Gateway) fail(w http.ResponseWriter, x *exchange, err error, detail string) {
 	ae := toAPIError(err, detail)
-	var uf *upstreamFailure
-	if errors.As(err, &uf) {
-		if uf.status == http.StatusTooManyRequests {
-			ae = toAPIError(&retryAfter{err: fmt.Errorf("%w: %s", errUpstream429, uf.msg), after: uf.retryAfter}, "")
-		} else {
-			ae = toAPIError(fmt.Errorf("%w: replica answered %d: %s", errUpstream, uf.status, uf.msg), "")
-		}
-	}
 	x.status, x.sent = ae.Status, ae.Status
 	x.errMsg = ae.Message
 	g.setRouteHeaders(w.Header(), x)

@@ -39,6 +39,7 @@ func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte
 	// The classifier's calls wait for a full replica as a tenant of their
 	// own, beside the keys' requests.
 	ex := &execution{ps: ps, req: &pools.Request{Tenant: "(classifier)"}, attempts: 2, call: call}
+	call.ex = ex
 	res := t.g.execute(ctx, ex)
 	if res.err != nil {
 		if ctx.Err() != nil {
@@ -57,6 +58,7 @@ func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte
 // classifierCall makes the attempts of one classifier request.
 type classifierCall struct {
 	t    *poolTransport
+	ex   *execution
 	ps   *poolState
 	body []byte
 	out  []byte
@@ -66,41 +68,42 @@ func (c *classifierCall) acquired(*pools.Replica) {}
 
 func (c *classifierCall) send(ctx context.Context, rep *pools.Replica) result {
 	var res result
-	c.out, res = c.t.once(ctx, c.ps, rep, c.body)
+	c.out, res = c.t.once(ctx, c.ex, c.ps, rep, c.body)
 	return res
 }
 
-func (t *poolTransport) once(ctx context.Context, ps *poolState, rep *pools.Replica, body []byte) ([]byte, result) {
+// once makes one attempt of a classifier call on rep.
+func (t *poolTransport) once(ctx context.Context, ex *execution, ps *poolState, rep *pools.Replica, body []byte) ([]byte, result) {
 	// Each attempt is a client span, a child of switchyard.classify.
 	ctx, span := t.g.startSpan(ctx, "switchyard.classify.upstream", trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
-	var clock upstreamClock
-	hctx := clock.start(ctx, ps.timeouts)
-	defer clock.stop()
-	req, err := http.NewRequestWithContext(hctx, http.MethodPost, rep.Base()+"/v1/chat/completions", bytes.NewReader(body))
-	if err != nil {
-		return nil, result{err: err}
-	}
 	if span.IsRecording() {
 		span.SetAttributes(attrSwitchyardPool.String(ps.Name), attrSwitchyardReplica.String(rep.Name),
 			attrGenAIOperation.String(chatEndpoint.operation()), attrGenAIProvider.String(genAIProvider))
-		span.SetAttributes(clientRequestAttrs(req)...)
 		span.SetAttributes(genAIRequestAttrs(body)...)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	if k := ps.cfg.APIKey; k != "" {
-		req.Header.Set("Authorization", "Bearer "+string(k))
-	}
-	if t.g.tracing {
-		t.g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	}
-	resp, err := rep.Client().Do(req)
-	resp, err = clock.headers(hctx, resp, err)
-	if err != nil {
-		if ctx.Err() == nil {
-			setClientError(span, transportErrorType(err), err)
+	var clock upstreamClock
+	defer clock.stop()
+	resp, _, res := t.g.send(ctx, span, sendSpec{ps: ps, rep: rep, clock: &clock, ex: ex, what: "classifier ",
+		build: func(hctx context.Context) (*http.Request, error) {
+			req, err := http.NewRequestWithContext(hctx, http.MethodPost, rep.Base()+"/v1/chat/completions", bytes.NewReader(body))
+			if err != nil {
+				return nil, err
+			}
+			req.Header.Set("Content-Type", "application/json")
+			if k := ps.cfg.APIKey; k != "" {
+				req.Header.Set("Authorization", "Bearer "+string(k))
+			}
+			if t.g.tracing {
+				t.g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+			}
+			return req, nil
+		}})
+	if resp == nil {
+		if res.err != nil && !res.done {
+			res.err = fmt.Errorf("replica %q: %w", rep.Name, res.err)
 		}
-		return nil, judgeError(ctx, ps, rep, err, "")
+		return nil, res
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(io.LimitReader(resp.Body, maxClassifierAnswer))
@@ -110,20 +113,14 @@ func (t *poolTransport) once(ctx context.Context, ps *poolState, rep *pools.Repl
 		}
 		return nil, judgeError(ctx, ps, rep, err, "reading answer")
 	}
-	setClientStatus(span, resp.StatusCode, "")
 	if !checkDepth(out, replicaDepth(t.g.snap.Load().Config.Server.MaxJSONDepth)) {
 		// Never parsed: a recursive parser on hostile nesting costs
 		// memory without bound. The replica's fault.
 		err := fmt.Errorf("replica %q: the classifier's answer nests JSON too deeply", rep.Name)
 		return nil, result{retry: true, outcome: pools.Status5xx, reason: "status_5xx", detail: err.Error(), err: err}
 	}
-	if o, retry, reason := judgeStatus(resp.StatusCode); retry {
-		msg := readErrorMessage(bytes.NewReader(out))
-		return nil, result{retry: true, outcome: o, reason: reason, detail: fmt.Sprintf("classifier status %d: %s", resp.StatusCode, msg),
-			err: fmt.Errorf("replica %q: %w", rep.Name, &upstreamFailure{status: resp.StatusCode, msg: msg})}
-	}
 	if resp.StatusCode != http.StatusOK {
-		// A 4xx other than the ones judged above: the classifier's own
+		// A 4xx other than the ones send retries: the classifier's own
 		// request was refused. Not the replica's fault, not retried.
 		return nil, result{outcome: pools.Neutral, err: fmt.Errorf("replica %q: status %d: %s: %w", rep.Name, resp.StatusCode, readErrorMessage(bytes.NewReader(out)), classifier.ErrRefused)}
 	}
