@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/vllmsim"
+	"github.com/tidwall/gjson"
 )
 
 // sdkResult is one line of testdata/sdk/clients.mjs.
@@ -144,5 +147,87 @@ func TestOpenAIAgentsSDK(t *testing.T) {
 		if !r.OK || strings.Join(r.Items, ",") != "tool_call_item,tool_call_output_item,message_output_item" || r.Text == "" {
 			t.Errorf("%s: %+v, want a tool call, its output and an answer", mode, r)
 		}
+	}
+}
+
+// TestOpenAIAgentsSDKResume: the OpenAI Agents SDK (JS) streams a tool
+// task over the Responses API while both replicas cut every stream after
+// 20 events: the tool call's turn is shorter and completes, the answer's
+// turn is cut and resumed on the other replica, and the SDK finishes the
+// run with the whole answer and no error.
+func TestOpenAIAgentsSDKResume(t *testing.T) {
+	dir, err := filepath.Abs("../testdata/sdk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed; .ci/run installs it")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@openai", "agents")); err != nil {
+		t.Skip("the SDKs are not installed: run npm ci --prefix testdata/sdk (.ci/run does)")
+	}
+	prof := vllmsim.Profile{Model: "m", DefaultMaxTokens: 30}
+	a, b := startReplica(t, prof), startReplica(t, prof)
+	for _, r := range []*replica{a, b} {
+		r.Sim.SetFaults(vllmsim.Faults{CutAfterChunks: 20})
+	}
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p:
+    model: m
+    balance: round_robin
+    retries: 0
+    health: {disabled: true}
+    resume: {enabled: true}
+    replicas: [{name: a, url: "{{a}}"}, {name: b, url: "{{b}}"}]
+routes:
+  - name: default
+    to: p
+`, map[string]string{"a": a.Srv.URL, "b": b.Srv.URL}, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, node, filepath.Join(dir, "agents.mjs"), gw.API.URL+"/v1", "stream").Output()
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	var r struct {
+		OK    bool     `json:"ok"`
+		Items []string `json:"items"`
+		Text  string   `json:"text"`
+		Error string   `json:"error"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	if !r.OK || strings.Join(r.Items, ",") != "tool_call_item,tool_call_output_item,message_output_item" {
+		t.Fatalf("%+v, want a tool call, its output and an answer", r)
+	}
+	// The answer's turn, asked again of a replica that does not cut, is
+	// the text the SDK got.
+	var turn []byte
+	for _, rep := range []*replica{a, b} {
+		for _, body := range rep.bodies {
+			if gjson.GetBytes(body, `input.#(type=="function_call_output")`).Exists() {
+				turn = body
+			}
+		}
+	}
+	if turn == nil {
+		t.Fatal("no replica got the answer's turn")
+	}
+	ref := startReplica(t, prof)
+	resp, err := http.Post(ref.Srv.URL+"/v1/responses", "application/json", strings.NewReader(strings.Replace(string(turn), `"stream":true`, `"stream":false`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := gjson.GetBytes(full, `output.#(type=="message").content.0.text`).Str; r.Text != want || want == "" {
+		t.Errorf("the SDK's answer %q\nwant the uncut answer %q", r.Text, want)
+	}
+	if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 1 {
+		t.Errorf("%v streams resumed, want the answer's", got)
 	}
 }
