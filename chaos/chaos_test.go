@@ -345,70 +345,109 @@ func TestDrainWithOpenStreams(t *testing.T) {
 }
 
 // TestKillReplicaMidStreamResumes: with resume on, kill -9 a replica while
-// streams run on it: every client stream completes with [DONE], and its
-// text is the whole answer (the prefix the dead replica sent plus the
-// continuation of another), with one chunk id throughout.
+// streams of the three APIs run on it: every client stream completes in
+// its own API (chat's [DONE]; one response.completed with sequence numbers
+// without a gap; one message_stop), and its text is the whole answer (the
+// prefix the dead replica sent plus the continuation of another), under
+// one id throughout.
 func TestKillReplicaMidStreamResumes(t *testing.T) {
-	slow := []string{"--decode-tps", "100", "--max-tokens", "30"}
-	a, b, c := sim(t, slow...), sim(t, slow...), sim(t, slow...)
-	gw, _ := gateway(t, threeReplicaConfig(a.addr, b.addr, c.addr, "    resume: {enabled: true}\n"))
-	hc := &http.Client{Timeout: 30 * time.Second}
-	read := func() (text string, ids map[string]bool, done bool, err error) {
-		resp, err := hc.Post("http://"+gw.addr+"/v1/chat/completions", "application/json",
-			strings.NewReader(`{"model":"auto","stream":true,"messages":[{"role":"user","content":"hello there"}]}`))
-		if err != nil {
-			return "", nil, false, err
-		}
-		defer resp.Body.Close()
-		ids = map[string]bool{}
-		var sb strings.Builder
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			d, ok := strings.CutPrefix(sc.Text(), "data: ")
-			if !ok {
-				continue
-			}
-			if d == "[DONE]" {
-				done = true
-				continue
-			}
-			if gjson.Get(d, "error").Exists() {
-				return sb.String(), ids, false, fmt.Errorf("error event: %s", d)
-			}
-			ids[gjson.Get(d, "id").String()] = true
-			sb.WriteString(gjson.Get(d, "choices.0.delta.content").String())
-		}
-		return sb.String(), ids, done, sc.Err()
+	type api struct{ path, body string }
+	apis := []api{
+		{"/v1/chat/completions", `{"model":"auto","stream":true,"messages":[{"role":"user","content":"hello there"}]}`},
+		{"/v1/responses", `{"model":"auto","stream":true,"input":"hello there"}`},
+		{"/v1/messages", `{"model":"auto","stream":true,"max_tokens":30,"messages":[{"role":"user","content":"hello there"}]}`},
 	}
-	want, _, _, err := read()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 12
 	type res struct {
 		text string
 		ids  map[string]bool
 		done bool
 		err  error
 	}
-	results := make(chan res, n)
-	for range n {
-		go func() {
-			text, ids, done, err := read()
-			results <- res{text, ids, done, err}
-		}()
-	}
-	eventually(t, 10*time.Second, "streams to run on every replica", func() bool { return gw.metric(t, "switchyard_replica_inflight") >= n })
-	time.Sleep(100 * time.Millisecond) // a few tokens into each stream
-	_ = b.cmd.Process.Kill()
-	for range n {
-		r := <-results
-		if r.err != nil || !r.done || r.text != want || len(r.ids) != 1 {
-			t.Errorf("stream: done %t, %d ids, err %v\n got %q\nwant %q", r.done, len(r.ids), r.err, r.text, want)
+	read := func(gw *proc, x api) (r res) {
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Post("http://"+gw.addr+x.path, "application/json", strings.NewReader(x.body))
+		if err != nil {
+			return res{err: err}
 		}
+		defer resp.Body.Close()
+		r.ids = map[string]bool{}
+		var sb strings.Builder
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		seq, terminals := int64(-1), 0
+		for sc.Scan() {
+			d, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			ev := gjson.Parse(d)
+			switch typ := ev.Get("type").Str; {
+			case d == "[DONE]":
+				r.done = true
+			case ev.Get("error").Exists() || typ == "error":
+				r.err = fmt.Errorf("%s: error event: %s", x.path, d)
+				return r
+			case x.path == "/v1/chat/completions":
+				r.ids[ev.Get("id").Str] = true
+				sb.WriteString(ev.Get("choices.0.delta.content").Str)
+			case x.path == "/v1/responses":
+				if n := ev.Get("sequence_number").Int(); n != seq+1 {
+					r.err = fmt.Errorf("responses: sequence_number %d after %d", n, seq)
+				}
+				seq = ev.Get("sequence_number").Int()
+				if id := ev.Get("response.id"); id.Exists() {
+					r.ids[id.Str] = true
+				}
+				switch typ {
+				case "response.output_text.delta":
+					sb.WriteString(ev.Get("delta").Str)
+				case "response.completed":
+					terminals++
+					r.done = terminals == 1 && ev.Get("response.output.0.content.0.text").Str == sb.String()
+				}
+			default:
+				switch typ {
+				case "message_start":
+					r.ids[ev.Get("message.id").Str] = true
+				case "content_block_delta":
+					sb.WriteString(ev.Get("delta.text").Str)
+				case "message_stop":
+					terminals++
+					r.done = terminals == 1
+				}
+			}
+		}
+		r.text = sb.String()
+		if r.err == nil {
+			r.err = sc.Err()
+		}
+		return r
 	}
-	if got := gw.metric(t, "switchyard_stream_resumes_total"); got < 1 {
-		t.Errorf("no stream was resumed (%v); the kill came too late to test anything", got)
+	for _, x := range apis {
+		t.Run(x.path, func(t *testing.T) {
+			slow := []string{"--decode-tps", "100", "--max-tokens", "30"}
+			a, b, c := sim(t, slow...), sim(t, slow...), sim(t, slow...)
+			gw, _ := gateway(t, threeReplicaConfig(a.addr, b.addr, c.addr, "    resume: {enabled: true}\n"))
+			want := read(gw, x)
+			if want.err != nil || !want.done {
+				t.Fatalf("before the kill: %+v", want)
+			}
+			const n = 9
+			results := make(chan res, n)
+			for range n {
+				go func() { results <- read(gw, x) }()
+			}
+			eventually(t, 10*time.Second, "streams to run on every replica", func() bool { return gw.metric(t, "switchyard_replica_inflight") >= n })
+			time.Sleep(100 * time.Millisecond) // a few tokens into each stream
+			_ = b.cmd.Process.Kill()
+			for range n {
+				r := <-results
+				if r.err != nil || !r.done || r.text != want.text || len(r.ids) != 1 {
+					t.Errorf("done %t, %d ids, err %v\n got %q\nwant %q", r.done, len(r.ids), r.err, r.text, want.text)
+				}
+			}
+			if got := gw.metric(t, "switchyard_stream_resumes_total"); got < 1 {
+				t.Errorf("no stream was resumed (%v); the kill came too late to test anything", got)
+			}
+		})
 	}
 }
