@@ -167,7 +167,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 			view.tick(now)
 		case <-kill:
 			cl.Kill(o.Kill)
-			view.event(time.Since(rec.started), fmt.Sprintf("killed %s: its requests are retried and its chat streams resume elsewhere; its Responses/Messages streams end with an error event", o.Kill))
+			view.event(time.Since(rec.started), fmt.Sprintf("killed %s: its requests are retried and its streams (chat, Responses, Messages) resume elsewhere; one cut inside a tool call ends with an error event", o.Kill))
 		case <-runCtx.Done():
 			<-done
 			s := rec.Summarize()

@@ -115,9 +115,9 @@ func TestDemoKill(t *testing.T) {
 	if !strings.Contains(out.String(), "killed qwen-b: ") {
 		t.Errorf("no kill line:\n%s", out.String())
 	}
-	// Chat streams are resumed; a Responses or Messages stream, or one cut
-	// inside a tool call's arguments (not resumable), may fail, and each
-	// failure is reported with its API and why.
+	// Streams of every API are resumed; one cut inside a tool call (not
+	// resumable) may fail, and each failure is reported with its API and
+	// why.
 	if s.Errors > 0 && !strings.Contains(s.FirstError, "interrupted") {
 		t.Errorf("%d errors; first: %s", s.Errors, s.FirstError)
 	}
