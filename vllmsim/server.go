@@ -46,6 +46,7 @@ type Server struct {
 	decodeStep       time.Duration // per output token, SpeedUp applied; 0 = instant
 	chooser          Chooser
 	hook             func(r *http.Request, body []byte)
+	scenario         *script // nil: no scenario
 	started          time.Time
 
 	rngMu sync.Mutex
