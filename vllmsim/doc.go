@@ -55,7 +55,9 @@
 // Generated text is deterministic: words of a fixed passage, one token per word.
 // Prompt tokens are estimated as a quarter of the prompt's bytes (message
 // contents, tool-call arguments and tool definitions), at least 1. A request
-// with structured_outputs.choice (or the older guided_choice) gets exactly one label, chosen by a Chooser; each label
+// that offers tools gets tool calls or text as an agent loop needs (see
+// Agent loops). A request with structured_outputs.choice (or the older
+// guided_choice) gets exactly one label, chosen by a Chooser; each label
 // counts as a single token, so the logprobs of that token list the labels.
 // With Profile.ReasoningTokens a chat text answer begins with reasoning, sent
 // in the "reasoning" field as vLLM's reasoning parsers do (message or delta).
@@ -99,7 +101,8 @@
 // each argument piece another, so the timing and token counts follow the
 // profile as text does; calls are never cut at max_tokens.
 //
-// A Scenario (WithScenario, or the --scenario file of `switchyard sim`)
+// A Scenario (WithScenario, or the --scenario file of `switchyard sim`,
+// documented in docs/reference.md)
 // scripts turns by number: turn N calls given tools with given arguments
 // (or arguments built from the tool's schema), or answers given text; the
 // turns it does not script get the rules above, with its max_tool_rounds
