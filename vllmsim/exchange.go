@@ -128,7 +128,7 @@ func (x *exchange) run() {
 		// Prefill computes only the tokens the prefix cache did not hold.
 		prefill := time.Duration(float64(p.promptTokens-p.cached) * x.s.prefillSeconds * float64(time.Second))
 		x.s.prefillNanos.Add(int64(prefill))
-		due = time.Now()
+		due = x.s.now()
 		if x.s.profile.SerialPrefill && prefill > 0 {
 			due = x.s.reservePrefill(due, prefill)
 		}
@@ -171,7 +171,7 @@ func (x *exchange) settle() {
 	case outcomeCompleted:
 		s.completed.Add(1)
 		s.metrics.finished(x.p.engineFinish)
-		s.metrics.e2e.Observe(time.Since(x.arrival).Seconds())
+		s.metrics.e2e.Observe(s.now().Sub(x.arrival).Seconds())
 	case outcomeCancelled:
 		s.cancelled.Add(1)
 		s.metrics.finished("abort")
@@ -184,18 +184,24 @@ func (x *exchange) settle() {
 	}
 }
 
-// waitUntil waits for due, or only checks the client when untimed; it reports
-// whether the client is still there.
+// waitUntil waits for due on the Server's clock, or only checks the client
+// when untimed; it reports whether the client is still there.
 func (x *exchange) waitUntil(timed bool, due time.Time) bool {
 	if timed {
-		if d := time.Until(due); d > 0 {
-			if x.timer == nil {
+		if d := due.Sub(x.s.now()); d > 0 {
+			var c <-chan time.Time
+			switch {
+			case x.s.after != nil:
+				c = x.s.after(d)
+			case x.timer == nil:
 				x.timer = time.NewTimer(d)
-			} else {
+				c = x.timer.C
+			default:
 				x.timer.Reset(d)
+				c = x.timer.C
 			}
 			select {
-			case <-x.timer.C:
+			case <-c:
 				return true
 			case <-x.ctx.Done():
 				return false
@@ -226,7 +232,7 @@ func (x *exchange) firstToken() {
 	n := int64(x.p.promptTokens)
 	x.s.promptTokens.Add(n)
 	x.s.metrics.promptTokens.Add(float64(n))
-	x.s.metrics.ttft.Observe(time.Since(x.arrival).Seconds())
+	x.s.metrics.ttft.Observe(x.s.now().Sub(x.arrival).Seconds())
 }
 
 // produced accounts n output tokens.
