@@ -49,9 +49,9 @@ type Server struct {
 	scenario         *script // nil: no scenario
 	// now and after are the clock (WithClock); after is nil for real
 	// time, whose timers the exchanges reuse.
-	now   func() time.Time
-	after func(time.Duration) <-chan time.Time
-	started          time.Time
+	now     func() time.Time
+	after   func(time.Duration) <-chan time.Time
+	started time.Time
 
 	rngMu sync.Mutex
 	rng   *rand.Rand // guarded by rngMu
