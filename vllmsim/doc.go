@@ -23,7 +23,9 @@
 // rates at 0 (and no Stall or SlowStart fault) no timer is created at all, so
 // the simulator costs little when it measures proxy overhead. A client that
 // goes away stops its request at once: it leaves the queue or frees its slot
-// and is counted as cancelled.
+// and is counted as cancelled. Time is real unless WithClock sets the
+// clock every wait and timestamp is read from, so tests step simulated
+// time by hand and never depend on the machine's speed.
 //
 // # Prefix cache
 //
