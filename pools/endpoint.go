@@ -60,6 +60,9 @@ type Endpoint struct {
 	// or fail.
 	probed     chan struct{}
 	probedOnce sync.Once
+	// loops counts the endpoint's running health and scrape loops, so
+	// that tests can wait for stopped loops to end.
+	loops sync.WaitGroup
 	// ejectedUntil (unix nanos) is set by outlier detection.
 	ejectedUntil atomic.Int64
 	ejections    atomic.Int64

@@ -12,3 +12,7 @@ func (p *Pool) Waiters() int64 {
 
 // SetLoad stores l as r's last scrape (benchmarks).
 func (r *Replica) SetLoad(l *Load) { r.load.Store(l) }
+
+// WaitLoops waits until e's health and scrape loops have ended (tests:
+// after their context ends or the endpoint is removed).
+func (e *Endpoint) WaitLoops() { e.loops.Wait() }

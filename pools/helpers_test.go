@@ -295,3 +295,19 @@ func exposition(t testing.TB, g prometheus.Gatherer, names ...string) string {
 	}
 	return buf.String()
 }
+
+// waitLoops waits for e's loops to end. The real-time bound only ends a
+// test whose loops never stop (a broken one).
+func waitLoops(t *testing.T, e *pools.Endpoint, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		e.WaitLoops()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s never ended", what)
+	}
+}

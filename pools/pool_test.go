@@ -315,11 +315,11 @@ func TestRunHealthStops(t *testing.T) {
 	s.Sim.SetFaults(vllmsim.Faults{})
 	eventually(t, "the replica to be readmitted", func() bool { return p.HealthyCount() == 1 })
 	cancel()
-	// With the loop stopped, a failing replica stays as it was.
+	waitLoops(t, p.Replicas()[0].Endpoint, "the health loop after its context ended")
+	// With the loop ended, a failing replica stays as it was.
 	s.Sim.SetFaults(vllmsim.Faults{Unhealthy: true})
-	time.Sleep(50 * time.Millisecond)
 	if p.HealthyCount() != 1 {
-		t.Error("the health loop kept probing after its context ended")
+		t.Error("the replica changed after its health loop ended")
 	}
 }
 

@@ -341,12 +341,20 @@ func (e *Endpoint) startLoops(ctx context.Context) {
 			// passes (with probes off, at once).
 			e.probing.Store(true)
 		}
-		go e.runHealth(lctx, o)
+		e.loops.Add(1)
+		go func() {
+			defer e.loops.Done()
+			e.runHealth(lctx, o)
+		}()
 	} else {
 		e.probing.Store(false)
 	}
 	if o.Scrape.Enabled {
-		go e.runScrape(lctx, o)
+		e.loops.Add(1)
+		go func() {
+			defer e.loops.Done()
+			e.runScrape(lctx, o)
+		}()
 	}
 }
 

@@ -221,16 +221,19 @@ func TestRemovedEndpointClosesConnections(t *testing.T) {
 
 	o.Replicas = []pools.ReplicaSpec{{Name: "b", URL: other}}
 	o.Health.Disabled = true
-	if _, err := reg.Apply([]pools.Options{o}); err != nil {
+	now, err := reg.Apply([]pools.Options{o})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if !ep.Retired() || ep.Available(time.Now()) {
 		t.Error("the removed endpoint still takes requests")
 	}
 	eventually(t, "the removed endpoint's connections to close", func() bool { return open.Load() == 0 })
-	// No probe reaches it any more.
+	// No probe reaches it any more: its loops have ended, and the new
+	// pool's probes go to its new replica only.
+	waitLoops(t, ep, "the removed endpoint's loops")
 	before := requests.Load()
-	time.Sleep(50 * time.Millisecond)
+	now[0].ProbeOnce(ctx)
 	if after := requests.Load(); after != before {
 		t.Errorf("%d requests reached the removed endpoint after removal", after-before)
 	}

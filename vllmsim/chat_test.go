@@ -307,12 +307,16 @@ func TestToolCalls(t *testing.T) {
 	})
 
 	tests := []struct {
-		name     string
-		body     string
-		wantTool string // "" = text answer
+		name      string
+		body      string
+		wantTools string // the calls' names, comma-separated; "" = text answer
 	}{
-		{"first tool by default", `{"messages":[{"role":"user","content":"hi"}],` + weatherTools + `}`, "search_docs"},
-		{"required", `{"messages":[{"role":"user","content":"hi"}],` + weatherTools + `,"tool_choice":"required"}`, "search_docs"},
+		// Which tools an unforced turn calls is decided from the prompt's
+		// size and the turn (TestAgentTurns); this prompt gets both, in
+		// parallel.
+		{"parallel calls by default", `{"messages":[{"role":"user","content":"hi"}],` + weatherTools + `}`, "search_docs,get_weather"},
+		{"parallel_tool_calls false", `{"messages":[{"role":"user","content":"hi"}],` + weatherTools + `,"parallel_tool_calls":false}`, "search_docs"},
+		{"required", `{"messages":[{"role":"user","content":"hi"}],` + weatherTools + `,"tool_choice":"required"}`, "search_docs,get_weather"},
 		{"none", `{"messages":[{"role":"user","content":"hi"}],` + weatherTools + `,"tool_choice":"none"}`, ""},
 		{"tool result answers with text", `{"messages":[{"role":"user","content":"Weather?"},
 			{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
@@ -326,17 +330,21 @@ func TestToolCalls(t *testing.T) {
 				t.Fatalf("status %d: %s", resp.StatusCode, b)
 			}
 			ch := decode[chatResponse](t, b).Choices[0]
-			if tc.wantTool == "" {
+			if tc.wantTools == "" {
 				if ch.FinishReason != "stop" || ch.Message.Content == nil || *ch.Message.Content == "" || len(ch.Message.ToolCalls) != 0 {
 					t.Errorf("response %s: want a text answer", b)
 				}
 				return
 			}
-			if len(ch.Message.ToolCalls) != 1 || *ch.Message.ToolCalls[0].Function.Name != tc.wantTool {
-				t.Fatalf("response %s: want a call to %s", b, tc.wantTool)
+			var names []string
+			for _, call := range ch.Message.ToolCalls {
+				names = append(names, *call.Function.Name)
+				if args := *call.Function.Arguments; !json.Valid([]byte(args)) {
+					t.Errorf("arguments %q are not valid JSON", args)
+				}
 			}
-			if args := *ch.Message.ToolCalls[0].Function.Arguments; !json.Valid([]byte(args)) {
-				t.Errorf("arguments %q are not valid JSON", args)
+			if got := strings.Join(names, ","); got != tc.wantTools {
+				t.Fatalf("response %s: calls %s, want %s", b, got, tc.wantTools)
 			}
 		})
 	}

@@ -23,7 +23,9 @@
 // rates at 0 (and no Stall or SlowStart fault) no timer is created at all, so
 // the simulator costs little when it measures proxy overhead. A client that
 // goes away stops its request at once: it leaves the queue or frees its slot
-// and is counted as cancelled.
+// and is counted as cancelled. Time is real unless WithClock sets the
+// clock every wait and timestamp is read from, so tests step simulated
+// time by hand and never depend on the machine's speed.
 //
 // # Prefix cache
 //
@@ -55,9 +57,9 @@
 // Generated text is deterministic: words of a fixed passage, one token per word.
 // Prompt tokens are estimated as a quarter of the prompt's bytes (message
 // contents, tool-call arguments and tool definitions), at least 1. A request
-// that offers tools gets one call to a function whose arguments are built from
-// the function's JSON schema. A request with structured_outputs.choice (or the
-// older guided_choice) gets exactly one label, chosen by a Chooser; each label
+// that offers tools gets tool calls or text as an agent loop needs (see
+// Agent loops). A request with structured_outputs.choice (or the older
+// guided_choice) gets exactly one label, chosen by a Chooser; each label
 // counts as a single token, so the logprobs of that token list the labels.
 // With Profile.ReasoningTokens a chat text answer begins with reasoning, sent
 // in the "reasoning" field as vLLM's reasoning parsers do (message or delta).
@@ -68,6 +70,61 @@
 // chat templates render it: "<think>" + reasoning, and once the reasoning
 // has ended "</think>" + the content so far.
 //
+// # Agent loops
+//
+// A request that offers tools is read as a turn of an agent loop, so that
+// agents (Claude Code, Codex, SDK agent runners) finish their tasks. Its
+// turn is 1 + the assistant answers its conversation holds; a tool round is
+// an answer that called tools. With tool_choice "auto" it gets tool calls
+// on a user turn, and text after a tool result (the last message is a chat
+// "tool" message, a Responses function_call_output or
+// custom_tool_call_output item, or an Anthropic user message of tool_result
+// blocks only) and on any turn once the conversation has had
+// DefaultMaxToolRounds (3) tool rounds: an agent's background notices,
+// which come back as user messages, then get text and the loop ends. A
+// forced tool_choice (chat and Responses "required" or a named function,
+// Anthropic "any" or "tool") always gets calls, as vLLM's guided decoding
+// guarantees; "none" gets text.
+//
+// Calls name distinct offered tools, chosen deterministically from the
+// prompt's size and the turn (the same request always gets the same
+// answer): one call, or one to three when parallel calls are allowed
+// (parallel_tool_calls, true by default on chat and Responses; on Messages
+// unless tool_choice.disable_parallel_tool_use) and several tools fit. They
+// are carried as vLLM carries them: chat tool_calls streamed one call after
+// the other with index 0, 1, …; one Responses function_call output item per
+// call (output_index 0, 1, …); one Messages tool_use block per call. Each
+// call's arguments are built from its JSON schema: the required properties
+// (every property when none is required), by type: const, enum (first
+// value), default or examples first; strings fitting the property's name
+// or format (a path for path/file_path/filename, a shell command for
+// command/cmd, …); numbers within minimum/maximum; booleans; arrays of one
+// item; nested objects. A call's header (id and name) is one token and
+// each argument piece another, so the timing and token counts follow the
+// profile as text does; calls are never cut at max_tokens.
+//
+// A Scenario (WithScenario, or the --scenario file of `switchyard sim`,
+// documented in docs/reference.md)
+// scripts turns by number: turn N calls given tools with given arguments
+// (or arguments built from the tool's schema), or answers given text; the
+// turns it does not script get the rules above, with its max_tool_rounds
+// in place of the default. The file is YAML (or JSON):
+//
+//	max_tool_rounds: 2        # optional; default 3
+//	turns:
+//	  - calls:                # turn 1: two calls in one answer
+//	      - tool: Read
+//	        arguments: {file_path: /tmp/notes.txt}
+//	      - tool: Bash        # no arguments: built from Bash's schema
+//	  - {}                    # turn 2: the simulator's own answer
+//	  - text: "Done: the notes are summarized."
+//
+// Unknown and duplicate keys are errors, as is a turn with both text and
+// calls, a call without a tool, or a negative max_tool_rounds; each error
+// names the file, line and column. A scripted turn is answered as written,
+// whatever the request's tools and tool_choice say; a text turn's tokens
+// are its words (cut by max_tokens, finish "length").
+//
 // # Responses API
 //
 // POST /v1/responses answers as vLLM's Responses endpoint (vLLM ≥ 0.10,
@@ -77,7 +134,8 @@
 // function_call, function_call_output and reasoning items), instructions,
 // flat function tools and tool_choice. The answer is a message item, or a
 // function_call item whose arguments are built from the tool's parameters
-// schema; a last input item that is a function_call_output gets text. With
+// schema (several with parallel calls, see Agent loops); a last input item
+// that is a function_call_output or custom_tool_call_output gets text. With
 // Profile.ReasoningTokens a reasoning item comes first. The answer's length
 // is DefaultMaxTokens, cut by max_output_tokens or the context left (status
 // "incomplete"). The response object carries vLLM's fields in vLLM's order,

@@ -52,7 +52,7 @@ type exchange struct {
 
 	id      string
 	created int64
-	toolIDs []string // modeTool: one call id per choice
+	toolIDs []string // modeTool: one id per call of each choice (toolID)
 	offsets []int    // completions stream logprobs: text offset per choice
 	buf     *[]byte
 	prefix  []byte // stream chunks: everything before the choice
@@ -80,13 +80,16 @@ func newExchange(s *Server, w http.ResponseWriter, r *http.Request, p *plan, f *
 		x.id = s.newID("chatcmpl-")
 	}
 	if p.mode == modeTool {
-		x.toolIDs = make([]string, p.choices())
+		x.toolIDs = make([]string, p.choices()*len(p.calls))
 		for i := range x.toolIDs {
 			x.toolIDs[i] = s.newID("chatcmpl-tool-")
 		}
 	}
 	return x
 }
+
+// toolID is the id of call k of choice c.
+func (x *exchange) toolID(c, k int) string { return x.toolIDs[c*len(x.p.calls)+k] }
 
 // run answers the request and settles its accounting however it ends.
 func (x *exchange) run() {
@@ -125,7 +128,7 @@ func (x *exchange) run() {
 		// Prefill computes only the tokens the prefix cache did not hold.
 		prefill := time.Duration(float64(p.promptTokens-p.cached) * x.s.prefillSeconds * float64(time.Second))
 		x.s.prefillNanos.Add(int64(prefill))
-		due = time.Now()
+		due = x.s.now()
 		if x.s.profile.SerialPrefill && prefill > 0 {
 			due = x.s.reservePrefill(due, prefill)
 		}
@@ -168,7 +171,7 @@ func (x *exchange) settle() {
 	case outcomeCompleted:
 		s.completed.Add(1)
 		s.metrics.finished(x.p.engineFinish)
-		s.metrics.e2e.Observe(time.Since(x.arrival).Seconds())
+		s.metrics.e2e.Observe(s.now().Sub(x.arrival).Seconds())
 	case outcomeCancelled:
 		s.cancelled.Add(1)
 		s.metrics.finished("abort")
@@ -181,18 +184,24 @@ func (x *exchange) settle() {
 	}
 }
 
-// waitUntil waits for due, or only checks the client when untimed; it reports
-// whether the client is still there.
+// waitUntil waits for due on the Server's clock, or only checks the client
+// when untimed; it reports whether the client is still there.
 func (x *exchange) waitUntil(timed bool, due time.Time) bool {
 	if timed {
-		if d := time.Until(due); d > 0 {
-			if x.timer == nil {
+		if d := due.Sub(x.s.now()); d > 0 {
+			var c <-chan time.Time
+			switch {
+			case x.s.after != nil:
+				c = x.s.after(d)
+			case x.timer == nil:
 				x.timer = time.NewTimer(d)
-			} else {
+				c = x.timer.C
+			default:
 				x.timer.Reset(d)
+				c = x.timer.C
 			}
 			select {
-			case <-x.timer.C:
+			case <-c:
 				return true
 			case <-x.ctx.Done():
 				return false
@@ -223,7 +232,7 @@ func (x *exchange) firstToken() {
 	n := int64(x.p.promptTokens)
 	x.s.promptTokens.Add(n)
 	x.s.metrics.promptTokens.Add(float64(n))
-	x.s.metrics.ttft.Observe(time.Since(x.arrival).Seconds())
+	x.s.metrics.ttft.Observe(x.s.now().Sub(x.arrival).Seconds())
 }
 
 // produced accounts n output tokens.
@@ -356,16 +365,22 @@ func (x *exchange) appendDeltaChoice(b []byte, c, step int) []byte {
 		return append(b, `,"finish_reason":null,"stop_reason":null}`...)
 	}
 	switch {
-	case p.mode == modeTool && step == 0:
-		// vLLM's first tool-call delta names the call; later ones carry only
-		// argument fragments.
-		b = append(b, `,"delta":{"tool_calls":[{"index":0,"id":`...)
-		b = appendString(b, x.toolIDs[c])
-		b = append(b, `,"type":"function","function":{"name":`...)
-		b = appendString(b, p.tool.name)
-		b = append(b, `,"arguments":""}}]},"logprobs":null`...)
 	case p.mode == modeTool:
-		b = append(b, `,"delta":{"tool_calls":[{"index":0,"function":{"arguments":`...)
+		// vLLM streams calls one after the other, each delta naming its
+		// call by index (0, 1, …): the call's first delta has its id and
+		// name, later ones only argument fragments.
+		k, piece := p.toolStep(step)
+		b = append(b, `,"delta":{"tool_calls":[{"index":`...)
+		b = strconv.AppendInt(b, int64(k), 10)
+		if piece < 0 {
+			b = append(b, `,"id":`...)
+			b = appendString(b, x.toolID(c, k))
+			b = append(b, `,"type":"function","function":{"name":`...)
+			b = appendString(b, p.calls[k].name)
+			b = append(b, `,"arguments":""}}]},"logprobs":null`...)
+			break
+		}
+		b = append(b, `,"function":{"arguments":`...)
 		b = appendString(b, tok)
 		b = append(b, `}}]},"logprobs":null`...)
 	default:
@@ -459,13 +474,20 @@ func (x *exchange) respond() bool {
 		}
 		b = append(b, `,"message":{"role":"assistant","content":`...)
 		if p.mode == modeTool {
-			b = append(b, `null,"tool_calls":[{"id":`...)
-			b = appendString(b, x.toolIDs[c])
-			b = append(b, `,"type":"function","function":{"name":`...)
-			b = appendString(b, p.tool.name)
-			b = append(b, `,"arguments":`...)
-			b = appendString(b, p.tool.args)
-			b = append(b, `}}]},"logprobs":null`...)
+			b = append(b, `null,"tool_calls":[`...)
+			for k, call := range p.calls {
+				if k > 0 {
+					b = append(b, ',')
+				}
+				b = append(b, `{"id":`...)
+				b = appendString(b, x.toolID(c, k))
+				b = append(b, `,"type":"function","function":{"name":`...)
+				b = appendString(b, call.name)
+				b = append(b, `,"arguments":`...)
+				b = appendString(b, call.args)
+				b = append(b, `}}`...)
+			}
+			b = append(b, `]},"logprobs":null`...)
 		} else {
 			if p.reasoning < p.steps {
 				b = x.appendText(b, c, p.reasoning, p.steps)

@@ -114,30 +114,17 @@ func TestDisconnectMidStream(t *testing.T) {
 	}
 }
 
+// TestTimingIsHonest: a chat stream keeps the profile's schedule, on a
+// fake clock: headers at once, the first token after prefill, one token
+// per decode step.
 func TestTimingIsHonest(t *testing.T) {
-	// Prefill 400 tokens at 2,000 tok/s and 20 tokens at 200 tok/s, twice as
-	// fast: 100 ms + 19 × 2.5 ms ≈ 148 ms.
-	_, ts := start(t, vllmsim.Profile{PrefillTPS: 2000, DecodeTPS: 200, SpeedUp: 2})
+	clock := newFakeClock()
+	_, ts := start(t, vllmsim.Profile{PrefillTPS: 2000, DecodeTPS: 200, SpeedUp: 2}, clock.option())
 	body := `{"stream":true,"max_tokens":20,"messages":[{"role":"user","content":"` + strings.Repeat("abcd", 400) + `"}]}`
-	begin := time.Now()
-	resp := send(t, context.Background(), ts, "/v1/chat/completions", body)
-	headers := time.Since(begin)
-	buf := make([]byte, 1)
-	if _, err := resp.Body.Read(buf); err != nil {
-		t.Fatal(err)
-	}
-	ttft := time.Since(begin)
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	total := time.Since(begin)
-	if headers > 90*time.Millisecond {
-		t.Errorf("stream headers after %v: want them before prefill", headers)
-	}
-	if ttft < 100*time.Millisecond {
-		t.Errorf("first token after %v, before the 100ms prefill", ttft)
-	}
-	if total < 147*time.Millisecond || total > 2*time.Second {
-		t.Errorf("stream took %v, want about 148ms", total)
+	s := runTimed(t, clock, ts, "/v1/chat/completions", body, 0)
+	checkSchedule(t, ts, s)
+	if n := countPrefix(s.lines, `data: {"id"`); n != 1+20+1 || s.lines[len(s.lines)-1] != "data: [DONE]" {
+		t.Errorf("%d chunks (%q…): want the role, 20 tokens, the finish and [DONE]", n, s.lines[0])
 	}
 }
 

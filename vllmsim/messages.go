@@ -187,7 +187,7 @@ func (s *Server) parseMessages(body []byte, count bool) (*plan, *apiError) {
 		return nil, missing("messages")
 	}
 	bh := s.messagesBlockHasher(root, msgs, count)
-	lastRole := ""
+	var h history
 	i := 0
 	msgs.ForEach(func(_, m gjson.Result) bool {
 		role := m.Get("role").Str
@@ -204,12 +204,15 @@ func (s *Server) parseMessages(body []byte, count bool) (*plan, *apiError) {
 		case c.Type == gjson.String:
 			chars += len(c.Str)
 			if role != "system" {
-				lastRole = role
+				h.toolResult = false
 				bh.write(c.Str)
+			}
+			if role == "assistant" {
+				h.assistant(false)
 			}
 		case c.IsArray():
 			var n int
-			var hasContent, hasResult bool
+			var hasContent, hasResult, hasUse bool
 			c.ForEach(func(_, b gjson.Result) bool {
 				typ := b.Get("type").Str
 				if !slices.Contains(anthropicBlockTypes, typ) {
@@ -229,7 +232,7 @@ func (s *Server) parseMessages(body []byte, count bool) (*plan, *apiError) {
 					hasContent = true
 				case "tool_use":
 					n += len(b.Get("name").Str) + len(b.Get("input").Raw)
-					hasContent = true
+					hasContent, hasUse = true, true
 					bh.write(b.Get("name").Str)
 					bh.write(b.Get("input").Raw)
 				case "tool_result":
@@ -242,14 +245,15 @@ func (s *Server) parseMessages(body []byte, count bool) (*plan, *apiError) {
 				return false
 			}
 			chars += n
-			switch {
-			case role == "system":
-			case role == "user" && hasResult && !hasContent:
-				// vLLM turns tool results into tool messages and drops
-				// the user message when nothing else is left of it.
-				lastRole = "tool"
-			case hasContent || hasResult || role == "assistant":
-				lastRole = role
+			if role == "assistant" {
+				h.assistant(hasUse)
+			}
+			if role != "system" && (hasContent || hasResult || role == "assistant") {
+				// vLLM turns tool results into tool messages, followed by
+				// the user message when anything else is left of it: the
+				// conversation then ends with a tool result only when the
+				// message held nothing but results.
+				h.toolResult = role == "user" && hasResult && !hasContent
 			}
 		default:
 			e = invalid("messages[%d].content: must be a string or a list of content blocks", i)
@@ -287,9 +291,7 @@ func (s *Server) parseMessages(body []byte, count bool) (*plan, *apiError) {
 		p.steps, p.finish, p.engineFinish = maxTokens, "length", "length"
 	}
 
-	if tools.call.Exists() && lastRole != "tool" {
-		p.callTool(tools.call.Get("name").Str, tools.call.Get("input_schema"))
-	} else if root.Get("chat_template_kwargs.enable_thinking").Type != gjson.False {
+	if s.answerTurn(p, tools, h) && root.Get("chat_template_kwargs.enable_thinking").Type != gjson.False {
 		// vLLM ignores the request's "thinking" field; a reasoning model
 		// thinks unless its chat template is told not to.
 		p.reasoning = min(s.profile.ReasoningTokens, p.steps)
@@ -358,8 +360,10 @@ func (s *Server) messagesBlockHasher(root, msgs gjson.Result, count bool) *block
 }
 
 // anthropicTools reads tools ({name, description, input_schema}) and
-// tool_choice ({type: auto|any|tool|none, name}). The tool called is the one
-// tool_choice names, else the first; "none" calls nothing.
+// tool_choice ({type: auto|any|tool|none, name, disable_parallel_tool_use}).
+// Any tool may be called, or the one tool_choice names; "any" or a named
+// tool forces a call, "none" calls nothing. Several calls may be made
+// unless disable_parallel_tool_use is set.
 func anthropicTools(root gjson.Result) (offeredTools, *apiError) {
 	tools := root.Get("tools")
 	t, e := readTools(root, invalid, func(i int, tool gjson.Result) *apiError {
@@ -376,32 +380,43 @@ func anthropicTools(root gjson.Result) (offeredTools, *apiError) {
 	}
 
 	named := ""
+	t.parallel = true
 	choice := root.Get("tool_choice")
 	if choice.Exists() && choice.Type != gjson.Null {
 		switch choice.Get("type").Str {
-		case "auto", "any":
+		case "auto":
+		case "any":
+			t.forced = true
 		case "none":
 			return t, nil
 		case "tool":
 			if named = choice.Get("name").Str; named == "" {
 				return t, invalid("tool_choice.name is required when type is 'tool'")
 			}
+			t.forced = true
 		default:
 			return t, invalid("tool_choice.type: must be auto, any, tool or none")
 		}
 		if t.count == 0 && choice.Get("type").Str != "auto" {
 			return t, badRequest("When using `tool_choice`, `tools` must be set.")
 		}
+		disable, e := boolField(choice, "disable_parallel_tool_use")
+		if e != nil {
+			return t, asValidation(badRequest("tool_choice.disable_parallel_tool_use: must be a boolean"))
+		}
+		t.parallel = !disable
 	}
 	tools.ForEach(func(_, tool gjson.Result) bool {
 		if named == "" || tool.Get("name").Str == named {
-			t.call = tool
-			return false
+			t.callable = append(t.callable, offeredTool{name: tool.Get("name").Str, schema: tool.Get("input_schema")})
 		}
 		return true
 	})
-	if named != "" && !t.call.Exists() {
+	if named != "" && len(t.callable) == 0 {
 		return t, badRequest("Tool '%s' has not been passed in `tools`.", named)
+	}
+	if named != "" {
+		t.callable = t.callable[:1]
 	}
 	return t, nil
 }
@@ -429,13 +444,18 @@ func (m *messagesWire) respond(x *exchange) bool {
 	b = append(b, `,"type":"message","role":"assistant","content":[`...)
 	switch {
 	case p.mode == modeTool:
-		b = append(b, `{"type":"tool_use","id":`...)
-		b = appendString(b, x.toolIDs[0])
-		b = append(b, `,"name":`...)
-		b = appendString(b, p.tool.name)
-		b = append(b, `,"input":`...)
-		b = append(b, p.tool.args...)
-		b = append(b, '}')
+		for k, call := range p.calls {
+			if k > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"type":"tool_use","id":`...)
+			b = appendString(b, x.toolID(0, k))
+			b = append(b, `,"name":`...)
+			b = appendString(b, call.name)
+			b = append(b, `,"input":`...)
+			b = append(b, call.args...)
+			b = append(b, '}')
+		}
 	default:
 		if p.reasoning > 0 {
 			b = append(b, `{"type":"thinking","thinking":`...)
@@ -572,11 +592,14 @@ func (m *messagesWire) step(x *exchange, step int) bool {
 	}
 	tok := p.token(0, step)
 	switch {
-	case p.mode == modeTool && step == 0:
-		block := `{"type":"tool_use","id":` + string(appendString(nil, x.toolIDs[0])) +
-			`,"name":` + string(appendString(nil, p.tool.name)) + `,"input":{}}`
-		return m.startBlock(x, "tool_use", block)
 	case p.mode == modeTool:
+		// Each call is a tool_use block of its own.
+		k, piece := p.toolStep(step)
+		if piece < 0 {
+			block := `{"type":"tool_use","id":` + string(appendString(nil, x.toolID(0, k))) +
+				`,"name":` + string(appendString(nil, p.calls[k].name)) + `,"input":{}}`
+			return m.startBlock(x, "tool_use", block)
+		}
 		return m.delta(x, "input_json_delta", "partial_json", tok)
 	case step < p.reasoning:
 		if m.kind != "thinking" && !m.startBlock(x, "thinking", `{"type":"thinking","thinking":""}`) {

@@ -1,7 +1,6 @@
 package vllmsim_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -364,34 +363,17 @@ func TestMessagesFaults(t *testing.T) {
 	eventually(t, time.Second, "the failures counted", func() bool { return sim.Stats().Failed == 8 })
 }
 
-// TestMessagesTiming: the Messages stream keeps the profile's schedule:
-// message_start with the first token after prefill, one delta per decode
-// step.
+// TestMessagesTiming: the Messages stream keeps the profile's schedule, on
+// a fake clock: headers at once, message_start with the first token after
+// prefill, one delta per decode step.
 func TestMessagesTiming(t *testing.T) {
-	// 400 prompt tokens at 2,000 tok/s and 20 tokens at 200 tok/s, twice as
-	// fast: 100 ms + 19 × 2.5 ms ≈ 148 ms.
-	_, ts := start(t, vllmsim.Profile{PrefillTPS: 2000, DecodeTPS: 200, SpeedUp: 2, DefaultMaxTokens: 20})
-	begin := time.Now()
-	resp := send(t, context.Background(), ts, "/v1/messages",
-		`{"model":"sim/test-model","max_tokens":64000,"stream":true,"messages":[{"role":"user","content":"`+strings.Repeat("abcd", 400)+`"}]}`)
-	headers := time.Since(begin)
-	defer resp.Body.Close()
-	var start time.Duration
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if sc.Text() == "event: message_start" {
-			start = time.Since(begin)
-		}
-	}
-	total := time.Since(begin)
-	if headers > 90*time.Millisecond {
-		t.Errorf("stream headers after %v: want them before prefill", headers)
-	}
-	if start < 100*time.Millisecond {
-		t.Errorf("message_start after %v, before the 100ms prefill", start)
-	}
-	if total < 147*time.Millisecond || total > 2*time.Second {
-		t.Errorf("stream took %v, want about 148ms", total)
+	clock := newFakeClock()
+	_, ts := start(t, vllmsim.Profile{PrefillTPS: 2000, DecodeTPS: 200, SpeedUp: 2, DefaultMaxTokens: 20}, clock.option())
+	s := runTimed(t, clock, ts, "/v1/messages",
+		`{"model":"sim/test-model","max_tokens":64000,"stream":true,"messages":[{"role":"user","content":"`+strings.Repeat("abcd", 400)+`"}]}`, 0)
+	checkSchedule(t, ts, s)
+	if s.lines[0] != "event: message_start" || countPrefix(s.lines, "event: content_block_delta") != 20 {
+		t.Errorf("events %q: want message_start first and 20 deltas", s.lines)
 	}
 }
 

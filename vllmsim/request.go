@@ -26,7 +26,7 @@ type outputMode uint8
 
 const (
 	modeText   outputMode = iota // words of the passage
-	modeTool                     // one tool call (chat only)
+	modeTool                     // tool calls (plan.calls)
 	modeChoice                   // one label of a constrained choice
 )
 
@@ -56,8 +56,11 @@ type plan struct {
 	// "logprobs": N; topLogprobs is chat's top_logprobs or completions' N.
 	logprobs    bool
 	topLogprobs int
-	tool        toolCall       // modeTool
+	calls       []toolCall     // modeTool, in order
 	answers     []choiceAnswer // modeChoice: one per prompt
+	// scripted are the tokens of a scenario's text answer (modeText);
+	// nil for the passage.
+	scripted []string
 	// continueFrom, when > 0, is 1 + the passage token a continued answer
 	// started at (continue_final_message), and offset the number of its
 	// tokens the final assistant message already holds.
@@ -80,26 +83,6 @@ const (
 	thinkOpen  = "<think>"
 	thinkClose = "</think>"
 )
-
-// callTool makes p answer with a call to the tool name, its arguments
-// built from schema. The header (id and name) is one token, each argument
-// piece another. A tool call is not cut at max_tokens: its arguments stay
-// valid JSON.
-func (p *plan) callTool(name string, schema gjson.Result) {
-	p.mode = modeTool
-	p.tool.name = name
-	p.tool.args = exampleArguments(schema)
-	p.tool.pieces = splitArguments(p.tool.args)
-	p.steps = 1 + len(p.tool.pieces)
-	p.finish, p.engineFinish = "tool_calls", "stop"
-}
-
-// toolCall is the call a modeTool request answers with.
-type toolCall struct {
-	name   string
-	args   string
-	pieces []string // args cut into streamed tokens
-}
 
 // choiceAnswer is the label answered to one prompt of a modeChoice request.
 type choiceAnswer struct {
@@ -146,10 +129,14 @@ func (p *plan) token(choice, step int) string {
 	case modeChoice:
 		return p.answers[choice/p.n].label
 	case modeTool:
-		if step == 0 {
+		call, piece := p.toolStep(step)
+		if piece < 0 {
 			return ""
 		}
-		return p.tool.pieces[step-1]
+		return p.calls[call].pieces[piece]
+	}
+	if p.scripted != nil {
+		return p.scripted[step]
 	}
 	if step < p.reasoning {
 		return textToken(p.reasonStart(choice), step+p.reasonOffset)
@@ -271,6 +258,7 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 		lastRole     string
 		lastContent  gjson.Result
 		messages     []Message // collected only for a Chooser
+		h            history
 	)
 	// The prefix cache's view of the prompt: tools first, as chat
 	// templates render them into the system turn, then the messages.
@@ -299,6 +287,9 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 		})
 		if labels != nil {
 			messages = append(messages, Message{Role: role.Str, Content: text})
+		}
+		if role.Str == "assistant" {
+			h.assistant(len(m.Get("tool_calls").Array()) > 0)
 		}
 		lastRole, lastContent = role.Str, m.Get("content")
 		count++
@@ -349,10 +340,11 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 			return nil, e
 		}
 		p.setChoice([]choiceAnswer{a})
-	case tools.call.Exists() && lastRole != "tool":
-		p.callTool(tools.call.Get("name").Str, tools.call.Get("parameters"))
 	default:
-		p.reasoning = min(think, p.steps)
+		h.toolResult = lastRole == "tool"
+		if s.answerTurn(p, tools, h) {
+			p.reasoning = min(think, p.steps)
+		}
 	}
 	return p, nil
 }
@@ -591,13 +583,6 @@ func choiceLabels(root gjson.Result) ([]string, *apiError) {
 	return labels, nil
 }
 
-// offeredTools is what a chat request says about tools.
-type offeredTools struct {
-	count int
-	chars int          // size of the tool definitions, for the prompt estimate
-	call  gjson.Result // the "function" object to call; absent for no call
-}
-
 // readTools counts the tools of a request (each checked by check, its
 // index given) and their size; a tools field that is not a list is an
 // error made by errf, as each API words it.
@@ -622,8 +607,10 @@ func readTools(root gjson.Result, errf func(format string, args ...any) *apiErro
 	return t, e
 }
 
-// parseTools reads tools and tool_choice. The function to call is the one
-// tool_choice names, else the first tool; tool_choice "none" calls nothing.
+// parseTools reads tools, tool_choice and parallel_tool_calls (default
+// true, as in vLLM). Every function may be called, or the one tool_choice
+// names; "required" or a named function forces a call, "none" calls
+// nothing.
 func parseTools(root gjson.Result) (offeredTools, *apiError) {
 	tools := root.Get("tools")
 	t, e := readTools(root, badRequest, func(i int, tool gjson.Result) *apiError {
@@ -635,17 +622,23 @@ func parseTools(root gjson.Result) (offeredTools, *apiError) {
 	if e != nil {
 		return t, e
 	}
+	if t.parallel, e = boolFieldDefault(root, "parallel_tool_calls", true); e != nil {
+		return t, e
+	}
 
 	choice := root.Get("tool_choice")
 	named := ""
 	switch {
-	case !choice.Exists() || choice.Type == gjson.Null || choice.Str == "auto" || choice.Str == "required":
+	case !choice.Exists() || choice.Type == gjson.Null || choice.Str == "auto":
+	case choice.Str == "required":
+		t.forced = true
 	case choice.Str == "none":
 		return t, nil
 	case choice.IsObject():
 		if named = choice.Get("function.name").Str; named == "" {
 			return t, badRequest("tool_choice: function.name: field required")
 		}
+		t.forced = true
 	default:
 		return t, badRequest("tool_choice: must be \"none\", \"auto\", \"required\" or a named function")
 	}
@@ -658,13 +651,15 @@ func parseTools(root gjson.Result) (offeredTools, *apiError) {
 	tools.ForEach(func(_, tool gjson.Result) bool {
 		fn := tool.Get("function")
 		if named == "" || fn.Get("name").Str == named {
-			t.call = fn
-			return false
+			t.callable = append(t.callable, offeredTool{name: fn.Get("name").Str, schema: fn.Get("parameters")})
 		}
 		return true
 	})
-	if !t.call.Exists() {
+	if named != "" && len(t.callable) == 0 {
 		return t, badRequest("Tool '%s' has not been passed in `tools`.", named)
+	}
+	if named != "" {
+		t.callable = t.callable[:1]
 	}
 	return t, nil
 }
@@ -726,6 +721,14 @@ func intField(root gjson.Result, path string, lo, hi int) (v int, set bool, e *a
 		return 0, false, badRequest("%s: must be between %d and %d, got %s", path, lo, hi, r.Raw)
 	}
 	return int(r.Num), true, nil
+}
+
+// boolFieldDefault reads an optional boolean field; absent or null is def.
+func boolFieldDefault(root gjson.Result, path string, def bool) (bool, *apiError) {
+	if r := root.Get(path); !r.Exists() || r.Type == gjson.Null {
+		return def, nil
+	}
+	return boolField(root, path)
 }
 
 // boolField reads an optional boolean field; absent or null is false.

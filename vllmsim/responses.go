@@ -49,6 +49,9 @@ type storedResponse struct {
 	// with. nil without a prefix cache.
 	prefix    *blockHasher
 	toolsHash uint64
+	// history is the agent loop up to and including this response's
+	// answer, which a follow-up continues.
+	history history
 }
 
 func (st *responseStore) get(id string) *storedResponse {
@@ -134,6 +137,9 @@ type responsesWire struct {
 	// prefix hashes the prompt for the prefix cache; nil without one.
 	prefix    *blockHasher
 	toolsHash uint64
+	// history is the request's agent loop: its input and what
+	// previous_response_id inherits.
+	history history
 	// maxOutput is the response's "max_output_tokens": the cap vLLM
 	// computed for the request (see parseResponses).
 	maxOutput int
@@ -152,6 +158,7 @@ type responsesWire struct {
 	outputIndex int
 	itemID      string
 	callID      string
+	call        int // the call being streamed (modeTool)
 }
 
 var _ wire = (*responsesWire)(nil)
@@ -225,7 +232,7 @@ func (s *Server) parseResponses(body []byte) (*plan, wire, *apiError) {
 		chars += len(input.Str)
 		bh.write(input.Str)
 	case input.IsArray():
-		n, role, e := responsesInput(input, bh)
+		n, role, e := responsesInput(input, bh, &rw.history)
 		if e != nil {
 			return nil, nil, e
 		}
@@ -253,6 +260,8 @@ func (s *Server) parseResponses(body []byte) (*plan, wire, *apiError) {
 		}
 		rw.previousID = v.Raw
 		chars += prev.conversation
+		rw.history.turns += prev.history.turns
+		rw.history.rounds += prev.history.rounds
 	}
 	rw.conversation = chars
 	p.promptTokens = estimateTokens(chars + tools.chars)
@@ -283,9 +292,8 @@ func (s *Server) parseResponses(body []byte) (*plan, wire, *apiError) {
 		}
 	}
 
-	if tools.call.Exists() && lastRole != "tool" {
-		p.callTool(tools.call.Get("name").Str, tools.call.Get("parameters"))
-	} else if root.Get("chat_template_kwargs.enable_thinking").Type != gjson.False {
+	rw.history.toolResult = lastRole == "tool"
+	if s.answerTurn(p, tools, rw.history) && root.Get("chat_template_kwargs.enable_thinking").Type != gjson.False {
 		p.reasoning = min(s.profile.ReasoningTokens, p.steps)
 	}
 	return p, rw, nil
@@ -344,9 +352,23 @@ func (s *Server) responsesBlockHasher(root gjson.Result, rw *responsesWire) *blo
 
 // responsesInput reads the items of a list input: the size in bytes of
 // their text, and the chat role the last one becomes in vLLM's prompt
-// ("tool" for a function_call_output). It feeds their text to bh.
-func responsesInput(input gjson.Result, bh *blockHasher) (chars int, lastRole string, e *apiError) {
+// ("tool" for a function_call_output or custom_tool_call_output). It feeds
+// their text to bh and counts the assistant turns in h: a run of
+// consecutive assistant items (messages, reasoning, calls) is one turn, a
+// tool round when it holds a call.
+func responsesInput(input gjson.Result, bh *blockHasher, h *history) (chars int, lastRole string, e *apiError) {
 	i := 0
+	inTurn, turnCalls := false, false
+	assistant := func(call bool) {
+		if !inTurn {
+			inTurn, turnCalls = true, false
+			h.assistant(false)
+		}
+		if call && !turnCalls {
+			turnCalls = true
+			h.rounds++
+		}
+	}
 	input.ForEach(func(_, item gjson.Result) bool {
 		if !item.IsObject() {
 			e = badRequest("input[%d]: must be an object", i)
@@ -369,12 +391,23 @@ func responsesInput(input gjson.Result, bh *blockHasher) (chars int, lastRole st
 			chars += n
 			bh.writeContent(item.Get("content"))
 			lastRole = role
-		case "function_call":
-			chars += len(item.Get("name").Str) + len(item.Get("arguments").Str)
+			if role == "assistant" {
+				assistant(false)
+			} else {
+				inTurn = false
+			}
+		case "function_call", "custom_tool_call":
+			args := item.Get("arguments").Str
+			if typ == "custom_tool_call" {
+				args = item.Get("input").Str
+			}
+			chars += len(item.Get("name").Str) + len(args)
 			bh.write(item.Get("name").Str)
-			bh.write(item.Get("arguments").Str)
+			bh.write(args)
 			lastRole = "assistant"
-		case "function_call_output":
+			assistant(true)
+		case "function_call_output", "custom_tool_call_output":
+			inTurn = false
 			out := item.Get("output")
 			if out.Type == gjson.String {
 				chars += len(out.Str)
@@ -392,6 +425,7 @@ func responsesInput(input gjson.Result, bh *blockHasher) (chars int, lastRole st
 				return false
 			}
 			lastRole = "assistant"
+			assistant(false)
 		}
 		i++
 		return true
@@ -399,10 +433,11 @@ func responsesInput(input gjson.Result, bh *blockHasher) (chars int, lastRole st
 	return chars, lastRole, e
 }
 
-// responsesTools reads tools and tool_choice of a Responses request. Tools
-// are flat ({"type": "function", "name", "parameters", …}); only function
-// tools are called. The function called is the one tool_choice names, else
-// the first function tool; tool_choice "none" calls nothing.
+// responsesTools reads tools, tool_choice and parallel_tool_calls
+// (default true) of a Responses request. Tools are flat ({"type":
+// "function", "name", "parameters", …}); only function tools are called:
+// any of them, or the one tool_choice names. "required" or a named
+// function forces a call; "none" calls nothing.
 func responsesTools(root gjson.Result) (offeredTools, *apiError) {
 	tools := root.Get("tools")
 	t, e := readTools(root, badRequest, func(i int, tool gjson.Result) *apiError {
@@ -419,25 +454,33 @@ func responsesTools(root gjson.Result) (offeredTools, *apiError) {
 	if e != nil {
 		return t, e
 	}
+	if t.parallel, e = boolFieldDefault(root, "parallel_tool_calls", true); e != nil {
+		return t, e
+	}
 
 	named := ""
 	switch choice := root.Get("tool_choice"); {
 	case choice.Str == "none":
 		return t, nil
+	case choice.Str == "required":
+		t.forced = true
 	case choice.IsObject() && choice.Get("type").Str == "function":
 		if named = choice.Get("name").Str; named == "" {
 			return t, badRequest("tool_choice: name: field required")
 		}
+		t.forced = true
 	}
 	tools.ForEach(func(_, tool gjson.Result) bool {
 		if tool.Get("type").Str == "function" && (named == "" || tool.Get("name").Str == named) {
-			t.call = tool
-			return false
+			t.callable = append(t.callable, offeredTool{name: tool.Get("name").Str, schema: tool.Get("parameters")})
 		}
 		return true
 	})
-	if named != "" && !t.call.Exists() {
+	if named != "" && len(t.callable) == 0 {
 		return t, badRequest("Tool '%s' has not been passed in `tools`.", named)
+	}
+	if named != "" {
+		t.callable = t.callable[:1]
 	}
 	return t, nil
 }
@@ -543,15 +586,21 @@ func (rw *responsesWire) finish(x *exchange) []byte {
 	p := x.p
 	output := func(b []byte) []byte {
 		if p.mode == modeTool {
-			b = append(b, `{"arguments":`...)
-			b = appendString(b, p.tool.args)
-			b = append(b, `,"call_id":`...)
-			b = appendString(b, x.toolIDs[0])
-			b = append(b, `,"name":`...)
-			b = appendString(b, p.tool.name)
-			b = append(b, `,"type":"function_call","id":`...)
-			b = appendString(b, x.s.newID("fc_"))
-			return append(b, `,"status":"completed"}`...)
+			for k, call := range p.calls {
+				if k > 0 {
+					b = append(b, ',')
+				}
+				b = append(b, `{"arguments":`...)
+				b = appendString(b, call.args)
+				b = append(b, `,"call_id":`...)
+				b = appendString(b, x.toolID(0, k))
+				b = append(b, `,"name":`...)
+				b = appendString(b, call.name)
+				b = append(b, `,"type":"function_call","id":`...)
+				b = appendString(b, x.s.newID("fc_"))
+				b = append(b, `,"status":"completed"}`...)
+			}
+			return b
 		}
 		if p.reasoning > 0 {
 			// Only the last item has a status in vLLM's output.
@@ -583,7 +632,9 @@ func (rw *responsesWire) finish(x *exchange) []byte {
 				prefix.write(p.token(0, step))
 			}
 		}
-		x.s.stored.put(x.id, &storedResponse{body: resp, conversation: conv, prefix: prefix, toolsHash: rw.toolsHash})
+		h := rw.history
+		h.assistant(p.mode == modeTool)
+		x.s.stored.put(x.id, &storedResponse{body: resp, conversation: conv, prefix: prefix, toolsHash: rw.toolsHash, history: h})
 	}
 	return resp
 }
@@ -652,7 +703,16 @@ func (rw *responsesWire) step(x *exchange, step int) bool {
 	p := x.p
 	tok := p.token(0, step)
 	if p.mode == modeTool {
-		if step == 0 { // the call's header: name and ids
+		// Calls are streamed one after the other, each an output item of
+		// its own.
+		if k, piece := p.toolStep(step); piece < 0 { // a call's header: name and ids
+			if k > 0 {
+				if !rw.closeCall(x) {
+					return false
+				}
+				rw.outputIndex++
+			}
+			rw.call = k
 			rw.itemID, rw.callID = x.s.newID(""), x.s.newID("call_")
 			return rw.item(x, "in_progress", "")
 		}
@@ -711,7 +771,7 @@ func (rw *responsesWire) item(x *exchange, status, text string) bool {
 			b = append(b, `,"call_id":`...)
 			b = appendString(b, rw.callID)
 			b = append(b, `,"name":`...)
-			b = appendString(b, p.tool.name)
+			b = appendString(b, p.calls[rw.call].name)
 			b = append(b, `,"type":"function_call","id":`...)
 			b = appendString(b, rw.itemID)
 		case reasoning:
@@ -765,6 +825,20 @@ func (rw *responsesWire) part(x *exchange, typ, part string) bool {
 	})
 }
 
+// closeCall sends the events that end the call being streamed. vLLM sends
+// arguments.done only after at least one delta.
+func (rw *responsesWire) closeCall(x *exchange) bool {
+	call := x.p.calls[rw.call]
+	return (len(call.pieces) == 0 || rw.event(x, "response.function_call_arguments.done", func(b []byte) []byte {
+		b = append(b, `"arguments":`...)
+		b = appendString(b, call.args)
+		b = rw.appendItemID(append(b, ','))
+		b = append(b, `"name":`...)
+		b = appendString(b, call.name)
+		return rw.appendSeq(rw.appendOutputIndex(append(b, ',')))
+	})) && rw.item(x, "completed", call.args)
+}
+
 func (rw *responsesWire) openReasoning(x *exchange) bool {
 	rw.itemID = x.s.newID("")
 	return rw.item(x, "in_progress", "") &&
@@ -798,15 +872,7 @@ func (rw *responsesWire) end(x *exchange) bool {
 	var ok bool
 	switch {
 	case p.mode == modeTool:
-		// vLLM sends arguments.done only after at least one delta.
-		ok = (len(p.tool.pieces) == 0 || rw.event(x, "response.function_call_arguments.done", func(b []byte) []byte {
-			b = append(b, `"arguments":`...)
-			b = appendString(b, p.tool.args)
-			b = rw.appendItemID(append(b, ','))
-			b = append(b, `"name":`...)
-			b = appendString(b, p.tool.name)
-			return rw.appendSeq(rw.appendOutputIndex(append(b, ',')))
-		})) && rw.item(x, "completed", p.tool.args)
+		ok = rw.closeCall(x)
 	case p.reasoning >= p.steps:
 		ok = rw.closeReasoning(x)
 	default:

@@ -541,38 +541,19 @@ func TestResponsesFaults(t *testing.T) {
 	eventually(t, time.Second, "the failures counted", func() bool { return sim.Stats().Failed == 4 })
 }
 
-// TestResponsesTiming: the Responses stream keeps the profile's schedule:
-// created and in_progress at once, the first delta after prefill, one
-// delta per decode step.
+// TestResponsesTiming: the Responses stream keeps the profile's schedule,
+// on a fake clock: created and in_progress at once, the first delta after
+// prefill, one delta per decode step.
 func TestResponsesTiming(t *testing.T) {
-	// 400 prompt tokens at 2,000 tok/s and 20 tokens at 200 tok/s, twice as
-	// fast: 100 ms + 19 × 2.5 ms ≈ 148 ms.
-	_, ts := start(t, vllmsim.Profile{PrefillTPS: 2000, DecodeTPS: 200, SpeedUp: 2, DefaultMaxTokens: 20})
-	begin := time.Now()
-	resp := send(t, context.Background(), ts, "/v1/responses", `{"stream":true,"input":"`+strings.Repeat("abcd", 400)+`"}`)
-	defer resp.Body.Close()
-	var created, firstDelta time.Duration
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		switch sc.Text() {
-		case "event: response.created":
-			created = time.Since(begin)
-		case "event: response.output_text.delta":
-			if firstDelta == 0 {
-				firstDelta = time.Since(begin)
-			}
-		}
+	clock := newFakeClock()
+	_, ts := start(t, vllmsim.Profile{PrefillTPS: 2000, DecodeTPS: 200, SpeedUp: 2, DefaultMaxTokens: 20}, clock.option())
+	s := runTimed(t, clock, ts, "/v1/responses", `{"stream":true,"input":"`+strings.Repeat("abcd", 400)+`"}`, 4)
+	if s.lines[0] != "event: response.created" || s.lines[2] != "event: response.in_progress" {
+		t.Errorf("before prefill: %q, want response.created and response.in_progress", s.lines[:4])
 	}
-	total := time.Since(begin)
-	if created > 90*time.Millisecond {
-		t.Errorf("response.created after %v: want it before prefill", created)
-	}
-	if firstDelta < 100*time.Millisecond {
-		t.Errorf("first delta after %v, before the 100ms prefill", firstDelta)
-	}
-	if total < 147*time.Millisecond || total > 2*time.Second {
-		t.Errorf("stream took %v, want about 148ms", total)
+	checkSchedule(t, ts, s)
+	if n := countPrefix(s.lines, "event: response.output_text.delta"); n != 20 || s.lines[len(s.lines)-2] != "event: response.completed" {
+		t.Errorf("%d deltas, last event %q: want 20, then response.completed", n, s.lines[len(s.lines)-2])
 	}
 }
 

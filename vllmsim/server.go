@@ -46,7 +46,12 @@ type Server struct {
 	decodeStep       time.Duration // per output token, SpeedUp applied; 0 = instant
 	chooser          Chooser
 	hook             func(r *http.Request, body []byte)
-	started          time.Time
+	scenario         *script // nil: no scenario
+	// now and after are the clock (WithClock); after is nil for real
+	// time, whose timers the exchanges reuse.
+	now     func() time.Time
+	after   func(time.Duration) <-chan time.Time
+	started time.Time
 
 	rngMu sync.Mutex
 	rng   *rand.Rand // guarded by rngMu
@@ -96,6 +101,21 @@ func WithRand(r *rand.Rand) Option {
 	}
 }
 
+// WithClock sets the Server's clock: now tells the time and after waits
+// for a duration, as time.After does. The default is real time. Every
+// duration the Server simulates (prefill, decode steps, Faults.Stall and
+// SlowStart) is waited for with after, and every time it reports (created,
+// latency metrics) is read from now, so a test can step simulated time by
+// hand. A nil now or after keeps the real one.
+func WithClock(now func() time.Time, after func(time.Duration) <-chan time.Time) Option {
+	return func(s *Server) {
+		if now != nil {
+			s.now = now
+		}
+		s.after = after
+	}
+}
+
 // WithRequestHook calls f with every inference POST body exactly as received,
 // and every /v1/messages/count_tokens body, before it is parsed (even if it
 // is not valid JSON). f runs on the request's goroutine and must not modify
@@ -118,7 +138,7 @@ func New(p Profile, opts ...Option) *Server {
 		profile:          p,
 		defaultMaxTokens: p.DefaultMaxTokens,
 		chooser:          DefaultChooser,
-		started:          time.Now(),
+		now:              time.Now,
 		batch:            batch{max: p.MaxBatch},
 	}
 	if s.defaultMaxTokens == 0 {
@@ -137,6 +157,7 @@ func New(p Profile, opts ...Option) *Server {
 	for _, o := range opts {
 		o(s)
 	}
+	s.started = s.now()
 	if s.rng == nil {
 		// Seeded per server, so that several simulators (a cluster, or
 		// separate `switchyard sim` processes) never hand out the same
@@ -311,7 +332,7 @@ type api struct {
 // serveInference answers an inference request: read, hook, stall,
 // validate, inject failure, then run.
 func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, a api) {
-	arrival := time.Now()
+	arrival := s.now()
 	s.requests.Add(1)
 	ctx := r.Context()
 
@@ -335,7 +356,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, a api) {
 	}
 
 	f := s.faults.Load()
-	if f.Stall > 0 && !sleep(ctx, f.Stall) {
+	if f.Stall > 0 && !s.sleep(ctx, f.Stall) {
 		s.cancelled.Add(1)
 		return
 	}
@@ -404,12 +425,19 @@ func putHex(dst []byte, v uint64) {
 	}
 }
 
-// sleep waits for d or until ctx ends; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
+// sleep waits for d on the Server's clock or until ctx ends; it reports
+// whether d elapsed.
+func (s *Server) sleep(ctx context.Context, d time.Duration) bool {
+	var c <-chan time.Time
+	if s.after != nil {
+		c = s.after(d)
+	} else {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		c = t.C
+	}
 	select {
-	case <-t.C:
+	case <-c:
 		return true
 	case <-ctx.Done():
 		return false

@@ -173,6 +173,10 @@ func exampleString(name, format string) string {
 	}
 	n := strings.ToLower(name)
 	switch {
+	case n == "command" || n == "cmd" || strings.HasSuffix(n, "_command") || strings.HasSuffix(n, "_cmd"):
+		return "ls -la"
+	case n == "pattern" || n == "glob":
+		return "**/*.go"
 	case strings.Contains(n, "city"):
 		return "Paris"
 	case strings.Contains(n, "location"), strings.Contains(n, "address"), strings.Contains(n, "place"):

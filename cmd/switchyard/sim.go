@@ -34,6 +34,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f vllmsim.Faults
 	p.RegisterFlags(fs)
 	f.RegisterFlags(fs)
+	scenario := fs.String("scenario", "", "script the answers turn by turn from this YAML or JSON `file` (tool calls and texts; see docs/reference.md)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -45,7 +46,16 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "switchyard sim:", err)
 		return exitUsage
 	}
-	sim := vllmsim.New(p)
+	var opts []vllmsim.Option
+	if *scenario != "" {
+		sc, err := vllmsim.LoadScenario(*scenario)
+		if err != nil {
+			fmt.Fprintln(stderr, "switchyard sim:", err)
+			return exitUsage
+		}
+		opts = append(opts, vllmsim.WithScenario(sc))
+	}
+	sim := vllmsim.New(p, opts...)
 	sim.SetFaults(f)
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -54,7 +64,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	log.Info("vLLM simulator serving", "listen", ln.Addr().String(), "model", p.Model, "decode_tps", p.DecodeTPS,
-		"prefill_tps", p.PrefillTPS, "max_batch", p.MaxBatch, "speedup", p.SpeedUp)
+		"prefill_tps", p.PrefillTPS, "max_batch", p.MaxBatch, "speedup", p.SpeedUp, "scenario", *scenario)
 	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
