@@ -217,6 +217,37 @@ func TestLoadBad(t *testing.T) {
 		{"tabs", []string{
 			`../testdata/tabs.bad.yaml:4:1: a tab character: YAML indents with spaces only (replace the tabs on this line)`,
 		}},
+		{"explicit-zero", []string{
+			`../testdata/explicit-zero.bad.yaml:5:17: server: body_timeout must be positive (it bounds a request body that never arrives)`,
+			`../testdata/explicit-zero.bad.yaml:6:24: server: read_header_timeout must be positive (it bounds a client that never sends its headers)`,
+			`../testdata/explicit-zero.bad.yaml:7:17: server: idle_timeout must be positive (it closes idle keep-alive connections)`,
+			`../testdata/explicit-zero.bad.yaml:11:22: pool "p": connect_timeout must be positive`,
+			`../testdata/explicit-zero.bad.yaml:12:30: pool "p": response_header_timeout must be positive (give a long one, such as 1h, for long generations)`,
+			`../testdata/explicit-zero.bad.yaml:13:24: pool "p": health.interval must be positive (disabled: true turns probes off)`,
+			`../testdata/explicit-zero.bad.yaml:13:37: pool "p": health.timeout must be positive`,
+			`../testdata/explicit-zero.bad.yaml:13:58: pool "p": health.unhealthy_after must be at least 1`,
+			`../testdata/explicit-zero.bad.yaml:13:76: pool "p": health.healthy_after must be at least 1`,
+			`../testdata/explicit-zero.bad.yaml:14:24: pool "p": scrape.interval must be positive`,
+			`../testdata/explicit-zero.bad.yaml:14:37: pool "p": scrape.timeout must be positive`,
+			`../testdata/explicit-zero.bad.yaml:14:52: pool "p": scrape.staleness must be positive`,
+			`../testdata/explicit-zero.bad.yaml:15:30: pool "p": outlier.base_ejection must be positive (consecutive_5xx: 0 and consecutive_connect_failures: 0 turn ejections off)`,
+			`../testdata/explicit-zero.bad.yaml:15:48: pool "p": outlier.max_ejection must be positive`,
+			`../testdata/explicit-zero.bad.yaml:19:56: pool "d": discovery: interval must be at least 100ms`,
+			`../testdata/explicit-zero.bad.yaml:20:61: topology: memory_utilization must be within (0, 1]`,
+			`../testdata/explicit-zero.bad.yaml:24:12: classifier: timeout must be positive`,
+			`../testdata/explicit-zero.bad.yaml:25:16: classifier: concurrency must be at least 1`,
+			`../testdata/explicit-zero.bad.yaml:26:16: classifier: cache.ttl must be positive (size: 0 turns the cache off)`,
+			`../testdata/explicit-zero.bad.yaml:27:23: classifier: breaker.cooldown must be positive (failures: 0 turns the breaker off)`,
+			`../testdata/explicit-zero.bad.yaml:28:16: session: ttl must be positive`,
+			`../testdata/explicit-zero.bad.yaml:28:26: session: size must be at least 1`,
+			`../testdata/explicit-zero.bad.yaml:30:41: control.share: window must be at least 1s`,
+			`../testdata/explicit-zero.bad.yaml:30:58: control.share: utilization must be within (0, 1]`,
+		}},
+		{"pool-several-mistakes", []string{
+			`../testdata/pool-several-mistakes.bad.yaml:7:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas, discovery)`,
+			`../testdata/pool-several-mistakes.bad.yaml:8:20: pool "small": health.path "health" must start with /`,
+			`../testdata/pool-several-mistakes.bad.yaml:9:17: pool "small": replica "a": url is required`,
+		}},
 		{"wrong-type", []string{
 			`../testdata/wrong-type.bad.yaml:5:19: pool "small": max_inflight: expected an integer, got "lots"`,
 		}},
@@ -332,7 +363,7 @@ func TestLoadDefaults(t *testing.T) {
 	}, pool{
 		p.Name, p.Balance, r.Name, r.Parsed.String(),
 		p.QueueTimeout.Std(), p.ConnectTimeout.Std(), p.ResponseHeaderTimeout.Std(),
-		*p.Retries,
+		p.Retries,
 		p.Health.Path, p.Health.Interval.Std(), p.Health.Timeout.Std(),
 		p.Health.UnhealthyAfter, p.Health.HealthyAfter, p.Affinity.Depth, p.Affinity.LoadFactor,
 	}); diff != "" {
@@ -388,8 +419,8 @@ func TestLoadFull(t *testing.T) {
 		t.Errorf("pool order (-want +got):\n%s", diff)
 	}
 	mini, qwen := cfg.Pools.Get("minicpm"), cfg.Pools.Get("qwen")
-	if *mini.Retries != 0 {
-		t.Errorf("minicpm retries = %d, want an explicit 0 kept", *mini.Retries)
+	if mini.Retries != 0 {
+		t.Errorf("minicpm retries = %d, want an explicit 0 kept", mini.Retries)
 	}
 	if got, want := mini.ConnectTimeout.Std(), 500*time.Millisecond; got != want {
 		t.Errorf("minicpm connect_timeout = %v, want %v", got, want)
@@ -570,5 +601,54 @@ func TestCredentialsRedacted(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "p.yaml:3:") {
 			t.Errorf("%s: %v", u, err)
 		}
+	}
+}
+
+// TestLoadExplicitZero: an explicit 0 that turns something off is kept as
+// written; before, most of these came back as their defaults (write_timeout
+// 60s, shutdown_grace 30s, queue_timeout 5s). The zeros refused are in
+// testdata/explicit-zero.bad.yaml.
+func TestLoadExplicitZero(t *testing.T) {
+	cfg := loadFile(t, "../testdata/explicit-zero.good.yaml")
+	s, p, cl := cfg.Server, cfg.Pools.Get("p"), cfg.Classifier
+	got := map[string]int64{
+		"server.write_timeout":                 int64(s.WriteTimeout),
+		"server.shutdown_grace":                int64(s.ShutdownGrace),
+		"server.drain_delay":                   int64(s.DrainDelay),
+		"server.max_connections":               int64(s.MaxConnections),
+		"queue_timeout":                        int64(p.QueueTimeout),
+		"first_token_timeout":                  int64(p.FirstTokenTimeout),
+		"stream_idle_timeout":                  int64(p.StreamIdleTimeout),
+		"max_stream_duration":                  int64(p.MaxStreamDuration),
+		"max_inflight":                         int64(p.MaxInflight),
+		"retries":                              int64(p.Retries),
+		"outlier.consecutive_5xx":              int64(p.Outlier.Consecutive5xx),
+		"outlier.consecutive_connect_failures": int64(p.Outlier.ConsecutiveConnectFailures),
+		"outlier.max_ejection_percent":         int64(p.Outlier.MaxEjectionPercent),
+		"classifier.cache.size":                int64(cl.Cache.Size),
+		"classifier.breaker.failures":          int64(cl.Breaker.Failures),
+	}
+	for key, v := range got {
+		if v != 0 {
+			t.Errorf("%s = %d, want the explicit 0", key, v)
+		}
+	}
+	// The keys not written keep their defaults.
+	if s.BodyTimeout.Std() != policy.DefaultBodyTimeout || p.ConnectTimeout.Std() != policy.DefaultConnectTimeout || p.Health.Interval.Std() != policy.DefaultHealthInterval {
+		t.Errorf("defaults lost: body_timeout %v, connect_timeout %v, health.interval %v", s.BodyTimeout.Std(), p.ConnectTimeout.Std(), p.Health.Interval.Std())
+	}
+}
+
+// TestLoadDerivedDefaults: outlier.max_ejection, when not given, is at
+// least base_ejection; given, it is what the file says (and checked).
+func TestLoadDerivedDefaults(t *testing.T) {
+	src := "version: 1\npools:\n  p: {model: m, outlier: {base_ejection: 5m}, replicas: [{url: \"http://127.0.0.1:1\"}]}\nroutes:\n  - {name: d, to: p}\n"
+	cfg := load(t, src)
+	if got := cfg.Pools.Get("p").Outlier.MaxEjection.Std(); got != 5*time.Minute {
+		t.Errorf("max_ejection = %v, want base_ejection's 5m", got)
+	}
+	src = strings.Replace(src, "base_ejection: 5m", "base_ejection: 5m, max_ejection: 2m", 1)
+	if _, err := policy.Load("p.yaml", []byte(src), testRegistry); err == nil || !strings.Contains(err.Error(), "p.yaml:3:27: pool \"p\": outlier.base_ejection 5m0s is longer than max_ejection 2m0s") {
+		t.Errorf("explicit max_ejection under base_ejection: %v", err)
 	}
 }
