@@ -30,6 +30,20 @@ type Config struct {
 	root ast.Node
 }
 
+// WithListen returns a copy of c whose server listens on listen and
+// adminListen instead ("" keeps the file's address): serve's --listen and
+// --admin-listen. c itself is not changed; the copy shares everything else.
+func (c *Config) WithListen(listen, adminListen string) *Config {
+	out := *c
+	if listen != "" {
+		out.Server.Listen = listen
+	}
+	if adminListen != "" {
+		out.Server.AdminListen = adminListen
+	}
+	return &out
+}
+
 // Position is the line and column in c's file of the value at path (keys
 // and list indexes, as in "server", "listen"), or of the nearest parent
 // written in the file; 1, 1 for a config not read from text.
