@@ -668,3 +668,43 @@ func TestLoadModelsEmpty(t *testing.T) {
 		t.Errorf("models = %+v, want none", cfg.Models)
 	}
 }
+
+// TestLoadSecrets: every failure of the secrets step, reported in the same
+// run as a validation problem (a negative retries), each at its key.
+func TestLoadSecrets(t *testing.T) {
+	src := `version: 1
+server:
+  admin_token_env: TOK
+  response_id_secret_env: SHORT
+  api_keys:
+    - {name: a, key_env: UNSET}
+    - {name: b, key_env: PLACEHOLDER}
+pools:
+  p: {model: m, retries: -1, api_key_env: UNSET, replicas: [{url: "http://127.0.0.1:1"}]}
+routes:
+  - {name: d, to: p}
+`
+	env := map[string]string{"TOK": "REPLACE-ME", "SHORT": "0123456789", "PLACEHOLDER": "replace-me-now"}
+	reg := testRegistry
+	reg.Getenv = func(k string) string { return env[k] }
+	_, err := policy.Load("s.yaml", []byte(src), reg)
+	want := []string{
+		`s.yaml:3:20: server: admin_token_env: environment variable TOK holds the example manifests' placeholder "REPLACE-ME"; set a long random token (openssl rand -hex 32)`,
+		`s.yaml:4:27: server: response_id_secret_env: environment variable SHORT must hold at least 16 characters`,
+		`s.yaml:6:26: api key "a": environment variable UNSET is not set or empty`,
+		`s.yaml:7:26: api key "b": environment variable PLACEHOLDER holds a placeholder ("replace-me-now"); set the real key`,
+		`s.yaml:9:26: pool "p": retries must not be negative`,
+		`s.yaml:9:43: pool "p": environment variable UNSET is not set or empty`,
+	}
+	if err == nil {
+		t.Fatal("Load succeeded, want errors")
+	}
+	if diff := cmp.Diff(strings.Join(want, "\n"), err.Error()); diff != "" {
+		t.Errorf("errors (-want +got):\n%s", diff)
+	}
+	reg.SkipEnv = true
+	_, err = policy.Load("s.yaml", []byte(src), reg)
+	if err == nil || strings.Contains(err.Error(), "environment variable") {
+		t.Errorf("with SkipEnv: %v, want only the retries problem", err)
+	}
+}
