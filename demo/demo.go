@@ -78,7 +78,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	cfg.Server.Listen, cfg.Server.AdminListen = o.Listen, o.AdminListen
+	cfg = cfg.WithListen(o.Listen, o.AdminListen)
 	cl, err := StartCluster(cfg, nil, o.SpeedUp)
 	if err != nil {
 		return Summary{}, err

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
@@ -22,13 +21,27 @@ type Config struct {
 	Topology   *Topology   `yaml:"topology,omitempty"`
 	Pools      Pools       `yaml:"pools"`
 	Classifier *Classifier `yaml:"classifier,omitempty"`
-	Models     []Model     `yaml:"models,omitempty"`
+	Models     []Model     `yaml:"models"`
 	Session    *Session    `yaml:"session,omitempty"`
 	Control    *Control    `yaml:"control,omitempty"`
 	Routes     []*Route    `yaml:"routes"`
 
 	// root is the file's YAML tree, for positions in later errors.
 	root ast.Node
+}
+
+// WithListen returns a copy of c whose server listens on listen and
+// adminListen instead ("" keeps the file's address): serve's --listen and
+// --admin-listen. c itself is not changed; the copy shares everything else.
+func (c *Config) WithListen(listen, adminListen string) *Config {
+	out := *c
+	if listen != "" {
+		out.Server.Listen = listen
+	}
+	if adminListen != "" {
+		out.Server.AdminListen = adminListen
+	}
+	return &out
 }
 
 // Position is the line and column in c's file of the value at path (keys
@@ -44,33 +57,37 @@ func (c *Config) Position(path ...any) (line, col int) {
 // Server is the listener, limits and authentication section.
 type Server struct {
 	// Listen is the client-facing address. Default 0.0.0.0:8080.
-	Listen string `yaml:"listen,omitempty"`
+	Listen string `yaml:"listen"`
 	// AdminListen serves /metrics and /admin/*. Default 127.0.0.1:9090.
-	AdminListen string `yaml:"admin_listen,omitempty"`
+	AdminListen string `yaml:"admin_listen"`
 	// MaxBodyBytes caps a request body. Default 8MiB.
-	MaxBodyBytes ByteSize `yaml:"max_body_bytes,omitempty"`
-	// ShutdownGrace is how long SIGTERM waits for in-flight requests. Default 30s.
-	ShutdownGrace Duration `yaml:"shutdown_grace,omitempty"`
+	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
+	// ShutdownGrace is how long SIGTERM waits for in-flight requests.
+	// Default 30s; 0s waits for nothing (open streams get their error
+	// event at once).
+	ShutdownGrace Duration `yaml:"shutdown_grace"`
 	// DrainDelay is how long, after SIGTERM, /readyz answers 503 while the
 	// listener still accepts, so that load balancers stop sending before
 	// it closes. Default 5s; 0s turns it off.
-	DrainDelay *Duration `yaml:"drain_delay,omitempty"`
+	DrainDelay Duration `yaml:"drain_delay"`
 	// Instances is how many gateway instances share the traffic: per-key
 	// rate limits are divided by it, so rps and burst are cluster-wide
 	// figures. Default 1.
-	Instances int `yaml:"instances,omitempty"`
-	// ReadHeaderTimeout bounds how long a client may take to send headers. Default 10s.
-	ReadHeaderTimeout Duration `yaml:"read_header_timeout,omitempty"`
-	// IdleTimeout closes idle client keep-alive connections. Default 120s.
-	IdleTimeout Duration `yaml:"idle_timeout,omitempty"`
+	Instances int `yaml:"instances"`
+	// ReadHeaderTimeout bounds how long a client may take to send headers.
+	// Default 10s; positive.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	// IdleTimeout closes idle client keep-alive connections. Default 120s;
+	// positive.
+	IdleTimeout Duration `yaml:"idle_timeout"`
 	// MaxJSONDepth bounds how deeply a request body nests arrays and
 	// objects. Default 64.
-	MaxJSONDepth int `yaml:"max_json_depth,omitempty"`
-	// BodyTimeout bounds reading a request body. Default 30s.
-	BodyTimeout Duration `yaml:"body_timeout,omitempty"`
+	MaxJSONDepth int `yaml:"max_json_depth"`
+	// BodyTimeout bounds reading a request body. Default 30s; positive.
+	BodyTimeout Duration `yaml:"body_timeout"`
 	// WriteTimeout ends an exchange when one write to the client makes no
-	// progress for this long. Default 60s.
-	WriteTimeout Duration `yaml:"write_timeout,omitempty"`
+	// progress for this long. Default 60s; 0s turns it off.
+	WriteTimeout Duration `yaml:"write_timeout"`
 	// LogBodies logs prompts and completions. Default false.
 	LogBodies bool `yaml:"log_bodies,omitempty"`
 	// APIKeys enables bearer authentication when non-empty.
@@ -89,7 +106,7 @@ type Server struct {
 	MaxConnections int `yaml:"max_connections,omitempty"`
 	// AdminMaxConnections is the same cap for the admin listener.
 	// Default 256.
-	AdminMaxConnections int `yaml:"admin_max_connections,omitempty"`
+	AdminMaxConnections int `yaml:"admin_max_connections"`
 	// ResponseIDSecretEnv names a variable holding the secret that signs
 	// the stored-response ids clients see (binding each to the API key that
 	// made it). Default: a secret derived from the API keys.
@@ -110,13 +127,15 @@ type Readiness struct {
 
 // APIKey is one client credential. The key itself is read from KeyEnv.
 type APIKey struct {
-	Name   string     `yaml:"name"`
-	KeyEnv string     `yaml:"key_env"`
-	Models StringList `yaml:"models,omitempty"`
+	Name   string `yaml:"name"`
+	KeyEnv string `yaml:"key_env"`
+	// Models is the allow-list of client model names. Default ["*"]:
+	// every name.
+	Models StringList `yaml:"models"`
 	Rate   *Rate      `yaml:"rate,omitempty"`
 	// Weight is the key's share of a full replica's queue against other
 	// keys' waiting requests. Default 1.
-	Weight int `yaml:"weight,omitempty"`
+	Weight int `yaml:"weight"`
 	// Secret is the key read from the environment; never printed.
 	Secret Secret `yaml:"-"`
 }
@@ -152,7 +171,7 @@ type Topology struct {
 	NodeMemory ByteSize `yaml:"node_memory,omitempty" json:"node_memory,omitempty"`
 	// MemoryUtilization is the share of a node's memory vLLM may use
 	// (its --gpu-memory-utilization). Default 0.9, vLLM's default.
-	MemoryUtilization float64 `yaml:"memory_utilization,omitempty" json:"memory_utilization,omitempty"`
+	MemoryUtilization float64 `yaml:"memory_utilization" json:"memory_utilization,omitempty"`
 }
 
 // Partition is a group of nodes on a switch.
@@ -206,23 +225,24 @@ type Pool struct {
 	// Model is the name the backends serve; the request's model is rewritten to it.
 	Model string `yaml:"model"`
 	// Balance names the balancer. Default least_outstanding.
-	Balance string `yaml:"balance,omitempty"`
+	Balance string `yaml:"balance"`
 	// MaxInflight caps requests per replica (0 = unlimited). Beyond it,
 	// requests wait up to QueueTimeout for a slot, then get 503.
 	MaxInflight int `yaml:"max_inflight,omitempty"`
-	// QueueTimeout is the bounded wait for a slot. Default 5s.
-	QueueTimeout Duration `yaml:"queue_timeout,omitempty"`
-	// ConnectTimeout bounds the TCP dial to a replica. Default 2s.
-	ConnectTimeout Duration `yaml:"connect_timeout,omitempty"`
+	// QueueTimeout is the bounded wait for a slot. Default 5s; 0s: no
+	// wait (503 at once when every replica is at MaxInflight).
+	QueueTimeout Duration `yaml:"queue_timeout"`
+	// ConnectTimeout bounds the TCP dial to a replica. Default 2s; positive.
+	ConnectTimeout Duration `yaml:"connect_timeout"`
 	// ResponseHeaderTimeout bounds the wait for a replica's response headers
-	// (vLLM sends them once the request is scheduled). Default 5m.
-	ResponseHeaderTimeout Duration `yaml:"response_header_timeout,omitempty"`
+	// (vLLM sends them once the request is scheduled). Default 5m; positive.
+	ResponseHeaderTimeout Duration `yaml:"response_header_timeout"`
 	// FirstTokenTimeout bounds the wait for a stream's first event once
 	// its headers arrived. Default 5m; 0s turns it off.
-	FirstTokenTimeout *Duration `yaml:"first_token_timeout,omitempty"`
+	FirstTokenTimeout Duration `yaml:"first_token_timeout"`
 	// StreamIdleTimeout bounds the gap between two events of a stream.
 	// Default 2m; 0s turns it off.
-	StreamIdleTimeout *Duration `yaml:"stream_idle_timeout,omitempty"`
+	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
 	// MaxStreamDuration bounds a whole stream. Default 0 (off).
 	MaxStreamDuration Duration `yaml:"max_stream_duration,omitempty"`
 	// MaxModelLen is the replicas' context length (vLLM's
@@ -230,8 +250,8 @@ type Pool struct {
 	// cannot fit beside its prompt is lowered to what fits. 0: unknown.
 	MaxModelLen int `yaml:"max_model_len,omitempty"`
 	// Retries is how many other replicas are tried before the first byte
-	// reached the client. Default 2.
-	Retries *int `yaml:"retries,omitempty"`
+	// reached the client. Default 2; 0: none.
+	Retries int `yaml:"retries"`
 	// APIKeyEnv names a variable holding the bearer key vLLM was started with.
 	APIKeyEnv string `yaml:"api_key_env,omitempty"`
 	APIKey    Secret `yaml:"-"`
@@ -243,11 +263,11 @@ type Pool struct {
 	Parameters ParamCount `yaml:"parameters,omitempty"`
 	DType      string     `yaml:"dtype,omitempty"`
 
-	Health   *Health    `yaml:"health,omitempty"`
-	Outlier  *Outlier   `yaml:"outlier,omitempty"`
-	Resume   *Resume    `yaml:"resume,omitempty"`
-	Scrape   *Scrape    `yaml:"scrape,omitempty"`
-	Affinity *Affinity  `yaml:"affinity,omitempty"`
+	Health   Health     `yaml:"health"`
+	Outlier  Outlier    `yaml:"outlier"`
+	Resume   Resume     `yaml:"resume"`
+	Scrape   Scrape     `yaml:"scrape"`
+	Affinity Affinity   `yaml:"affinity"`
 	Replicas []*Replica `yaml:"replicas,omitempty"`
 	// Discovery finds the replicas in DNS instead of Replicas (exclusive
 	// with it); see discovery.go.
@@ -276,13 +296,14 @@ func (p *Pool) memorySource() string {
 	return fmt.Sprintf("%s parameters in %s", p.Parameters, p.DType)
 }
 
-// Health configures active health checks.
+// Health configures active health checks. Interval, Timeout and the
+// thresholds are positive (Disabled turns probes off).
 type Health struct {
-	Path           string   `yaml:"path,omitempty"`
-	Interval       Duration `yaml:"interval,omitempty"`
-	Timeout        Duration `yaml:"timeout,omitempty"`
-	UnhealthyAfter int      `yaml:"unhealthy_after,omitempty"`
-	HealthyAfter   int      `yaml:"healthy_after,omitempty"`
+	Path           string   `yaml:"path"`
+	Interval       Duration `yaml:"interval"`
+	Timeout        Duration `yaml:"timeout"`
+	UnhealthyAfter int      `yaml:"unhealthy_after"`
+	HealthyAfter   int      `yaml:"healthy_after"`
 	// CheckModels makes each probe also require GET /v1/models to list
 	// the pool's model. Default false (the check then runs only while a
 	// replica is marked misconfigured).
@@ -298,45 +319,47 @@ type Resume struct {
 	Enabled bool `yaml:"enabled,omitempty"`
 	// MaxAttempts is how many other replicas may continue one stream.
 	// Default 1.
-	MaxAttempts int `yaml:"max_attempts,omitempty"`
+	MaxAttempts int `yaml:"max_attempts"`
 	// MaxBuffer bounds the text kept per stream to resume it; a longer
 	// answer is not resumed. Default 1MiB.
-	MaxBuffer ByteSize `yaml:"max_buffer,omitempty"`
+	MaxBuffer ByteSize `yaml:"max_buffer"`
 }
 
 // Outlier configures passive health (outlier detection, as in Envoy).
 type Outlier struct {
 	// Consecutive5xx ejects a replica after this many 5xx answers or cut
 	// streams in a row; 0 turns it off. Default 5.
-	Consecutive5xx *int `yaml:"consecutive_5xx,omitempty"`
+	Consecutive5xx int `yaml:"consecutive_5xx"`
 	// ConsecutiveConnectFailures ejects after this many failures to get any
 	// answer in a row; 0 turns it off. Default 3.
-	ConsecutiveConnectFailures *int `yaml:"consecutive_connect_failures,omitempty"`
+	ConsecutiveConnectFailures int `yaml:"consecutive_connect_failures"`
 	// MaxEjectionPercent caps the share of the pool ejected at once (one
 	// replica of two or more may always be). Default 50.
-	MaxEjectionPercent *int `yaml:"max_ejection_percent,omitempty"`
+	MaxEjectionPercent int `yaml:"max_ejection_percent"`
 	// BaseEjection times the number of ejections in a row is how long an
-	// ejection lasts, up to MaxEjection. Defaults 5s and 2m.
-	BaseEjection Duration `yaml:"base_ejection,omitempty"`
-	MaxEjection  Duration `yaml:"max_ejection,omitempty"`
+	// ejection lasts, up to MaxEjection. Defaults 5s and the larger of
+	// 2m and BaseEjection; both positive.
+	BaseEjection Duration `yaml:"base_ejection"`
+	MaxEjection  Duration `yaml:"max_ejection"`
 	// CountTimeouts counts timeouts as 5xx. Default false.
 	CountTimeouts bool `yaml:"count_timeouts,omitempty"`
 }
 
 // Scrape configures the vLLM /metrics scraping used by kv_aware and p2c.
+// The durations are positive.
 type Scrape struct {
-	Path      string   `yaml:"path,omitempty"`
-	Interval  Duration `yaml:"interval,omitempty"`
-	Timeout   Duration `yaml:"timeout,omitempty"`
-	Staleness Duration `yaml:"staleness,omitempty"`
+	Path      string   `yaml:"path"`
+	Interval  Duration `yaml:"interval"`
+	Timeout   Duration `yaml:"timeout"`
+	Staleness Duration `yaml:"staleness"`
 }
 
 // Affinity tunes the affinity balancer.
 type Affinity struct {
 	// Depth is how many leading messages form the prefix key. Default 2.
-	Depth int `yaml:"depth,omitempty"`
+	Depth int `yaml:"depth"`
 	// LoadFactor: a replica above LoadFactor × fair share passes the key on. Default 1.25.
-	LoadFactor float64 `yaml:"load_factor,omitempty"`
+	LoadFactor float64 `yaml:"load_factor"`
 }
 
 // Replica is one vLLM server (possibly spanning several nodes).
@@ -357,32 +380,32 @@ type Classifier struct {
 	Descriptions map[string]string `yaml:"-"`
 	RawLabels    []LabelSpec       `yaml:"labels"`
 	// MaxInputChars truncates what the classifier reads (head and tail). Default 4000.
-	MaxInputChars int `yaml:"max_input_chars,omitempty"`
-	// Timeout bounds one classifier call. Default 300ms.
-	Timeout Duration `yaml:"timeout,omitempty"`
+	MaxInputChars int `yaml:"max_input_chars"`
+	// Timeout bounds one classifier call. Default 300ms; positive.
+	Timeout Duration `yaml:"timeout"`
 	// OnError is the label used when the classifier fails. Default: the last label.
-	OnError string `yaml:"on_error,omitempty"`
+	OnError string `yaml:"on_error"`
 	// Cache holds results keyed on a hash of what was sent.
-	Cache *Cache `yaml:"cache,omitempty"`
+	Cache Cache `yaml:"cache"`
 	// Concurrency caps concurrent classifier calls. Default 64.
-	Concurrency int `yaml:"concurrency,omitempty"`
+	Concurrency int `yaml:"concurrency"`
 	// GuidedChoice sends the older `guided_choice` field instead of
 	// `structured_outputs.choice` (vLLM before structured_outputs).
 	GuidedChoice bool `yaml:"guided_choice,omitempty"`
 	// Prompt replaces the default system prompt (Go text/template).
 	Prompt string `yaml:"prompt,omitempty"`
 	// Breaker stops calling a failing classifier pool for a while.
-	Breaker *Breaker `yaml:"breaker,omitempty"`
+	Breaker Breaker `yaml:"breaker"`
 }
 
 // Breaker is the classifier's circuit breaker.
 type Breaker struct {
 	// Failures in a row open the circuit; 0 turns the breaker off.
 	// Default 5.
-	Failures *int `yaml:"failures,omitempty"`
+	Failures int `yaml:"failures"`
 	// Cooldown is how long an open circuit calls nothing before one probe.
-	// Default 10s.
-	Cooldown Duration `yaml:"cooldown,omitempty"`
+	// Default 10s; positive.
+	Cooldown Duration `yaml:"cooldown"`
 }
 
 // LabelSpec is a label, written either as a string or as {name: description}.
@@ -402,8 +425,9 @@ func (l LabelSpec) MarshalYAML() (any, error) {
 // Cache configures the classifier's result cache.
 type Cache struct {
 	// Size is the number of entries; 0 disables the cache. Default 50000.
-	Size *int     `yaml:"size,omitempty"`
-	TTL  Duration `yaml:"ttl,omitempty"`
+	Size int `yaml:"size"`
+	// TTL is how long an entry lives. Default 10m; positive.
+	TTL Duration `yaml:"ttl"`
 }
 
 // Model is a client-visible model name, or a glob pattern of names
@@ -435,10 +459,10 @@ type ShareControl struct {
 	Pool   string      `yaml:"pool"`
 	Target ShareTarget `yaml:"target"`
 	// Window is the time scale of the measured share. Default 2m.
-	Window Duration `yaml:"window,omitempty"`
+	Window Duration `yaml:"window"`
 	// Utilization is the pool's utilization capacity mode aims at.
 	// Default 0.8.
-	Utilization float64 `yaml:"utilization,omitempty"`
+	Utilization float64 `yaml:"utilization"`
 }
 
 // Options are the controller's options from the config (Load and Now are
@@ -483,14 +507,16 @@ type Session struct {
 	// the header is absent. Default false: in the OpenAI API user names
 	// the end user, and one person's conversations would share one
 	// decision.
-	FromUser bool     `yaml:"from_user,omitempty"`
-	TTL      Duration `yaml:"ttl,omitempty"`
-	// Size caps the number of remembered sessions. Default 100000.
-	Size int `yaml:"size,omitempty"`
+	FromUser bool `yaml:"from_user,omitempty"`
+	// TTL is how long a decision is remembered. Default 30m; positive.
+	TTL Duration `yaml:"ttl"`
+	// Size caps the number of remembered sessions. Default 100000; at
+	// least 1.
+	Size int `yaml:"size"`
 	// Implicit gives a request that carries no session id one taken from
 	// its conversation's opening (system prompt, first user turn, tools).
 	// Default true.
-	Implicit *bool `yaml:"implicit,omitempty"`
+	Implicit bool `yaml:"implicit"`
 }
 
 // Route is one ordered policy rule.
@@ -534,254 +560,4 @@ type When struct {
 	Key          StringList            `yaml:"key,omitempty"`
 	Any          []*When               `yaml:"any,omitempty"`
 	Not          *When                 `yaml:"not,omitempty"`
-}
-
-// defaults, in one place.
-const (
-	DefaultListen            = "0.0.0.0:8080"
-	DefaultAdminListen       = "127.0.0.1:9090"
-	DefaultMaxBodyBytes      = 8 << 20
-	DefaultShutdownGrace     = 30 * time.Second
-	DefaultReadHeaderTimeout = 10 * time.Second
-	DefaultIdleTimeout       = 120 * time.Second
-	DefaultMaxJSONDepth      = 64
-	DefaultBodyTimeout       = 30 * time.Second
-	DefaultWriteTimeout      = 60 * time.Second
-	DefaultDrainDelay        = 5 * time.Second
-	DefaultAdminMaxConns     = 256
-	DefaultBalance           = "least_outstanding"
-	DefaultQueueTimeout      = 5 * time.Second
-	DefaultConnectTimeout    = 2 * time.Second
-	DefaultHeaderTimeout     = 5 * time.Minute
-	DefaultRetries           = 2
-	DefaultFirstTokenTimeout = 5 * time.Minute
-	DefaultStreamIdleTimeout = 2 * time.Minute
-	DefaultResumeAttempts    = 1
-	DefaultResumeBuffer      = 1 << 20
-
-	DefaultHealthPath            = "/health"
-	DefaultHealthInterval        = 5 * time.Second
-	DefaultHealthTimeout         = time.Second
-	DefaultUnhealthyAfter        = 3
-	DefaultHealthyAfter          = 2
-	DefaultConsecutive5xx        = 5
-	DefaultConsecutiveConnect    = 3
-	DefaultMaxEjectionPercent    = 50
-	DefaultBaseEjection          = 5 * time.Second
-	DefaultMaxEjection           = 2 * time.Minute
-	DefaultScrapePath            = "/metrics"
-	DefaultScrapeInterval        = 50 * time.Millisecond
-	DefaultScrapeTimeout         = 200 * time.Millisecond
-	DefaultScrapeStaleness       = 500 * time.Millisecond
-	DefaultAffinityDepth         = 2
-	DefaultAffinityLoadFactor    = 1.25
-	DefaultMaxInputChars         = 4000
-	DefaultClassifierTimeout     = 300 * time.Millisecond
-	DefaultClassifierConcurrency = 64
-	DefaultBreakerFailures       = 5
-	DefaultBreakerCooldown       = 10 * time.Second
-)
-
-func (c *Config) applyDefaults() {
-	s := &c.Server
-	if s.Listen == "" {
-		s.Listen = DefaultListen
-	}
-	if s.AdminListen == "" {
-		s.AdminListen = DefaultAdminListen
-	}
-	if s.MaxBodyBytes == 0 {
-		s.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if s.ShutdownGrace == 0 {
-		s.ShutdownGrace = Duration(DefaultShutdownGrace)
-	}
-	if s.ReadHeaderTimeout == 0 {
-		s.ReadHeaderTimeout = Duration(DefaultReadHeaderTimeout)
-	}
-	if s.IdleTimeout == 0 {
-		s.IdleTimeout = Duration(DefaultIdleTimeout)
-	}
-	if s.MaxJSONDepth == 0 {
-		s.MaxJSONDepth = DefaultMaxJSONDepth
-	}
-	if s.BodyTimeout == 0 {
-		s.BodyTimeout = Duration(DefaultBodyTimeout)
-	}
-	if s.WriteTimeout == 0 {
-		s.WriteTimeout = Duration(DefaultWriteTimeout)
-	}
-	if s.DrainDelay == nil {
-		d := Duration(DefaultDrainDelay)
-		s.DrainDelay = &d
-	}
-	if s.Instances == 0 {
-		s.Instances = 1
-	}
-	if s.AdminMaxConnections == 0 {
-		s.AdminMaxConnections = DefaultAdminMaxConns
-	}
-	for _, k := range s.APIKeys {
-		if k.Weight == 0 {
-			k.Weight = 1
-		}
-	}
-	for _, p := range c.Pools {
-		if p.Balance == "" {
-			p.Balance = DefaultBalance
-		}
-		if p.QueueTimeout == 0 {
-			p.QueueTimeout = Duration(DefaultQueueTimeout)
-		}
-		if p.ConnectTimeout == 0 {
-			p.ConnectTimeout = Duration(DefaultConnectTimeout)
-		}
-		if p.ResponseHeaderTimeout == 0 {
-			p.ResponseHeaderTimeout = Duration(DefaultHeaderTimeout)
-		}
-		if p.FirstTokenTimeout == nil {
-			d := Duration(DefaultFirstTokenTimeout)
-			p.FirstTokenTimeout = &d
-		}
-		if p.StreamIdleTimeout == nil {
-			d := Duration(DefaultStreamIdleTimeout)
-			p.StreamIdleTimeout = &d
-		}
-		if p.Retries == nil {
-			r := DefaultRetries
-			p.Retries = &r
-		}
-		if p.Health == nil {
-			p.Health = &Health{}
-		}
-		h := p.Health
-		if h.Path == "" {
-			h.Path = DefaultHealthPath
-		}
-		if h.Interval == 0 {
-			h.Interval = Duration(DefaultHealthInterval)
-		}
-		if h.Timeout == 0 {
-			h.Timeout = Duration(DefaultHealthTimeout)
-		}
-		if h.UnhealthyAfter == 0 {
-			h.UnhealthyAfter = DefaultUnhealthyAfter
-		}
-		if h.HealthyAfter == 0 {
-			h.HealthyAfter = DefaultHealthyAfter
-		}
-		if p.Resume == nil {
-			p.Resume = &Resume{}
-		}
-		if p.Resume.MaxAttempts == 0 {
-			p.Resume.MaxAttempts = DefaultResumeAttempts
-		}
-		if p.Resume.MaxBuffer == 0 {
-			p.Resume.MaxBuffer = DefaultResumeBuffer
-		}
-		if p.Outlier == nil {
-			p.Outlier = &Outlier{}
-		}
-		od := p.Outlier
-		intDefault(&od.Consecutive5xx, DefaultConsecutive5xx)
-		intDefault(&od.ConsecutiveConnectFailures, DefaultConsecutiveConnect)
-		intDefault(&od.MaxEjectionPercent, DefaultMaxEjectionPercent)
-		if od.BaseEjection == 0 {
-			od.BaseEjection = Duration(DefaultBaseEjection)
-		}
-		if od.MaxEjection == 0 {
-			od.MaxEjection = Duration(max(DefaultMaxEjection, od.BaseEjection.Std()))
-		}
-		if p.Scrape == nil {
-			p.Scrape = &Scrape{}
-		}
-		sc := p.Scrape
-		if sc.Path == "" {
-			sc.Path = DefaultScrapePath
-		}
-		if sc.Interval == 0 {
-			sc.Interval = Duration(DefaultScrapeInterval)
-		}
-		if sc.Timeout == 0 {
-			sc.Timeout = Duration(DefaultScrapeTimeout)
-		}
-		if sc.Staleness == 0 {
-			sc.Staleness = Duration(DefaultScrapeStaleness)
-		}
-		if p.Affinity == nil {
-			p.Affinity = &Affinity{}
-		}
-		if p.Affinity.Depth == 0 {
-			p.Affinity.Depth = DefaultAffinityDepth
-		}
-		if p.Affinity.LoadFactor == 0 {
-			p.Affinity.LoadFactor = DefaultAffinityLoadFactor
-		}
-		p.Discovery.applyDefaults()
-	}
-	if cl := c.Classifier; cl != nil {
-		if cl.Breaker == nil {
-			cl.Breaker = &Breaker{}
-		}
-		intDefault(&cl.Breaker.Failures, DefaultBreakerFailures)
-		if cl.Breaker.Cooldown == 0 {
-			cl.Breaker.Cooldown = Duration(DefaultBreakerCooldown)
-		}
-		if cl.MaxInputChars == 0 {
-			cl.MaxInputChars = DefaultMaxInputChars
-		}
-		if cl.Timeout == 0 {
-			cl.Timeout = Duration(DefaultClassifierTimeout)
-		}
-		if cl.OnError == "" && len(cl.Labels) > 0 {
-			cl.OnError = cl.Labels[len(cl.Labels)-1]
-		}
-		if cl.Cache == nil {
-			cl.Cache = &Cache{}
-		}
-		if cl.Cache.Size == nil {
-			n := 50000
-			cl.Cache.Size = &n
-		}
-		if cl.Cache.TTL == 0 {
-			cl.Cache.TTL = Duration(10 * time.Minute)
-		}
-		if cl.Concurrency == 0 {
-			cl.Concurrency = DefaultClassifierConcurrency // an explicit negative value is rejected by validation
-		}
-	}
-	if ctl := c.Control; ctl != nil && ctl.Share != nil {
-		if ctl.Share.Window == 0 {
-			ctl.Share.Window = Duration(2 * time.Minute)
-		}
-		if ctl.Share.Utilization == 0 {
-			ctl.Share.Utilization = 0.8
-		}
-	}
-	if t := c.Topology; t != nil && t.MemoryUtilization == 0 {
-		t.MemoryUtilization = 0.9
-	}
-	if len(c.Models) == 0 {
-		c.Models = []Model{{Name: "auto", Route: "policy"}}
-	}
-	if se := c.Session; se != nil {
-		if se.TTL == 0 {
-			se.TTL = Duration(30 * time.Minute)
-		}
-		if se.Size == 0 {
-			se.Size = 100000
-		}
-		if se.Implicit == nil {
-			t := true
-			se.Implicit = &t
-		}
-	}
-}
-
-// intDefault sets an absent integer to its default; an explicit 0 stays.
-func intDefault(p **int, def int) {
-	if *p == nil {
-		v := def
-		*p = &v
-	}
 }

@@ -26,7 +26,7 @@ type Discovery struct {
 	SRV string `yaml:"srv,omitempty"`
 	// Interval is the longest time between two resolutions; a record's
 	// TTL makes the next one sooner (never sooner than 1s). Default 10s.
-	Interval Duration `yaml:"interval,omitempty"`
+	Interval Duration `yaml:"interval"`
 	// Resolver is the DNS server asked, HOST:PORT with an IP address.
 	// Default: the system's resolvers (/etc/resolv.conf, with its search
 	// list and ndots).
@@ -53,12 +53,6 @@ func (d *Discovery) Kind() string {
 		return "srv"
 	}
 	return "dns"
-}
-
-func (d *Discovery) applyDefaults() {
-	if d != nil && d.Interval == 0 {
-		d.Interval = Duration(DefaultDiscoveryInterval)
-	}
 }
 
 // discovery checks pools.NAME.discovery. The pool's other keys apply to the

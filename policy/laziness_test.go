@@ -103,7 +103,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := *cfg.Classifier.Cache.Size; got != 0 {
+	if got := cfg.Classifier.Cache.Size; got != 0 {
 		t.Errorf("cache size %d, want 0 (disabled)", got)
 	}
 	if gte := cfg.Routes[0].When.Tools.GTE; gte == nil || *gte != 2 {
@@ -123,7 +123,7 @@ func TestAnchorsAcrossSections(t *testing.T) {
 	}
 	a, b := cfg.Pools.Get("a"), cfg.Pools.Get("b")
 	if a.Health.Interval.Std() != 3*time.Second || b.Health.Interval.Std() != 9*time.Second || b.Health.Timeout.Std() != time.Second {
-		t.Errorf("health a %+v b %+v", *a.Health, *b.Health)
+		t.Errorf("health a %+v b %+v", a.Health, b.Health)
 	}
 	if b.Model != "org/b" || b.Balance != "round_robin" || len(b.Replicas) != 1 || b.Replicas[0].URL != "http://127.0.0.1:8001" {
 		t.Errorf("pool b %+v", *b)

@@ -36,17 +36,50 @@ func LoadFile(path string, reg Registry) (*Config, error) {
 	return Load(path, data, reg)
 }
 
-// Load decodes data strictly, applies defaults and validates it. A non-nil
-// error is an Errors value listing every problem found, each as
-// FILE:LINE:COL: message.
+// Load reads a config in four steps: decode (strictly, over the defaults),
+// validate (pure: every problem in one run), resolve the secrets the *_env
+// keys name (unless reg.SkipEnv), and compile what the runtime needs. A
+// non-nil error is an Errors value listing every problem found, each as
+// FILE:LINE:COL: message. The Config returned is not changed afterwards.
 func Load(file string, data []byte, reg Registry) (*Config, error) {
 	c := &collector{file: file}
+	cfg, broken := decode(c, file, data)
+	if cfg == nil {
+		return nil, c.result()
+	}
+	// The semantic checks run on every part that decoded, so one run
+	// reports every independent problem; the parts that did not decode
+	// (broken) are skipped, and references to them (a route's pool) are
+	// taken as valid rather than reported again.
+	at := positions{c: c, root: cfg.root, broken: broken}
+	(&validator{positions: at, cfg: cfg, reg: reg}).validate()
+	if !reg.SkipEnv {
+		(&secrets{positions: at, cfg: cfg, getenv: reg.getenv}).resolve()
+	}
+	if err := c.result(); err != nil {
+		return nil, err
+	}
+	cfg.compile()
+	return cfg, nil
+}
+
+func (r Registry) getenv(name string) string {
+	if r.Getenv != nil {
+		return r.Getenv(name)
+	}
+	return os.Getenv(name)
+}
+
+// decode parses data and decodes it over the defaults, reporting into c.
+// It returns the config (nil when nothing can be checked further) and the
+// parts that did not decode.
+func decode(c *collector, file string, data []byte) (*Config, map[string]bool) {
 	// Duplicate keys are left to the decoder, which reports each one in
 	// context without stopping at the first.
 	f, err := parser.ParseBytes(data, 0, parser.AllowDuplicateMapKey())
 	if err != nil {
 		c.decodeErr(err, nil, "")
-		return nil, c.result()
+		return nil, nil
 	}
 	var docs []ast.Node
 	for _, doc := range f.Docs {
@@ -65,30 +98,31 @@ func Load(file string, data []byte, reg Registry) (*Config, error) {
 	if len(docs) > 1 {
 		c.at(docs[1], "only one YAML document is allowed")
 	}
-	cfg := &Config{File: file}
 	d := &decoder{c: c, broken: map[string]bool{}}
 	if d.tags(root); len(c.errs) > 0 {
-		return nil, c.result()
+		return nil, nil
 	}
 	if root = d.resolveAnchors(root); len(c.errs) > 0 {
-		return nil, c.result()
+		return nil, nil
 	}
+	cfg := defaultConfig(file)
 	d.root(root, cfg)
 	if root == nil || d.broken["config"] {
-		return nil, c.result()
+		return nil, nil
 	}
-	// The semantic checks run on every part that decoded, so one run
-	// reports every independent problem; the parts that did not decode
-	// (d.broken) are skipped, and references to them (a route's pool) are
-	// taken as valid rather than reported again.
-	cfg.applyDefaults()
 	cfg.root = root
-	v := &validator{c: c, root: root, cfg: cfg, reg: reg, broken: d.broken}
-	v.validate()
-	if err := c.result(); err != nil {
-		return nil, err
+	return cfg, d.broken
+}
+
+// compile fills in what the runtime reads and the file does not say
+// directly (the replicas' parsed URLs), once the config is valid. Nothing
+// changes the config after it.
+func (c *Config) compile() {
+	for _, pool := range c.Pools {
+		for _, r := range pool.Replicas {
+			r.Parsed, _ = replicaURL(r.URL) // validate checked it
+		}
 	}
-	return cfg, nil
 }
 
 type decoder struct {
@@ -147,7 +181,10 @@ var nodeUnmarshalerType = reflect.TypeFor[yaml.NodeUnmarshaler]()
 // mapping key must be one t declares, no key may repeat, and a list of
 // structs may not hold empty entries. goccy/go-yaml alone stops at one
 // unknown field per struct, picks it at random when there are several, and
-// never says which keys are valid. Type mismatches are left to the decoder.
+// never says which keys are valid; so unknown keys are found here, and the
+// decoder ignores them. Type mismatches are left to the decoder. It returns
+// false when the node cannot be decoded as it stands (a duplicate key, an
+// empty entry); an unknown key alone does not stop the decoding.
 func (d *decoder) shape(node ast.Node, t reflect.Type, what string) bool {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -175,8 +212,10 @@ func (d *decoder) shape(node ast.Node, t reflect.Type, what string) bool {
 				ft, known = t.Elem(), true
 			}
 			if !known {
+				// Reported, and ignored by the decoder: the rest of the
+				// part still decodes and is checked, so its other
+				// problems are reported in the same run.
 				d.c.at(kv.Key, "%s: unknown key %q (known: %s)", what, k, strings.Join(names, ", "))
-				ok = false
 				continue
 			}
 			ok = d.shape(kv.Value, ft, what+": "+k) && ok
@@ -308,7 +347,8 @@ func decodeNode(node ast.Node, dst any) (err error) {
 			err = nodeErrorf(node, "cannot decode this value: %v", r)
 		}
 	}()
-	return yaml.NodeToValue(node, dst, yaml.DisallowUnknownField())
+	// Unknown keys were reported by shape, which knows every type's keys.
+	return yaml.NodeToValue(node, dst)
 }
 
 // tags reports every YAML tag (!foo, !!str). Nothing in the config needs
@@ -354,27 +394,20 @@ func (d *decoder) root(root ast.Node, cfg *Config) {
 		case "server":
 			d.section(k, d.value(val, &cfg.Server, "server"))
 		case "topology":
-			cfg.Topology = &Topology{}
+			t := DefaultTopology
+			cfg.Topology = &t
 			d.section(k, d.value(val, cfg.Topology, "topology"))
 		case "pools":
 			d.pools(val, cfg)
 		case "classifier":
-			cfg.Classifier = &Classifier{}
-			if d.section(k, d.value(val, cfg.Classifier, "classifier")) {
-				for _, l := range cfg.Classifier.RawLabels {
-					cfg.Classifier.Labels = append(cfg.Classifier.Labels, l.Name)
-					if l.Description != "" {
-						if cfg.Classifier.Descriptions == nil {
-							cfg.Classifier.Descriptions = map[string]string{}
-						}
-						cfg.Classifier.Descriptions[l.Name] = l.Description
-					}
-				}
-			}
+			cl := DefaultClassifier
+			cfg.Classifier = &cl
+			d.section(k, d.value(val, cfg.Classifier, "classifier"))
 		case "models":
 			d.section(k, d.value(val, &cfg.Models, "models"))
 		case "session":
-			cfg.Session = &Session{}
+			se := DefaultSession
+			cfg.Session = &se
 			d.section(k, d.value(val, cfg.Session, "session"))
 		case "control":
 			cfg.Control = &Control{}
@@ -424,7 +457,9 @@ func (d *decoder) pools(node ast.Node, cfg *Config) {
 	}
 	for _, kv := range kvs {
 		name := keyString(kv)
-		p := &Pool{Name: name}
+		p := new(Pool)
+		*p = DefaultPool
+		p.Name = name
 		d.section("pool:"+name, d.value(kv.Value, p, fmt.Sprintf("pool %q", name)))
 		cfg.Pools = append(cfg.Pools, p) // a broken pool still names a pool
 	}

@@ -26,201 +26,240 @@ var testRegistry = policy.Registry{
 	Getenv:      func(k string) string { return testEnv[k] },
 }
 
-// TestLoadBad maps every testdata/*.bad.yaml to the exact problems the
+// badFixtures maps every testdata/*.bad.yaml to the exact problems the
 // loader reports, in file order.
+var badFixtures = []struct {
+	name string // testdata/<name>.bad.yaml
+	want []string
+}{
+	{"api-key-env-unset", []string{
+		`../testdata/api-key-env-unset.bad.yaml:5:27: api key "ci": environment variable SWITCHYARD_KEY_MISSING is not set or empty`,
+	}},
+	{"api-key-model-unroutable", []string{
+		`../testdata/api-key-model-unroutable.bad.yaml:6:22: api key "agents": model "gpt-4" is not routable (give "*", a models[] name, a pool or a served model)`,
+	}},
+	{"bad-duration", []string{
+		`../testdata/bad-duration.bad.yaml:3:19: server: shutdown_grace: invalid duration "30 seconds" (use Go durations such as 250ms, 30s, 5m)`,
+	}},
+	{"bad-size", []string{
+		`../testdata/bad-size.bad.yaml:3:19: server: max_body_bytes: invalid size "8 megs" (use a positive integer with an optional B, KiB, MiB, GiB, TiB, KB, MB, GB or TB suffix)`,
+	}},
+	{"bad-url", []string{
+		`../testdata/bad-url.bad.yaml:6:30: pool "small": replica "small-a": url "10.0.0.1:8000" must be an absolute http:// or https:// URL`,
+	}},
+	{"replica-default-name-taken", []string{
+		`../testdata/replica-default-name-taken.bad.yaml:7:10: pool "small": replica 1 has no name and its default name "small-1" is taken; name it`,
+	}},
+	{"health-path", []string{
+		`../testdata/health-path.bad.yaml:5:20: pool "small": health.path "health" must start with /`,
+		`../testdata/health-path.bad.yaml:6:15: pool "small": outlier.base_ejection 5m0s is longer than max_ejection 1m0s`,
+		`../testdata/health-path.bad.yaml:6:74: pool "small": outlier.max_ejection_percent must be within 0..100`,
+		`../testdata/health-path.bad.yaml:6:96: pool "small": outlier.consecutive_5xx must not be negative (0 turns it off)`,
+		`../testdata/health-path.bad.yaml:7:31: pool "small": replica "a": url "http://127.0.0.1:8001?x=1" must be a base URL without query, fragment or credentials (use api_key_env for a key)`,
+		`../testdata/health-path.bad.yaml:9:38: server.readiness.require_pools: pool "large" is not defined (known: small)`,
+	}},
+	{"server-and-classifier-values", []string{
+		`../testdata/server-and-classifier-values.bad.yaml:3:11: server: listen "8080" must be HOST:PORT (e.g. 0.0.0.0:8080 or :8080)`,
+		`../testdata/server-and-classifier-values.bad.yaml:4:19: server: max_json_depth must be at least 1`,
+		`../testdata/server-and-classifier-values.bad.yaml:12:16: classifier: concurrency must be at least 1`,
+		`../testdata/server-and-classifier-values.bad.yaml:13:11: classifier: prompt is not a valid Go template: template: prompt:1:2: executing "prompt" at <index .Labels 5>: error calling index: index out of range: 5`,
+	}},
+	{"topology-node-without-partition", []string{
+		`../testdata/topology-node-without-partition.bad.yaml:10:63: pool "big": replica "b": node "n2" is in no partition; with partitions declared, a replica's nodes must sit in one`,
+	}},
+	{"several-types", []string{
+		`../testdata/several-types.bad.yaml:3:19: server: max_body_bytes: invalid size "8 megs" (use a positive integer with an optional B, KiB, MiB, GiB, TiB, KB, MB, GB or TB suffix)`,
+		`../testdata/several-types.bad.yaml:4:19: server: shutdown_grace: invalid duration "30" (use Go durations such as 250ms, 30s, 5m)`,
+		`../testdata/several-types.bad.yaml:5:17: server: idle_timeout: invalid duration "1x" (use Go durations such as 250ms, 30s, 5m)`,
+		`../testdata/several-types.bad.yaml:9:19: pool "small": max_inflight: expected an integer, got "ten"`,
+		`../testdata/several-types.bad.yaml:10:14: pool "small": retries: expected an integer, got "x"`,
+		`../testdata/several-types.bad.yaml:11:63: pool "small": replicas[0]: nodes: expected a list, got a string`,
+	}},
+	{"alias-undefined", []string{
+		`../testdata/alias-undefined.bad.yaml:5:13: alias *missing: no anchor &missing is defined before it`,
+	}},
+	{"affinity-zero", []string{
+		`../testdata/affinity-zero.bad.yaml:6:23: pool "big": affinity.depth must be at least 1 message`,
+		`../testdata/affinity-zero.bad.yaml:6:39: pool "big": affinity.load_factor must be at least 1`,
+	}},
+	{"classifier-prompt", []string{
+		`../testdata/classifier-prompt.bad.yaml:9:11: classifier: prompt is not a valid Go template: template: prompt:1: unexpected EOF`,
+	}},
+	{"class-label-unknown", []string{
+		`../testdata/class-label-unknown.bad.yaml:17:24: routes[0] "complex": "hard" is not a classifier label (labels: simple, complex)`,
+	}},
+	{"class-without-classifier", []string{
+		`../testdata/class-without-classifier.bad.yaml:13:19: routes[0] "complex": class conditions need a classifier section`,
+	}},
+	{"duplicate-key", []string{
+		`../testdata/duplicate-key.bad.yaml:7:5: pool "small": duplicate key "model" (first at line 4)`,
+	}},
+	{"duplicate-pool", []string{
+		`../testdata/duplicate-pool.bad.yaml:7:3: pools: duplicate key "small" (first at line 3)`,
+	}},
+	{"duplicate-replica", []string{
+		`../testdata/duplicate-replica.bad.yaml:7:16: pool "small": duplicate replica name "small-a"`,
+	}},
+	{"duplicate-route", []string{
+		`../testdata/duplicate-route.bad.yaml:11:11: routes[1] "default": duplicate route name`,
+	}},
+	{"empty-list-entry", []string{
+		`../testdata/empty-list-entry.bad.yaml:7:8: pool "small": replicas[1]: expected a mapping, got nothing`,
+	}},
+	{"fallback-cycle", []string{
+		`../testdata/fallback-cycle.bad.yaml:14:23: routes[0] "default": fallback cycle: "small" is the route's own target`,
+	}},
+	{"fallback-twice", []string{
+		`../testdata/fallback-twice.bad.yaml:16:9: routes[0] "default": fallback cycle: "large" is listed twice`,
+	}},
+	{"indentation", []string{
+		`../testdata/indentation.bad.yaml:5:14: mapping value is not allowed in this context (check the indentation of this line)`,
+	}},
+	{"last-route-when", []string{
+		`../testdata/last-route-when.bad.yaml:12:5: routes[1] "default": the last route must match every request (remove its when, or add a catch-all route after it)`,
+	}},
+	{"model-name-collides", []string{
+		`../testdata/model-name-collides.bad.yaml:9:12: models[1]: "small" is already a pool or served model name`,
+	}},
+	{"no-routes", []string{
+		`../testdata/no-routes.bad.yaml:7:9: at least one route is required`,
+	}},
+	{"replica-without-url", []string{
+		`../testdata/replica-without-url.bad.yaml:8:9: pool "small": replica "small-b": url is required`,
+	}},
+	{"score-out-of-range", []string{
+		`../testdata/score-out-of-range.bad.yaml:18:19: routes[0] "complex": score "complex": bounds are probabilities between 0 and 1, got >= 70`,
+	}},
+	{"score-without-comparison", []string{
+		`../testdata/score-without-comparison.bad.yaml:18:9: routes[0] "complex": score "complex" needs a comparison such as {gte: 0.8}`,
+	}},
+	{"several", []string{
+		`../testdata/several.bad.yaml:5:14: pool "small": unknown balancer "fastest" (known: round_robin, least_outstanding, p2c, kv_aware, affinity)`,
+		`../testdata/several.bad.yaml:15:9: routes[0] "hard": pool "huge" is not defined (known: large, small)`,
+		`../testdata/several.bad.yaml:19:23: routes[1] "long": fallback cycle: "large" is the route's own target`,
+	}},
+	{"split-weight-negative", []string{
+		`../testdata/split-weight-negative.bad.yaml:15:14: routes[0] "default": split: weight of "large" must be positive, got -5`,
+	}},
+	{"split-weight-zero", []string{
+		`../testdata/split-weight-zero.bad.yaml:13:32: routes[0] "default": split: weight of "large" must be positive, got 0`,
+	}},
+	{"syntax", []string{
+		`../testdata/syntax.bad.yaml:7:1: ',' or '}' must be specified (is a { or [ on this or an earlier line left unclosed?)`,
+	}},
+	{"topology-node-shared", []string{
+		`../testdata/topology-node-shared.bad.yaml:13:58: pool "large": replica "large-a": node "node-1" already serves replica small/small-a (set topology.shared_nodes: true to allow sharing)`,
+	}},
+	{"topology-ring-not-contiguous", []string{
+		`../testdata/topology-ring-not-contiguous.bad.yaml:11:16: pool "large": replica "large-a": nodes [node-1 node-3] are not contiguous on the ring (ring order: node-1 → node-2 → node-3 → node-4)`,
+	}},
+	{"topology-ring-partitions", []string{
+		`../testdata/topology-ring-partitions.bad.yaml:5:3: topology: a ring cannot be split into independent partitions; use fabric: switch`,
+	}},
+	{"topology-switch-spans-partitions", []string{
+		`../testdata/topology-switch-spans-partitions.bad.yaml:14:16: pool "large": replica "large-a": nodes [node-2 node-3] span partitions ("a" and "b"); a replica's nodes must sit in one partition`,
+	}},
+	{"topology-undeclared-node", []string{
+		`../testdata/topology-undeclared-node.bad.yaml:10:58: pool "small": replica "small-b": node "node-3" is not declared in topology.nodes`,
+	}},
+	{"undefined-pool-fallback", []string{
+		`../testdata/undefined-pool-fallback.bad.yaml:14:23: routes[0] "default": pool "huge" is not defined (known: large, small)`,
+	}},
+	{"undefined-pool-split", []string{
+		`../testdata/undefined-pool-split.bad.yaml:15:7: routes[0] "default": pool "larg" is not defined (known: large, small)`,
+	}},
+	{"undefined-pool-to", []string{
+		`../testdata/undefined-pool-to.bad.yaml:14:9: routes[0] "hard": pool "huge" is not defined (known: large, small)`,
+	}},
+	{"unknown-balancer", []string{
+		`../testdata/unknown-balancer.bad.yaml:5:14: pool "small": unknown balancer "fastest" (known: round_robin, least_outstanding, p2c, kv_aware, affinity)`,
+	}},
+	{"unknown-classifier-kind", []string{
+		`../testdata/unknown-classifier-kind.bad.yaml:8:9: classifier: unknown kind "oracle" (known: model, heuristic)`,
+	}},
+	{"unknown-nested-keys", []string{
+		`../testdata/unknown-nested-keys.bad.yaml:6:7: pool "small": health: unknown key "intervall" (known: path, interval, timeout, unhealthy_after, healthy_after, check_models, disabled)`,
+		`../testdata/unknown-nested-keys.bad.yaml:8:7: pool "small": health: unknown key "timout" (known: path, interval, timeout, unhealthy_after, healthy_after, check_models, disabled)`,
+	}},
+	{"unknown-pool-key", []string{
+		`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas, discovery)`,
+	}},
+	{"unknown-route-key", []string{
+		`../testdata/unknown-route-key.bad.yaml:10:5: routes[0] "default": unknown key "fallbacks" (known: name, when, to, split, fallback, spill, sticky)`,
+	}},
+	{"unknown-top-level-key", []string{
+		`../testdata/unknown-top-level-key.bad.yaml:7:1: unknown key "routez" (known: version, server, topology, pools, classifier, models, session, control, routes; x-* keys are ignored)`,
+	}},
+	{"unknown-when-key", []string{
+		`../testdata/unknown-when-key.bad.yaml:14:7: routes[0] "tools": when: unknown key "tool_count" (known: class, score, model, tools, messages, prompt_tokens, stream, header, key, any, not)`,
+	}},
+	{"version", []string{
+		`../testdata/version.bad.yaml:1:10: version must be 1, got 2`,
+	}},
+	{"wrong-type-nested", []string{
+		`../testdata/wrong-type-nested.bad.yaml:10:15: routes[0] "streaming": when: stream: expected true or false, got "yes"`,
+	}},
+	{"several-kinds", []string{
+		`../testdata/several-kinds.bad.yaml:7:19: server: shutdown_grace: invalid duration "30 seconds" (use Go durations such as 250ms, 30s, 5m)`,
+		`../testdata/several-kinds.bad.yaml:11:5: pool "small": unknown key "balanse" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas, discovery)`,
+		`../testdata/several-kinds.bad.yaml:15:19: pool "large": max_inflight: expected an integer, got "lots"`,
+		`../testdata/several-kinds.bad.yaml:23:19: routes[0] "hard": "compex" is not a classifier label (labels: simple, complex)`,
+		`../testdata/several-kinds.bad.yaml:26:9: routes[1] "typo": pool "medium" is not defined (known: large, small)`,
+	}},
+	{"fit-too-small", []string{
+		`../testdata/fit-too-small.bad.yaml:13:10: pool "glm": replica "glm-a": its model needs 470GB (memory) but its 4 node(s) give vLLM 460.8GB (128GB each at memory_utilization 0.9): give it at least 5 nodes`,
+		`../testdata/fit-too-small.bad.yaml:23:12: pool "tiny": unknown dtype "fp9" (known: bf16, fp16, fp32, fp4, fp8, int4, int8, mxfp4, nvfp4)`,
+	}},
+	{"fit-shared-node", []string{
+		`../testdata/fit-shared-node.bad.yaml:7:11: topology: node "spark-1" holds 200GB of model memory from the replicas sharing it, over the 115.2GB vLLM may use of it`,
+	}},
+	{"tabs", []string{
+		`../testdata/tabs.bad.yaml:4:1: a tab character: YAML indents with spaces only (replace the tabs on this line)`,
+	}},
+	{"explicit-zero", []string{
+		`../testdata/explicit-zero.bad.yaml:5:17: server: body_timeout must be positive (it bounds a request body that never arrives)`,
+		`../testdata/explicit-zero.bad.yaml:6:24: server: read_header_timeout must be positive (it bounds a client that never sends its headers)`,
+		`../testdata/explicit-zero.bad.yaml:7:17: server: idle_timeout must be positive (it closes idle keep-alive connections)`,
+		`../testdata/explicit-zero.bad.yaml:11:22: pool "p": connect_timeout must be positive`,
+		`../testdata/explicit-zero.bad.yaml:12:30: pool "p": response_header_timeout must be positive (give a long one, such as 1h, for long generations)`,
+		`../testdata/explicit-zero.bad.yaml:13:24: pool "p": health.interval must be positive (disabled: true turns probes off)`,
+		`../testdata/explicit-zero.bad.yaml:13:37: pool "p": health.timeout must be positive`,
+		`../testdata/explicit-zero.bad.yaml:13:58: pool "p": health.unhealthy_after must be at least 1`,
+		`../testdata/explicit-zero.bad.yaml:13:76: pool "p": health.healthy_after must be at least 1`,
+		`../testdata/explicit-zero.bad.yaml:14:24: pool "p": scrape.interval must be positive`,
+		`../testdata/explicit-zero.bad.yaml:14:37: pool "p": scrape.timeout must be positive`,
+		`../testdata/explicit-zero.bad.yaml:14:52: pool "p": scrape.staleness must be positive`,
+		`../testdata/explicit-zero.bad.yaml:15:30: pool "p": outlier.base_ejection must be positive (consecutive_5xx: 0 and consecutive_connect_failures: 0 turn ejections off)`,
+		`../testdata/explicit-zero.bad.yaml:15:48: pool "p": outlier.max_ejection must be positive`,
+		`../testdata/explicit-zero.bad.yaml:19:56: pool "d": discovery: interval must be at least 100ms`,
+		`../testdata/explicit-zero.bad.yaml:20:61: topology: memory_utilization must be within (0, 1]`,
+		`../testdata/explicit-zero.bad.yaml:24:12: classifier: timeout must be positive`,
+		`../testdata/explicit-zero.bad.yaml:25:16: classifier: concurrency must be at least 1`,
+		`../testdata/explicit-zero.bad.yaml:26:16: classifier: cache.ttl must be positive (size: 0 turns the cache off)`,
+		`../testdata/explicit-zero.bad.yaml:27:23: classifier: breaker.cooldown must be positive (failures: 0 turns the breaker off)`,
+		`../testdata/explicit-zero.bad.yaml:28:16: session: ttl must be positive`,
+		`../testdata/explicit-zero.bad.yaml:28:26: session: size must be at least 1`,
+		`../testdata/explicit-zero.bad.yaml:30:41: control.share: window must be at least 1s`,
+		`../testdata/explicit-zero.bad.yaml:30:58: control.share: utilization must be within (0, 1]`,
+	}},
+	{"pool-several-mistakes", []string{
+		`../testdata/pool-several-mistakes.bad.yaml:7:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas, discovery)`,
+		`../testdata/pool-several-mistakes.bad.yaml:8:20: pool "small": health.path "health" must start with /`,
+		`../testdata/pool-several-mistakes.bad.yaml:9:17: pool "small": replica "a": url is required`,
+	}},
+	{"refused-values", []string{
+		`../testdata/refused-values.bad.yaml:6:61: api key "ci": models is empty (give "*" or names; without models the key may use every model)`,
+		`../testdata/refused-values.bad.yaml:7:61: topology: memory_utilization must be within (0, 1]`,
+		`../testdata/refused-values.bad.yaml:10:75: classifier: max_input_chars must be at least 64`,
+	}},
+	{"wrong-type", []string{
+		`../testdata/wrong-type.bad.yaml:5:19: pool "small": max_inflight: expected an integer, got "lots"`,
+	}},
+}
+
+// TestLoadBad loads every badFixtures entry.
 func TestLoadBad(t *testing.T) {
-	tests := []struct {
-		name string // testdata/<name>.bad.yaml
-		want []string
-	}{
-		{"api-key-env-unset", []string{
-			`../testdata/api-key-env-unset.bad.yaml:5:27: api key "ci": environment variable SWITCHYARD_KEY_MISSING is not set or empty`,
-		}},
-		{"api-key-model-unroutable", []string{
-			`../testdata/api-key-model-unroutable.bad.yaml:6:22: api key "agents": model "gpt-4" is not routable (give "*", a models[] name, a pool or a served model)`,
-		}},
-		{"bad-duration", []string{
-			`../testdata/bad-duration.bad.yaml:3:19: server: shutdown_grace: invalid duration "30 seconds" (use Go durations such as 250ms, 30s, 5m)`,
-		}},
-		{"bad-size", []string{
-			`../testdata/bad-size.bad.yaml:3:19: server: max_body_bytes: invalid size "8 megs" (use a positive integer with an optional B, KiB, MiB, GiB, TiB, KB, MB, GB or TB suffix)`,
-		}},
-		{"bad-url", []string{
-			`../testdata/bad-url.bad.yaml:6:30: pool "small": replica "small-a": url "10.0.0.1:8000" must be an absolute http:// or https:// URL`,
-		}},
-		{"replica-default-name-taken", []string{
-			`../testdata/replica-default-name-taken.bad.yaml:7:10: pool "small": replica 1 has no name and its default name "small-1" is taken; name it`,
-		}},
-		{"health-path", []string{
-			`../testdata/health-path.bad.yaml:5:20: pool "small": health.path "health" must start with /`,
-			`../testdata/health-path.bad.yaml:6:15: pool "small": outlier.base_ejection 5m0s is longer than max_ejection 1m0s`,
-			`../testdata/health-path.bad.yaml:6:74: pool "small": outlier.max_ejection_percent must be within 0..100`,
-			`../testdata/health-path.bad.yaml:6:96: pool "small": outlier.consecutive_5xx must not be negative (0 turns it off)`,
-			`../testdata/health-path.bad.yaml:7:31: pool "small": replica "a": url "http://127.0.0.1:8001?x=1" must be a base URL without query, fragment or credentials (use api_key_env for a key)`,
-			`../testdata/health-path.bad.yaml:9:38: server.readiness.require_pools: pool "large" is not defined (known: small)`,
-		}},
-		{"server-and-classifier-values", []string{
-			`../testdata/server-and-classifier-values.bad.yaml:3:11: server: listen "8080" must be HOST:PORT (e.g. 0.0.0.0:8080 or :8080)`,
-			`../testdata/server-and-classifier-values.bad.yaml:4:19: server: max_json_depth must be at least 1`,
-			`../testdata/server-and-classifier-values.bad.yaml:12:16: classifier: concurrency must be at least 1`,
-			`../testdata/server-and-classifier-values.bad.yaml:13:11: classifier: prompt is not a valid Go template: template: prompt:1:2: executing "prompt" at <index .Labels 5>: error calling index: index out of range: 5`,
-		}},
-		{"topology-node-without-partition", []string{
-			`../testdata/topology-node-without-partition.bad.yaml:10:63: pool "big": replica "b": node "n2" is in no partition; with partitions declared, a replica's nodes must sit in one`,
-		}},
-		{"several-types", []string{
-			`../testdata/several-types.bad.yaml:3:19: server: max_body_bytes: invalid size "8 megs" (use a positive integer with an optional B, KiB, MiB, GiB, TiB, KB, MB, GB or TB suffix)`,
-			`../testdata/several-types.bad.yaml:4:19: server: shutdown_grace: invalid duration "30" (use Go durations such as 250ms, 30s, 5m)`,
-			`../testdata/several-types.bad.yaml:5:17: server: idle_timeout: invalid duration "1x" (use Go durations such as 250ms, 30s, 5m)`,
-			`../testdata/several-types.bad.yaml:9:19: pool "small": max_inflight: expected an integer, got "ten"`,
-			`../testdata/several-types.bad.yaml:10:14: pool "small": retries: expected an integer, got "x"`,
-			`../testdata/several-types.bad.yaml:11:63: pool "small": replicas[0]: nodes: expected a list, got a string`,
-		}},
-		{"alias-undefined", []string{
-			`../testdata/alias-undefined.bad.yaml:5:13: alias *missing: no anchor &missing is defined before it`,
-		}},
-		{"affinity-zero", []string{
-			`../testdata/affinity-zero.bad.yaml:6:23: pool "big": affinity.depth must be at least 1 message`,
-			`../testdata/affinity-zero.bad.yaml:6:39: pool "big": affinity.load_factor must be at least 1`,
-		}},
-		{"classifier-prompt", []string{
-			`../testdata/classifier-prompt.bad.yaml:9:11: classifier: prompt is not a valid Go template: template: prompt:1: unexpected EOF`,
-		}},
-		{"class-label-unknown", []string{
-			`../testdata/class-label-unknown.bad.yaml:17:24: routes[0] "complex": "hard" is not a classifier label (labels: simple, complex)`,
-		}},
-		{"class-without-classifier", []string{
-			`../testdata/class-without-classifier.bad.yaml:13:19: routes[0] "complex": class conditions need a classifier section`,
-		}},
-		{"duplicate-key", []string{
-			`../testdata/duplicate-key.bad.yaml:7:5: pool "small": duplicate key "model" (first at line 4)`,
-		}},
-		{"duplicate-pool", []string{
-			`../testdata/duplicate-pool.bad.yaml:7:3: pools: duplicate key "small" (first at line 3)`,
-		}},
-		{"duplicate-replica", []string{
-			`../testdata/duplicate-replica.bad.yaml:7:16: pool "small": duplicate replica name "small-a"`,
-		}},
-		{"duplicate-route", []string{
-			`../testdata/duplicate-route.bad.yaml:11:11: routes[1] "default": duplicate route name`,
-		}},
-		{"empty-list-entry", []string{
-			`../testdata/empty-list-entry.bad.yaml:7:8: pool "small": replicas[1]: expected a mapping, got nothing`,
-		}},
-		{"fallback-cycle", []string{
-			`../testdata/fallback-cycle.bad.yaml:14:23: routes[0] "default": fallback cycle: "small" is the route's own target`,
-		}},
-		{"fallback-twice", []string{
-			`../testdata/fallback-twice.bad.yaml:16:9: routes[0] "default": fallback cycle: "large" is listed twice`,
-		}},
-		{"indentation", []string{
-			`../testdata/indentation.bad.yaml:5:14: mapping value is not allowed in this context (check the indentation of this line)`,
-		}},
-		{"last-route-when", []string{
-			`../testdata/last-route-when.bad.yaml:12:5: routes[1] "default": the last route must match every request (remove its when, or add a catch-all route after it)`,
-		}},
-		{"model-name-collides", []string{
-			`../testdata/model-name-collides.bad.yaml:9:12: models[1]: "small" is already a pool or served model name`,
-		}},
-		{"no-routes", []string{
-			`../testdata/no-routes.bad.yaml:7:9: at least one route is required`,
-		}},
-		{"replica-without-url", []string{
-			`../testdata/replica-without-url.bad.yaml:8:9: pool "small": replica "small-b": url is required`,
-		}},
-		{"score-out-of-range", []string{
-			`../testdata/score-out-of-range.bad.yaml:18:19: routes[0] "complex": score "complex": bounds are probabilities between 0 and 1, got >= 70`,
-		}},
-		{"score-without-comparison", []string{
-			`../testdata/score-without-comparison.bad.yaml:18:9: routes[0] "complex": score "complex" needs a comparison such as {gte: 0.8}`,
-		}},
-		{"several", []string{
-			`../testdata/several.bad.yaml:5:14: pool "small": unknown balancer "fastest" (known: round_robin, least_outstanding, p2c, kv_aware, affinity)`,
-			`../testdata/several.bad.yaml:15:9: routes[0] "hard": pool "huge" is not defined (known: large, small)`,
-			`../testdata/several.bad.yaml:19:23: routes[1] "long": fallback cycle: "large" is the route's own target`,
-		}},
-		{"split-weight-negative", []string{
-			`../testdata/split-weight-negative.bad.yaml:15:14: routes[0] "default": split: weight of "large" must be positive, got -5`,
-		}},
-		{"split-weight-zero", []string{
-			`../testdata/split-weight-zero.bad.yaml:13:32: routes[0] "default": split: weight of "large" must be positive, got 0`,
-		}},
-		{"syntax", []string{
-			`../testdata/syntax.bad.yaml:7:1: ',' or '}' must be specified (is a { or [ on this or an earlier line left unclosed?)`,
-		}},
-		{"topology-node-shared", []string{
-			`../testdata/topology-node-shared.bad.yaml:13:58: pool "large": replica "large-a": node "node-1" already serves replica small/small-a (set topology.shared_nodes: true to allow sharing)`,
-		}},
-		{"topology-ring-not-contiguous", []string{
-			`../testdata/topology-ring-not-contiguous.bad.yaml:11:16: pool "large": replica "large-a": nodes [node-1 node-3] are not contiguous on the ring (ring order: node-1 → node-2 → node-3 → node-4)`,
-		}},
-		{"topology-ring-partitions", []string{
-			`../testdata/topology-ring-partitions.bad.yaml:5:3: topology: a ring cannot be split into independent partitions; use fabric: switch`,
-		}},
-		{"topology-switch-spans-partitions", []string{
-			`../testdata/topology-switch-spans-partitions.bad.yaml:14:16: pool "large": replica "large-a": nodes [node-2 node-3] span partitions ("a" and "b"); a replica's nodes must sit in one partition`,
-		}},
-		{"topology-undeclared-node", []string{
-			`../testdata/topology-undeclared-node.bad.yaml:10:58: pool "small": replica "small-b": node "node-3" is not declared in topology.nodes`,
-		}},
-		{"undefined-pool-fallback", []string{
-			`../testdata/undefined-pool-fallback.bad.yaml:14:23: routes[0] "default": pool "huge" is not defined (known: large, small)`,
-		}},
-		{"undefined-pool-split", []string{
-			`../testdata/undefined-pool-split.bad.yaml:15:7: routes[0] "default": pool "larg" is not defined (known: large, small)`,
-		}},
-		{"undefined-pool-to", []string{
-			`../testdata/undefined-pool-to.bad.yaml:14:9: routes[0] "hard": pool "huge" is not defined (known: large, small)`,
-		}},
-		{"unknown-balancer", []string{
-			`../testdata/unknown-balancer.bad.yaml:5:14: pool "small": unknown balancer "fastest" (known: round_robin, least_outstanding, p2c, kv_aware, affinity)`,
-		}},
-		{"unknown-classifier-kind", []string{
-			`../testdata/unknown-classifier-kind.bad.yaml:8:9: classifier: unknown kind "oracle" (known: model, heuristic)`,
-		}},
-		{"unknown-nested-keys", []string{
-			`../testdata/unknown-nested-keys.bad.yaml:6:7: pool "small": health: unknown key "intervall" (known: path, interval, timeout, unhealthy_after, healthy_after, check_models, disabled)`,
-			`../testdata/unknown-nested-keys.bad.yaml:8:7: pool "small": health: unknown key "timout" (known: path, interval, timeout, unhealthy_after, healthy_after, check_models, disabled)`,
-		}},
-		{"unknown-pool-key", []string{
-			`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas, discovery)`,
-		}},
-		{"unknown-route-key", []string{
-			`../testdata/unknown-route-key.bad.yaml:10:5: routes[0] "default": unknown key "fallbacks" (known: name, when, to, split, fallback, spill, sticky)`,
-		}},
-		{"unknown-top-level-key", []string{
-			`../testdata/unknown-top-level-key.bad.yaml:7:1: unknown key "routez" (known: version, server, topology, pools, classifier, models, session, control, routes; x-* keys are ignored)`,
-		}},
-		{"unknown-when-key", []string{
-			`../testdata/unknown-when-key.bad.yaml:14:7: routes[0] "tools": when: unknown key "tool_count" (known: class, score, model, tools, messages, prompt_tokens, stream, header, key, any, not)`,
-		}},
-		{"version", []string{
-			`../testdata/version.bad.yaml:1:10: version must be 1, got 2`,
-		}},
-		{"wrong-type-nested", []string{
-			`../testdata/wrong-type-nested.bad.yaml:10:15: routes[0] "streaming": when: stream: expected true or false, got "yes"`,
-		}},
-		{"several-kinds", []string{
-			`../testdata/several-kinds.bad.yaml:7:19: server: shutdown_grace: invalid duration "30 seconds" (use Go durations such as 250ms, 30s, 5m)`,
-			`../testdata/several-kinds.bad.yaml:11:5: pool "small": unknown key "balanse" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas, discovery)`,
-			`../testdata/several-kinds.bad.yaml:15:19: pool "large": max_inflight: expected an integer, got "lots"`,
-			`../testdata/several-kinds.bad.yaml:23:19: routes[0] "hard": "compex" is not a classifier label (labels: simple, complex)`,
-			`../testdata/several-kinds.bad.yaml:26:9: routes[1] "typo": pool "medium" is not defined (known: large, small)`,
-		}},
-		{"fit-too-small", []string{
-			`../testdata/fit-too-small.bad.yaml:13:10: pool "glm": replica "glm-a": its model needs 470GB (memory) but its 4 node(s) give vLLM 460.8GB (128GB each at memory_utilization 0.9): give it at least 5 nodes`,
-			`../testdata/fit-too-small.bad.yaml:23:12: pool "tiny": unknown dtype "fp9" (known: bf16, fp16, fp32, fp4, fp8, int4, int8, mxfp4, nvfp4)`,
-		}},
-		{"fit-shared-node", []string{
-			`../testdata/fit-shared-node.bad.yaml:7:11: topology: node "spark-1" holds 200GB of model memory from the replicas sharing it, over the 115.2GB vLLM may use of it`,
-		}},
-		{"tabs", []string{
-			`../testdata/tabs.bad.yaml:4:1: a tab character: YAML indents with spaces only (replace the tabs on this line)`,
-		}},
-		{"wrong-type", []string{
-			`../testdata/wrong-type.bad.yaml:5:19: pool "small": max_inflight: expected an integer, got "lots"`,
-		}},
-	}
+	tests := badFixtures
 	covered := map[string]bool{}
 	for _, tc := range tests {
 		covered[tc.name] = true
@@ -332,7 +371,7 @@ func TestLoadDefaults(t *testing.T) {
 	}, pool{
 		p.Name, p.Balance, r.Name, r.Parsed.String(),
 		p.QueueTimeout.Std(), p.ConnectTimeout.Std(), p.ResponseHeaderTimeout.Std(),
-		*p.Retries,
+		p.Retries,
 		p.Health.Path, p.Health.Interval.Std(), p.Health.Timeout.Std(),
 		p.Health.UnhealthyAfter, p.Health.HealthyAfter, p.Affinity.Depth, p.Affinity.LoadFactor,
 	}); diff != "" {
@@ -388,8 +427,8 @@ func TestLoadFull(t *testing.T) {
 		t.Errorf("pool order (-want +got):\n%s", diff)
 	}
 	mini, qwen := cfg.Pools.Get("minicpm"), cfg.Pools.Get("qwen")
-	if *mini.Retries != 0 {
-		t.Errorf("minicpm retries = %d, want an explicit 0 kept", *mini.Retries)
+	if mini.Retries != 0 {
+		t.Errorf("minicpm retries = %d, want an explicit 0 kept", mini.Retries)
 	}
 	if got, want := mini.ConnectTimeout.Std(), 500*time.Millisecond; got != want {
 		t.Errorf("minicpm connect_timeout = %v, want %v", got, want)
@@ -570,5 +609,102 @@ func TestCredentialsRedacted(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "p.yaml:3:") {
 			t.Errorf("%s: %v", u, err)
 		}
+	}
+}
+
+// TestLoadExplicitZero: an explicit 0 that turns something off is kept as
+// written; before, most of these came back as their defaults (write_timeout
+// 60s, shutdown_grace 30s, queue_timeout 5s). The zeros refused are in
+// testdata/explicit-zero.bad.yaml.
+func TestLoadExplicitZero(t *testing.T) {
+	cfg := loadFile(t, "../testdata/explicit-zero.good.yaml")
+	s, p, cl := cfg.Server, cfg.Pools.Get("p"), cfg.Classifier
+	got := map[string]int64{
+		"server.write_timeout":                 int64(s.WriteTimeout),
+		"server.shutdown_grace":                int64(s.ShutdownGrace),
+		"server.drain_delay":                   int64(s.DrainDelay),
+		"server.max_connections":               int64(s.MaxConnections),
+		"queue_timeout":                        int64(p.QueueTimeout),
+		"first_token_timeout":                  int64(p.FirstTokenTimeout),
+		"stream_idle_timeout":                  int64(p.StreamIdleTimeout),
+		"max_stream_duration":                  int64(p.MaxStreamDuration),
+		"max_inflight":                         int64(p.MaxInflight),
+		"retries":                              int64(p.Retries),
+		"outlier.consecutive_5xx":              int64(p.Outlier.Consecutive5xx),
+		"outlier.consecutive_connect_failures": int64(p.Outlier.ConsecutiveConnectFailures),
+		"outlier.max_ejection_percent":         int64(p.Outlier.MaxEjectionPercent),
+		"classifier.cache.size":                int64(cl.Cache.Size),
+		"classifier.breaker.failures":          int64(cl.Breaker.Failures),
+	}
+	for key, v := range got {
+		if v != 0 {
+			t.Errorf("%s = %d, want the explicit 0", key, v)
+		}
+	}
+	// The keys not written keep their defaults.
+	if s.BodyTimeout.Std() != policy.DefaultBodyTimeout || p.ConnectTimeout.Std() != policy.DefaultConnectTimeout || p.Health.Interval.Std() != policy.DefaultHealthInterval {
+		t.Errorf("defaults lost: body_timeout %v, connect_timeout %v, health.interval %v", s.BodyTimeout.Std(), p.ConnectTimeout.Std(), p.Health.Interval.Std())
+	}
+}
+
+// TestLoadDerivedDefaults: outlier.max_ejection, when not given, is at
+// least base_ejection; given, it is what the file says (and checked).
+func TestLoadDerivedDefaults(t *testing.T) {
+	src := "version: 1\npools:\n  p: {model: m, outlier: {base_ejection: 5m}, replicas: [{url: \"http://127.0.0.1:1\"}]}\nroutes:\n  - {name: d, to: p}\n"
+	cfg := load(t, src)
+	if got := cfg.Pools.Get("p").Outlier.MaxEjection.Std(); got != 5*time.Minute {
+		t.Errorf("max_ejection = %v, want base_ejection's 5m", got)
+	}
+	src = strings.Replace(src, "base_ejection: 5m", "base_ejection: 5m, max_ejection: 2m", 1)
+	if _, err := policy.Load("p.yaml", []byte(src), testRegistry); err == nil || !strings.Contains(err.Error(), "p.yaml:3:27: pool \"p\": outlier.base_ejection 5m0s is longer than max_ejection 2m0s") {
+		t.Errorf("explicit max_ejection under base_ejection: %v", err)
+	}
+}
+
+// TestLoadModelsEmpty: models: [] is no extra names, not the default auto.
+func TestLoadModelsEmpty(t *testing.T) {
+	cfg := load(t, "version: 1\nmodels: []\npools:\n  p: {model: m, replicas: [{url: \"http://127.0.0.1:1\"}]}\nroutes:\n  - {name: d, to: p}\n")
+	if len(cfg.Models) != 0 {
+		t.Errorf("models = %+v, want none", cfg.Models)
+	}
+}
+
+// TestLoadSecrets: every failure of the secrets step, reported in the same
+// run as a validation problem (a negative retries), each at its key.
+func TestLoadSecrets(t *testing.T) {
+	src := `version: 1
+server:
+  admin_token_env: TOK
+  response_id_secret_env: SHORT
+  api_keys:
+    - {name: a, key_env: UNSET}
+    - {name: b, key_env: PLACEHOLDER}
+pools:
+  p: {model: m, retries: -1, api_key_env: UNSET, replicas: [{url: "http://127.0.0.1:1"}]}
+routes:
+  - {name: d, to: p}
+`
+	env := map[string]string{"TOK": "REPLACE-ME", "SHORT": "0123456789", "PLACEHOLDER": "replace-me-now"}
+	reg := testRegistry
+	reg.Getenv = func(k string) string { return env[k] }
+	_, err := policy.Load("s.yaml", []byte(src), reg)
+	want := []string{
+		`s.yaml:3:20: server: admin_token_env: environment variable TOK holds the example manifests' placeholder "REPLACE-ME"; set a long random token (openssl rand -hex 32)`,
+		`s.yaml:4:27: server: response_id_secret_env: environment variable SHORT must hold at least 16 characters`,
+		`s.yaml:6:26: api key "a": environment variable UNSET is not set or empty`,
+		`s.yaml:7:26: api key "b": environment variable PLACEHOLDER holds a placeholder ("replace-me-now"); set the real key`,
+		`s.yaml:9:26: pool "p": retries must not be negative`,
+		`s.yaml:9:43: pool "p": environment variable UNSET is not set or empty`,
+	}
+	if err == nil {
+		t.Fatal("Load succeeded, want errors")
+	}
+	if diff := cmp.Diff(strings.Join(want, "\n"), err.Error()); diff != "" {
+		t.Errorf("errors (-want +got):\n%s", diff)
+	}
+	reg.SkipEnv = true
+	_, err = policy.Load("s.yaml", []byte(src), reg)
+	if err == nil || strings.Contains(err.Error(), "environment variable") {
+		t.Errorf("with SkipEnv: %v, want only the retries problem", err)
 	}
 }

@@ -66,7 +66,7 @@ type ClassifyFunc func() Classification
 
 // Policy is the compiled, immutable routes section.
 type Policy struct {
-	routes   []*Route
+	routes   []*route
 	pools    map[string]bool
 	sessions *Sessions
 	rand     func() uint64
@@ -90,9 +90,12 @@ func WithSessions(s *Sessions) Option { return func(p *Policy) { p.sessions = s 
 // WithRand injects the randomness used by weighted splits.
 func WithRand(f func() uint64) Option { return func(p *Policy) { p.rand = f } }
 
-// New compiles cfg's routes.
+// New compiles cfg's routes; the Policy keeps nothing of cfg.
 func New(cfg *Config, opts ...Option) *Policy {
-	p := &Policy{routes: cfg.Routes, rand: rand.Uint64, pools: map[string]bool{}}
+	p := &Policy{rand: rand.Uint64, pools: map[string]bool{}}
+	for _, r := range cfg.Routes {
+		p.routes = append(p.routes, compileRoute(r))
+	}
 	for _, pool := range cfg.Pools {
 		p.pools[pool.Name] = true
 	}
@@ -109,7 +112,7 @@ func New(cfg *Config, opts ...Option) *Policy {
 func (p *Policy) Routes() []string {
 	out := make([]string, len(p.routes))
 	for i, r := range p.routes {
-		out[i] = r.Name
+		out[i] = r.name
 	}
 	return out
 }
@@ -173,34 +176,34 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 	var d Decision
 	for _, r := range p.routes {
 		st.autoPassed = false
-		ok, reason := st.match(r.When)
+		ok, reason := st.match(r.when)
 		if !ok {
 			if explain {
-				d.Skipped = append(d.Skipped, Skip{Route: r.Name, Reason: reason})
+				d.Skipped = append(d.Skipped, Skip{Route: r.name, Reason: reason})
 			}
 			continue
 		}
-		d.Route = r.Name
+		d.Route = r.name
 		if explain {
-			d.Matched = append(d.Matched, r.Name)
+			d.Matched = append(d.Matched, r.name)
 		}
-		target := r.To
-		if len(r.Split) > 0 {
+		target := r.to
+		if len(r.split) > 0 {
 			key := req.Session
-			if r.Sticky != nil && !*r.Sticky {
+			if !r.sticky {
 				key = "" // decided afresh per request: drawn at random
 			}
-			target = p.pick(r.Split, key)
+			target = p.pick(r.split, key)
 		}
-		d.Pools = make([]string, 0, 1+len(r.Fallback))
+		d.Pools = make([]string, 0, 1+len(r.fallback))
 		d.Pools = append(d.Pools, target)
-		for _, fb := range r.Fallback {
+		for _, fb := range r.fallback {
 			// A split may list its own pools as fallbacks; skip the one chosen.
 			if fb != target {
 				d.Pools = append(d.Pools, fb)
 			}
 		}
-		d.Spill = r.Spill
+		d.Spill = r.spill
 		if st.done {
 			d.Classified, d.Class, d.Scores = true, st.cls.Label, st.cls.Scores
 		}
@@ -208,7 +211,7 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 			p.ctrl.observeDecision(target == p.ctrl.Pool(), st.autoPassed)
 		}
 		// Explaining never stores: it must not change what later requests get.
-		if p.sessions != nil && req.Session != "" && !explain && (r.Sticky == nil || *r.Sticky) {
+		if p.sessions != nil && req.Session != "" && !explain && r.sticky {
 			keep := d
 			keep.Matched, keep.Skipped = nil, nil
 			p.sessions.Put(req.Session, keep)
@@ -223,7 +226,7 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 func (p *Policy) stillValid(d Decision) bool {
 	found := false
 	for _, r := range p.routes {
-		found = found || r.Name == d.Route
+		found = found || r.name == d.Route
 	}
 	if !found {
 		return false
@@ -262,47 +265,47 @@ func (p *Policy) pick(split Split, session string) string {
 }
 
 // match reports whether w holds; reason says why not (explain only).
-func (s *evalState) match(w *When) (bool, string) {
+func (s *evalState) match(w *cond) (bool, string) {
 	if w == nil {
 		return true, ""
 	}
 	req := s.req
-	if len(w.Model) > 0 && !w.Model.Has(req.Model) {
-		return false, s.why(func() string { return fmt.Sprintf("model %q not in %v", req.Model, []string(w.Model)) })
+	if len(w.model) > 0 && !w.model.Has(req.Model) {
+		return false, s.why(func() string { return fmt.Sprintf("model %q not in %v", req.Model, []string(w.model)) })
 	}
-	if w.Stream != nil && *w.Stream != req.Stream {
+	if w.stream != nil && *w.stream != req.Stream {
 		return false, s.why(func() string { return fmt.Sprintf("stream is %t", req.Stream) })
 	}
-	if w.Tools != nil && !w.Tools.Match(float64(req.Tools)) {
-		return false, s.why(func() string { return fmt.Sprintf("tools %d not %s", req.Tools, w.Tools) })
+	if w.tools != nil && !w.tools.Match(float64(req.Tools)) {
+		return false, s.why(func() string { return fmt.Sprintf("tools %d not %s", req.Tools, w.tools) })
 	}
-	if w.Messages != nil && !w.Messages.Match(float64(req.Messages)) {
-		return false, s.why(func() string { return fmt.Sprintf("messages %d not %s", req.Messages, w.Messages) })
+	if w.messages != nil && !w.messages.Match(float64(req.Messages)) {
+		return false, s.why(func() string { return fmt.Sprintf("messages %d not %s", req.Messages, w.messages) })
 	}
-	if w.PromptTokens != nil && !w.PromptTokens.Match(float64(req.PromptTokens)) {
-		return false, s.why(func() string { return fmt.Sprintf("prompt_tokens %d not %s", req.PromptTokens, w.PromptTokens) })
+	if w.promptTokens != nil && !w.promptTokens.Match(float64(req.PromptTokens)) {
+		return false, s.why(func() string { return fmt.Sprintf("prompt_tokens %d not %s", req.PromptTokens, w.promptTokens) })
 	}
-	for name, values := range w.Header {
-		got := req.Header.Get(name)
-		if !values.Has(got) {
-			return false, s.why(func() string { return fmt.Sprintf("header %s is %q, want %v", name, got, []string(values)) })
+	for _, h := range w.header {
+		got := req.Header.Get(h.name)
+		if !h.values.Has(got) {
+			return false, s.why(func() string { return fmt.Sprintf("header %s is %q, want %v", h.name, got, []string(h.values)) })
 		}
 	}
-	if len(w.Key) > 0 && !w.Key.Has(req.Key) {
-		return false, s.why(func() string { return fmt.Sprintf("key %q not in %v", req.Key, []string(w.Key)) })
+	if len(w.key) > 0 && !w.key.Has(req.Key) {
+		return false, s.why(func() string { return fmt.Sprintf("key %q not in %v", req.Key, []string(w.key)) })
 	}
-	if w.Not != nil && !w.Not.needsClassifier() {
-		if ok, _ := s.match(w.Not); ok {
+	if w.not != nil && !w.not.needsClassifier() {
+		if ok, _ := s.match(w.not); ok {
 			return false, s.why(func() string { return "not: the negated condition matched" })
 		}
 	}
-	if len(w.Any) > 0 {
+	if len(w.any) > 0 {
 		// An OR's order does not change its result: try the alternatives
 		// that need no classifier first, so a cheap one can decide it.
 		matched := false
 		var reasons []string
 		for pass := 0; pass < 2 && !matched; pass++ {
-			for _, sub := range w.Any {
+			for _, sub := range w.any {
 				if sub.needsClassifier() != (pass == 1) {
 					continue
 				}
@@ -320,24 +323,24 @@ func (s *evalState) match(w *When) (bool, string) {
 			return false, s.why(func() string { return fmt.Sprintf("none of any matched (%s)", strings.Join(reasons, "; ")) })
 		}
 	}
-	if w.Not != nil && w.Not.needsClassifier() {
-		if ok, _ := s.match(w.Not); ok {
+	if w.not != nil && w.not.needsClassifier() {
+		if ok, _ := s.match(w.not); ok {
 			return false, s.why(func() string { return "not: the negated condition matched" })
 		}
 	}
 	// Classifier conditions last, so a rule that fails on a cheap condition
 	// never triggers a classifier call.
-	if len(w.Class) > 0 {
+	if len(w.class) > 0 {
 		c := s.class()
-		if !w.Class.Has(c.Label) {
-			return false, s.why(func() string { return fmt.Sprintf("class is %q, want %v", c.Label, []string(w.Class)) })
+		if !w.class.Has(c.Label) {
+			return false, s.why(func() string { return fmt.Sprintf("class is %q, want %v", c.Label, []string(w.class)) })
 		}
 	}
-	if len(w.Score) > 0 {
+	if len(w.score) > 0 {
 		c := s.class()
-		for _, label := range sortedKeys(w.Score) {
+		for _, sc := range w.score {
+			label, cmp := sc.label, sc.cmp
 			v := c.Scores[label]
-			cmp := w.Score[label]
 			auto := 0.0
 			if cmp.Auto != "" && s.ctrl != nil {
 				auto = s.ctrl.Threshold()
@@ -384,22 +387,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // NeedsClassifier reports whether any route has a class or score condition.
 func (p *Policy) NeedsClassifier() bool {
 	for _, r := range p.routes {
-		if r.When.needsClassifier() {
-			return true
-		}
-	}
-	return false
-}
-
-func (w *When) needsClassifier() bool {
-	if w == nil {
-		return false
-	}
-	if len(w.Class) > 0 || len(w.Score) > 0 || w.Not.needsClassifier() {
-		return true
-	}
-	for _, a := range w.Any {
-		if a.needsClassifier() {
+		if r.when.needsClassifier() {
 			return true
 		}
 	}

@@ -497,3 +497,40 @@ routes:
 	}
 	wg.Wait()
 }
+
+// TestPolicyKeepsNothingOfConfig: New compiles the routes into its own
+// copies, so a change to the Config after New (which nothing should make)
+// cannot change what the Policy decides.
+func TestPolicyKeepsNothingOfConfig(t *testing.T) {
+	cfg := load(t, `version: 1
+pools:
+  a: {model: a, replicas: [{name: a1, url: "http://127.0.0.1:1"}]}
+  b: {model: b, replicas: [{name: b1, url: "http://127.0.0.1:2"}]}
+routes:
+  - {name: streams, when: {stream: true, header: {X-A: "1"}}, to: a, fallback: [b]}
+  - {name: default, to: b}
+`)
+	pol := policy.New(cfg)
+	req := &policy.Request{Stream: true, Header: http.Header{"X-A": {"1"}}}
+	want := pol.Decide(req, nil, false)
+	r := cfg.Routes[0]
+	r.Name, r.To, r.Fallback[0] = "changed", "b", "a"
+	*r.When.Stream = false
+	r.When.Header["X-A"][0] = "2"
+	if diff := cmp.Diff(want, pol.Decide(req, nil, false)); diff != "" {
+		t.Errorf("a change to the config changed the decision (-before +after):\n%s", diff)
+	}
+}
+
+// TestWithListen: the listener override returns a copy and leaves the
+// loaded config as it was.
+func TestWithListen(t *testing.T) {
+	cfg := load(t, "version: 1\npools:\n  p: {model: m, replicas: [{url: \"http://127.0.0.1:1\"}]}\nroutes:\n  - {name: d, to: p}\n")
+	got := cfg.WithListen("127.0.0.1:1", "")
+	if got.Server.Listen != "127.0.0.1:1" || got.Server.AdminListen != policy.DefaultAdminListen {
+		t.Errorf("WithListen = %s, %s", got.Server.Listen, got.Server.AdminListen)
+	}
+	if cfg.Server.Listen != policy.DefaultListen {
+		t.Errorf("WithListen changed the original: listen %s", cfg.Server.Listen)
+	}
+}

@@ -43,6 +43,9 @@ func (v *validator) topology() {
 	if len(t.Nodes) == 0 {
 		v.errf(at, "topology: nodes must list at least one node")
 	}
+	if t.MemoryUtilization <= 0 || t.MemoryUtilization > 1 {
+		v.errf(appendCopy(at, "memory_utilization"), "topology: memory_utilization must be within (0, 1]")
+	}
 	partOf := map[string]string{}
 	if t.Fabric == "ring" && len(t.Partitions) > 0 {
 		v.errf(appendCopy(at, keyOf("partitions")), "topology: a ring cannot be split into independent partitions; use fabric: switch")

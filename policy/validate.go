@@ -1,11 +1,11 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"path"
 	"regexp"
 	"slices"
@@ -17,40 +17,47 @@ import (
 	"github.com/goccy/go-yaml/ast"
 )
 
-type validator struct {
+// positions reports problems at the user's text; the validator and the
+// secrets step share it.
+type positions struct {
 	c    *collector
 	root ast.Node
-	cfg  *Config
-	reg  Registry
 	// broken names the parts that did not decode (see decoder.broken):
 	// they are not checked, and references to them are not reported.
 	broken map[string]bool
+}
+
+func (at positions) errf(path []any, format string, args ...any) {
+	at.c.at(lookup(at.root, path...), format, args...)
+}
+
+// written reports whether the file gives a value at path.
+func (at positions) written(path []any) bool {
+	n := lookup(at.root, path...)
+	return n != nil && n != lookup(at.root, path[:len(path)-1]...) // else lookup stopped at the parent
+}
+
+// number returns the number written at path, and whether one is written.
+func (at positions) number(path []any) (float64, bool) {
+	if !at.written(path) {
+		return 0, false
+	}
+	return scalarNumber(lookup(at.root, path...))
+}
+
+// validator checks a decoded config. It is pure: it reads the config and
+// the file's text and reports, and changes nothing (the environment is the
+// secrets step's, the derived values compile's).
+type validator struct {
+	positions
+	cfg *Config
+	reg Registry
 	// autos are the paths of the auto score bounds (routes check them
 	// before control does).
 	autos [][]any
 }
 
-func (v *validator) errf(path []any, format string, args ...any) {
-	v.c.at(lookup(v.root, path...), format, args...)
-}
-
 func p(path ...any) []any { return path }
-
-// number returns the number written at path, and whether one is written.
-func (v *validator) number(path []any) (float64, bool) {
-	n := lookup(v.root, path...)
-	if n == nil || n == lookup(v.root, path[:len(path)-1]...) {
-		return 0, false // the last key is absent: lookup stopped at its parent
-	}
-	return scalarNumber(n)
-}
-
-func (v *validator) getenv(name string) string {
-	if v.reg.Getenv != nil {
-		return v.reg.Getenv(name)
-	}
-	return os.Getenv(name)
-}
 
 func (v *validator) validate() {
 	cfg := v.cfg
@@ -61,7 +68,7 @@ func (v *validator) validate() {
 		part string
 		run  func()
 	}{
-		{"server", v.server}, {"pools", v.pools}, {"server", v.readiness}, {"topology", v.topology},
+		{"server", v.server}, {"server", v.apiKeys}, {"pools", v.pools}, {"server", v.readiness}, {"topology", v.topology},
 		{"classifier", v.classifier}, {"models", v.models}, {"session", v.session}, {"routes", v.routes},
 		{"control", v.control},
 	} {
@@ -82,6 +89,25 @@ func (v *validator) decodedPools() []*Pool {
 	return out
 }
 
+// positive reports a duration that must be more than zero; why, when not
+// empty, is added in parentheses.
+func (v *validator) positive(path []any, what string, d Duration, why string) {
+	if d > 0 {
+		return
+	}
+	if why != "" {
+		why = " (" + why + ")"
+	}
+	v.errf(path, "%s must be positive%s", what, why)
+}
+
+// atLeast reports an integer below min.
+func (v *validator) atLeast(path []any, what string, n, min int) {
+	if n < min {
+		v.errf(path, "%s must be at least %d", what, min)
+	}
+}
+
 func (v *validator) server() {
 	s := &v.cfg.Server
 	for _, l := range []struct{ key, addr string }{{"listen", s.Listen}, {"admin_listen", s.AdminListen}} {
@@ -89,45 +115,31 @@ func (v *validator) server() {
 			v.errf(p("server", l.key), "server: %s %q must be HOST:PORT (e.g. 0.0.0.0:8080 or :8080)", l.key, l.addr)
 		}
 	}
-	if f, given := v.number(p("server", "max_json_depth")); s.MaxJSONDepth < 1 || given && f < 1 {
+	if s.MaxJSONDepth < 1 {
 		v.errf(p("server", "max_json_depth"), "server: max_json_depth must be at least 1")
 	} else if s.MaxJSONDepth > 10000 {
 		v.errf(p("server", "max_json_depth"), "server: max_json_depth %d is over 10000 (deep nesting is a denial-of-service vector)", s.MaxJSONDepth)
 	}
-	switch {
-	case s.AdminTokenEnv == "" && s.AdminTokenMetrics:
+	if s.AdminTokenEnv == "" && s.AdminTokenMetrics {
 		v.errf(p("server", "admin_token_metrics"), "server: admin_token_metrics needs admin_token_env")
-	case s.AdminTokenEnv == "" || v.reg.SkipEnv:
-	default:
-		if val := v.getenv(s.AdminTokenEnv); val == "" {
-			v.errf(p("server", "admin_token_env"), "server: admin_token_env: environment variable %s is not set or empty", s.AdminTokenEnv)
-		} else if placeholder(val) {
-			v.errf(p("server", "admin_token_env"), "server: admin_token_env: environment variable %s holds the example manifests' placeholder %q; set a long random token (openssl rand -hex 32)", s.AdminTokenEnv, val)
-		} else {
-			s.AdminToken = Secret(val)
-		}
 	}
-	if f, given := v.number(p("server", "instances")); s.Instances < 1 || given && f < 1 {
-		v.errf(p("server", "instances"), "server: instances must be at least 1")
-	}
-	if f, given := v.number(p("server", "max_connections")); s.MaxConnections < 0 || given && f < 0 {
+	v.atLeast(p("server", "instances"), "server: instances", s.Instances, 1)
+	if s.MaxConnections < 0 {
 		v.errf(p("server", "max_connections"), "server: max_connections must not be negative (0: derived from the file-descriptor limit)")
 	}
-	if f, given := v.number(p("server", "admin_max_connections")); s.AdminMaxConnections < 1 || given && f < 1 {
-		v.errf(p("server", "admin_max_connections"), "server: admin_max_connections must be at least 1")
-	}
-	if s.ResponseIDSecretEnv != "" && !v.reg.SkipEnv {
-		if val := v.getenv(s.ResponseIDSecretEnv); len(val) < 16 {
-			v.errf(p("server", "response_id_secret_env"), "server: response_id_secret_env: environment variable %s must hold at least 16 characters", s.ResponseIDSecretEnv)
-		} else {
-			s.ResponseIDSecret = Secret(val)
-		}
-	}
-	if *s.DrainDelay < 0 {
-		v.errf(p("server", "drain_delay"), "server: drain_delay must not be negative")
-	}
+	v.atLeast(p("server", "admin_max_connections"), "server: admin_max_connections", s.AdminMaxConnections, 1)
+	// shutdown_grace, drain_delay and write_timeout may be 0s (no wait, no
+	// delay, no write deadline); these may not: each bounds what a client
+	// could otherwise hold for ever.
+	v.positive(p("server", "read_header_timeout"), "server: read_header_timeout", s.ReadHeaderTimeout, "it bounds a client that never sends its headers")
+	v.positive(p("server", "idle_timeout"), "server: idle_timeout", s.IdleTimeout, "it closes idle keep-alive connections")
+	v.positive(p("server", "body_timeout"), "server: body_timeout", s.BodyTimeout, "it bounds a request body that never arrives")
+}
+
+// apiKeys checks server.api_keys (their secrets are the secrets step's).
+func (v *validator) apiKeys() {
 	names := map[string]bool{}
-	for i, k := range s.APIKeys {
+	for i, k := range v.cfg.Server.APIKeys {
 		at := p("server", "api_keys", i)
 		switch {
 		case k.Name == "":
@@ -138,19 +150,11 @@ func (v *validator) server() {
 		names[k.Name] = true
 		if k.KeyEnv == "" {
 			v.errf(at, "api key %q: key_env is required (keys are never written inline)", k.Name)
-		} else if v.reg.SkipEnv {
-			// validated without secrets
-		} else if val := v.getenv(k.KeyEnv); val == "" {
-			v.errf(appendCopy(at, "key_env"), "api key %q: environment variable %s is not set or empty", k.Name, k.KeyEnv)
-		} else if placeholder(val) {
-			v.errf(appendCopy(at, "key_env"), "api key %q: environment variable %s holds a placeholder (%q); set the real key", k.Name, k.KeyEnv, val)
-		} else {
-			k.Secret = Secret(val)
 		}
 		if len(k.Models) == 0 {
-			k.Models = StringList{"*"}
+			v.errf(appendCopy(at, "models"), "api key %q: models is empty (give \"*\" or names; without models the key may use every model)", k.Name)
 		}
-		if f, given := v.number(appendCopy(at, "weight")); k.Weight < 1 || given && f < 1 {
+		if k.Weight < 1 {
 			v.errf(appendCopy(at, "weight"), "api key %q: weight must be at least 1", k.Name)
 		} else if k.Weight > 1000 {
 			v.errf(appendCopy(at, "weight"), "api key %q: weight %d is over 1000", k.Name, k.Weight)
@@ -178,113 +182,145 @@ func (v *validator) readiness() {
 }
 
 func (v *validator) pools() {
-	cfg := v.cfg
-	if len(cfg.Pools) == 0 {
+	if len(v.cfg.Pools) == 0 {
 		v.errf(p("pools"), "at least one pool is required")
 	}
 	for _, pool := range v.decodedPools() {
 		at := p("pools", pool.Name)
-		if pool.Model == "" {
-			v.errf(at, "pool %q: model is required (the name its backends serve)", pool.Name)
-		}
-		if !slices.Contains(v.reg.Balancers, pool.Balance) {
-			v.errf(appendCopy(at, "balance"), "pool %q: unknown balancer %q (known: %s)", pool.Name, pool.Balance, strings.Join(v.reg.Balancers, ", "))
-		}
-		if _, ok := DTypes[pool.DType]; pool.DType != "" && !ok {
-			known := make([]string, 0, len(DTypes))
-			for k := range DTypes {
-				known = append(known, k)
-			}
-			sort.Strings(known)
-			v.errf(appendCopy(at, "dtype"), "pool %q: unknown dtype %q (known: %s)", pool.Name, pool.DType, strings.Join(known, ", "))
-		}
-		if (pool.Parameters > 0) != (pool.DType != "") {
-			v.errf(at, "pool %q: give parameters and dtype together (or memory)", pool.Name)
-		}
-		if pool.MaxModelLen < 0 {
-			v.errf(appendCopy(at, "max_model_len"), "pool %q: max_model_len must not be negative", pool.Name)
-		}
-		if pool.MaxInflight < 0 {
-			v.errf(appendCopy(at, "max_inflight"), "pool %q: max_inflight must not be negative", pool.Name)
-		}
-		if *pool.Retries < 0 {
-			v.errf(appendCopy(at, "retries"), "pool %q: retries must not be negative", pool.Name)
-		}
-		if pool.APIKeyEnv != "" && !v.reg.SkipEnv {
-			if val := v.getenv(pool.APIKeyEnv); val == "" {
-				v.errf(appendCopy(at, "api_key_env"), "pool %q: environment variable %s is not set or empty", pool.Name, pool.APIKeyEnv)
-			} else {
-				pool.APIKey = Secret(val)
-			}
-		}
-		if h := pool.Health; h.UnhealthyAfter < 0 || h.HealthyAfter < 0 {
-			v.errf(appendCopy(at, "health"), "pool %q: health thresholds must be positive", pool.Name)
-		}
-		if !strings.HasPrefix(pool.Health.Path, "/") {
-			v.errf(appendCopy(at, "health", "path"), "pool %q: health.path %q must start with /", pool.Name, pool.Health.Path)
-		}
-		if !strings.HasPrefix(pool.Scrape.Path, "/") {
-			v.errf(appendCopy(at, "scrape", "path"), "pool %q: scrape.path %q must start with /", pool.Name, pool.Scrape.Path)
-		}
-		if od := pool.Outlier; od.BaseEjection > od.MaxEjection {
-			v.errf(appendCopy(at, "outlier"), "pool %q: outlier.base_ejection %s is longer than max_ejection %s", pool.Name, od.BaseEjection.Std(), od.MaxEjection.Std())
-		}
-		if f, given := v.number(appendCopy(at, "resume", "max_attempts")); pool.Resume.MaxAttempts < 1 || given && f < 1 {
-			v.errf(appendCopy(at, "resume", "max_attempts"), "pool %q: resume.max_attempts must be at least 1", pool.Name)
-		}
-		if od := pool.Outlier; *od.Consecutive5xx < 0 {
-			v.errf(appendCopy(at, "outlier", "consecutive_5xx"), "pool %q: outlier.consecutive_5xx must not be negative (0 turns it off)", pool.Name)
-		}
-		if od := pool.Outlier; *od.ConsecutiveConnectFailures < 0 {
-			v.errf(appendCopy(at, "outlier", "consecutive_connect_failures"), "pool %q: outlier.consecutive_connect_failures must not be negative (0 turns it off)", pool.Name)
-		}
-		if od := pool.Outlier; *od.MaxEjectionPercent < 0 || *od.MaxEjectionPercent > 100 {
-			v.errf(appendCopy(at, "outlier", "max_ejection_percent"), "pool %q: outlier.max_ejection_percent must be within 0..100", pool.Name)
-		}
-
-		// Zero is the "absent" value these defaults replace, so an explicit
-		// 0 is checked on the user's text rather than silently defaulted.
-		if f, given := v.number(appendCopy(at, "affinity", "load_factor")); pool.Affinity.LoadFactor < 1 || given && f < 1 {
-			v.errf(appendCopy(at, "affinity", "load_factor"), "pool %q: affinity.load_factor must be at least 1", pool.Name)
-		}
-		if f, given := v.number(appendCopy(at, "affinity", "depth")); pool.Affinity.Depth < 1 || given && f < 1 {
-			v.errf(appendCopy(at, "affinity", "depth"), "pool %q: affinity.depth must be at least 1 message", pool.Name)
-		}
+		v.pool(at, pool)
+		v.poolTimeouts(at, pool)
+		v.poolHealth(at, pool)
+		v.outlier(appendCopy(at, "outlier"), pool)
 		if pool.Discovery != nil {
 			v.discovery(at, pool)
 		} else if len(pool.Replicas) == 0 {
 			v.errf(at, "pool %q: at least one replica is required (or a discovery section)", pool.Name)
 		}
-		seen := map[string]bool{}
-		for i, r := range pool.Replicas {
-			rat := appendCopy(at, "replicas", i)
-			if r.Name == "" {
-				r.Name = fmt.Sprintf("%s-%d", pool.Name, i)
-				if seen[r.Name] {
-					v.errf(rat, "pool %q: replica %d has no name and its default name %q is taken; name it", pool.Name, i, r.Name)
-				}
-			} else if seen[r.Name] {
-				v.errf(appendCopy(rat, "name"), "pool %q: duplicate replica name %q", pool.Name, r.Name)
-			}
-			seen[r.Name] = true
-			if r.URL == "" {
-				v.errf(rat, "pool %q: replica %q: url is required", pool.Name, r.Name)
-				continue
-			}
-			u, err := url.Parse(r.URL)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				v.errf(appendCopy(rat, "url"), "pool %q: replica %q: url %q must be an absolute http:// or https:// URL", pool.Name, r.Name, RedactURL(r.URL))
-				continue
-			}
-			if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-				v.errf(appendCopy(rat, "url"), "pool %q: replica %q: url %q must be a base URL without query, fragment or credentials (use api_key_env for a key)", pool.Name, r.Name, RedactURL(r.URL))
-				continue
-			}
-			u.Path = strings.TrimSuffix(u.Path, "/")
-			u.Host = strings.ToLower(u.Host) // one server, one endpoint key
-			r.Parsed = u
+		v.replicas(at, pool)
+	}
+}
+
+// pool checks a pool's model, balancer, memory and limits.
+func (v *validator) pool(at []any, pool *Pool) {
+	if pool.Model == "" {
+		v.errf(at, "pool %q: model is required (the name its backends serve)", pool.Name)
+	}
+	if !slices.Contains(v.reg.Balancers, pool.Balance) {
+		v.errf(appendCopy(at, "balance"), "pool %q: unknown balancer %q (known: %s)", pool.Name, pool.Balance, strings.Join(v.reg.Balancers, ", "))
+	}
+	if _, ok := DTypes[pool.DType]; pool.DType != "" && !ok {
+		known := make([]string, 0, len(DTypes))
+		for k := range DTypes {
+			known = append(known, k)
+		}
+		sort.Strings(known)
+		v.errf(appendCopy(at, "dtype"), "pool %q: unknown dtype %q (known: %s)", pool.Name, pool.DType, strings.Join(known, ", "))
+	}
+	if (pool.Parameters > 0) != (pool.DType != "") {
+		v.errf(at, "pool %q: give parameters and dtype together (or memory)", pool.Name)
+	}
+	if pool.MaxModelLen < 0 {
+		v.errf(appendCopy(at, "max_model_len"), "pool %q: max_model_len must not be negative", pool.Name)
+	}
+	if pool.MaxInflight < 0 {
+		v.errf(appendCopy(at, "max_inflight"), "pool %q: max_inflight must not be negative", pool.Name)
+	}
+	if pool.Retries < 0 {
+		v.errf(appendCopy(at, "retries"), "pool %q: retries must not be negative", pool.Name)
+	}
+	v.atLeast(appendCopy(at, "resume", "max_attempts"), fmt.Sprintf("pool %q: resume.max_attempts", pool.Name), pool.Resume.MaxAttempts, 1)
+	if pool.Affinity.LoadFactor < 1 {
+		v.errf(appendCopy(at, "affinity", "load_factor"), "pool %q: affinity.load_factor must be at least 1", pool.Name)
+	}
+	if pool.Affinity.Depth < 1 {
+		v.errf(appendCopy(at, "affinity", "depth"), "pool %q: affinity.depth must be at least 1 message", pool.Name)
+	}
+}
+
+// poolTimeouts checks the upstream timeouts. queue_timeout 0s (no wait),
+// first_token_timeout, stream_idle_timeout and max_stream_duration 0s (off)
+// are valid; a dial and a wait for headers must end.
+func (v *validator) poolTimeouts(at []any, pool *Pool) {
+	what := fmt.Sprintf("pool %q: ", pool.Name)
+	v.positive(appendCopy(at, "connect_timeout"), what+"connect_timeout", pool.ConnectTimeout, "")
+	v.positive(appendCopy(at, "response_header_timeout"), what+"response_header_timeout", pool.ResponseHeaderTimeout, "give a long one, such as 1h, for long generations")
+}
+
+// poolHealth checks active probes and scraping.
+func (v *validator) poolHealth(at []any, pool *Pool) {
+	what := fmt.Sprintf("pool %q: ", pool.Name)
+	h, hat := pool.Health, appendCopy(at, "health")
+	if !strings.HasPrefix(h.Path, "/") {
+		v.errf(appendCopy(hat, "path"), "%shealth.path %q must start with /", what, h.Path)
+	}
+	v.positive(appendCopy(hat, "interval"), what+"health.interval", h.Interval, "disabled: true turns probes off")
+	v.positive(appendCopy(hat, "timeout"), what+"health.timeout", h.Timeout, "")
+	v.atLeast(appendCopy(hat, "unhealthy_after"), what+"health.unhealthy_after", h.UnhealthyAfter, 1)
+	v.atLeast(appendCopy(hat, "healthy_after"), what+"health.healthy_after", h.HealthyAfter, 1)
+	sc, sat := pool.Scrape, appendCopy(at, "scrape")
+	if !strings.HasPrefix(sc.Path, "/") {
+		v.errf(appendCopy(sat, "path"), "%sscrape.path %q must start with /", what, sc.Path)
+	}
+	v.positive(appendCopy(sat, "interval"), what+"scrape.interval", sc.Interval, "")
+	v.positive(appendCopy(sat, "timeout"), what+"scrape.timeout", sc.Timeout, "")
+	v.positive(appendCopy(sat, "staleness"), what+"scrape.staleness", sc.Staleness, "")
+}
+
+// outlier checks passive health; its thresholds may be 0 (off).
+func (v *validator) outlier(at []any, pool *Pool) {
+	od, what := pool.Outlier, fmt.Sprintf("pool %q: outlier.", pool.Name)
+	v.positive(appendCopy(at, "base_ejection"), what+"base_ejection", od.BaseEjection, "consecutive_5xx: 0 and consecutive_connect_failures: 0 turn ejections off")
+	v.positive(appendCopy(at, "max_ejection"), what+"max_ejection", od.MaxEjection, "")
+	if od.BaseEjection > od.MaxEjection {
+		v.errf(at, "%sbase_ejection %s is longer than max_ejection %s", what, od.BaseEjection.Std(), od.MaxEjection.Std())
+	}
+	if od.MaxEjectionPercent < 0 || od.MaxEjectionPercent > 100 {
+		v.errf(appendCopy(at, "max_ejection_percent"), "%smax_ejection_percent must be within 0..100", what)
+	}
+	if od.Consecutive5xx < 0 {
+		v.errf(appendCopy(at, "consecutive_5xx"), "%sconsecutive_5xx must not be negative (0 turns it off)", what)
+	}
+	if od.ConsecutiveConnectFailures < 0 {
+		v.errf(appendCopy(at, "consecutive_connect_failures"), "%sconsecutive_connect_failures must not be negative (0 turns it off)", what)
+	}
+}
+
+// replicas checks a pool's listed replicas: unique names and base URLs.
+func (v *validator) replicas(at []any, pool *Pool) {
+	seen := map[string]bool{}
+	for i, r := range pool.Replicas {
+		rat := appendCopy(at, "replicas", i)
+		switch {
+		case !seen[r.Name]:
+		case !v.written(appendCopy(rat, "name")) && r.Name == defaultReplicaName(pool.Name, i):
+			v.errf(rat, "pool %q: replica %d has no name and its default name %q is taken; name it", pool.Name, i, r.Name)
+		default:
+			v.errf(appendCopy(rat, "name"), "pool %q: duplicate replica name %q", pool.Name, r.Name)
+		}
+		seen[r.Name] = true
+		if r.URL == "" {
+			v.errf(rat, "pool %q: replica %q: url is required", pool.Name, r.Name)
+			continue
+		}
+		if _, err := replicaURL(r.URL); err != nil {
+			v.errf(appendCopy(rat, "url"), "pool %q: replica %q: url %q %s", pool.Name, r.Name, RedactURL(r.URL), err)
 		}
 	}
+}
+
+// replicaURL parses a replica's base URL as the runtime uses it: no
+// trailing slash, the host in lower case (one server, one endpoint key).
+func replicaURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("must be an absolute http:// or https:// URL")
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, errors.New("must be a base URL without query, fragment or credentials (use api_key_env for a key)")
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.Host = strings.ToLower(u.Host)
+	return u, nil
 }
 
 // poolNames lists the known pools for error messages.
@@ -351,21 +387,17 @@ func (v *validator) classifier() {
 			v.errf(appendCopy(at, "prompt"), "classifier: prompt is not a valid Go template: %v", err)
 		}
 	}
-	if cl.Concurrency < 1 {
-		v.errf(appendCopy(at, "concurrency"), "classifier: concurrency must be at least 1")
-	}
-	if cl.MaxInputChars < 64 {
-		v.errf(appendCopy(at, "max_input_chars"), "classifier: max_input_chars must be at least 64")
-	}
-	if *cl.Breaker.Failures < 0 {
+	v.atLeast(appendCopy(at, "concurrency"), "classifier: concurrency", cl.Concurrency, 1)
+	v.atLeast(appendCopy(at, "max_input_chars"), "classifier: max_input_chars", cl.MaxInputChars, 64)
+	v.positive(appendCopy(at, "timeout"), "classifier: timeout", cl.Timeout, "")
+	if cl.Breaker.Failures < 0 {
 		v.errf(appendCopy(at, "breaker", "failures"), "classifier: breaker.failures must not be negative (0 turns the breaker off)")
 	}
-	if cl.Breaker.Cooldown < 0 {
-		v.errf(appendCopy(at, "breaker", "cooldown"), "classifier: breaker.cooldown must not be negative")
-	}
-	if *cl.Cache.Size < 0 {
+	v.positive(appendCopy(at, "breaker", "cooldown"), "classifier: breaker.cooldown", cl.Breaker.Cooldown, "failures: 0 turns the breaker off")
+	if cl.Cache.Size < 0 {
 		v.errf(appendCopy(at, "cache", "size"), "classifier: cache.size must not be negative")
 	}
+	v.positive(appendCopy(at, "cache", "ttl"), "classifier: cache.ttl", cl.Cache.TTL, "size: 0 turns the cache off")
 }
 
 func (v *validator) models() {
@@ -457,8 +489,9 @@ func (v *validator) control() {
 }
 
 func (v *validator) session() {
-	if s := v.cfg.Session; s != nil && s.Size < 0 {
-		v.errf(p("session", "size"), "session: size must not be negative")
+	if s := v.cfg.Session; s != nil {
+		v.positive(p("session", "ttl"), "session: ttl", s.TTL, "")
+		v.atLeast(p("session", "size"), "session: size", s.Size, 1)
 	}
 }
 

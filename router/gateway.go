@@ -46,8 +46,9 @@ type Options struct {
 	ShadowPath string
 	// Override is applied to every config Reload reads before it is
 	// checked and used, as it was to the first: serve's --listen and
-	// --admin-listen.
-	Override func(*policy.Config)
+	// --admin-listen. It returns the config to use and leaves its argument
+	// unchanged (a loaded config is immutable; see policy.Config.WithListen).
+	Override func(*policy.Config) *policy.Config
 }
 
 // Gateway serves the client API and the admin API from the current snapshot.
@@ -219,7 +220,7 @@ func (g *Gateway) Reload() (int64, error) {
 	cfg, err := LoadConfig(g.opts.ConfigPath)
 	if err == nil {
 		if g.opts.Override != nil {
-			g.opts.Override(cfg)
+			cfg = g.opts.Override(cfg)
 		}
 		err = restartKeys(g.snap.Load().Config, cfg)
 	}

@@ -101,7 +101,7 @@ func sessionID(s *Snapshot, r *http.Request, info *reqInfo) (string, opening, cl
 	if id == "" && se.FromUser {
 		id = info.User
 	}
-	if id == "" && (se.Implicit == nil || !*se.Implicit) {
+	if id == "" && !se.Implicit {
 		return "", opening{}, classifier.Input{}
 	}
 	open, in := openingOf(info)

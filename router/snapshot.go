@@ -249,8 +249,8 @@ func poolOptions(pc *policy.Pool, cfg *policy.Config) pools.Options {
 			HealthyAfter: pc.Health.HealthyAfter, CheckModels: pc.Health.CheckModels,
 		},
 		Outlier: pools.OutlierOptions{
-			Consecutive5xx: *od.Consecutive5xx, ConsecutiveConnectFailures: *od.ConsecutiveConnectFailures,
-			MaxEjectionPercent: *od.MaxEjectionPercent, BaseEjection: od.BaseEjection.Std(),
+			Consecutive5xx: od.Consecutive5xx, ConsecutiveConnectFailures: od.ConsecutiveConnectFailures,
+			MaxEjectionPercent: od.MaxEjectionPercent, BaseEjection: od.BaseEjection.Std(),
 			MaxEjection: od.MaxEjection.Std(), CountTimeouts: od.CountTimeouts,
 		},
 		Scrape: pools.ScrapeOptions{
@@ -349,9 +349,9 @@ func (k *apiKey) allows(model string) bool {
 func (g *Gateway) buildClassifier(cl *policy.Classifier, s *Snapshot) (*classifier.Classifier, error) {
 	o := classifier.Options{
 		Kind: cl.Kind, Labels: cl.Labels, Descriptions: cl.Descriptions, MaxInputChars: cl.MaxInputChars,
-		Timeout: cl.Timeout.Std(), OnError: cl.OnError, CacheSize: *cl.Cache.Size, CacheTTL: cl.Cache.TTL.Std(),
+		Timeout: cl.Timeout.Std(), OnError: cl.OnError, CacheSize: cl.Cache.Size, CacheTTL: cl.Cache.TTL.Std(),
 		Concurrency: cl.Concurrency, GuidedChoice: cl.GuidedChoice, Prompt: cl.Prompt, Metrics: g.classMetrics,
-		BreakerFailures: *cl.Breaker.Failures, BreakerCooldown: cl.Breaker.Cooldown.Std(), Now: g.opts.Now,
+		BreakerFailures: cl.Breaker.Failures, BreakerCooldown: cl.Breaker.Cooldown.Std(), Now: g.opts.Now,
 		OnBreaker: func(open bool, err error) {
 			if open {
 				g.log.Error("classifier circuit opened: not calling the classifier pool; using on_error", "pool", cl.Pool,

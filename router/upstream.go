@@ -154,7 +154,7 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 	// Until a replica is chosen, an error names this pool and no replica.
 	x.pool, x.replica = ps.Name, ""
 	x.up = upstreamCall{w: w, r: r, ps: ps, body: body, injected: injected}
-	x.exec = execution{ps: ps, req: &x.preq, attempts: 1 + *ps.cfg.Retries, call: x, only: x.pinned}
+	x.exec = execution{ps: ps, req: &x.preq, attempts: 1 + ps.cfg.Retries, call: x, only: x.pinned}
 	res := g.execute(ctx, &x.exec)
 	x.retries += x.exec.retries
 	if x.cut != nil {

@@ -61,15 +61,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer shutdownTracing()
 	// The flags override the file's addresses in every config read,
 	// the first and each reload, so a reload compares like with like.
-	override := func(c *policy.Config) {
-		if *listen != "" {
-			c.Server.Listen = *listen
-		}
-		if *adminListen != "" {
-			c.Server.AdminListen = *adminListen
-		}
-	}
-	override(cfg)
+	override := func(c *policy.Config) *policy.Config { return c.WithListen(*listen, *adminListen) }
+	cfg = override(cfg)
 	if len(cfg.Server.APIKeys) > 0 && cfg.Server.ResponseIDSecretEnv == "" {
 		log.Warn("stored-response ids are signed with a secret derived from the API keys: adding or rotating a key makes earlier ids unknown (404); set server.response_id_secret_env to keep them")
 	}

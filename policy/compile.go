@@ -1,0 +1,98 @@
+package policy
+
+import (
+	"slices"
+)
+
+// route is a compiled Route: its own copies of what the config says, so a
+// Policy shares nothing with the Config it was built from, and what each
+// request would recompute (the order of score labels and headers, whether a
+// condition needs the classifier) is computed once.
+type route struct {
+	name     string
+	when     *cond
+	to       string
+	split    Split
+	fallback []string
+	spill    *Spill
+	// sticky is false for sticky: false (the decision is not kept).
+	sticky bool
+}
+
+// cond is a compiled When.
+type cond struct {
+	class, model, key             StringList
+	tools, messages, promptTokens *NumCmp
+	stream                        *bool
+	score                         []scoreCond // by label
+	header                        []headerCond
+	any                           []*cond
+	not                           *cond
+	// classify: this condition or one under it reads the classifier.
+	classify bool
+}
+
+type scoreCond struct {
+	label string
+	cmp   *NumCmp
+}
+
+type headerCond struct {
+	name   string
+	values StringList
+}
+
+func compileRoute(r *Route) *route {
+	out := &route{
+		name: r.Name, when: compileWhen(r.When), to: r.To,
+		split: slices.Clone(r.Split), fallback: slices.Clone(r.Fallback),
+		sticky: r.Sticky == nil || *r.Sticky,
+	}
+	if r.Spill != nil {
+		s := *r.Spill
+		out.spill = &s
+	}
+	return out
+}
+
+// compileWhen returns nil for a condition that always holds.
+func compileWhen(w *When) *cond {
+	if w.empty() {
+		return nil
+	}
+	c := &cond{
+		class: slices.Clone(w.Class), model: slices.Clone(w.Model), key: slices.Clone(w.Key),
+		tools: cloneCmp(w.Tools), messages: cloneCmp(w.Messages), promptTokens: cloneCmp(w.PromptTokens),
+		not: compileWhen(w.Not),
+	}
+	if w.Stream != nil {
+		s := *w.Stream
+		c.stream = &s
+	}
+	for _, label := range sortedKeys(w.Score) {
+		c.score = append(c.score, scoreCond{label: label, cmp: cloneCmp(w.Score[label])})
+	}
+	for _, name := range sortedKeys(w.Header) {
+		c.header = append(c.header, headerCond{name: name, values: slices.Clone(w.Header[name])})
+	}
+	c.classify = len(c.class) > 0 || len(c.score) > 0 || c.not.needsClassifier()
+	for _, a := range w.Any {
+		sub := compileWhen(a)
+		if sub == nil {
+			sub = &cond{} // validate refuses an empty alternative; it would always hold
+		}
+		c.any = append(c.any, sub)
+		c.classify = c.classify || sub.classify
+	}
+	return c
+}
+
+func cloneCmp(c *NumCmp) *NumCmp {
+	if c == nil {
+		return nil
+	}
+	out := *c
+	return &out
+}
+
+func (c *cond) needsClassifier() bool { return c != nil && c.classify }
