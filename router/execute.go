@@ -98,9 +98,18 @@ type execution struct {
 	avoid [1]*pools.Replica
 }
 
-// execute is the one upstream executor, for client requests and classifier
-// calls alike: acquire a replica, send, record the outcome for passive
-// health, release, and retry per the rule below.
+// execute is the one upstream executor, the only retry loop: client
+// requests (attempt), classifier calls (poolTransport) and stream
+// continuations (continuation) all run through it. It acquires a replica,
+// has the caller make one attempt (which sends with send), records the
+// outcome for passive health, releases, and retries per the rule below.
+//
+// The stages, from the edge in: forward walks the decided chain of pools;
+// placeOn prepares the body for one pool and runs execute; the caller's
+// send is one attempt (attempt, for a client request, which passes the
+// answer on with deliver or relay); send makes its one HTTP exchange. The
+// client's status is decided by toAPIError for an answer the gateway
+// writes, and is the replica's for one it relays.
 //
 // Retry rule: an attempt is retried only while nothing has
 // reached the client (send says so with retry), on a replica not yet

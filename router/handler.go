@@ -158,7 +158,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		g.fail(w, x, err, "")
 		return
 	}
-	g.proxy(ctx, w, r, x)
+	g.forward(ctx, w, r, x)
 }
 
 // serveStored serves a call on a stored response (GET, DELETE, cancel).
@@ -193,7 +193,7 @@ func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix
 	}
 	x.route = x.decision.Route
 	w.Header().Set(headerRoute, x.route)
-	g.proxy(ctx, w, r, x)
+	g.forward(ctx, w, r, x)
 }
 
 // prepare authenticates, reads and checks the request, and decides its route.

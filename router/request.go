@@ -31,33 +31,52 @@ const (
 	detokenizeEndpoint  // POST /detokenize (vLLM)
 )
 
-func (e endpoint) path() string {
-	switch e {
-	case completionsEndpoint:
-		return "/v1/completions"
-	case responsesEndpoint:
-		return "/v1/responses"
-	case messagesEndpoint:
-		return "/v1/messages"
-	case countTokensEndpoint:
-		return "/v1/messages/count_tokens"
-	case embeddingsEndpoint:
-		return "/v1/embeddings"
-	case tokenizeEndpoint:
-		return "/tokenize"
-	case detokenizeEndpoint:
-		return "/detokenize"
-	}
-	return "/v1/chat/completions"
+// endpointSpec is what the gateway does differently for one API. Every
+// rule that depends on the API a request came in on reads it here.
+type endpointSpec struct {
+	// path is the endpoint's path, on the gateway and on vLLM.
+	path string
+	// operation is its gen_ai.operation.name.
+	operation string
+	// generates: the endpoint generates text; the policy routes it, and
+	// its stream carries tokens and usage.
+	generates bool
+	// anthropic: errors and stream events take Anthropic's shapes.
+	anthropic bool
+	// typed: stream events name their type and the stream ends with a
+	// terminal event of its own, not [DONE] (Responses, Messages).
+	typed bool
+	// asksUsage: a stream's usage is asked for on the client's behalf
+	// (stream_options.include_usage) and removed again when the client
+	// did not ask for it.
+	asksUsage bool
+	// missingModel404: a replica's 404 means the server lacks the pool's
+	// model (it is retried elsewhere and marks the replica misconfigured).
+	// Elsewhere a 404 may be an answer: a stored response that is not
+	// there, or an endpoint this vLLM version lacks.
+	missingModel404 bool
 }
 
-// anthropic reports whether the endpoint speaks Anthropic's API: its
-// errors and stream events take Anthropic's shapes.
-func (e endpoint) anthropic() bool { return e == messagesEndpoint || e == countTokensEndpoint }
+var endpoints = [...]endpointSpec{
+	chatEndpoint:        {path: "/v1/chat/completions", operation: "chat", generates: true, asksUsage: true, missingModel404: true},
+	completionsEndpoint: {path: "/v1/completions", operation: "text_completion", generates: true, asksUsage: true, missingModel404: true},
+	responsesEndpoint:   {path: "/v1/responses", operation: "chat", generates: true, typed: true},
+	messagesEndpoint:    {path: "/v1/messages", operation: "chat", generates: true, anthropic: true, typed: true},
+	countTokensEndpoint: {path: "/v1/messages/count_tokens", operation: "chat", anthropic: true},
+	embeddingsEndpoint:  {path: "/v1/embeddings", operation: "chat"},
+	tokenizeEndpoint:    {path: "/tokenize", operation: "chat"},
+	detokenizeEndpoint:  {path: "/detokenize", operation: "chat"},
+}
 
-// generates reports whether the endpoint generates text: the policy
-// routes it, and its stream carries tokens and usage.
-func (e endpoint) generates() bool { return e <= messagesEndpoint }
+func (e endpoint) spec() *endpointSpec { return &endpoints[e] }
+
+func (e endpoint) path() string { return endpoints[e].path }
+
+// anthropic reports whether the endpoint speaks Anthropic's API.
+func (e endpoint) anthropic() bool { return endpoints[e].anthropic }
+
+// generates reports whether the endpoint generates text.
+func (e endpoint) generates() bool { return endpoints[e].generates }
 
 // reqInfo holds the routing fields read from a request body. The body itself
 // travels on as bytes; nothing here is re-encoded.
@@ -177,6 +196,35 @@ func parseRequest(body []byte, ep endpoint, maxDepth int) (*reqInfo, error) {
 	if !root.IsObject() {
 		return nil, badRequest("", "request body must be a JSON object")
 	}
+	info, model, err := readFields(root, ep)
+	if err != nil {
+		return nil, err
+	}
+	info.Model = model.Str
+	if err := info.readInput(ep); err != nil {
+		return nil, err
+	}
+	if info.tools.IsArray() {
+		info.Tools = countTools(info.tools)
+		info.PromptTokens += estimateTokens(len(info.tools.Raw))
+	}
+	if ep == responsesEndpoint && info.input.IsArray() {
+		// Codex sends its tools inside additional_tools input items (their
+		// size is already in the input's).
+		info.input.ForEach(func(_, it gjson.Result) bool {
+			if it.Get("type").Str == "additional_tools" {
+				info.additional = append(info.additional, it.Get("tools"))
+				info.Tools += countTools(it.Get("tools"))
+			}
+			return true
+		})
+	}
+	return info, nil
+}
+
+// readFields reads the top-level members the gateway routes on, in one
+// pass, refusing a duplicated one and a model or stream of the wrong type.
+func readFields(root gjson.Result, ep endpoint) (*reqInfo, gjson.Result, error) {
 	info := &reqInfo{}
 	var model gjson.Result
 	var seen [len(routingKeys)]bool
@@ -241,23 +289,27 @@ func parseRequest(body []byte, ep endpoint, maxDepth int) (*reqInfo, error) {
 		}
 		return true
 	})
-	if dup != "" {
-		return nil, badRequest(dup, fmt.Sprintf("duplicate key %q in the request body", dup))
+	switch {
+	case dup != "":
+		return nil, model, badRequest(dup, fmt.Sprintf("duplicate key %q in the request body", dup))
+	case badStream != "":
+		return nil, model, badRequest("stream", "'stream' must be a boolean")
+	case !model.Exists() || model.Type != gjson.String || model.Str == "":
+		return nil, model, badRequest("model", "you must provide a model parameter (a non-empty string)")
 	}
-	if badStream != "" {
-		return nil, badRequest("stream", "'stream' must be a boolean")
-	}
-	if !model.Exists() || model.Type != gjson.String || model.Str == "" {
-		return nil, badRequest("model", "you must provide a model parameter (a non-empty string)")
-	}
-	info.Model = model.Str
+	return info, model, nil
+}
+
+// readInput checks the endpoint's input (messages, input items, prompt),
+// counts its messages and estimates its prompt tokens.
+func (info *reqInfo) readInput(ep endpoint) error {
 	switch ep {
 	case chatEndpoint:
 		if !info.messages.Exists() {
-			return nil, badRequest("messages", "missing required parameter: 'messages'")
+			return badRequest("messages", "missing required parameter: 'messages'")
 		}
 		if !info.messages.IsArray() {
-			return nil, badRequest("messages", "'messages' must be an array of message objects")
+			return badRequest("messages", "'messages' must be an array of message objects")
 		}
 		n := 0
 		bad := false
@@ -267,16 +319,16 @@ func parseRequest(body []byte, ep endpoint, maxDepth int) (*reqInfo, error) {
 			return !bad
 		})
 		if bad {
-			return nil, badRequest("messages", "each entry of 'messages' must be an object")
+			return badRequest("messages", "each entry of 'messages' must be an object")
 		}
 		if n == 0 {
-			return nil, badRequest("messages", "'messages' must not be empty")
+			return badRequest("messages", "'messages' must not be empty")
 		}
 		info.Messages = n
 		info.PromptTokens = estimateTokens(len(info.messages.Raw))
 	case messagesEndpoint, countTokensEndpoint:
 		if !info.messages.IsArray() {
-			return nil, badRequest("messages", "'messages' must be an array of message objects")
+			return badRequest("messages", "'messages' must be an array of message objects")
 		}
 		info.messages.ForEach(func(_, _ gjson.Result) bool { info.Messages++; return true })
 		info.PromptTokens = estimateTokens(len(info.messages.Raw) + len(info.system.Raw))
@@ -291,36 +343,21 @@ func parseRequest(body []byte, ep endpoint, maxDepth int) (*reqInfo, error) {
 		case !info.input.Exists() && info.PreviousResponse != "":
 			info.messages = gjson.Parse("[]")
 		default:
-			return nil, badRequest("input", "'input' must be a string or an array of input items")
+			return badRequest("input", "'input' must be a string or an array of input items")
 		}
 		info.messages.ForEach(func(_, _ gjson.Result) bool { info.Messages++; return true })
 		info.PromptTokens = estimateTokens(len(info.input.Raw) + len(info.system.Raw))
 	case completionsEndpoint:
 		if !info.prompt.Exists() {
-			return nil, badRequest("prompt", "missing required parameter: 'prompt'")
+			return badRequest("prompt", "missing required parameter: 'prompt'")
 		}
 		if info.prompt.Type != gjson.String && !info.prompt.IsArray() {
-			return nil, badRequest("prompt", "'prompt' must be a string or an array")
+			return badRequest("prompt", "'prompt' must be a string or an array")
 		}
 		info.Messages = 1
 		info.PromptTokens = estimateTokens(len(info.prompt.Raw))
 	}
-	if info.tools.IsArray() {
-		info.Tools = countTools(info.tools)
-		info.PromptTokens += estimateTokens(len(info.tools.Raw))
-	}
-	if ep == responsesEndpoint && info.input.IsArray() {
-		// Codex sends its tools inside additional_tools input items (their
-		// size is already in the input's).
-		info.input.ForEach(func(_, it gjson.Result) bool {
-			if it.Get("type").Str == "additional_tools" {
-				info.additional = append(info.additional, it.Get("tools"))
-				info.Tools += countTools(it.Get("tools"))
-			}
-			return true
-		})
-	}
-	return info, nil
+	return nil
 }
 
 // countTools counts the tools the policy's tools feature sees: every entry

@@ -68,12 +68,7 @@ const (
 )
 
 // operation is the request's gen_ai.operation.name.
-func (e endpoint) operation() string {
-	if e == completionsEndpoint {
-		return "text_completion"
-	}
-	return "chat"
-}
+func (e endpoint) operation() string { return endpoints[e].operation }
 
 // appendString appends k=v unless v is empty.
 func appendString(kvs []attribute.KeyValue, k attribute.Key, v string) []attribute.KeyValue {

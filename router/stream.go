@@ -231,7 +231,7 @@ func (p *pump) run(body io.Reader) error {
 			// The stream ended inside an event. A client parser drops an
 			// incomplete event, so it is not passed on; a [DONE] whose
 			// blank line is missing still completes the stream.
-			if data, ok := eventData(tail); ok && bytes.Equal(bytes.TrimSpace(data), doneValue) && (p.ep != responsesEndpoint && p.ep != messagesEndpoint) {
+			if data, ok := eventData(tail); ok && bytes.Equal(bytes.TrimSpace(data), doneValue) && !p.typed() {
 				end := []byte("\n\n")
 				if tail[len(tail)-1] == '\n' {
 					end = end[1:] // the line is ended; add the blank line
@@ -292,14 +292,14 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 	}
 	if bytes.Equal(bytes.TrimSpace(data), doneValue) {
 		p.sawDone = true
-		if p.ep == responsesEndpoint || p.ep == messagesEndpoint {
+		if p.typed() {
 			// Not part of these APIs (some vLLM versions add it after the
 			// terminal event); their SDKs would read it as an event.
 			return nil, false
 		}
 		return ev, true
 	}
-	if p.ep == responsesEndpoint || p.ep == messagesEndpoint {
+	if p.typed() {
 		return p.typedEvent(ev, data), true
 	}
 	if p.rewriteModel != "" {
@@ -331,7 +331,7 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 
 // typed reports whether the stream's API names its events' types and ends
 // with a terminal event of its own (Responses, Messages).
-func (p *pump) typed() bool { return p.ep == responsesEndpoint || p.ep == messagesEndpoint }
+func (p *pump) typed() bool { return p.ep.spec().typed }
 
 func (p *pump) depthBound() int {
 	if p.maxDepth > 0 {

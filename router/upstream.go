@@ -13,8 +13,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// proxy sends the request to the decided pools in order until one answers.
-func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange) {
+// forward sends the request to the decided chain of pools, in order, until
+// one answers (placeOn, for each pool).
+func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange) {
 	s := x.snap
 	chain := x.decision.Pools
 	if sp := x.decision.Spill; sp != nil {
@@ -63,7 +64,7 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, r *http.Requ
 				x.fallback = reason
 			}
 		}
-		done, err := g.tryPool(ctx, w, r, x, ps)
+		done, err := g.placeOn(ctx, w, r, x, ps)
 		if done {
 			return
 		}
@@ -122,9 +123,9 @@ func isTerminal(err error) bool {
 // errAnswerTooLarge: a non-stream answer exceeded maxResponseBytes.
 var errAnswerTooLarge = errors.New("answer over the size limit")
 
-// tryPool places the request on ps through the executor. It returns done
+// placeOn places the request on ps through the executor. It returns done
 // once a response has been committed to the client.
-func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, ps *poolState) (bool, error) {
+func (g *Gateway) placeOn(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, ps *poolState) (bool, error) {
 	body := x.body
 	if x.info.Model != "" && x.info.Model != ps.Model {
 		var err error
@@ -136,7 +137,7 @@ func (g *Gateway) tryPool(ctx context.Context, w http.ResponseWriter, r *http.Re
 		body = fitAnswer(body, len(body), ps.cfg.MaxModelLen)
 	}
 	injected := false
-	if x.info.Stream && !x.info.IncludeUsage && x.ep <= completionsEndpoint {
+	if x.info.Stream && !x.info.IncludeUsage && x.ep.spec().asksUsage {
 		// Ask for usage so token accounting is complete; the extra usage
 		// chunk is removed from what the client receives.
 		if b, err := sjson.SetBytes(body, "stream_options.include_usage", true); err == nil {
@@ -217,14 +218,15 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 	return g.deliver(ctx, hctx, x, rep, resp, span)
 }
 
-// judge classifies a replica's answer status for a client request. On chat
-// and completions a 404 means the server lacks the pool's model. Elsewhere
-// it may be an answer: a stored response that is not there, or an endpoint
-// this vLLM version lacks (FastAPI's {"detail":"Not Found"}), which says
-// nothing of the replica's other traffic.
+// judge classifies a replica's answer status for a client request. A 404
+// means the server lacks the pool's model only where the endpoint says so
+// (endpointSpec.missingModel404), or where it names a model; otherwise it
+// is an answer (FastAPI's {"detail":"Not Found"} of an endpoint this vLLM
+// version lacks, a stored response that is not there), which says nothing
+// of the replica's other traffic.
 func (x *exchange) judge(resp *http.Response) (pools.Outcome, bool, string) {
 	o, retry, reason := judgeStatus(resp.StatusCode)
-	if resp.StatusCode == http.StatusNotFound && x.ep > completionsEndpoint {
+	if resp.StatusCode == http.StatusNotFound && !x.ep.spec().missingModel404 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
 		resp.Body = readCloser{bytes.NewReader(b), resp.Body}
 		if x.pinned != nil || !x.ep.generates() || !bytes.Contains(bytes.ToLower(b), []byte("model")) {
