@@ -74,7 +74,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	cfg, err := policy.Load("examples/"+DefaultPolicy, data, router.Registry())
+	cfg, err := policy.Load("examples/"+DefaultPolicy, data, router.LoadOptions())
 	if err != nil {
 		return Summary{}, err
 	}

@@ -18,7 +18,7 @@ pools:
   p: {model: m, health: {disabled: true}, replicas: [{name: r1, url: "http://127.0.0.1:1"}]}
 routes:
   - {name: d, to: p}
-`), router.Registry())
+`), router.LoadOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -299,7 +299,7 @@ func checkGateway(t *testing.T, r *rendering) *gateway {
 		t.Fatalf("%s: ConfigMap %s has no key %q", r.source, cm.Name, key)
 	}
 	g.configText = text
-	reg := router.Registry()
+	reg := router.LoadOptions()
 	reg.SkipEnv = true
 	cfg, err := policy.Load(fmt.Sprintf("%s: ConfigMap %s: %s", r.source, cm.Name, key), []byte(text), reg)
 	if err != nil {
@@ -809,7 +809,7 @@ func TestHelmChart(t *testing.T) {
 // rules are examples/prometheus/alerts.yml, and the overlay's policy is the
 // reference example with only the documented changes.
 func TestPolicies(t *testing.T) {
-	reg := router.Registry()
+	reg := router.LoadOptions()
 	reg.SkipEnv = true
 	for _, f := range []string{filepath.Join(basePath, "switchyard.yaml"), filepath.Join(overlayPath, "switchyard.yaml")} {
 		if _, err := policy.LoadFile(f, reg); err != nil {

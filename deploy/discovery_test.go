@@ -25,7 +25,7 @@ func TestKustomizeDiscoveryExample(t *testing.T) {
 	if n := r.count()["Service"]; n != 2 {
 		t.Errorf("%d Services, want 2 (the Deployment's and the LeaderWorkerSet leaders')", n)
 	}
-	reg := router.Registry()
+	reg := router.LoadOptions()
 	reg.SkipEnv = true
 	cfg, err := policy.Load("switchyard.yaml", readFile(t, filepath.Join(discoveryExample, "switchyard.yaml")), reg)
 	if err != nil {

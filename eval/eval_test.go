@@ -76,7 +76,7 @@ func gateway(t *testing.T, yaml string) (*router.Gateway, *policy.Config) {
 	t.Helper()
 	yaml = strings.NewReplacer("SMALL", sim(t, "openbmb/MiniCPM5-2B"),
 		"LARGE1", sim(t, "Qwen/Qwen3.8-Flash-Next"), "LARGE2", sim(t, "Qwen/Qwen3.8-Flash-Next")).Replace(yaml)
-	cfg, err := policy.Load("fixture.yaml", []byte(yaml), router.Registry())
+	cfg, err := policy.Load("fixture.yaml", []byte(yaml), router.LoadOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func TestDiscoveryBad(t *testing.T) {
 		covered[tc.name] = true
 		t.Run(tc.name, func(t *testing.T) {
 			path := "../testdata/discovery/" + tc.name + ".bad.yaml"
-			cfg, err := policy.LoadFile(path, testRegistry)
+			cfg, err := policy.LoadFile(path, testLoadOptions)
 			if err == nil {
 				t.Fatalf("LoadFile(%s) = %+v, want errors", path, cfg)
 			}

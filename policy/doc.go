@@ -9,5 +9,5 @@
 //
 // policy is a leaf: it imports no other Switchyard package. Names that live
 // in other packages' registries (balancers, classifier kinds) are passed in
-// through [Registry] so that there is one registry per strategy family.
+// through [LoadOptions] so that there is one registry per strategy family.
 package policy

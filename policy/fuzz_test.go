@@ -25,7 +25,7 @@ func FuzzLoad(f *testing.F) {
 		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := policy.Load("fuzz.yaml", data, testRegistry)
+		cfg, err := policy.Load("fuzz.yaml", data, testLoadOptions)
 		if err != nil {
 			var es policy.Errors
 			if !errors.As(err, &es) || len(es) == 0 {

@@ -26,7 +26,7 @@ routes:
     to: b
   - name: default
     to: a
-`), testRegistry)
+`), testLoadOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ routes:
 // reload never hands back a decision naming a pool the new config lacks.
 func TestStickyDecisionDroppedWhenPoolIsGone(t *testing.T) {
 	load := func(text string) *policy.Config {
-		cfg, err := policy.Load("s.yaml", []byte(text), testRegistry)
+		cfg, err := policy.Load("s.yaml", []byte(text), testLoadOptions)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +99,7 @@ routes:
     to: b
   - name: split
     split: {a: 0x10, b: 1_000}
-`), testRegistry)
+`), testLoadOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ routes:
 // TestAnchorsAcrossSections: aliases resolve anchors of other sections,
 // and merge keys fill what a mapping does not set itself.
 func TestAnchorsAcrossSections(t *testing.T) {
-	cfg, err := policy.LoadFile("../testdata/anchors.good.yaml", testRegistry)
+	cfg, err := policy.LoadFile("../testdata/anchors.good.yaml", testLoadOptions)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/goccy/go-yaml/parser"
 )
 
-// Registry names the strategies other packages provide, so that one
+// LoadOptions names the strategies other packages provide, so that one
 // registry per family decides what a config may name.
-type Registry struct {
+type LoadOptions struct {
 	// Balancers are the valid pools.*.balance values.
 	Balancers []string
 	// Classifiers are the valid classifier.kind values.
@@ -28,7 +28,7 @@ type Registry struct {
 }
 
 // LoadFile reads and validates the config at path.
-func LoadFile(path string, reg Registry) (*Config, error) {
+func LoadFile(path string, reg LoadOptions) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
@@ -41,7 +41,7 @@ func LoadFile(path string, reg Registry) (*Config, error) {
 // keys name (unless reg.SkipEnv), and compile what the runtime needs. A
 // non-nil error is an Errors value listing every problem found, each as
 // FILE:LINE:COL: message. The Config returned is not changed afterwards.
-func Load(file string, data []byte, reg Registry) (*Config, error) {
+func Load(file string, data []byte, reg LoadOptions) (*Config, error) {
 	c := &collector{file: file}
 	cfg, broken := decode(c, file, data)
 	if cfg == nil {
@@ -63,7 +63,7 @@ func Load(file string, data []byte, reg Registry) (*Config, error) {
 	return cfg, nil
 }
 
-func (r Registry) getenv(name string) string {
+func (r LoadOptions) getenv(name string) string {
 	if r.Getenv != nil {
 		return r.Getenv(name)
 	}

@@ -20,7 +20,7 @@ var testEnv = map[string]string{
 	"VLLM_KEY":              "sk-vllm",
 }
 
-var testRegistry = policy.Registry{
+var testLoadOptions = policy.LoadOptions{
 	Balancers:   []string{"round_robin", "least_outstanding", "p2c", "kv_aware", "affinity"},
 	Classifiers: []string{"model", "heuristic"},
 	Getenv:      func(k string) string { return testEnv[k] },
@@ -265,7 +265,7 @@ func TestLoadBad(t *testing.T) {
 		covered[tc.name] = true
 		t.Run(tc.name, func(t *testing.T) {
 			path := "../testdata/" + tc.name + ".bad.yaml"
-			cfg, err := policy.LoadFile(path, testRegistry)
+			cfg, err := policy.LoadFile(path, testLoadOptions)
 			if err == nil {
 				t.Fatalf("LoadFile(%s) = %+v, want errors", path, cfg)
 			}
@@ -306,7 +306,7 @@ func TestLoadGood(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			cfg, err := policy.LoadFile(f, testRegistry)
+			cfg, err := policy.LoadFile(f, testLoadOptions)
 			if err != nil {
 				t.Fatalf("LoadFile(%s):\n%v", f, err)
 			}
@@ -497,7 +497,7 @@ func TestLoadFull(t *testing.T) {
 
 func loadFile(t *testing.T, path string) *policy.Config {
 	t.Helper()
-	cfg, err := policy.LoadFile(path, testRegistry)
+	cfg, err := policy.LoadFile(path, testLoadOptions)
 	if err != nil {
 		t.Fatalf("LoadFile(%s):\n%v", path, err)
 	}
@@ -507,7 +507,7 @@ func loadFile(t *testing.T, path string) *policy.Config {
 // load decodes an inline config, failing the test on any problem.
 func load(t testing.TB, yaml string) *policy.Config {
 	t.Helper()
-	cfg, err := policy.Load("inline.yaml", []byte(yaml), testRegistry)
+	cfg, err := policy.Load("inline.yaml", []byte(yaml), testLoadOptions)
 	if err != nil {
 		t.Fatalf("Load:\n%v\nconfig:\n%s", err, yaml)
 	}
@@ -528,7 +528,7 @@ routes:
   - name: default
     to: p
 `)
-	reg := testRegistry
+	reg := testLoadOptions
 	reg.Getenv = func(string) string { return "" }
 	_, err := policy.Load("env.yaml", src, reg)
 	var es policy.Errors
@@ -551,7 +551,7 @@ func TestRenderRoundTrip(t *testing.T) {
 	files, _ := filepath.Glob("../testdata/*.good.yaml")
 	examples, _ := filepath.Glob("../examples/policies/*.yaml")
 	files = append(files, examples...)
-	reg := testRegistry
+	reg := testLoadOptions
 	reg.Getenv = func(string) string { return "secret" }
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
@@ -590,7 +590,7 @@ pools:
 routes:
   - {name: d, to: p}
 `
-	reg := testRegistry
+	reg := testLoadOptions
 	reg.Getenv = func(k string) string {
 		return map[string]string{"TOK": "REPLACE-ME-with-a-long-random-token", "KEY": "replace-me"}[k]
 	}
@@ -605,7 +605,7 @@ routes:
 func TestCredentialsRedacted(t *testing.T) {
 	for _, u := range []string{"http://admin:hunter2@10.0.0.5:8000", "http://admin:hunter2@[bad", "ftp://u:hunter2@h"} {
 		src := "version: 1\npools:\n  p: {model: m, replicas: [{name: r, url: \"" + u + "\"}]}\nroutes:\n  - {name: d, to: p}\n"
-		_, err := policy.Load("p.yaml", []byte(src), testRegistry)
+		_, err := policy.Load("p.yaml", []byte(src), testLoadOptions)
 		if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "p.yaml:3:") {
 			t.Errorf("%s: %v", u, err)
 		}
@@ -656,7 +656,7 @@ func TestLoadDerivedDefaults(t *testing.T) {
 		t.Errorf("max_ejection = %v, want base_ejection's 5m", got)
 	}
 	src = strings.Replace(src, "base_ejection: 5m", "base_ejection: 5m, max_ejection: 2m", 1)
-	if _, err := policy.Load("p.yaml", []byte(src), testRegistry); err == nil || !strings.Contains(err.Error(), "p.yaml:3:27: pool \"p\": outlier.base_ejection 5m0s is longer than max_ejection 2m0s") {
+	if _, err := policy.Load("p.yaml", []byte(src), testLoadOptions); err == nil || !strings.Contains(err.Error(), "p.yaml:3:27: pool \"p\": outlier.base_ejection 5m0s is longer than max_ejection 2m0s") {
 		t.Errorf("explicit max_ejection under base_ejection: %v", err)
 	}
 }
@@ -685,7 +685,7 @@ routes:
   - {name: d, to: p}
 `
 	env := map[string]string{"TOK": "REPLACE-ME", "SHORT": "0123456789", "PLACEHOLDER": "replace-me-now"}
-	reg := testRegistry
+	reg := testLoadOptions
 	reg.Getenv = func(k string) string { return env[k] }
 	_, err := policy.Load("s.yaml", []byte(src), reg)
 	want := []string{

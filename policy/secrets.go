@@ -2,7 +2,7 @@ package policy
 
 // secrets reads the variables the *_env keys name into the config's Secret
 // fields. It is the one step of Load that reads the environment, so that
-// validate never needs the secrets (Registry.SkipEnv leaves it out, as
+// validate never needs the secrets (LoadOptions.SkipEnv leaves it out, as
 // `switchyard validate` does without --check-env). Like validate, it skips
 // the parts that did not decode and reports every problem.
 type secrets struct {

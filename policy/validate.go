@@ -51,7 +51,7 @@ func (at positions) number(path []any) (float64, bool) {
 type validator struct {
 	positions
 	cfg *Config
-	reg Registry
+	reg LoadOptions
 	// autos are the paths of the auto score bounds (routes check them
 	// before control does).
 	autos [][]any

@@ -20,7 +20,7 @@ func TestNewReplicaWaitsForAProbe(t *testing.T) {
 	good := startSim(t, vllmsim.Profile{Model: "m"})
 	loading := startSim(t, vllmsim.Profile{Model: "m"})
 	loading.Sim.SetFaults(vllmsim.Faults{Unhealthy: true})
-	reg := pools.NewRegistry(pools.RegistryOptions{})
+	reg := pools.NewEndpoints(pools.EndpointsOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	t.Cleanup(reg.Close)
@@ -83,7 +83,7 @@ func TestMisconfiguredBackoff(t *testing.T) {
 	p := newPool(t, pools.Options{Model: "m", Balance: "round_robin", Replicas: simSpecs(s, s),
 		Health:  pools.HealthOptions{UnhealthyAfter: 1, HealthyAfter: 1},
 		Outlier: pools.OutlierOptions{BaseEjection: 10 * time.Second, MaxEjection: time.Minute, MaxEjectionPercent: 100}},
-		pools.RegistryOptions{Now: clk.Now})
+		pools.EndpointsOptions{Now: clk.Now})
 	r := p.Replicas()[0]
 	for i, hold := range []time.Duration{10 * time.Second, 20 * time.Second} {
 		p.Observe(r, pools.Misconfigured, "status 401")
@@ -134,7 +134,7 @@ func TestMissingSignalsNamed(t *testing.T) {
 func TestProbesTurnedOffAdmitAProbingReplica(t *testing.T) {
 	loading := startSim(t, vllmsim.Profile{Model: "m"})
 	loading.Sim.SetFaults(vllmsim.Faults{Unhealthy: true})
-	reg := pools.NewRegistry(pools.RegistryOptions{})
+	reg := pools.NewEndpoints(pools.EndpointsOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	t.Cleanup(reg.Close)

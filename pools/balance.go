@@ -34,13 +34,16 @@ type Env struct {
 	LoadFactor float64
 }
 
-// balancers is the one registry of named strategies.
+// balanceAffinity names the balancer that places requests by their key.
+const balanceAffinity = "affinity"
+
+// balancers are the named balancing strategies (policy.LoadOptions lists them for the config).
 var balancers = map[string]func(env *Env) Selector{
 	"round_robin":       func(env *Env) Selector { return &RoundRobin{} },
 	"least_outstanding": func(env *Env) Selector { return &LeastOutstanding{env: env} },
 	"p2c":               func(env *Env) Selector { return &P2C{env: env} },
 	"kv_aware":          func(env *Env) Selector { return &KVAware{env: env} },
-	"affinity":          func(env *Env) Selector { return &Affinity{env: env} },
+	balanceAffinity:     func(env *Env) Selector { return &Affinity{env: env} },
 }
 
 // Balancers lists the valid balance names, sorted.

@@ -137,7 +137,7 @@ func TestQueueAwareBalancersAvoidDeepQueue(t *testing.T) {
 			clk := newClock()
 			const staleness = 500 * time.Millisecond
 			p := newPool(t, pools.Options{Balance: bal, Replicas: simSpecs(sims...), Rand: seeded(7),
-				Scrape: pools.ScrapeOptions{Enabled: true}, Staleness: staleness}, pools.RegistryOptions{Now: clk.Now})
+				Scrape: pools.ScrapeOptions{Enabled: true}, Staleness: staleness}, pools.EndpointsOptions{Now: clk.Now})
 
 			if got := pickCounts(t, p, 60, ""); got["r2"] == 0 {
 				t.Fatalf("before any scrape r2 was never chosen (%v); the test proves nothing", got)
@@ -175,7 +175,7 @@ func TestKVAwareLegacyMetrics(t *testing.T) {
 
 	clk := newClock()
 	p := newPool(t, pools.Options{Balance: "kv_aware", Replicas: simSpecs(legacy, current), Rand: seeded(3),
-		Scrape: pools.ScrapeOptions{Enabled: true}}, pools.RegistryOptions{Now: clk.Now})
+		Scrape: pools.ScrapeOptions{Enabled: true}}, pools.EndpointsOptions{Now: clk.Now})
 	for _, r := range p.Replicas() {
 		p.ScrapeOnce(context.Background(), r)
 	}
@@ -224,13 +224,13 @@ func TestKVAwareMissingSignals(t *testing.T) {
 	clk := newClock()
 	p := newPool(t, pools.Options{Balance: "kv_aware", Replicas: simSpecs(bare, full), Rand: seeded(5),
 		Scrape: pools.ScrapeOptions{Enabled: true, Interval: 5 * time.Millisecond}, Staleness: time.Hour, Health: pools.HealthOptions{Disabled: true}},
-		pools.RegistryOptions{Now: clk.Now, OnMissing: func(r *pools.Replica, names []string) {
+		pools.EndpointsOptions{Now: clk.Now, OnMissing: func(r *pools.Replica, names []string) {
 			mu.Lock()
 			missing[r.Name] = append(missing[r.Name], names)
 			mu.Unlock()
 		}})
 	ctx, cancel := context.WithCancel(context.Background())
-	p.Registry().Start(ctx)
+	p.Endpoints().Start(ctx)
 	// Let several rounds run, so that a repeated warning would show.
 	for range 4 {
 		last := p.Replica("r0").CurrentLoad()
@@ -238,7 +238,7 @@ func TestKVAwareMissingSignals(t *testing.T) {
 	}
 	eventually(t, "a scrape of r1", func() bool { return p.Replica("r1").CurrentLoad() != nil })
 	cancel()
-	p.Registry().Close()
+	p.Endpoints().Close()
 
 	want := []string{"vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"}
 	if l := p.Replica("r0").CurrentLoad(); l.Err != "" || l.HasQueue || l.HasKV {

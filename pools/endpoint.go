@@ -39,7 +39,7 @@ type EndpointOptions struct {
 type Endpoint struct {
 	url  *url.URL
 	base string // url.String(), kept to build request URLs without allocating
-	reg  *Registry
+	reg  *Endpoints
 
 	inflight atomic.Int64
 	// healthy is the active health checker's verdict.
@@ -101,7 +101,7 @@ type Endpoint struct {
 	why          string
 }
 
-func newEndpoint(reg *Registry, u *url.URL, o EndpointOptions) *Endpoint {
+func newEndpoint(reg *Endpoints, u *url.URL, o EndpointOptions) *Endpoint {
 	e := &Endpoint{url: u, base: o.URL, reg: reg, opts: o, probed: make(chan struct{})}
 	e.healthy.Store(true)
 	e.client.Store(reg.newClient(o))

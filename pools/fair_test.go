@@ -95,7 +95,7 @@ func TestFairAdmissionAcrossKeys(t *testing.T) {
 // new replica sat idle), and a reload that raises max_inflight dispatches
 // the queued requests at once.
 func TestWaitersFollowReload(t *testing.T) {
-	reg := pools.NewRegistry(pools.RegistryOptions{})
+	reg := pools.NewEndpoints(pools.EndpointsOptions{})
 	t.Cleanup(reg.Close)
 	old := &url.URL{Scheme: "http", Host: "127.0.0.1:9"}
 	o := withDefaults(pools.Options{Name: "p", Balance: "least_outstanding", MaxInflight: 1, QueueTimeout: time.Hour,

@@ -100,9 +100,9 @@ func simSpecs(sims ...*sim) []pools.ReplicaSpec {
 
 // newPool builds a pool on a registry of its own, filling in the config
 // loader's defaults for whatever o leaves zero (pools applies none itself).
-func newPool(t testing.TB, o pools.Options, ro ...pools.RegistryOptions) *pools.Pool {
+func newPool(t testing.TB, o pools.Options, ro ...pools.EndpointsOptions) *pools.Pool {
 	t.Helper()
-	var r pools.RegistryOptions
+	var r pools.EndpointsOptions
 	if len(ro) > 0 {
 		r = ro[0]
 	}

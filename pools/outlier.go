@@ -120,7 +120,7 @@ func (p *Pool) Observe(r *Replica, o Outcome, detail string) {
 }
 
 // eject takes r out of rotation unless that would leave the pool with no
-// available replica or over its ejection cap. ejectMu is registry-wide, so
+// available replica or over its ejection cap. ejectMu is shared by every pool, so
 // the check and the ejection are atomic across pools and reloads.
 func (p *Pool) eject(r *Replica, cause string) {
 	e := r.Endpoint
@@ -184,7 +184,7 @@ func (p *Pool) cannotSpare(e *Endpoint, now time.Time) string {
 
 // changedState reports a change of e's state to the OnChange hook and
 // wakes waiters to look at the replicas again.
-func (g *Registry) changedState(e *Endpoint, healthy bool, why string) {
+func (g *Endpoints) changedState(e *Endpoint, healthy bool, why string) {
 	g.broadcast()
 	if cb := g.opts.OnChange; cb != nil {
 		cb(g.member(e), healthy, why)

@@ -20,7 +20,7 @@ func TestOutlierDetection(t *testing.T) {
 			od.BaseEjection, od.MaxEjection = base, maxEject
 		}
 		p := newPool(t, pools.Options{Balance: "round_robin", Replicas: specs(n), Health: pools.HealthOptions{Disabled: true}, Outlier: od},
-			pools.RegistryOptions{Now: clk.Now})
+			pools.EndpointsOptions{Now: clk.Now})
 		return p, clk
 	}
 	defaults := pools.OutlierOptions{Consecutive5xx: 5, ConsecutiveConnectFailures: 3, MaxEjectionPercent: 50}
@@ -207,7 +207,7 @@ func TestOutlierDetection(t *testing.T) {
 
 	t.Run("misconfigured replica leaves rotation", func(t *testing.T) {
 		clk := newClock()
-		p := newPool(t, pools.Options{Balance: "round_robin", Replicas: specs(2), Outlier: defaults}, pools.RegistryOptions{Now: clk.Now})
+		p := newPool(t, pools.Options{Balance: "round_robin", Replicas: specs(2), Outlier: defaults}, pools.EndpointsOptions{Now: clk.Now})
 		r := p.Replicas()[0]
 		p.Observe(r, pools.Misconfigured, "status 404: the model `m` does not exist")
 		if r.Available(clk.Now()) || !r.Misconfigured() {

@@ -32,24 +32,24 @@ type Options struct {
 	LoadFactor float64
 	// APIKey is sent as a bearer token on probes and scrapes (vLLM --api-key).
 	APIKey string
-	// Rand is the balancer's randomness; nil means the registry's.
+	// Rand is the balancer's randomness; nil means the Endpoints'.
 	Rand func() uint64
 }
 
 // Pool is an immutable view of a set of interchangeable replicas serving one
 // model, as one configuration generation sees it. Its replicas point at
-// endpoints in the Registry that built it, where their state lives, so a
+// endpoints in the Endpoints that built it, where their state lives, so a
 // reload that rebuilds the pool loses nothing.
 type Pool struct {
 	Name  string
 	Model string
 	opts  Options
-	reg   *Registry
+	reg   *Endpoints
 
 	replicas []*Replica
 	sel      Selector
 	env      *Env
-	// own is set for a pool made by New, which owns its registry.
+	// own is set for a pool made by New, which owns its Endpoints.
 	own bool
 }
 
@@ -62,7 +62,7 @@ type Replica struct {
 	Nodes []string
 }
 
-func newPool(g *Registry, o Options) *Pool {
+func newPool(g *Endpoints, o Options) *Pool {
 	p := &Pool{Name: o.Name, Model: o.Model, opts: o, reg: g}
 	g.mu.Lock()
 	for _, spec := range o.Replicas {
@@ -79,11 +79,11 @@ func newPool(g *Registry, o Options) *Pool {
 	return p
 }
 
-// New builds a pool on a registry of its own, with no health or scrape
-// loops running (see Registry.Start); Close releases it. Gateways build
-// their pools with Registry.Apply instead, so that pools share endpoints.
-func New(o Options, ro RegistryOptions) (*Pool, error) {
-	g := NewRegistry(ro)
+// New builds a pool on an Endpoints of its own, with no health or scrape
+// loops running (see Endpoints.Start); Close releases it. Gateways build
+// their pools with Endpoints.Apply instead, so that pools share endpoints.
+func New(o Options, ro EndpointsOptions) (*Pool, error) {
+	g := NewEndpoints(ro)
 	ps, err := g.Apply([]Options{o})
 	if err != nil {
 		return nil, err
@@ -92,8 +92,8 @@ func New(o Options, ro RegistryOptions) (*Pool, error) {
 	return ps[0], nil
 }
 
-// Registry returns the registry the pool's endpoints live in.
-func (p *Pool) Registry() *Registry { return p.reg }
+// Endpoints returns the set the pool's endpoints live in.
+func (p *Pool) Endpoints() *Endpoints { return p.reg }
 
 // Replicas returns the pool's replicas (do not modify the slice).
 func (p *Pool) Replicas() []*Replica { return p.replicas }
@@ -110,6 +110,10 @@ func (p *Pool) Replica(name string) *Replica {
 
 // Balance is the balancer's name.
 func (p *Pool) Balance() string { return p.opts.Balance }
+
+// NeedsKey reports whether the pool's balancer places requests by their
+// Request.Key (affinity), so that the caller computes one.
+func (p *Pool) NeedsKey() bool { return p.opts.Balance == balanceAffinity }
 
 // MaxInflight is the per-replica cap (0 = none).
 func (p *Pool) MaxInflight() int { return p.opts.MaxInflight }
@@ -170,7 +174,7 @@ func (p *Pool) Pick(req *Request) *Replica {
 }
 
 // Close releases a pool made by New: its loops and idle connections. For
-// pools built by Registry.Apply it does nothing (the registry owns them).
+// pools built by Endpoints.Apply it does nothing (their Endpoints owns them).
 func (p *Pool) Close() {
 	if p.own {
 		p.reg.Close()

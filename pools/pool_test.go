@@ -18,7 +18,7 @@ import (
 )
 
 func TestUnknownBalancer(t *testing.T) {
-	_, err := pools.New(pools.Options{Name: "p", Balance: "fastest"}, pools.RegistryOptions{})
+	_, err := pools.New(pools.Options{Name: "p", Balance: "fastest"}, pools.EndpointsOptions{})
 	if err == nil || !strings.Contains(err.Error(), `unknown balancer "fastest"`) || !strings.Contains(err.Error(), "least_outstanding") {
 		t.Errorf("error %v, want one naming the balancer and the valid names", err)
 	}
@@ -259,7 +259,7 @@ func TestActiveHealth(t *testing.T) {
 	p := newPool(t, pools.Options{Balance: "round_robin", Replicas: simSpecs(s, other),
 		Health:  pools.HealthOptions{UnhealthyAfter: 3, HealthyAfter: 2, Timeout: time.Second},
 		Outlier: pools.OutlierOptions{Consecutive5xx: 1, BaseEjection: time.Hour, MaxEjection: time.Hour}},
-		pools.RegistryOptions{Now: clk.Now, OnChange: func(r *pools.Replica, healthy bool, _ string) {
+		pools.EndpointsOptions{Now: clk.Now, OnChange: func(r *pools.Replica, healthy bool, _ string) {
 			mu.Lock()
 			changes = append(changes, change{r.Name, healthy})
 			mu.Unlock()
@@ -310,7 +310,7 @@ func TestRunHealthStops(t *testing.T) {
 	p := newPool(t, pools.Options{Balance: "round_robin", Replicas: simSpecs(s),
 		Health: pools.HealthOptions{Interval: 5 * time.Millisecond, UnhealthyAfter: 2, HealthyAfter: 2}})
 	ctx, cancel := context.WithCancel(context.Background())
-	p.Registry().Start(ctx)
+	p.Endpoints().Start(ctx)
 	eventually(t, "the replica to be marked unhealthy", func() bool { return p.HealthyCount() == 0 })
 	s.Sim.SetFaults(vllmsim.Faults{})
 	eventually(t, "the replica to be readmitted", func() bool { return p.HealthyCount() == 1 })
@@ -392,7 +392,7 @@ vllm:kv_cache_usage_perc{model_name="b"} 0.75
 func TestScrapeFailureIsRecorded(t *testing.T) {
 	clk := newClock()
 	p := newPool(t, pools.Options{Balance: "kv_aware", Replicas: []pools.ReplicaSpec{{Name: "gone", URL: mustURL(t, refusedURL(t))}},
-		Scrape: pools.ScrapeOptions{Enabled: true}}, pools.RegistryOptions{Now: clk.Now})
+		Scrape: pools.ScrapeOptions{Enabled: true}}, pools.EndpointsOptions{Now: clk.Now})
 	l := p.ScrapeOnce(context.Background(), p.Replicas()[0])
 	if l.Err == "" || !l.At.Equal(clk.Now()) || p.Replicas()[0].CurrentLoad() != l {
 		t.Errorf("load %+v", *l)
@@ -406,7 +406,7 @@ func TestCollector(t *testing.T) {
 	clk := newClock()
 	p := newPool(t, pools.Options{Name: "qwen", Balance: "round_robin", Replicas: specs(3),
 		Health: pools.HealthOptions{Disabled: true}, Scrape: pools.ScrapeOptions{Enabled: true}, Staleness: time.Second,
-		Outlier: pools.OutlierOptions{Consecutive5xx: 1}}, pools.RegistryOptions{Now: clk.Now})
+		Outlier: pools.OutlierOptions{Consecutive5xx: 1}}, pools.EndpointsOptions{Now: clk.Now})
 	rs := p.Replicas()
 	ctx := context.Background()
 	for range 2 {
@@ -477,7 +477,7 @@ func TestEjectionConcurrentWithProbes(t *testing.T) {
 	var changes atomic.Int64
 	p := newPool(t, pools.Options{Balance: "round_robin", Replicas: simSpecs(s, other),
 		Health: pools.HealthOptions{UnhealthyAfter: 1, HealthyAfter: 1}, Outlier: pools.OutlierOptions{Consecutive5xx: 1}},
-		pools.RegistryOptions{Now: clk.Now, OnChange: func(r *pools.Replica, _ bool, why string) {
+		pools.EndpointsOptions{Now: clk.Now, OnChange: func(r *pools.Replica, _ bool, why string) {
 			if why == "" {
 				t.Errorf("OnChange(%s) without a reason", r.Name)
 			}

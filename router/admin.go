@@ -412,7 +412,7 @@ func (g *Gateway) ExplainAPI(ctx context.Context, header http.Header, body []byt
 	}
 	if ps := s.pools[e.Pool]; ps != nil {
 		preq := &pools.Request{}
-		if ps.Balance() == "affinity" {
+		if ps.NeedsKey() {
 			preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
 		}
 		if rep := ps.Pick(preq); rep != nil {

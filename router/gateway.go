@@ -75,7 +75,7 @@ type Gateway struct {
 	// shadow is the candidate policy of serve --shadow, nil without one.
 	shadow atomic.Pointer[shadowState]
 	// endpoints owns every replica server across reloads.
-	endpoints *pools.Registry
+	endpoints *pools.Endpoints
 	// disc are the running discoveries by pool (reloadMu; see
 	// discovery.go), discMetrics their series.
 	disc        map[string]*discoveredPool
@@ -139,7 +139,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	g.status.prepare(now + 1)
 	g.status.prepare(now + 2)
 	go g.status.run(g.ctx, o.Now)
-	g.endpoints = pools.NewRegistry(pools.RegistryOptions{Now: o.Now, Rand: o.Rand, Transport: o.Transport,
+	g.endpoints = pools.NewEndpoints(pools.EndpointsOptions{Now: o.Now, Rand: o.Rand, Transport: o.Transport,
 		OnChange: g.onHealthChange, OnMissing: g.onMissingSignals})
 	s, err := g.build(cfg, nil)
 	if err != nil {

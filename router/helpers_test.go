@@ -155,7 +155,7 @@ func loadConfig(t testing.TB, yaml string, urls map[string]string, env map[strin
 	for k, v := range urls {
 		yaml = strings.ReplaceAll(yaml, "{{"+k+"}}", v)
 	}
-	reg := router.Registry()
+	reg := router.LoadOptions()
 	reg.Getenv = func(k string) string { return env[k] }
 	cfg, err := policy.Load("test.yaml", []byte(yaml), reg)
 	if err != nil {

@@ -31,7 +31,7 @@ pools:
 routes:
   - name: default
     to: p
-`), Registry())
+`), LoadOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -370,7 +370,7 @@ routes:
 	// The body after the generation line is the running config: it
 	// validates and decodes to the same config.
 	rendered, ok := strings.CutPrefix(conf, "# generation 1\n")
-	reg := router.Registry()
+	reg := router.LoadOptions()
 	reg.SkipEnv = true
 	again, err := policy.Load("admin.yaml", []byte(rendered), reg)
 	if !ok || err != nil {

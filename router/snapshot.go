@@ -17,15 +17,15 @@ import (
 	"github.com/switchyard/switchyard/pools"
 )
 
-// Registry is the set of strategy names the config may use, drawn from the
+// LoadOptions is the set of strategy names the config may use, drawn from the
 // packages that own them.
-func Registry() policy.Registry {
-	return policy.Registry{Balancers: pools.Balancers(), Classifiers: classifier.Kinds()}
+func LoadOptions() policy.LoadOptions {
+	return policy.LoadOptions{Balancers: pools.Balancers(), Classifiers: classifier.Kinds()}
 }
 
 // LoadConfig reads and validates a config file.
 func LoadConfig(path string) (*policy.Config, error) {
-	return policy.LoadFile(path, Registry())
+	return policy.LoadFile(path, LoadOptions())
 }
 
 // Snapshot is one immutable running configuration: everything a request

@@ -149,7 +149,7 @@ func (g *Gateway) placeOn(ctx context.Context, w http.ResponseWriter, r *http.Re
 		// Waiting for a full replica, keys take turns by weight.
 		x.preq.Tenant, x.preq.Weight = x.key.name, x.key.weight
 	}
-	if ps.Balance() == "affinity" {
+	if ps.NeedsKey() {
 		x.preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
 	}
 	// Until a replica is chosen, an error names this pool and no replica.

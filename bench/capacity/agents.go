@@ -155,7 +155,7 @@ func agentsConfig(balance string) string {
 // MeasureAgents runs the agents workload, closed loop, against one Qwen
 // pool balanced by balance, through the gateway.
 func MeasureAgents(ctx context.Context, o Options, balance string) (AgentResult, error) {
-	cfg, err := policy.Load("agents.yaml", []byte(agentsConfig(balance)), router.Registry())
+	cfg, err := policy.Load("agents.yaml", []byte(agentsConfig(balance)), router.LoadOptions())
 	if err != nil {
 		return AgentResult{}, err
 	}

@@ -145,7 +145,7 @@ func chooser(req vllmsim.ChoiceRequest) (string, map[string]float64) {
 // Measure runs the closed-loop load against layout at share and returns the
 // completed requests per second over the measurement window.
 func Measure(ctx context.Context, o Options, layout Layout, share float64) (Result, error) {
-	cfg, err := policy.Load("capacity.yaml", []byte(config(o, layout)), router.Registry())
+	cfg, err := policy.Load("capacity.yaml", []byte(config(o, layout)), router.LoadOptions())
 	if err != nil {
 		return Result{}, err
 	}

@@ -96,7 +96,7 @@ func serveGateway(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	if *bare != "" {
 		h = bareProxy(*bare)
 	} else {
-		cfg, err := policy.Load("overhead.yaml", []byte(*cfgText), router.Registry())
+		cfg, err := policy.Load("overhead.yaml", []byte(*cfgText), router.LoadOptions())
 		if err != nil {
 			return fail(err)
 		}

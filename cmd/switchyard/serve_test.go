@@ -184,7 +184,7 @@ pools:
 routes:
   - name: main
     to: p
-`), router.Registry())
+`), router.LoadOptions())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -405,7 +405,7 @@ func onePoolGateway(t *testing.T, server, url string) (*router.Gateway, *slog.Lo
 routes:
   - name: main
     to: p
-`), router.Registry())
+`), router.LoadOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

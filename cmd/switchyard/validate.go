@@ -26,7 +26,7 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	code := exitOK
 	for _, file := range fs.Args() {
-		reg := router.Registry()
+		reg := router.LoadOptions()
 		reg.SkipEnv = !*checkEnv
 		if _, err := policy.LoadFile(file, reg); err != nil {
 			code = exitInvalid

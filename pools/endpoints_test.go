@@ -91,9 +91,9 @@ func TestNoOvertaking(t *testing.T) {
 // one in-flight count, so a cap holds across both.
 // sharedServerPools builds, on one registry, one pool per cap with a single
 // replica, all on the same server.
-func sharedServerPools(t *testing.T, caps ...int) (*pools.Registry, []*pools.Pool) {
+func sharedServerPools(t *testing.T, caps ...int) (*pools.Endpoints, []*pools.Pool) {
 	t.Helper()
-	reg := pools.NewRegistry(pools.RegistryOptions{})
+	reg := pools.NewEndpoints(pools.EndpointsOptions{})
 	t.Cleanup(reg.Close)
 	u := &url.URL{Scheme: "http", Host: "127.0.0.1:9"}
 	var opts []pools.Options
@@ -135,7 +135,7 @@ func TestSharedEndpoint(t *testing.T) {
 // same replica releases after a reload rebuilt the pool. Before the
 // registry, it waited out the whole queue timeout (503 after 5 s).
 func TestWaiterSurvivesReload(t *testing.T) {
-	reg := pools.NewRegistry(pools.RegistryOptions{})
+	reg := pools.NewEndpoints(pools.EndpointsOptions{})
 	t.Cleanup(reg.Close)
 	o := withDefaults(pools.Options{Name: "qwen", Balance: "least_outstanding", MaxInflight: 1, QueueTimeout: time.Minute,
 		Replicas: []pools.ReplicaSpec{{Name: "q0", URL: &url.URL{Scheme: "http", Host: "127.0.0.1:9"}}}})
@@ -187,7 +187,7 @@ func TestRemovedEndpointClosesConnections(t *testing.T) {
 	u := mustURL(t, srv.URL)
 	other := &url.URL{Scheme: "http", Host: "127.0.0.1:9"}
 
-	reg := pools.NewRegistry(pools.RegistryOptions{})
+	reg := pools.NewEndpoints(pools.EndpointsOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	t.Cleanup(reg.Close)
@@ -242,7 +242,7 @@ func TestRemovedEndpointClosesConnections(t *testing.T) {
 // TestSharedEndpointEjection: a server listed in two pools is ejected only
 // when every pool listing it can spare it.
 func TestSharedEndpointEjection(t *testing.T) {
-	reg := pools.NewRegistry(pools.RegistryOptions{})
+	reg := pools.NewEndpoints(pools.EndpointsOptions{})
 	t.Cleanup(reg.Close)
 	e := &url.URL{Scheme: "http", Host: "127.0.0.1:9"}
 	f := &url.URL{Scheme: "http", Host: "127.0.0.1:10"}

@@ -13,9 +13,9 @@ import (
 	"time"
 )
 
-// RegistryOptions configures a Registry. Zero values are production
+// EndpointsOptions configures a Endpoints. Zero values are production
 // defaults.
-type RegistryOptions struct {
+type EndpointsOptions struct {
 	// Now and Rand are injected for tests; nil means time.Now and
 	// math/rand/v2.
 	Now  func() time.Time
@@ -31,11 +31,11 @@ type RegistryOptions struct {
 	OnMissing func(r *Replica, missing []string)
 }
 
-// Registry owns every endpoint the running configuration uses, keyed by base
+// Endpoints owns every endpoint the running configuration uses, keyed by base
 // URL. It outlives reloads: Apply reconciles it with a new configuration and
 // returns immutable pool views that point into it.
-type Registry struct {
-	opts RegistryOptions
+type Endpoints struct {
+	opts EndpointsOptions
 
 	mu        sync.Mutex // guards endpoints, views, ctx, changed
 	endpoints map[string]*Endpoint
@@ -52,20 +52,20 @@ type Registry struct {
 	ejectMu sync.Mutex
 }
 
-// NewRegistry returns an empty registry.
-func NewRegistry(o RegistryOptions) *Registry {
+// NewEndpoints returns an empty set of endpoints.
+func NewEndpoints(o EndpointsOptions) *Endpoints {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	if o.Rand == nil {
 		o.Rand = rand.Uint64
 	}
-	return &Registry{opts: o, endpoints: map[string]*Endpoint{}, changed: make(chan struct{})}
+	return &Endpoints{opts: o, endpoints: map[string]*Endpoint{}, changed: make(chan struct{})}
 }
 
-func (g *Registry) now() time.Time { return g.opts.Now() }
+func (g *Endpoints) now() time.Time { return g.opts.Now() }
 
-func (g *Registry) newClient(o EndpointOptions) *http.Client {
+func (g *Endpoints) newClient(o EndpointOptions) *http.Client {
 	var rt http.RoundTripper = g.opts.Transport
 	if rt == nil {
 		rt = NewTransport(o.ConnectTimeout)
@@ -75,7 +75,7 @@ func (g *Registry) newClient(o EndpointOptions) *http.Client {
 
 // changes returns a channel closed at the next state change that may make
 // room for a waiting request (an endpoint back in rotation, a reload).
-func (g *Registry) changes() <-chan struct{} {
+func (g *Endpoints) changes() <-chan struct{} {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.changed
@@ -83,15 +83,15 @@ func (g *Registry) changes() <-chan struct{} {
 
 // broadcast wakes every waiting Acquire to look at the replicas again. It
 // is for rare events only; releases hand slots over one waiter at a time.
-func (g *Registry) broadcast() {
+func (g *Endpoints) broadcast() {
 	g.mu.Lock()
 	close(g.changed)
 	g.changed = make(chan struct{})
 	g.mu.Unlock()
 }
 
-// Endpoints returns the registry's endpoints sorted by URL.
-func (g *Registry) Endpoints() []*Endpoint {
+// Endpoints returns every endpoint, sorted by URL.
+func (g *Endpoints) Endpoints() []*Endpoint {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out := make([]*Endpoint, 0, len(g.endpoints))
@@ -102,7 +102,7 @@ func (g *Registry) Endpoints() []*Endpoint {
 	return out
 }
 
-// Apply reconciles the registry with a configuration and returns its pools
+// Apply reconciles the endpoints with a configuration and returns its pools
 // in order. Endpoints are added, kept (same options: untouched), updated
 // (new options: loops restarted, a new transport if the connection
 // settings changed, state kept) or removed (no new requests; those in
@@ -110,7 +110,7 @@ func (g *Registry) Endpoints() []*Endpoint {
 // server is listed in several pools, the first pool listing it sets its
 // endpoint options, except that it is scraped when any of them scrapes.
 // Apply fails, changing nothing, if a pool's options are invalid.
-func (g *Registry) Apply(opts []Options) ([]*Pool, error) {
+func (g *Endpoints) Apply(opts []Options) ([]*Pool, error) {
 	g.applyMu.Lock()
 	defer g.applyMu.Unlock()
 	want := map[string]EndpointOptions{}
@@ -219,7 +219,7 @@ func (g *Registry) Apply(opts []Options) ([]*Pool, error) {
 // current returns the view of the last Apply with p's name: p itself
 // while it is current, and p too when the pool is gone (or p was not made
 // by Apply).
-func (g *Registry) current(p *Pool) *Pool {
+func (g *Endpoints) current(p *Pool) *Pool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, v := range g.views {
@@ -231,7 +231,7 @@ func (g *Registry) current(p *Pool) *Pool {
 }
 
 // poolsOf returns p and every current pool that lists e.
-func (g *Registry) poolsOf(e *Endpoint, p *Pool) []*Pool {
+func (g *Endpoints) poolsOf(e *Endpoint, p *Pool) []*Pool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out := []*Pool{p}
@@ -251,7 +251,7 @@ func (g *Registry) poolsOf(e *Endpoint, p *Pool) []*Pool {
 
 // member returns the first replica of the current pools that lists e (for
 // callbacks that name a pool and replica), or a bare one.
-func (g *Registry) member(e *Endpoint) *Replica {
+func (g *Endpoints) member(e *Endpoint) *Replica {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, v := range g.views {
@@ -271,7 +271,7 @@ func (g *Registry) member(e *Endpoint) *Replica {
 // probe timeout has passed: replicas take traffic only after a passing
 // probe, so a gateway that starts serving at once would refuse requests
 // its healthy replicas could take.
-func (g *Registry) Start(ctx context.Context) {
+func (g *Endpoints) Start(ctx context.Context) {
 	eps := g.setContext(ctx)
 	for _, e := range eps {
 		e.startLoops(ctx)
@@ -293,7 +293,7 @@ func (g *Registry) Start(ctx context.Context) {
 
 // Close stops every loop and closes idle upstream connections. Requests in
 // flight keep their connections.
-func (g *Registry) Close() {
+func (g *Endpoints) Close() {
 	g.mu.Lock()
 	g.ctx = nil // closed: a later Apply starts no loops
 	eps := make([]*Endpoint, 0, len(g.endpoints))
@@ -313,7 +313,7 @@ func (g *Registry) Close() {
 
 // setContext sets the context loops run under (nil: none) and returns the
 // endpoints at that moment.
-func (g *Registry) setContext(ctx context.Context) []*Endpoint {
+func (g *Endpoints) setContext(ctx context.Context) []*Endpoint {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.ctx = ctx
