@@ -212,7 +212,7 @@ func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sort.Strings(names)
-	created := time.Now()
+	created := g.opts.Now()
 	if ep.anthropic() {
 		data := make([]anthropicModel, len(names))
 		for i, n := range names {
@@ -260,10 +260,10 @@ func (g *Gateway) getModel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ep.anthropic() {
-		writeJSON(w, http.StatusOK, newAnthropicModel(id, time.Now()))
+		writeJSON(w, http.StatusOK, newAnthropicModel(id, g.opts.Now()))
 		return
 	}
-	writeJSON(w, http.StatusOK, modelEntry{ID: id, Object: "model", Created: time.Now().Unix(), OwnedBy: "switchyard"})
+	writeJSON(w, http.StatusOK, modelEntry{ID: id, Object: "model", Created: g.opts.Now().Unix(), OwnedBy: "switchyard"})
 }
 
 func (g *Gateway) ready(w http.ResponseWriter, _ *http.Request) {

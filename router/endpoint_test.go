@@ -232,8 +232,16 @@ routes:
 	}
 	// Outcomes are recorded once each attempt returns, which may be just
 	// after its client has the answer.
-	eventually(t, 5*time.Second, "one ejection", func() bool { return ejections() == 1 })
-	time.Sleep(50 * time.Millisecond)
+	// Every attempt's outcome is recorded before its replica is released:
+	// once no replica has a request in flight, all 18 are in.
+	eventually(t, 5*time.Second, "every attempt to be released", func() bool {
+		for _, name := range []string{"a", "b", "c"} {
+			if adminReplicaView(t, gw, "p", name).Inflight != 0 {
+				return false
+			}
+		}
+		return true
+	})
 	if n := ejections(); n != 1 {
 		t.Errorf("%d ejections with every replica failing, want exactly 1 (5 in a row ejects; 34%% of 3 caps it at 1)", n)
 	}
@@ -270,9 +278,12 @@ routes:
 	if wrong.count() != 1 {
 		t.Errorf("the misconfigured replica got %d requests, want 1 (then out of rotation)", wrong.count())
 	}
-	// Probes keep checking /v1/models: it stays out.
-	time.Sleep(100 * time.Millisecond)
-	if v := adminReplicaView(t, gw, "p", "wrong"); !v.Misconfigured || !strings.Contains(v.LastError, `does not list the model "m"`) {
+	// Probes keep checking /v1/models: once one has (its error names the
+	// missing model), it stays out.
+	eventually(t, 5*time.Second, "a probe to check the models", func() bool {
+		return strings.Contains(adminReplicaView(t, gw, "p", "wrong").LastError, `does not list the model "m"`)
+	})
+	if v := adminReplicaView(t, gw, "p", "wrong"); !v.Misconfigured || v.Healthy {
 		t.Errorf("after probes: %+v", v)
 	}
 	if got := metricValue(t, gw, "switchyard_upstream_retries_total", map[string]string{"pool": "p", "reason": "misconfigured"}); got != 1 {

@@ -180,7 +180,7 @@ func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix
 		_ = x.responseController(w).SetReadDeadline(time.Time{})
 	}
 	if err == nil && key != nil && key.limiter != nil {
-		if wait := key.wait(time.Now()); wait > 0 {
+		if wait := key.wait(g.opts.Now()); wait > 0 {
 			err = &retryAfter{err: fmt.Errorf("%w: API key %q is over its rate of %g requests/s", errRateLimited, key.name, key.rate.RPS), after: wait}
 		}
 	}
@@ -224,7 +224,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 	x.info = info
 	x.body = adapt(x.ep, body)
 	if key != nil && key.limiter != nil {
-		if wait := key.wait(time.Now()); wait > 0 {
+		if wait := key.wait(g.opts.Now()); wait > 0 {
 			return &retryAfter{err: fmt.Errorf("%w: API key %q is over its rate of %g requests/s", errRateLimited, key.name, key.rate.RPS), after: wait}
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/pools"
@@ -82,7 +81,7 @@ func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *
 	setClientStatus(span, resp.StatusCode, msg)
 	uf := &upstreamFailure{status: resp.StatusCode, msg: msg}
 	if resp.StatusCode == http.StatusTooManyRequests {
-		uf.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		uf.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), g.opts.Now())
 	}
 	return nil, hctx, result{retry: true, outcome: o, reason: reason,
 		detail: fmt.Sprintf("%sstatus %d: %s", a.what, resp.StatusCode, msg), err: uf}

@@ -402,7 +402,7 @@ func (g *Gateway) utilization(pool string) float64 {
 	}
 	var busy int64
 	slots := 0
-	now := time.Now()
+	now := g.opts.Now()
 	for _, r := range ps.Replicas() {
 		busy += r.Inflight() + r.Waiting()
 		if r.Available(now) {
