@@ -34,7 +34,12 @@ type Options struct {
 	// Propagator carries trace context to replicas; nil means W3C trace context.
 	Propagator propagation.TextMapPropagator
 	Version    string
-	// Rand and Now are injected into pools and policy (tests).
+	// Rand and Now are injected into pools and policy (tests). Now is the
+	// time of day every component reads: sessions, the classifier cache,
+	// the share controller, key rate limits, passive health and ejection,
+	// Retry-After dates, the status page. Durations the runtime's timers
+	// enforce (timeouts, backoff, latency histograms) use the monotonic
+	// clock.
 	Rand func() uint64
 	Now  func() time.Time
 	// Transport overrides every pool's upstream transport (tests).
