@@ -612,3 +612,39 @@ func TestContinueReasoning(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenize: /tokenize counts a chat request's prompt (messages and
+// tools) and a completion's as the inference endpoints do, whatever its
+// length, in vLLM's shape.
+func TestTokenize(t *testing.T) {
+	_, ts := start(t, vllmsim.Profile{Model: "m", MaxModelLen: 100})
+	long := strings.Repeat("word ", 200) // 1,000 bytes: 250 tokens, over the context
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		count      int64
+	}{
+		{"chat", `{"model":"m","messages":[{"role":"user","content":"` + long + `"}]}`, 200, 250},
+		{"chat with tools", `{"model":"m","messages":[{"role":"user","content":"abcd"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`, 200, 0},
+		{"prompt", `{"model":"m","prompt":"abcdefgh"}`, 200, 2},
+		{"other model", `{"model":"x","prompt":"a"}`, 404, 0},
+		{"neither", `{"model":"m"}`, 400, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, b := post(t, ts, "/tokenize", tc.body)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+			if tc.status != 200 {
+				return
+			}
+			root := gjson.ParseBytes(b)
+			if tc.count > 0 && root.Get("count").Int() != tc.count {
+				t.Errorf("count %d, want %d: %.200s", root.Get("count").Int(), tc.count, b)
+			}
+			if int64(len(root.Get("tokens").Array())) != root.Get("count").Int() || root.Get("max_model_len").Int() != 100 || !root.Get("token_strs").Exists() {
+				t.Errorf("not vLLM's shape: %.200s", b)
+			}
+		})
+	}
+}

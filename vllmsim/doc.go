@@ -66,9 +66,18 @@
 //
 // continue_final_message continues a final assistant message that holds the
 // start of an answer this simulator wrote, so prefix and continuation read as
-// one answer. Reasoning in such a message is written as reasoning models'
-// chat templates render it: "<think>" + reasoning, and once the reasoning
-// has ended "</think>" + the content so far.
+// one answer, ending where the uncut answer would: its natural length is
+// DefaultMaxTokens in all, or less when max_tokens says so (a chat answer
+// that asked for more than the default is continued to the default only).
+// Reasoning in such a message is written as reasoning models' chat
+// templates render it: "<think>" + reasoning, and once the reasoning has
+// ended "</think>" + the content so far.
+//
+// POST /tokenize answers as vLLM's does: a chat request (messages, tools)
+// or a completion request (prompt) gets {"count", "max_model_len",
+// "tokens", "token_strs": null}, the count being the simulator's
+// tokenizer over what chat and completions count as the prompt; no length
+// is refused.
 //
 // # Agent loops
 //

@@ -326,8 +326,19 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 		// a new one. A prefix this simulator wrote itself is continued
 		// where it left off, so prefix and continuation read as one
 		// answer of the length an uncut one would have had.
-		if k := p.continuePrefix(lastContent.Str, think); k > 0 && !explicit {
-			p.steps = max(1, p.steps-k)
+		if k := p.continuePrefix(lastContent.Str, think); k > 0 {
+			// The prefix is k tokens of an answer whose natural length
+			// is the default (a Responses or Messages answer is; a chat
+			// one is too without max_tokens): the rest of it, or less
+			// when max_tokens says so. A chat answer that asked for more
+			// than the default is continued to the default only.
+			rest := max(1, s.defaultMaxTokens-k)
+			switch {
+			case !explicit:
+				p.steps = max(1, p.steps-k)
+			case rest < p.steps:
+				p.steps, p.finish, p.engineFinish = rest, "stop", "stop"
+			}
 		}
 		p.reasoning = min(p.reasoning, p.steps)
 		return p, nil

@@ -190,6 +190,7 @@ func New(p Profile, opts ...Option) *Server {
 	})
 	s.routeResponses()
 	s.routeMessages()
+	s.mux.HandleFunc("POST /tokenize", s.serveTokenize)
 	s.mux.HandleFunc("GET /v1/models", s.serveModels)
 	s.mux.HandleFunc("GET /health", s.serveHealth)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))

@@ -44,9 +44,17 @@ const (
 	// toolResultTokens is the size of the tool result every later turn
 	// appends after the previous answer.
 	toolResultTokens = 600
-	// agentReplicas is the size of the pool compared.
-	agentReplicas = 3
 )
+
+// agentPool is the pool the agents workload runs on: its model, its
+// replicas and its simulated profile.
+func agentPool(o Options) (name, model string, replicas int, prof vllmsim.Profile) {
+	q, m := profiles(o)
+	if o.AgentPool == "minicpm" {
+		return "minicpm", "openbmb/MiniCPM5-2B", 2, m
+	}
+	return "qwen", "Qwen/Qwen3.8-Flash-Next", 3, q
+}
 
 // AgentBalancers are the pool balancers the agents workload compares.
 var AgentBalancers = []string{"affinity", "least_outstanding", "round_robin"}
@@ -140,26 +148,27 @@ func (c *conversation) body(maxTokens int) []byte {
 	return append(b, "]}"...)
 }
 
-// agentsConfig is one Qwen pool of agentReplicas replicas with balancer
-// balance; every request goes to it.
-func agentsConfig(balance string) string {
+// agentsConfig is the agents' pool (see agentPool) with balancer balance;
+// every request goes to it.
+func agentsConfig(o Options, balance string) string {
+	name, model, replicas, _ := agentPool(o)
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "version: 1\npools:\n  qwen:\n    model: Qwen/Qwen3.8-Flash-Next\n    balance: %s\n    health: {disabled: true}\n    replicas:\n", balance)
-	for i := range agentReplicas {
-		fmt.Fprintf(&sb, "      - {name: qwen-%d, url: http://sim}\n", i)
+	fmt.Fprintf(&sb, "version: 1\npools:\n  %s:\n    model: %s\n    balance: %s\n    health: {disabled: true}\n    replicas:\n", name, model, balance)
+	for i := range replicas {
+		fmt.Fprintf(&sb, "      - {name: %s-%d, url: http://sim}\n", name, i)
 	}
-	sb.WriteString("routes:\n  - name: all\n    to: qwen\n")
+	fmt.Fprintf(&sb, "routes:\n  - name: all\n    to: %s\n", name)
 	return sb.String()
 }
 
 // MeasureAgents runs the agents workload, closed loop, against one Qwen
 // pool balanced by balance, through the gateway.
 func MeasureAgents(ctx context.Context, o Options, balance string) (AgentResult, error) {
-	cfg, err := policy.Load("agents.yaml", []byte(agentsConfig(balance)), router.LoadOptions())
+	cfg, err := policy.Load("agents.yaml", []byte(agentsConfig(o, balance)), router.LoadOptions())
 	if err != nil {
 		return AgentResult{}, err
 	}
-	qp, _ := profiles(o)
+	_, _, _, qp := agentPool(o)
 	cl, err := demo.StartCluster(cfg, func(*policy.Pool) vllmsim.Profile { return qp }, o.SpeedUp)
 	if err != nil {
 		return AgentResult{}, err

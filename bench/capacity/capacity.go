@@ -38,6 +38,10 @@ type Options struct {
 	// SerialPrefill makes the replicas prefill one request at a time
 	// (vllmsim.Profile.SerialPrefill), as compute-bound prefill is.
 	SerialPrefill bool
+	// AgentPool is the pool the agents workload runs on: "qwen" (3
+	// replicas, the default) or "minicpm" (2), as in the reference
+	// cluster.
+	AgentPool string
 }
 
 // Layout is a cluster shape.

@@ -44,6 +44,7 @@ func main() {
 	noBalance := fs.Bool("skip-balancers", false, "skip the round_robin comparison")
 	workload := fs.String("workload", "classes", "classes: the routed cluster against Qwen-only; agents: multi-turn agents on one Qwen pool, one run per balancer (--duration defaults to 12s and --workers to 64)")
 	balancersFlag := fs.String("balancers", strings.Join(AgentBalancers, ","), "with --workload agents: the pool balancers compared")
+	poolFlag := fs.String("pool", "qwen", "with --workload agents: the pool the agents run on: qwen (3 replicas) or minicpm (2), with the reference cluster's timing")
 	prefillFlag := fs.String("prefill", "request,serial", "with --workload agents: the prefill models compared: request (each request at the prefill rate, the simulator's default) and serial (one prefill at a time per replica, compute-bound)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -55,7 +56,11 @@ func main() {
 	switch *workload {
 	case "classes":
 	case "agents":
-		o := Options{Duration: 12 * time.Second, SpeedUp: *speedUp, Workers: 64, MaxTokens: 64, BatchScale: 1}
+		if *poolFlag != "qwen" && *poolFlag != "minicpm" {
+			fmt.Fprintf(os.Stderr, "capacity: unknown --pool %q (known: qwen, minicpm)\n", *poolFlag)
+			os.Exit(2)
+		}
+		o := Options{Duration: 12 * time.Second, SpeedUp: *speedUp, Workers: 64, MaxTokens: 64, BatchScale: 1, AgentPool: *poolFlag}
 		if set["duration"] {
 			o.Duration = *duration
 		}
@@ -162,15 +167,15 @@ func round(v float64) float64 { return float64(int(v*100+0.5)) / 100 }
 // table (or JSON lines).
 func runAgents(ctx context.Context, w io.Writer, o Options, balancers []string, asJSON bool) error {
 	if !asJSON {
-		q, _ := profiles(o)
+		name, _, replicas, q := agentPool(o)
 		fmt.Fprintf(w, "Agents: %d agents (system prompts %d–%d tokens), %d-turn conversations, each turn adding the answer and a %d-token tool result\n",
 			len(agentSystemTokens), slices.Min(agentSystemTokens), slices.Max(agentSystemTokens), agentTurns, toolResultTokens)
 		prefill := "each request prefills at %g tok/s (the simulator's default)"
 		if o.SerialPrefill {
 			prefill = "one prefill at a time per replica at %g tok/s (compute-bound)"
 		}
-		fmt.Fprintf(w, "one pool of %d Qwen replicas (batch %d, prefix cache %d blocks of %d tokens each), "+prefill+";\nclosed loop, %d clients, %d output tokens, model time ÷%g, %s per balancer after %s warm-up\n\n",
-			agentReplicas, q.MaxBatch, q.PrefixCacheBlocks, q.BlockSize, q.PrefillTPS, o.Workers, o.MaxTokens, o.SpeedUp, o.Duration, o.Duration/2)
+		fmt.Fprintf(w, "one pool of %d %s replicas (batch %d, prefix cache %d blocks of %d tokens each), "+prefill+";\nclosed loop, %d clients, %d output tokens, model time ÷%g, %s per balancer after %s warm-up\n\n",
+			replicas, name, q.MaxBatch, q.PrefixCacheBlocks, q.BlockSize, q.PrefillTPS, o.Workers, o.MaxTokens, o.SpeedUp, o.Duration, o.Duration/2)
 		fmt.Fprintf(w, "%-18s %8s %8s %10s %10s %9s %12s %8s %8s\n", "balancer", "req/s", "bound", "TTFT p50", "TTFT p99", "hit rate", "prefill/req", "prompt", "busiest")
 	}
 	for _, b := range balancers {
