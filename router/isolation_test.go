@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -761,5 +762,93 @@ routes:
 	resp, b = post(t, gw.Admin.URL+"/admin/explain", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil)
 	if resp.StatusCode != 200 || gjson.GetBytes(b, "context_skips").Exists() {
 		t.Errorf("a short prompt: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestContextTokenize: where the estimate is too close to a pool's
+// context to decide, the pool's /tokenize does. JSON-escaped text makes
+// the estimate three times the real count: the tokenizer keeps such a
+// prompt on the small pool, which the estimate alone would have skipped;
+// a prompt the tokenizer finds too long moves up; one clearly over the
+// context moves up without a call; and a pool whose /tokenize fails
+// leaves the estimate to decide.
+func TestContextTokenize(t *testing.T) {
+	small := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 8192})
+	big := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 131072})
+	var mu sync.Mutex
+	var tokenized [][]byte
+	recording := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tokenize" {
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			tokenized = append(tokenized, b)
+			mu.Unlock()
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		small.Srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(recording.Close)
+	noTokenize := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tokenize" {
+			http.NotFound(w, r)
+			return
+		}
+		small.Srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(noTokenize.Close)
+	for _, c := range []struct {
+		name, smallURL, body string
+		pool, result         string
+	}{
+		// 5,000 "\u00e9": 30,000 bytes of JSON (an estimate of 7,500
+		// tokens, 8,524 with the minimal answer: over 8,192) that are
+		// 10,000 bytes of text, 2,500 of the simulator's tokens.
+		{"escaped text fits", recording.URL, strings.Repeat(`\u00e9`, 5000), "small", "fits"},
+		{"too long", recording.URL, strings.Repeat("a", 30000), "big", "too_long"},
+		{"clearly over", recording.URL, strings.Repeat("a", 60000), "big", ""},
+		{"tokenize fails", noTokenize.URL, strings.Repeat(`\u00e9`, 5000), "big", "error"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  small: {model: m, max_model_len: 8192, health: {disabled: true}, replicas: [{name: s, url: "{{s}}"}]}
+  big: {model: m, max_model_len: 131072, health: {disabled: true}, replicas: [{name: b, url: "{{b}}"}]}
+routes:
+  - name: default
+    to: small
+    fallback: [big]
+`, map[string]string{"s": c.smallURL, "b": big.Srv.URL}, nil))
+			mu.Lock()
+			before := len(tokenized)
+			mu.Unlock()
+			resp, b := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","max_tokens":8,"messages":[{"role":"user","content":"`+c.body+`"}]}`, nil)
+			if resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Pool") != c.pool {
+				t.Fatalf("%d on pool %q, want %q: %.300s", resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"), c.pool, b)
+			}
+			for _, r := range []string{"fits", "too_long", "error"} {
+				want := 0.0
+				if r == c.result {
+					want = 1
+				}
+				if got := metricValue(t, gw, "switchyard_context_tokenize_total", map[string]string{"pool": "small", "result": r}); got != want {
+					t.Errorf("tokenize %s: %v, want %v", r, got, want)
+				}
+			}
+			mu.Lock()
+			calls := tokenized[before:]
+			mu.Unlock()
+			switch {
+			case c.result == "fits" || c.result == "too_long":
+				if len(calls) != 1 || !gjson.GetBytes(calls[0], "add_generation_prompt").Bool() || gjson.GetBytes(calls[0], "model").Str != "m" ||
+					!gjson.GetBytes(calls[0], "messages.0.content").Exists() {
+					t.Errorf("the /tokenize requests: %.300q", calls)
+				}
+			case c.result == "":
+				if len(calls) != 0 {
+					t.Errorf("%d /tokenize calls for a prompt clearly over the context", len(calls))
+				}
+			}
+		})
 	}
 }

@@ -34,6 +34,9 @@ type metrics struct {
 	connsRefused *prometheus.CounterVec
 	// poison counts requests that failed alike on two replicas.
 	poison *prometheus.CounterVec
+	// tokenize counts the prompts counted by a pool's /tokenize to decide
+	// whether they fit its context.
+	tokenize *prometheus.CounterVec
 }
 
 // latencyBuckets span a fast classifier hit to a long reasoning answer.
@@ -94,6 +97,9 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_connections_refused_total", Help: "Connections answered 503 and closed because the listener was at its cap (server.max_connections, server.admin_max_connections), by listener.",
 		}, []string{"listener"}),
+		tokenize: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_context_tokenize_total", Help: "Prompts whose estimate was too close to a pool's max_model_len to decide, counted by the pool's /tokenize, by pool and result: fits, too_long, error (the estimate decided).",
+		}, []string{"pool", "result"}),
 		poison: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_poison_requests_total", Help: "Requests that got 500 from two replicas: not retried further and not held against either replica, by pool.",
 		}, []string{"pool"}),
@@ -106,7 +112,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	m.shadow = newShadowMetric()
 	reg.MustRegister(m.shadow)
 	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.keyRequests, m.keyTokens, m.classifierTokens, m.retries, m.fallbacks, m.resumes,
-		m.reloads, m.generation, m.inflight, m.queueWait, m.connsOpen, m.connsRefused, m.poison, build)
+		m.reloads, m.generation, m.inflight, m.queueWait, m.connsOpen, m.connsRefused, m.poison, m.tokenize, build)
 	for _, l := range []string{"api", "admin"} {
 		m.connsRefused.WithLabelValues(l)
 	}

@@ -43,7 +43,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 			continue
 		}
 		x.moreInChain = i < len(chain)-1
-		if x.moreInChain && !fitsContext(ps, x) {
+		if x.moreInChain && !g.fits(ctx, ps, x) {
 			// The prompt and a minimal answer cannot fit this pool's
 			// context: the next pool of the chain is asked instead.
 			lastErr = fmt.Errorf("%w: pool %q", errContextLength, name)

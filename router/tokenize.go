@@ -1,0 +1,148 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/switchyard/switchyard/pools"
+)
+
+// The prompt estimate (about four bytes of JSON a token) is cheap but
+// rough: JSON quoting makes it high for prose, and code or non-Latin text
+// makes it low. Where it is clearly under or over a pool's context it
+// decides; in the band between (the estimate and a minimal answer within
+// 0.75 and 1.5 of max_model_len) the pool's own tokenizer counts the
+// prompt, with one call to a replica's /tokenize, before the request is
+// sent there or past it.
+const (
+	tokenizeBandLow  = 0.75
+	tokenizeBandHigh = 1.5
+	// tokenizeTimeout bounds the call: a slow answer leaves the estimate
+	// to decide.
+	tokenizeTimeout = 2 * time.Second
+	// maxTokenizeAnswer bounds its answer (the token ids of a 131,072-token
+	// prompt are about 1 MiB of JSON).
+	maxTokenizeAnswer = 16 << 20
+)
+
+// fits reports whether x's prompt and a minimal answer fit ps's context:
+// fitsContext's estimate, or, in the band where the estimate could be
+// wrong either way, the count of ps's /tokenize.
+func (g *Gateway) fits(ctx context.Context, ps *poolState, x *exchange) bool {
+	limit := ps.cfg.MaxModelLen
+	if limit <= 0 || !x.ep.generates() || x.info == nil {
+		return true
+	}
+	need := float64(x.info.PromptTokens + minFitAnswer)
+	if need < tokenizeBandLow*float64(limit) || need > tokenizeBandHigh*float64(limit) {
+		return fitsContext(ps, x)
+	}
+	n, err := g.countPrompt(ctx, ps, x)
+	if err != nil {
+		g.metrics.tokenize.WithLabelValues(ps.Name, "error").Inc()
+		g.log.Debug("tokenize failed; the estimate decides", "request_id", x.id, "pool", ps.Name, "error", err.Error())
+		return fitsContext(ps, x)
+	}
+	if n+minFitAnswer <= limit {
+		g.metrics.tokenize.WithLabelValues(ps.Name, "fits").Inc()
+		return true
+	}
+	g.metrics.tokenize.WithLabelValues(ps.Name, "too_long").Inc()
+	return false
+}
+
+// tokenizeBody is x's prompt as vLLM's /tokenize takes it: a chat request
+// (messages and tools, with the generation prompt) or a completion's
+// prompt. Responses and Messages requests are translated as vLLM
+// translates them into chat.
+func tokenizeBody(x *exchange, model string) ([]byte, error) {
+	var messages, tools, prompt gjson.Result
+	switch x.ep {
+	case chatEndpoint:
+		messages, tools = x.info.messages, x.info.tools
+	case completionsEndpoint:
+		if x.info.prompt.Type != gjson.String {
+			return nil, errNotTranslatable
+		}
+		prompt = x.info.prompt
+	case responsesEndpoint, messagesEndpoint:
+		toChat := responsesToChat
+		if x.ep == messagesEndpoint {
+			toChat = messagesToChat
+		}
+		chat, err := toChat(x.body)
+		if err != nil {
+			return nil, err
+		}
+		root := gjson.ParseBytes(chat)
+		messages, tools = root.Get("messages"), root.Get("tools")
+	default:
+		return nil, errNotTranslatable
+	}
+	b, err := sjson.SetBytes([]byte(`{}`), "model", model)
+	if err != nil {
+		return nil, err
+	}
+	if prompt.Exists() {
+		return sjson.SetRawBytes(b, "prompt", []byte(prompt.Raw))
+	}
+	if b, err = sjson.SetRawBytes(b, "messages", []byte(messages.Raw)); err != nil {
+		return nil, err
+	}
+	if tools.IsArray() {
+		b, _ = sjson.SetRawBytes(b, "tools", []byte(tools.Raw))
+	}
+	return sjson.SetBytes(b, "add_generation_prompt", true)
+}
+
+// countPrompt asks one available replica of ps to count x's prompt.
+func (g *Gateway) countPrompt(ctx context.Context, ps *poolState, x *exchange) (int, error) {
+	body, err := tokenizeBody(x, ps.Model)
+	if err != nil {
+		return 0, err
+	}
+	var rep *pools.Replica
+	now := g.opts.Now()
+	for _, r := range ps.Replicas() {
+		if r.Available(now) {
+			rep = r
+			break
+		}
+	}
+	if rep == nil {
+		return 0, errNoReplica
+	}
+	ctx, cancel := context.WithTimeout(ctx, tokenizeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rep.Base()+tokenizeEndpoint.path(), bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if k := ps.cfg.APIKey; k != "" {
+		req.Header.Set("Authorization", "Bearer "+string(k))
+	}
+	resp, err := rep.Client().Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxTokenizeAnswer))
+	if err != nil {
+		return 0, err
+	}
+	count := gjson.Result{}
+	if resp.StatusCode == http.StatusOK && checkDepth(b, replicaDepth(x.snap.Config.Server.MaxJSONDepth)) {
+		count = gjson.GetBytes(b, "count")
+	}
+	if count.Type != gjson.Number || count.Int() < 0 {
+		return 0, &upstreamFailure{status: resp.StatusCode, msg: readErrorMessage(bytes.NewReader(b))}
+	}
+	return int(count.Int()), nil
+}
