@@ -76,3 +76,34 @@ func TestInputDecoderMatchesJSON(t *testing.T) {
 		}
 	}
 }
+
+// FuzzInputDecoder: however arguments are split, the decoder yields the
+// same characters as when they come whole; when it calls them complete,
+// they are JSON {"input": s} and it yielded exactly s (encoding/json's
+// reading, lone surrogates as U+FFFD).
+func FuzzInputDecoder(f *testing.F) {
+	for _, s := range []string{`{"input":"a\ud83d\ude00\n"}`, `{"input":"\ud83dx"}`, ` { "input" : "" } `, `{"input":1}`, `{"\u0069nput":"\"\\\/"}`} {
+		f.Add(s, uint(3))
+	}
+	f.Fuzz(func(t *testing.T, args string, at uint) {
+		var whole inputDecoder
+		want := whole.feed(args)
+		i := int(at % uint(len(args)+1))
+		var d inputDecoder
+		got := d.feed(args[:i]) + d.feed(args[i:])
+		if got != want || d.complete() != whole.complete() {
+			t.Fatalf("split at %d: %q %v, whole %q %v", i, got, d.complete(), want, whole.complete())
+		}
+		if !whole.complete() {
+			return
+		}
+		var v struct{ Input *string }
+		dec := json.NewDecoder(strings.NewReader(args))
+		if err := dec.Decode(&v); err != nil || v.Input == nil {
+			t.Fatalf("complete, but not {\"input\": string}: %q (%v)", args, err)
+		}
+		if *v.Input != want && strings.ToValidUTF8(want, "\uFFFD") == want {
+			t.Fatalf("%q: decoded %q, encoding/json %q", args, want, *v.Input)
+		}
+	})
+}
