@@ -150,18 +150,21 @@ func adaptResponses(body []byte) ([]byte, customTools) {
 		}
 	}
 	// tool_choice naming a custom tool names its function; so do the
-	// tools of an allowed_tools choice.
-	tc := root.Get("tool_choice")
-	switch tc.Get("type").Str {
-	case "custom":
-		set("tool_choice.type", "function")
-	case "allowed_tools":
-		tc.Get("tools").ForEach(func(k, t gjson.Result) bool {
-			if t.Get("type").Str == "custom" {
-				set("tool_choice.tools."+itoa(k.Int())+".type", "function")
-			}
-			return true
-		})
+	// tools of an allowed_tools choice. (Without custom tools there is
+	// nothing to name, and the body is not read again.)
+	if custom != nil {
+		tc := root.Get("tool_choice")
+		switch tc.Get("type").Str {
+		case "custom":
+			set("tool_choice.type", "function")
+		case "allowed_tools":
+			tc.Get("tools").ForEach(func(k, t gjson.Result) bool {
+				if t.Get("type").Str == "custom" {
+					set("tool_choice.tools."+itoa(k.Int())+".type", "function")
+				}
+				return true
+			})
+		}
 	}
 	return out, custom
 }
