@@ -372,3 +372,33 @@ func TestCustomToolCallCut(t *testing.T) {
 		t.Errorf("last event %s %s: want the error event numbered 4", e.name, e.data)
 	}
 }
+
+// TestCustomToolCallNotResumed: with resume on, a stream cut inside a
+// custom tool call is not continued on another replica (a tool call never
+// is): it ends with the error event after the custom tool call events the
+// client was sent, and the other replica is not asked.
+func TestCustomToolCallNotResumed(t *testing.T) {
+	gw, a, b := resumeGateway(t, 5, "")
+	const req = `{"model":"m","stream":true,"input":"patch it","tools":[{"type":"custom","name":"apply_patch"}],"tool_choice":{"type":"custom","name":"apply_patch"}}`
+	resp, body := post(t, gw.API.URL+"/v1/responses", req, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	evs := readEvents(t, body)
+	last := evs[len(evs)-1]
+	if last.name != "error" || gjson.Get(last.data, "code").Str != "stream_interrupted" || gjson.Get(last.data, "sequence_number").Int() != int64(len(evs)-1) {
+		t.Fatalf("last event %s %s of %d: want the error event numbered after the others\n%s", last.name, last.data, len(evs), body)
+	}
+	var added bool
+	for _, e := range evs {
+		switch {
+		case e.name == "response.output_item.added":
+			added = gjson.Get(e.data, "item.type").Str == "custom_tool_call"
+		case strings.HasPrefix(e.name, "response.function_call"):
+			t.Errorf("a function call event reached the client: %s", e.data)
+		}
+	}
+	if !added || a.count() != 1 || b.count() != 0 {
+		t.Errorf("custom call added %v; replicas asked: a %d, b %d (want 1, 0)\n%s", added, a.count(), b.count(), body)
+	}
+}
