@@ -11,17 +11,19 @@ import (
 // adapt rewrites what agents send that vLLM refuses or mishandles into
 // what it accepts, leaving everything else byte for byte. Each rule is
 // documented in docs/agents.md; body is not modified (a changed body is a
-// new slice).
-func adapt(ep endpoint, body []byte) []byte {
+// new slice). custom names the Responses custom tools offered to vLLM as
+// function tools (nil when there are none), whose calls the answer turns
+// back into custom tool calls.
+func adapt(ep endpoint, body []byte) (out []byte, custom customTools) {
 	switch ep {
 	case chatEndpoint:
-		return adaptChat(body)
+		return adaptChat(body), nil
 	case responsesEndpoint:
 		return adaptResponses(body)
 	case messagesEndpoint, countTokensEndpoint:
-		return adaptMessages(body)
+		return adaptMessages(body), nil
 	}
-	return body
+	return body, nil
 }
 
 // vllmEffort maps a reasoning effort vLLM does not take (it takes low,
@@ -52,7 +54,7 @@ func adaptChat(body []byte) []byte {
 }
 
 // adaptResponses: Responses API requests (Codex, the OpenAI Agents SDK).
-func adaptResponses(body []byte) []byte {
+func adaptResponses(body []byte) ([]byte, customTools) {
 	root := gjson.ParseBytes(body)
 	out := body
 	set := func(path string, v any) {
@@ -69,10 +71,9 @@ func adaptResponses(body []byte) []byte {
 	if e, ok := vllmEffort(root.Get("reasoning.effort").Str); ok {
 		set("reasoning.effort", e)
 	}
-	// Tools: namespace groups are flattened into their function tools;
-	// tools vLLM cannot run (web_search, local_shell, custom grammar
-	// tools, ...) are dropped; input items of type additional_tools
-	// bring their tools here.
+	// Input items: input items of type additional_tools bring their tools
+	// to tools; custom tool calls and their outputs, sent back, become
+	// the function calls the custom tools were offered as.
 	var extra []gjson.Result
 	input := root.Get("input")
 	if input.IsArray() {
@@ -93,6 +94,14 @@ func adaptResponses(body []byte) []byte {
 					changed = true
 					return true
 				}
+			case "custom_tool_call":
+				items = append(items, customCallItem(it))
+				changed = true
+				return true
+			case "custom_tool_call_output":
+				items = append(items, customOutputItem(it))
+				changed = true
+				return true
 			}
 			items = append(items, it.Raw)
 			return true
@@ -101,6 +110,10 @@ func adaptResponses(body []byte) []byte {
 			setRaw("input", "["+strings.Join(items, ",")+"]")
 		}
 	}
+	// Tools: namespace groups are flattened into their tools; custom
+	// tools become function tools; tools vLLM cannot run (web_search,
+	// local_shell, ...) are dropped.
+	var custom customTools
 	tools := root.Get("tools")
 	if tools.IsArray() || len(extra) > 0 {
 		var kept []string
@@ -110,6 +123,12 @@ func adaptResponses(body []byte) []byte {
 			switch t.Get("type").Str {
 			case "function":
 				kept = append(kept, t.Raw)
+			case "custom":
+				if name := t.Get("name"); name.Type == gjson.String && name.Str != "" {
+					kept = append(kept, customFunction(t))
+					custom = append(custom, name.Str)
+				}
+				changed = true
 			case "namespace":
 				changed = true
 				t.Get("tools").ForEach(func(_, in gjson.Result) bool { add(in); return true })
@@ -128,6 +147,89 @@ func adaptResponses(body []byte) []byte {
 			} else {
 				setRaw("tools", "["+strings.Join(kept, ",")+"]")
 			}
+		}
+	}
+	// tool_choice naming a custom tool names its function; so do the
+	// tools of an allowed_tools choice. (Without custom tools there is
+	// nothing to name, and the body is not read again.)
+	if custom != nil {
+		tc := root.Get("tool_choice")
+		switch tc.Get("type").Str {
+		case "custom":
+			set("tool_choice.type", "function")
+		case "allowed_tools":
+			tc.Get("tools").ForEach(func(k, t gjson.Result) bool {
+				if t.Get("type").Str == "custom" {
+					set("tool_choice.tools."+itoa(k.Int())+".type", "function")
+				}
+				return true
+			})
+		}
+	}
+	return out, custom
+}
+
+// customTools are the names of the custom tools of a Responses request,
+// offered to vLLM as function tools (see customFunction). A request has a
+// few at most (Codex: apply_patch), so a list is the cheapest set.
+type customTools []string
+
+func (c customTools) has(name string) bool {
+	for _, n := range c {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// customFunction is the function tool a Responses custom tool is offered
+// to vLLM as: one required string parameter, input, which carries the
+// tool's free-form input; the tool's description and its grammar, if it
+// has one, are in the function's description. vLLM does not constrain a
+// tool's arguments to a grammar: the model is asked to follow it.
+func customFunction(t gjson.Result) string {
+	var d strings.Builder
+	if s := t.Get("description").Str; s != "" {
+		d.WriteString(s)
+		d.WriteString("\n\n")
+	}
+	d.WriteString("This tool takes free-form text, not JSON: put the whole text in the string parameter `input`.")
+	if f := t.Get("format"); f.Get("type").Str == "grammar" {
+		syntax := f.Get("syntax").Str
+		if syntax == "" {
+			syntax = "lark"
+		}
+		d.WriteString(" The input must follow this " + syntax + " grammar exactly; text outside the grammar is invalid:\n")
+		d.WriteString(f.Get("definition").Str)
+	}
+	fn := `{"type":"function","name":"","description":"","parameters":{"type":"object","properties":{"input":{"type":"string","description":"The tool's whole input."}},"required":["input"],"additionalProperties":false}}`
+	fn, _ = sjson.Set(fn, "name", t.Get("name").Str)
+	fn, _ = sjson.Set(fn, "description", d.String())
+	return fn
+}
+
+// customCallItem is the function_call input item for a custom_tool_call
+// one: arguments {"input": <its input>}.
+func customCallItem(it gjson.Result) string {
+	out := `{"type":"function_call"}`
+	for _, k := range [...]string{"id", "call_id", "name", "status"} {
+		if v := it.Get(k); v.Exists() {
+			out, _ = sjson.SetRaw(out, k, v.Raw)
+		}
+	}
+	args, _ := sjson.Set(`{}`, "input", it.Get("input").Str)
+	out, _ = sjson.Set(out, "arguments", args)
+	return out
+}
+
+// customOutputItem is the function_call_output input item for a
+// custom_tool_call_output one (same call_id and output).
+func customOutputItem(it gjson.Result) string {
+	out := `{"type":"function_call_output"}`
+	for _, k := range [...]string{"id", "call_id", "output", "status"} {
+		if v := it.Get(k); v.Exists() {
+			out, _ = sjson.SetRaw(out, k, v.Raw)
 		}
 	}
 	return out

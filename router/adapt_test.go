@@ -23,7 +23,7 @@ func TestAdapt(t *testing.T) {
 		{"effort minimal", responsesEndpoint, `{"model":"m","input":"hi","reasoning":{"effort":"minimal"}}`,
 			`{"model":"m","input":"hi","reasoning":{"effort":"low"}}`},
 		{"namespace flattened, hosted tools dropped", responsesEndpoint,
-			`{"model":"m","input":"hi","tools":[{"type":"namespace","name":"fs","tools":[{"type":"function","name":"read"},{"type":"function","name":"write"}]},{"type":"web_search"},{"type":"custom","name":"apply_patch","format":{"type":"grammar"}},{"type":"function","name":"f"}]}`,
+			`{"model":"m","input":"hi","tools":[{"type":"namespace","name":"fs","tools":[{"type":"function","name":"read"},{"type":"function","name":"write"}]},{"type":"web_search"},{"type":"function","name":"f"}]}`,
 			`{"model":"m","input":"hi","tools":[{"type":"function","name":"read"},{"type":"function","name":"write"},{"type":"function","name":"f"}]}`},
 		{"only hosted tools: no tools", responsesEndpoint, `{"model":"m","input":"hi","tools":[{"type":"local_shell"}]}`, `{"model":"m","input":"hi"}`},
 		{"encrypted reasoning and additional_tools", responsesEndpoint,
@@ -49,7 +49,7 @@ func TestAdapt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := []byte(tc.in)
-			out := adapt(tc.ep, in)
+			out, _ := adapt(tc.ep, in)
 			if tc.want == "" {
 				if &out[0] != &in[0] || string(out) != tc.in {
 					t.Errorf("changed a body that needs nothing:\n%s", out)
@@ -114,5 +114,64 @@ func TestFitAnswer(t *testing.T) {
 	small := []byte(`{"model":"m","max_output_tokens":100,"input":"hi"}`)
 	if got := fitAnswer(small, len(small), 32768); string(got) != string(small) {
 		t.Errorf("a length that fits was changed: %s", got)
+	}
+}
+
+// customFn is the function tool a custom tool named name is offered as,
+// with the description desc.
+func customFn(name, desc string) string {
+	return `{"type":"function","name":"` + name + `","description":` + jstr(desc) +
+		`,"parameters":{"type":"object","properties":{"input":{"type":"string","description":"The tool's whole input."}},"required":["input"],"additionalProperties":false}}`
+}
+
+// TestAdaptCustomTools: Responses custom tools are offered as function
+// tools with one string parameter, input, wherever the request puts them
+// (tools, namespace groups, additional_tools items); a tool_choice naming
+// one names the function; custom tool calls and outputs sent back become
+// function calls and outputs. The names of the custom tools are returned.
+func TestAdaptCustomTools(t *testing.T) {
+	const free = "This tool takes free-form text, not JSON: put the whole text in the string parameter `input`."
+	grammar := "Edit files.\n\n" + free + " The input must follow this lark grammar exactly; text outside the grammar is invalid:\nstart: \"*** Begin Patch\" LF"
+	for _, tc := range []struct {
+		name       string
+		in         string
+		want       string
+		wantCustom customTools
+	}{
+		{"grammar tool", `{"model":"m","input":"hi","tools":[{"type":"custom","name":"apply_patch","description":"Edit files.","format":{"type":"grammar","syntax":"lark","definition":"start: \"*** Begin Patch\" LF"}}]}`,
+			`{"model":"m","input":"hi","tools":[` + customFn("apply_patch", grammar) + `]}`, customTools{"apply_patch"}},
+		{"text tool without a description", `{"model":"m","input":"hi","tools":[{"type":"custom","name":"exec","format":{"type":"text"}},{"type":"function","name":"f"}]}`,
+			`{"model":"m","input":"hi","tools":[` + customFn("exec", free) + `,{"type":"function","name":"f"}]}`, customTools{"exec"}},
+		{"no format", `{"model":"m","input":"hi","tools":[{"type":"custom","name":"exec","description":"Run."}]}`,
+			`{"model":"m","input":"hi","tools":[` + customFn("exec", "Run.\n\n"+free) + `]}`, customTools{"exec"}},
+		{"grammar without syntax", `{"model":"m","input":"hi","tools":[{"type":"custom","name":"g","format":{"type":"grammar","definition":"start: /x/"}}]}`,
+			`{"model":"m","input":"hi","tools":[` + customFn("g", free+" The input must follow this lark grammar exactly; text outside the grammar is invalid:\nstart: /x/") + `]}`, customTools{"g"}},
+		{"nameless custom tool dropped", `{"model":"m","input":"hi","tools":[{"type":"custom","format":{"type":"text"}},{"type":"custom","name":""}]}`,
+			`{"model":"m","input":"hi"}`, nil},
+		{"in a namespace and in additional_tools", `{"model":"m","input":[{"type":"additional_tools","tools":[{"type":"custom","name":"b"}]},{"role":"user","content":"hi"}],"tools":[{"type":"namespace","name":"ns","tools":[{"type":"custom","name":"a"},{"type":"function","name":"f"}]}]}`,
+			`{"model":"m","input":[{"role":"user","content":"hi"}],"tools":[` + customFn("a", free) + `,{"type":"function","name":"f"},` + customFn("b", free) + `]}`, customTools{"a", "b"}},
+		{"tool_choice custom", `{"model":"m","input":"hi","tools":[{"type":"custom","name":"a"}],"tool_choice":{"type":"custom","name":"a"}}`,
+			`{"model":"m","input":"hi","tools":[` + customFn("a", free) + `],"tool_choice":{"type":"function","name":"a"}}`, customTools{"a"}},
+		{"tool_choice allowed_tools", `{"model":"m","input":"hi","tools":[{"type":"custom","name":"a"}],"tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"f"},{"type":"custom","name":"a"}]}}`,
+			`{"model":"m","input":"hi","tools":[` + customFn("a", free) + `],"tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"f"},{"type":"function","name":"a"}]}}`, customTools{"a"}},
+		{"custom calls and outputs sent back", `{"model":"m","input":[{"role":"user","content":"hi"},{"type":"custom_tool_call","id":"ctc_1","call_id":"call_1","name":"apply_patch","input":"*** Begin Patch\n\"x\"\n","status":"completed"},{"type":"custom_tool_call_output","call_id":"call_1","output":"Done!"},{"type":"custom_tool_call","call_id":"call_2","name":"exec","input":""},{"type":"custom_tool_call_output","id":"o2","call_id":"call_2","output":[{"type":"input_text","text":"ok"}]}]}`,
+			`{"model":"m","input":[{"role":"user","content":"hi"},{"type":"function_call","id":"ctc_1","call_id":"call_1","name":"apply_patch","status":"completed","arguments":` + jstr(`{"input":"*** Begin Patch\n\"x\"\n"}`) + `},{"type":"function_call_output","call_id":"call_1","output":"Done!"},{"type":"function_call","call_id":"call_2","name":"exec","arguments":"{\"input\":\"\"}"},{"type":"function_call_output","id":"o2","call_id":"call_2","output":[{"type":"input_text","text":"ok"}]}]}`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := []byte(tc.in)
+			out, custom := adapt(responsesEndpoint, in)
+			if d := cmp.Diff(tc.want, gjson.ParseBytes(out).Get("@ugly").Raw); d != "" {
+				t.Errorf("adapted body (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.wantCustom, custom); d != "" {
+				t.Errorf("custom tools (-want +got):\n%s", d)
+			}
+			if string(in) != tc.in {
+				t.Errorf("the input body was modified")
+			}
+		})
+	}
+	if _, custom := adapt(responsesEndpoint, []byte(`{"model":"m","input":"hi","tools":[{"type":"function","name":"f"}]}`)); custom != nil {
+		t.Errorf("custom tools %q for a request without any", custom)
 	}
 }

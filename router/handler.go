@@ -83,6 +83,10 @@ type exchange struct {
 	rep          *pools.Replica
 	storedID     string
 	storedSuffix string
+	// custom names the request's Responses custom tools, offered to vLLM
+	// as function tools: calls to them are turned back into custom tool
+	// calls in the answer (nil, and nothing looked at, without them).
+	custom customTools
 
 	// Upstream state, kept here so that placing a request allocates
 	// nothing of its own.
@@ -222,7 +226,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return err
 	}
 	x.info = info
-	x.body = adapt(x.ep, body)
+	x.body, x.custom = adapt(x.ep, body)
 	if key != nil && key.limiter != nil {
 		if wait := key.wait(g.opts.Now()); wait > 0 {
 			return &retryAfter{err: fmt.Errorf("%w: API key %q is over its rate of %g requests/s", errRateLimited, key.name, key.rate.RPS), after: wait}

@@ -318,10 +318,13 @@ func (g *Gateway) countTokensLocally(w http.ResponseWriter, x *exchange, resp *h
 
 // rewriteAnswer applies to a non-stream answer what the gateway changes:
 // the model name with rewrite_response_model, and a Responses answer's id
-// (see storedPrefix).
+// (see storedPrefix) and calls to custom tools (see customOutput).
 func (x *exchange) rewriteAnswer(answer []byte, rep *pools.Replica) []byte {
 	if x.ep == responsesEndpoint {
 		answer = trimUsage(responseIDs(answer, replicaTag(rep), x.ids()), "")
+		if x.custom != nil {
+			answer = customOutput(answer, "output", x.custom)
+		}
 	}
 	if x.clientModel != "" && gjson.GetBytes(answer, "model").Exists() {
 		if out, err := sjson.SetBytes(answer, "model", x.clientModel); err == nil {

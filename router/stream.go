@@ -117,6 +117,12 @@ type pump struct {
 	// too long to parse was passed through), so an error event needs a
 	// blank line first.
 	midEvent bool
+	// custom, for a Responses stream whose request offered custom tools,
+	// names them: their function calls reach the client as custom tool
+	// calls (customEvent), followed in customs. Nil for every other
+	// stream, which is not looked at for them.
+	custom  customTools
+	customs *customStream
 }
 
 // run pumps body to the client until the stream ends. It returns nil once
@@ -300,7 +306,8 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 		return ev, true
 	}
 	if p.typed() {
-		return p.typedEvent(ev, data), true
+		out := p.typedEvent(ev, data)
+		return out, out != nil
 	}
 	if p.rewriteModel != "" {
 		ev, data = p.rewrite(ev, data, "model")
@@ -444,7 +451,8 @@ func objectDepth(prefix []byte) int {
 
 // typedEvent reads an event of the Responses or Messages API, whose data
 // names its type: the first token, usage, the terminal event. Events pass
-// through unchanged (but for rewriteModel).
+// through unchanged (but for rewriteModel, and the calls to custom tools
+// of a Responses stream); nil drops the event.
 func (p *pump) typedEvent(ev, data []byte) []byte {
 	if !checkDepth(data, p.depthBound()) {
 		p.refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
@@ -456,9 +464,6 @@ func (p *pump) typedEvent(ev, data []byte) []byte {
 		rs.typed.observe(typ, root)
 	}
 	if p.ep == responsesEndpoint {
-		if n := root.Get("sequence_number"); n.Exists() {
-			p.seq = n.Int()
-		}
 		switch typ {
 		case "response.output_text.delta", "response.function_call_arguments.delta", "response.refusal.delta":
 			p.noteToken()
@@ -468,6 +473,21 @@ func (p *pump) typedEvent(ev, data []byte) []byte {
 				p.prompt, p.completion, p.sawUsage = u.Get("input_tokens").Int(), u.Get("output_tokens").Int(), true
 			}
 			p.usageModel = root.Get("response.model").Str
+		}
+		if p.custom != nil {
+			nev, nd := p.customEvent(ev, data, root, typ)
+			if nev == nil {
+				return nil
+			}
+			if !bytes.Equal(nd, data) {
+				// The event's data is new (its last event's, when it
+				// became two): numbered for the client, ids to rewrite.
+				ev, data, root = nev, nd, gjson.ParseBytes(nd)
+			}
+			ev = nev
+		}
+		if n := root.Get("sequence_number"); n.Exists() {
+			p.seq = n.Int()
 		}
 		if root.Get("response.id").Exists() {
 			// The response object: ids that name the replica, and usage

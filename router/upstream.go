@@ -330,7 +330,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	x.pump = pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std(),
 		injected: x.up.injected, clock: clock, token: x, ep: x.ep, rewriteModel: x.clientModel, maxDepth: replicaDepth(x.snap.Config.Server.MaxJSONDepth)}
 	if x.ep == responsesEndpoint {
-		x.pump.idTag, x.pump.ids = replicaTag(rep), x.ids()
+		x.pump.idTag, x.pump.ids, x.pump.custom = replicaTag(rep), x.ids(), x.custom
 	}
 	if sw != nil {
 		x.pump.w = sw

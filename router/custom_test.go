@@ -1,0 +1,109 @@
+package router
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestInputDecoder: the input of {"input": "..."} arguments is decoded
+// whatever the pieces they arrive in (every split of every case is
+// tried), each piece yielding the characters it makes certain; arguments
+// of another shape stop the decoder, and customInput then falls back to
+// the input member or to the raw arguments.
+func TestInputDecoder(t *testing.T) {
+	for _, tc := range []struct {
+		name, args string
+		want       string // the decoded input
+		complete   bool
+		input      string // customInput
+	}{
+		{"plain", `{"input": "ls -la"}`, "ls -la", true, "ls -la"},
+		{"escapes", `{"input":"a\"b\\c\/d\b\f\n\r\t"}`, "a\"b\\c/d\b\f\n\r\t", true, "a\"b\\c/d\b\f\n\r\t"},
+		{"unicode escapes", `{"input":"\u00e9\u4E2D\u0000x"}`, "é中\x00x", true, "é中\x00x"},
+		{"surrogate pair", `{"input":"a\ud83d\ude00b"}`, "a😀b", true, "a😀b"},
+		{"lone high surrogate", `{"input":"a\ud83dz\ud83d\n\ud83d\u0041\ud83d"}`, "a\uFFFDz\uFFFD\n\uFFFDA\uFFFD", true, "a\uFFFDz\uFFFD\n\uFFFDA\uFFFD"},
+		{"lone low surrogate", `{"input":"\ude00x"}`, "\uFFFDx", true, "\uFFFDx"},
+		{"two highs", `{"input":"\ud83d\ud83d\ude00"}`, "\uFFFD😀", true, "\uFFFD😀"},
+		{"raw utf-8", `{"input":"héllo 😀"}`, "héllo 😀", true, "héllo 😀"},
+		{"whitespace", " \n{ \"input\" :\t\"x\" } \n", "x", true, "x"},
+		{"escaped key", `{"\u0069nput":"x"}`, "x", true, "x"},
+		{"empty", `{"input":""}`, "", true, ""},
+		{"another member after", `{"input":"abc","x":1}`, "abc", false, "abc"},
+		{"another key first", `{"cmd":"ls","input":"x"}`, "", false, "x"},
+		{"not a string", `{"input":["ls"]}`, "", false, `{"input":["ls"]}`},
+		{"not an object", `"ls"`, "", false, `"ls"`},
+		{"plain text", `*** Begin Patch`, "", false, `*** Begin Patch`},
+		{"cut", `{"input":"abc`, "abc", false, `{"input":"abc`},
+		{"bad escape", `{"input":"a\qb"}`, "a", false, `{"input":"a\qb"}`},
+		{"bad hex", `{"input":"a\u00g0"}`, "a", false, `{"input":"a\u00g0"}`},
+		{"control character", "{\"input\":\"a\nb\"}", "a", false, "{\"input\":\"a\nb\"}"},
+		{"trailing text", `{"input":"a"} x`, "a", false, `{"input":"a"} x`},
+		{"long key", `{"` + strings.Repeat("k", 100) + `":"x"}`, "", false, "{\"" + strings.Repeat("k", 100) + "\":\"x\"}"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := customInput(tc.args); got != tc.input {
+				t.Errorf("customInput = %q, want %q", got, tc.input)
+			}
+			for i := 0; i <= len(tc.args); i++ {
+				for j := i; j <= len(tc.args); j++ {
+					var d inputDecoder
+					got := d.feed(tc.args[:i]) + d.feed(tc.args[i:j]) + d.feed(tc.args[j:])
+					if got != tc.want || d.complete() != tc.complete {
+						t.Fatalf("split at %d, %d: %q complete %v, want %q %v", i, j, got, d.complete(), tc.want, tc.complete)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestInputDecoderMatchesJSON: for any string, its JSON encoding decodes
+// to it, however it is split.
+func TestInputDecoderMatchesJSON(t *testing.T) {
+	for _, s := range []string{"", "a", "*** Begin Patch\n*** Add File: a.go\n+package a\n*** End Patch\n", "tab\there \"quoted\" \\ back", "é 中 😀 \u2028 \x01 \x7f <>&"} {
+		b, _ := json.Marshal(map[string]string{"input": s})
+		args := string(b)
+		var d inputDecoder
+		var got strings.Builder
+		for _, c := range []byte(args) {
+			got.WriteString(d.feed(string([]byte{c})))
+		}
+		if d := cmp.Diff(s, got.String()); d != "" {
+			t.Errorf("byte by byte %s (-want +got):\n%s", args, d)
+		}
+	}
+}
+
+// FuzzInputDecoder: however arguments are split, the decoder yields the
+// same characters as when they come whole; when it calls them complete,
+// they are JSON {"input": s} and it yielded exactly s (encoding/json's
+// reading, lone surrogates as U+FFFD).
+func FuzzInputDecoder(f *testing.F) {
+	for _, s := range []string{`{"input":"a\ud83d\ude00\n"}`, `{"input":"\ud83dx"}`, ` { "input" : "" } `, `{"input":1}`, `{"\u0069nput":"\"\\\/"}`} {
+		f.Add(s, uint(3))
+	}
+	f.Fuzz(func(t *testing.T, args string, at uint) {
+		var whole inputDecoder
+		want := whole.feed(args)
+		i := int(at % uint(len(args)+1))
+		var d inputDecoder
+		got := d.feed(args[:i]) + d.feed(args[i:])
+		if got != want || d.complete() != whole.complete() {
+			t.Fatalf("split at %d: %q %v, whole %q %v", i, got, d.complete(), want, whole.complete())
+		}
+		if !whole.complete() {
+			return
+		}
+		var v struct{ Input *string }
+		dec := json.NewDecoder(strings.NewReader(args))
+		if err := dec.Decode(&v); err != nil || v.Input == nil {
+			t.Fatalf("complete, but not {\"input\": string}: %q (%v)", args, err)
+		}
+		if *v.Input != want && strings.ToValidUTF8(want, "\uFFFD") == want {
+			t.Fatalf("%q: decoded %q, encoding/json %q", args, want, *v.Input)
+		}
+	})
+}

@@ -1,0 +1,404 @@
+package router_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+	"github.com/openai/openai-go/v3/shared"
+	"github.com/tidwall/gjson"
+)
+
+// customReq offers the custom tool apply_patch and the function f.
+const customReq = `{"model":"m","stream":true,"input":"patch it","tools":[` +
+	`{"type":"custom","name":"apply_patch","description":"Edit files.","format":{"type":"grammar","syntax":"lark","definition":"start: /.+/"}},` +
+	`{"type":"function","name":"f","parameters":{"type":"object","properties":{"input":{"type":"string"}}}}]}`
+
+// sseEvent is one event of a Responses stream: its name and its data.
+type sseEvent struct{ name, data string }
+
+func (e sseEvent) String() string { return "event: " + e.name + "\ndata: " + e.data + "\n\n" }
+
+func jsonStr(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// readEvents parses a well-formed LF stream of named events, with each
+// data compacted.
+func readEvents(t *testing.T, b []byte) []sseEvent {
+	t.Helper()
+	var out []sseEvent
+	for _, raw := range strings.Split(strings.TrimSuffix(string(b), "\n\n"), "\n\n") {
+		var e sseEvent
+		for _, line := range strings.Split(raw, "\n") {
+			if v, ok := strings.CutPrefix(line, "event: "); ok {
+				e.name = v
+			} else if v, ok := strings.CutPrefix(line, "data: "); ok {
+				e.data = gjson.Parse(v).Get("@ugly").Raw
+			} else {
+				t.Fatalf("unexpected line %q in %q", line, raw)
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// vllmCall is the upstream events of one function call as vLLM streams
+// it, numbered from seq: the item added, a delta per piece, the arguments
+// done (only after a delta, as vLLM does) and the item done.
+func vllmCall(name, id string, index, seq int, pieces []string, args string) []sseEvent {
+	n := func() string { seq++; return itoaT(seq - 1) }
+	item := func(status, args string) string {
+		return `{"arguments":` + jsonStr(args) + `,"call_id":"call_` + id + `","name":"` + name + `","type":"function_call","id":"fc_` + id + `","status":"` + status + `"}`
+	}
+	idx := itoaT(index)
+	evs := []sseEvent{{"response.output_item.added", `{"item":` + item("in_progress", "") + `,"output_index":` + idx + `,"sequence_number":` + n() + `,"type":"response.output_item.added"}`}}
+	for _, p := range pieces {
+		evs = append(evs, sseEvent{"response.function_call_arguments.delta", `{"delta":` + jsonStr(p) + `,"item_id":"fc_` + id + `","output_index":` + idx + `,"sequence_number":` + n() + `,"type":"response.function_call_arguments.delta"}`})
+	}
+	if len(pieces) > 0 {
+		evs = append(evs, sseEvent{"response.function_call_arguments.done", `{"arguments":` + jsonStr(args) + `,"item_id":"fc_` + id + `","name":"` + name + `","output_index":` + idx + `,"sequence_number":` + n() + `,"type":"response.function_call_arguments.done"}`})
+	}
+	return append(evs, sseEvent{"response.output_item.done", `{"item":` + item("completed", args) + `,"output_index":` + idx + `,"sequence_number":` + n() + `,"type":"response.output_item.done"}`})
+}
+
+func itoaT(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// TestCustomToolCallStream: a replica's streamed call to the function a
+// custom tool was offered as reaches the client as a custom tool call:
+// the item added with input "", a delta per piece of the arguments that
+// brings characters of the input (split inside escapes, \u sequences and
+// surrogate pairs), the input done, the item done and the response's
+// output; events are numbered on without gaps. A call to a function
+// passes through unchanged. Arguments of another shape, or cut, still end
+// in a custom tool call, with the raw arguments as its input.
+func TestCustomToolCallStream(t *testing.T) {
+	fCall := vllmCall("f", "f", 0, 1, []string{`{"input":"x"}`}, `{"input":"x"}`)
+	delta := func(piece string, seq int) sseEvent {
+		return sseEvent{"response.custom_tool_call_input.delta", `{"type":"response.custom_tool_call_input.delta","item_id":"fc_p","output_index":1,"delta":` + jsonStr(piece) + `,"sequence_number":` + itoaT(seq) + `}`}
+	}
+	done := func(input string, seq int) sseEvent {
+		return sseEvent{"response.custom_tool_call_input.done", `{"type":"response.custom_tool_call_input.done","item_id":"fc_p","output_index":1,"input":` + jsonStr(input) + `,"sequence_number":` + itoaT(seq) + `}`}
+	}
+	item := func(typ, input, status string, seq int) sseEvent {
+		return sseEvent{typ, `{"item":{"type":"custom_tool_call","id":"fc_p","call_id":"call_p","name":"apply_patch","input":` + jsonStr(input) + `,"status":"` + status + `"},"output_index":1,"sequence_number":` + itoaT(seq) + `,"type":"` + typ + `"}`}
+	}
+	for _, tc := range []struct {
+		name   string
+		pieces []string
+		args   string
+		want   []sseEvent // the custom call's events, from sequence number 5
+		input  string     // of the call in response.completed
+	}{
+		{"escapes split anywhere",
+			[]string{`{"input": "`, `*** Begin\`, `n \"\u00`, `e9\ud83d`, `\ude`, `00\" end`, `"}`},
+			`{"input": "*** Begin\n \"\u00e9\ud83d\ude00\" end"}`,
+			[]sseEvent{item("response.output_item.added", "", "in_progress", 5), delta("*** Begin", 6), delta("\n \"", 7), delta("é", 8),
+				delta("😀\" end", 9), done("*** Begin\n \"é😀\" end", 10), item("response.output_item.done", "*** Begin\n \"é😀\" end", "completed", 11)},
+			"*** Begin\n \"é😀\" end"},
+		{"one piece", []string{`{"input":"ls"}`}, `{"input":"ls"}`,
+			[]sseEvent{item("response.output_item.added", "", "in_progress", 5), delta("ls", 6), done("ls", 7), item("response.output_item.done", "ls", "completed", 8)}, "ls"},
+		{"another shape: the raw arguments", []string{`{"cmd"`, `:"ls"}`}, `{"cmd":"ls"}`,
+			[]sseEvent{item("response.output_item.added", "", "in_progress", 5), delta(`{"cmd":"ls"}`, 6), done(`{"cmd":"ls"}`, 7), item("response.output_item.done", `{"cmd":"ls"}`, "completed", 8)}, `{"cmd":"ls"}`},
+		{"plain text", []string{`*** Begin`, ` Patch`}, `*** Begin Patch`,
+			[]sseEvent{item("response.output_item.added", "", "in_progress", 5), delta(`*** Begin Patch`, 6), done(`*** Begin Patch`, 7), item("response.output_item.done", `*** Begin Patch`, "completed", 8)}, `*** Begin Patch`},
+		{"another member: the input", []string{`{"input":"a`, `b","x":1}`}, `{"input":"ab","x":1}`,
+			[]sseEvent{item("response.output_item.added", "", "in_progress", 5), delta("a", 6), delta("b", 7), done("ab", 8), item("response.output_item.done", "ab", "completed", 9)}, "ab"},
+		{"cut arguments: the raw arguments", []string{`{"input":"a`, `b`}, `{"input":"ab`,
+			[]sseEvent{item("response.output_item.added", "", "in_progress", 5), delta("a", 6), delta("b", 7), done(`{"input":"ab`, 8), item("response.output_item.done", `{"input":"ab`, "completed", 9)}, `{"input":"ab`},
+		{"done says more than the deltas", []string{`{"input":"a`}, `{"input":"abc"}`,
+			[]sseEvent{item("response.output_item.added", "", "in_progress", 5), delta("a", 6), delta("bc", 7), done("abc", 8), item("response.output_item.done", "abc", "completed", 9)}, "abc"},
+		{"no deltas", nil, `{"input":"q"}`,
+			[]sseEvent{item("response.output_item.added", "", "in_progress", 5), item("response.output_item.done", "q", "completed", 6)}, "q"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := []sseEvent{{"response.created", `{"response":{"id":"resp_1","object":"response","output":[],"status":"in_progress"},"sequence_number":0,"type":"response.created"}`}}
+			up = append(up, fCall...)
+			call := vllmCall("apply_patch", "p", 1, len(up), tc.pieces, tc.args)
+			up = append(up, call...)
+			fItem := gjson.Get(fCall[len(fCall)-1].data, "item").Raw
+			pItem := gjson.Get(call[len(call)-1].data, "item").Raw
+			up = append(up, sseEvent{"response.completed", `{"response":{"id":"resp_1","object":"response","output":[` + fItem + `,` + pItem +
+				`],"status":"completed","usage":{"input_tokens":3,"output_tokens":9,"total_tokens":12}},"sequence_number":` + itoaT(len(up)) + `,"type":"response.completed"}`})
+			var raw strings.Builder
+			for _, e := range up {
+				raw.WriteString(e.String())
+			}
+			srv := sseUpstream(t, raw.String(), nil)
+			gw := oneReplicaGateway(t, srv.URL, "", "")
+			resp, body := post(t, gw.API.URL+"/v1/responses", customReq, nil)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			got := readEvents(t, body)
+			want := readEvents(t, []byte(joinEvents(append(up[1:1+len(fCall):1+len(fCall)], tc.want...))))
+			if len(got) != len(want)+2 {
+				t.Fatalf("got %d events, want %d:\n%s", len(got), len(want)+2, body)
+			}
+			if d := cmp.Diff(want, got[1:len(got)-1], cmp.AllowUnexported(sseEvent{})); d != "" {
+				t.Errorf("events (-want +got):\n%s", d)
+			}
+			last := got[len(got)-1]
+			wantItem := `{"type":"custom_tool_call","id":"fc_p","call_id":"call_p","name":"apply_patch","input":` + jsonStr(tc.input) + `,"status":"completed"}`
+			if last.name != "response.completed" || gjson.Get(last.data, "sequence_number").Int() != int64(len(want)+1) ||
+				gjson.Get(last.data, "response.output.0").Raw != gjson.Parse(fItem).Get("@ugly").Raw || gjson.Get(last.data, "response.output.1").Raw != wantItem {
+				t.Errorf("terminal event %s, want sequence_number %d, output [%s, %s]", last.data, len(want)+1, fItem, wantItem)
+			}
+			if !strings.HasPrefix(gjson.Get(last.data, "response.id").Str, "resp_sy") {
+				t.Errorf("response id not rewritten: %s", last.data)
+			}
+		})
+	}
+}
+
+func joinEvents(evs []sseEvent) string {
+	var b strings.Builder
+	for _, e := range evs {
+		b.WriteString(e.String())
+	}
+	return b.String()
+}
+
+// TestCustomToolCallAnswer: a non-stream answer's function calls to custom
+// tools are custom tool calls, their input the arguments' input (or the
+// raw arguments when they are of another shape); other function calls,
+// and every call of a request without custom tools, are unchanged.
+func TestCustomToolCallAnswer(t *testing.T) {
+	fn := func(id, name, args string) string {
+		return `{"arguments":` + jsonStr(args) + `,"call_id":"call_` + id + `","name":"` + name + `","type":"function_call","id":"fc_` + id + `","status":"completed"}`
+	}
+	answer := `{"id":"resp_1","object":"response","status":"completed","output":[` + fn("f", "f", `{"input":"x"}`) + `,` +
+		fn("p", "apply_patch", `{"input":"*** Begin Patch\n\u00e9"}`) + `,` + fn("q", "apply_patch", `{"patch":1}`) + `,` + fn("r", "apply_patch", `not json`) +
+		`],"usage":{"input_tokens":3,"output_tokens":9,"total_tokens":12}}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(answer))
+	}))
+	t.Cleanup(srv.Close)
+	gw := oneReplicaGateway(t, srv.URL, "", "")
+	custom := func(id, input string) string {
+		return `{"type":"custom_tool_call","id":"fc_` + id + `","call_id":"call_` + id + `","name":"apply_patch","input":` + jsonStr(input) + `,"status":"completed"}`
+	}
+	for _, tc := range []struct {
+		name, req string
+		want      []string
+	}{
+		{"custom tool", strings.Replace(customReq, `"stream":true`, `"stream":false`, 1),
+			[]string{fn("f", "f", `{"input":"x"}`), custom("p", "*** Begin Patch\né"), custom("q", `{"patch":1}`), custom("r", "not json")}},
+		{"no custom tool", `{"model":"m","input":"hi","tools":[{"type":"function","name":"apply_patch"}]}`,
+			[]string{fn("f", "f", `{"input":"x"}`), fn("p", "apply_patch", `{"input":"*** Begin Patch\n\u00e9"}`), fn("q", "apply_patch", `{"patch":1}`), fn("r", "apply_patch", `not json`)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := post(t, gw.API.URL+"/v1/responses", tc.req, nil)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			var out []string
+			gjson.GetBytes(body, "output").ForEach(func(_, it gjson.Result) bool { out = append(out, it.Raw); return true })
+			if d := cmp.Diff(tc.want, out); d != "" {
+				t.Errorf("output (-want +got):\n%s", d)
+			}
+			if gjson.GetBytes(body, "usage.output_tokens").Int() != 9 || !strings.HasPrefix(gjson.GetBytes(body, "id").Str, "resp_sy") {
+				t.Errorf("answer %s", body)
+			}
+		})
+	}
+}
+
+// TestCustomToolsSimulator: against the simulator, which answers tool calls
+// with arguments valid for the tool's schema, a forced custom tool comes
+// back as a custom tool call with a string input, plain and streamed (the
+// deltas adding up to the input everywhere the stream repeats it, events
+// numbered 0, 1, …), after the replica was offered a function tool; the
+// call and its output sent back reach the replica as a function call and
+// its output, and the answer is text.
+func TestCustomToolsSimulator(t *testing.T) {
+	up := startReplica(t, fast("m"))
+	gw := oneReplicaGateway(t, up.Srv.URL, "", "")
+	const tools = `"tools":[{"type":"custom","name":"apply_patch","description":"Edit files.","format":{"type":"grammar","syntax":"lark","definition":"start: begin_patch hunk+ end_patch"}},{"type":"function","name":"f","parameters":{"type":"object","properties":{"x":{"type":"string"}}}}],"tool_choice":{"type":"custom","name":"apply_patch"}`
+
+	resp, body := post(t, gw.API.URL+"/v1/responses", `{"model":"m","input":"patch it",`+tools+`}`, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	call := gjson.GetBytes(body, "output.0")
+	if gjson.GetBytes(body, "output.#").Int() != 1 || call.Get("type").Str != "custom_tool_call" || call.Get("name").Str != "apply_patch" ||
+		call.Get("input").Type != gjson.String || call.Get("input").Str == "" || call.Get("call_id").Str == "" || call.Get("arguments").Exists() {
+		t.Fatalf("output %s: want one custom tool call with a string input", gjson.GetBytes(body, "output").Raw)
+	}
+	sent := gjson.ParseBytes(up.lastBody())
+	fn := sent.Get(`tools.#(name=="apply_patch")`)
+	if fn.Get("type").Str != "function" || fn.Get("parameters.properties.input.type").Str != "string" || fn.Get("parameters.required").Raw != `["input"]` ||
+		!strings.Contains(fn.Get("description").Str, "must follow this lark grammar") || !strings.Contains(fn.Get("description").Str, "start: begin_patch hunk+ end_patch") ||
+		sent.Get("tool_choice").Raw != `{"type":"function","name":"apply_patch"}` {
+		t.Errorf("the replica was sent tools %s, tool_choice %s", sent.Get("tools").Raw, sent.Get("tool_choice").Raw)
+	}
+
+	resp, body = post(t, gw.API.URL+"/v1/responses", `{"model":"m","input":"patch it","stream":true,`+tools+`}`, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("stream: status %d: %s", resp.StatusCode, body)
+	}
+	var deltas, done, itemDone, completed string
+	for i, e := range readEvents(t, body) {
+		if n := gjson.Get(e.data, "sequence_number").Int(); n != int64(i) {
+			t.Errorf("event %d (%s) numbered %d", i, e.name, n)
+		}
+		switch e.name {
+		case "response.custom_tool_call_input.delta":
+			deltas += gjson.Get(e.data, "delta").Str
+		case "response.custom_tool_call_input.done":
+			done = gjson.Get(e.data, "input").Str
+		case "response.output_item.added":
+			if it := gjson.Get(e.data, "item"); it.Get("type").Str != "custom_tool_call" || it.Get("input").Raw != `""` {
+				t.Errorf("item added %s", it.Raw)
+			}
+		case "response.output_item.done":
+			itemDone = gjson.Get(e.data, "item.input").Str
+		case "response.completed":
+			completed = gjson.Get(e.data, "response.output.0.input").Str
+		case "response.function_call_arguments.delta", "response.function_call_arguments.done":
+			t.Errorf("a function call event reached the client: %s", e.data)
+		}
+	}
+	if deltas == "" || done != deltas || itemDone != deltas || completed != deltas {
+		t.Errorf("stream: deltas %q, done %q, item done %q, completed %q", deltas, done, itemDone, completed)
+	}
+
+	input := `*** Begin Patch\n*** Add File: a.txt\n+\"hi\"\n*** End Patch\n`
+	resp, body = post(t, gw.API.URL+"/v1/responses", `{"model":"m",`+tools[:strings.Index(tools, `,"tool_choice"`)]+`,"input":[{"role":"user","content":"patch it"},`+
+		`{"type":"custom_tool_call","call_id":"call_1","name":"apply_patch","input":"`+input+`"},{"type":"custom_tool_call_output","call_id":"call_1","output":"Done!"}]}`, nil)
+	if resp.StatusCode != 200 || gjson.GetBytes(body, "output.0.type").Str != "message" {
+		t.Fatalf("round trip: status %d: %s", resp.StatusCode, body)
+	}
+	items := gjson.GetBytes(up.lastBody(), "input")
+	if c := items.Get("1"); c.Get("type").Str != "function_call" || c.Get("call_id").Str != "call_1" || c.Get("name").Str != "apply_patch" ||
+		gjson.Get(c.Get("arguments").Str, "input").Str != "*** Begin Patch\n*** Add File: a.txt\n+\"hi\"\n*** End Patch\n" {
+		t.Errorf("the replica got the call as %s", c.Raw)
+	}
+	if o := items.Get("2"); o.Raw != `{"type":"function_call_output","call_id":"call_1","output":"Done!"}` {
+		t.Errorf("the replica got the output as %s", o.Raw)
+	}
+}
+
+// TestCustomToolsWithOpenAISDK: the official OpenAI Go SDK offers a custom
+// tool, reads its call from a stream (deltas, done, the item, the
+// completed response) and sends the call and its output back.
+func TestCustomToolsWithOpenAISDK(t *testing.T) {
+	up := startReplica(t, fast("m"))
+	gw := oneReplicaGateway(t, up.Srv.URL, "", "")
+	c := openaiClient(gw)
+	ctx := context.Background()
+	tool := responses.ToolParamOfCustom("apply_patch")
+	tool.OfCustom.Description = openai.String("Edit files.")
+	tool.OfCustom.Format = shared.CustomToolInputFormatUnionParam{OfGrammar: &shared.CustomToolInputFormatGrammarParam{Syntax: "lark", Definition: "start: /.+/"}}
+	params := responses.ResponseNewParams{Model: "m", Tools: []responses.ToolUnionParam{tool},
+		ToolChoice: responses.ResponseNewParamsToolChoiceUnion{OfCustomTool: &responses.ToolChoiceCustomParam{Name: "apply_patch"}},
+		Input:      responses.ResponseNewParamsInputUnion{OfString: openai.String("patch it")}}
+	stream := c.Responses.NewStreaming(ctx, params)
+	var deltas, done string
+	var item, final responses.ResponseCustomToolCall
+	for stream.Next() {
+		switch ev := stream.Current(); ev.Type {
+		case "response.custom_tool_call_input.delta":
+			deltas += ev.AsResponseCustomToolCallInputDelta().Delta
+		case "response.custom_tool_call_input.done":
+			done = ev.AsResponseCustomToolCallInputDone().Input
+		case "response.output_item.done":
+			item = ev.AsResponseOutputItemDone().Item.AsCustomToolCall()
+		case "response.completed":
+			if out := ev.AsResponseCompleted().Response.Output; len(out) == 1 && out[0].Type == "custom_tool_call" {
+				final = out[0].AsCustomToolCall()
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if deltas == "" || done != deltas || item.Input != deltas || item.Name != "apply_patch" || item.CallID == "" || final.Input != deltas || final.Name != "apply_patch" {
+		t.Fatalf("deltas %q, done %q, item %s, completed %s", deltas, done, item.RawJSON(), final.RawJSON())
+	}
+	params.ToolChoice = responses.ResponseNewParamsToolChoiceUnion{}
+	params.Input = responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+		responses.ResponseInputItemParamOfMessage("patch it", responses.EasyInputMessageRoleUser),
+		responses.ResponseInputItemParamOfCustomToolCall(final.CallID, final.Input, final.Name),
+		responses.ResponseInputItemParamOfCustomToolCallOutput(final.CallID, "Done!"),
+	}}
+	answer, err := c.Responses.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if answer.OutputText() == "" {
+		t.Errorf("answer %s: want text after the tool's output", answer.RawJSON())
+	}
+	if got := gjson.GetBytes(up.lastBody(), "input.1.arguments").Str; gjson.Get(got, "input").Str != final.Input {
+		t.Errorf("the replica got arguments %s for input %q", got, final.Input)
+	}
+}
+
+// TestCustomToolCallCut: a stream its replica cuts inside a custom tool
+// call ends with the error event, numbered after the last event the client
+// was sent (not the replica's last); a delta for an item that was never
+// added as a call to a custom tool passes through unchanged.
+func TestCustomToolCallCut(t *testing.T) {
+	stray := sseEvent{"response.function_call_arguments.delta", `{"delta":"{\"input\":\"","item_id":"fc_other","output_index":0,"sequence_number":1,"type":"response.function_call_arguments.delta"}`}
+	up := []sseEvent{{"response.created", `{"response":{"id":"resp_1","object":"response","output":[],"status":"in_progress"},"sequence_number":0,"type":"response.created"}`}, stray}
+	call := vllmCall("apply_patch", "p", 1, 2, []string{`{"input":"`, `ab`, `\`}, `{"input":"ab\`)
+	up = append(up, call[:4]...) // added, three deltas: then the cut
+	srv := sseUpstream(t, joinEvents(up), nil)
+	gw := oneReplicaGateway(t, srv.URL, ", resume: {enabled: true}", "")
+	resp, body := post(t, gw.API.URL+"/v1/responses", customReq, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	got := readEvents(t, body)
+	if len(got) != 5 {
+		t.Fatalf("got %d events, want 5:\n%s", len(got), body)
+	}
+	want := readEvents(t, []byte(joinEvents([]sseEvent{stray,
+		{"response.output_item.added", `{"item":{"type":"custom_tool_call","id":"fc_p","call_id":"call_p","name":"apply_patch","input":"","status":"in_progress"},"output_index":1,"sequence_number":2,"type":"response.output_item.added"}`},
+		{"response.custom_tool_call_input.delta", `{"type":"response.custom_tool_call_input.delta","item_id":"fc_p","output_index":1,"delta":"ab","sequence_number":3}`}})))
+	if d := cmp.Diff(want, got[1:4], cmp.AllowUnexported(sseEvent{})); d != "" {
+		t.Errorf("events (-want +got):\n%s", d)
+	}
+	if e := got[4]; e.name != "error" || gjson.Get(e.data, "code").Str != "stream_interrupted" || gjson.Get(e.data, "sequence_number").Int() != 4 {
+		t.Errorf("last event %s %s: want the error event numbered 4", e.name, e.data)
+	}
+}
+
+// TestCustomToolCallNotResumed: with resume on, a stream cut inside a
+// custom tool call is not continued on another replica (a tool call never
+// is): it ends with the error event after the custom tool call events the
+// client was sent, and the other replica is not asked.
+func TestCustomToolCallNotResumed(t *testing.T) {
+	gw, a, b := resumeGateway(t, 5, "")
+	const req = `{"model":"m","stream":true,"input":"patch it","tools":[{"type":"custom","name":"apply_patch"}],"tool_choice":{"type":"custom","name":"apply_patch"}}`
+	resp, body := post(t, gw.API.URL+"/v1/responses", req, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	evs := readEvents(t, body)
+	last := evs[len(evs)-1]
+	if last.name != "error" || gjson.Get(last.data, "code").Str != "stream_interrupted" || gjson.Get(last.data, "sequence_number").Int() != int64(len(evs)-1) {
+		t.Fatalf("last event %s %s of %d: want the error event numbered after the others\n%s", last.name, last.data, len(evs), body)
+	}
+	var added bool
+	for _, e := range evs {
+		switch {
+		case e.name == "response.output_item.added":
+			added = gjson.Get(e.data, "item.type").Str == "custom_tool_call"
+		case strings.HasPrefix(e.name, "response.function_call"):
+			t.Errorf("a function call event reached the client: %s", e.data)
+		}
+	}
+	if !added || a.count() != 1 || b.count() != 0 {
+		t.Errorf("custom call added %v; replicas asked: a %d, b %d (want 1, 0)\n%s", added, a.count(), b.count(), body)
+	}
+}
