@@ -173,8 +173,8 @@ func (p *proc) lines() []map[string]any {
 // access is one access line of the gateway.
 type access struct {
 	Route, Pool, Replica, Fallback, Model, Resume string
-	Status, PromptTokens, CompletionTokens             int
-	Stream                                             bool
+	Status, PromptTokens, CompletionTokens        int
+	Stream                                        bool
 }
 
 // accessLines are the gateway's access lines, in order.
