@@ -175,6 +175,9 @@ type access struct {
 	Route, Pool, Replica, Fallback, Model, Resume string
 	Status, PromptTokens, CompletionTokens        int
 	Stream                                        bool
+	// Tools are the request's tools as TYPE:NAME (the server logs
+	// request bodies).
+	Tools []string
 }
 
 // accessLines are the gateway's access lines, in order.
@@ -197,6 +200,15 @@ func (p *proc) accessLines() []access {
 			a.Status = int(s)
 		}
 		a.Stream, _ = l["stream"].(bool)
+		if body, ok := l["request_body"].(string); ok {
+			var req struct {
+				Tools []struct{ Type, Name string } `json:"tools"`
+			}
+			_ = json.Unmarshal([]byte(body), &req)
+			for _, tool := range req.Tools {
+				a.Tools = append(a.Tools, tool.Type+":"+tool.Name)
+			}
+		}
 		if n, ok := l["prompt_tokens"].(float64); ok {
 			a.PromptTokens = int(n)
 		}
@@ -256,8 +268,10 @@ const smallContext = 8192
 // tool set) to the large pool and the rest to the small pool, with the
 // large pool behind it for conversations that outgrow its context; a
 // session keeps its pool, and once moved up stays up. Every agent model
-// name is routed by the policy.
+// name is routed by the policy. Request bodies are logged, for the tests
+// to see the tools each agent offers.
 const policy = `version: 1
+server: {log_bodies: true}
 pools:
   small:
     model: m
