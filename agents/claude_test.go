@@ -3,7 +3,6 @@ package agents_test
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -180,17 +179,7 @@ func TestClaudeCodeReplicaKilledMidStream(t *testing.T) {
   - text: "I wrote hello.txt."
 `, file, content)
 	c := startCluster(t, scenario, "--decode-tps", "20", "--max-tokens", fmt.Sprint(answer+1))
-	killed := make(chan string, 1)
-	go func() {
-		// Turn 2 starts once the tool has run.
-		for range 6000 {
-			if _, err := os.Stat(file); err == nil {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		killed <- c.killStreaming(t, time.Minute)
-	}()
+	killed := c.killAfter(file, time.Minute)
 	r := claude(t, c, work, "Write hello.txt saying hello.", 2*time.Minute, []string{"CLAUDE_CODE_MAX_OUTPUT_TOKENS=" + fmt.Sprint(answer)})
 	victim := <-killed
 	hasFile(t, file, content)

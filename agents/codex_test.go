@@ -222,17 +222,7 @@ func TestCodexReplicaKilledMidStream(t *testing.T) {
   - {}
 `
 	c := startCluster(t, scenario, "--decode-tps", "20", "--max-tokens", fmt.Sprint(answer))
-	killed := make(chan string, 1)
-	go func() {
-		// Turn 2 starts once the command has run.
-		for range 6000 {
-			if _, err := os.Stat(file); err == nil {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		killed <- c.killStreaming(t, time.Minute)
-	}()
+	killed := c.killAfter(file, time.Minute)
 	r := codex(t, c, work, "Write hello.txt saying hello.", 2*time.Minute)
 	victim := <-killed
 	hasFile(t, file, "hello from codex\n")

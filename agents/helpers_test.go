@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,7 +89,7 @@ func agent(t *testing.T, name string) string {
 		// The package ships a 500-byte placeholder that its postinstall
 		// replaces with the platform's native binary.
 		if fi, err := os.Stat(bin); err == nil && fi.Size() < 1<<20 {
-			t.Skipf("claude is the package's placeholder (its postinstall did not run, or no native package for %s): reinstall with npm ci --prefix testdata/agents", "this platform")
+			t.Skipf("claude is the package's placeholder (its postinstall did not run, or npm has no native package for %s/%s): reinstall with npm ci --prefix testdata/agents", runtime.GOOS, runtime.GOARCH)
 		}
 	}
 	return bin
@@ -224,9 +225,18 @@ func (p *proc) accessLines() []access {
 // every one of labels.
 func metric(t *testing.T, addr, name string, labels map[string]string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	v, err := metricValue(addr, name, labels)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return v
+}
+
+// metricValue is metric for goroutines other than the test's.
+func metricValue(addr, name string, labels map[string]string) (float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, err
 	}
 	defer resp.Body.Close()
 	sum := 0.0
@@ -249,7 +259,7 @@ func metric(t *testing.T, addr, name string, labels map[string]string) float64 {
 			sum += v
 		}
 	}
-	return sum
+	return sum, sc.Err()
 }
 
 // cluster is a gateway in front of a small pool (two replicas with an
@@ -350,24 +360,40 @@ func pools(turns []access) []string {
 	return out
 }
 
-// killStreaming waits until a replica is running a request, lets it send
-// a few tokens, and kills it with SIGKILL; it returns the replica's name.
-func (c *cluster) killStreaming(t *testing.T, timeout time.Duration) string {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		for _, s := range c.sims {
-			if metric(t, s.addr, "vllm:num_requests_running", nil) >= 1 {
-				time.Sleep(300 * time.Millisecond) // a few tokens into the stream
-				_ = s.cmd.Process.Kill()
-				<-s.done
-				return s.name
+// killAfter waits until file exists (the agent has run its tool, so its
+// next turn follows), then until a replica is running a request, lets it
+// send a few tokens, and kills it with SIGKILL. It runs on its own
+// goroutine while the agent runs, and sends the replica's name, or why
+// none was killed, on the channel it returns.
+func (c *cluster) killAfter(file string, timeout time.Duration) <-chan string {
+	out := make(chan string, 1)
+	go func() {
+		deadline := time.Now().Add(timeout)
+		for {
+			if _, err := os.Stat(file); err == nil {
+				break
 			}
+			if time.Now().After(deadline) {
+				out <- fmt.Sprintf("(none: %s did not appear within %s)", file, timeout)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("no replica ran a request within %s", timeout)
-	return ""
+		for time.Now().Before(deadline) {
+			for _, s := range c.sims {
+				if n, _ := metricValue(s.addr, "vllm:num_requests_running", nil); n >= 1 {
+					time.Sleep(300 * time.Millisecond) // a few tokens into the stream
+					_ = s.cmd.Process.Kill()
+					<-s.done
+					out <- s.name
+					return
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		out <- fmt.Sprintf("(none: no replica ran a request within %s)", timeout)
+	}()
+	return out
 }
 
 // trap is a listener standing in for an HTTP(S) proxy: the agents' proxy
