@@ -119,7 +119,7 @@ func TestClaudeCodeOutgrowsTheSmallPool(t *testing.T) {
 	agent(t, "claude")
 	work := t.TempDir()
 	log := bigFile(t, work, 40_000)
-	file := filepath.Join(work, "summary.md")
+	file := filepath.Join(work, "summary.txt")
 	const content = "# Harbor log\n\nBoats came in at dawn, every day.\n"
 	scenario := fmt.Sprintf(`turns:
   - calls:
@@ -128,12 +128,12 @@ func TestClaudeCodeOutgrowsTheSmallPool(t *testing.T) {
   - calls:
       - tool: Write
         arguments: {file_path: %q, content: %q}
-  - text: "I summarized the log in summary.md."
+  - text: "I summarized the log in summary.txt."
 `, log, file, content)
 	c := startCluster(t, scenario)
-	r := claude(t, c, work, "Summarize harbor.log into summary.md.", 2*time.Minute, nil, "--tools", "Read,Write")
+	r := claude(t, c, work, "Summarize harbor.log into summary.txt.", 2*time.Minute, nil, "--tools", "Read,Write")
 	hasFile(t, file, content)
-	if r.Result != "I summarized the log in summary.md." {
+	if r.Result != "I summarized the log in summary.txt." {
 		t.Errorf("result %q, want the scenario's last text", r.Result)
 	}
 	lines := c.turns()

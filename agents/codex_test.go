@@ -177,13 +177,13 @@ func TestCodexOutgrowsTheSmallPool(t *testing.T) {
         arguments: {cmd: "cat harbor.log"}
   - calls:
       - tool: exec_command
-        arguments: {cmd: "printf 'Boats came in at dawn, every day.\n' > summary.md"}
-  - text: "I summarized the log in summary.md."
+        arguments: {cmd: "printf 'Boats came in at dawn, every day.\n' > summary.txt"}
+  - text: "I summarized the log in summary.txt."
 `
 	c := startCluster(t, scenario)
-	r := codex(t, c, work, "Summarize harbor.log into summary.md.", 2*time.Minute)
-	hasFile(t, filepath.Join(work, "summary.md"), "Boats came in at dawn, every day.\n")
-	if len(r.commands) != 2 || !slices.Equal(r.messages, []string{"I summarized the log in summary.md."}) {
+	r := codex(t, c, work, "Summarize harbor.log into summary.txt.", 2*time.Minute)
+	hasFile(t, filepath.Join(work, "summary.txt"), "Boats came in at dawn, every day.\n")
+	if len(r.commands) != 2 || !slices.Equal(r.messages, []string{"I summarized the log in summary.txt."}) {
 		t.Errorf("commands %q, messages %q; want the scenario's two commands and text", r.commands, r.messages)
 	}
 	turns := c.turns()
