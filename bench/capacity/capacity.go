@@ -115,7 +115,7 @@ func config(o Options, layout Layout) string {
 	for i := range 3 {
 		fmt.Fprintf(&sb, "      - {name: qwen-%d, url: http://sim}\n", i)
 	}
-	fmt.Fprintf(&sb, "  minicpm:\n    model: openbmb/MiniCPM5-2B\n    balance: %s\n    health: {disabled: true}\n    replicas:\n", bal("least_outstanding"))
+	fmt.Fprintf(&sb, "  minicpm:\n    model: openbmb/MiniCPM5-2B\n    balance: %s\n    health: {disabled: true}\n    replicas:\n", bal("affinity"))
 	for i := range 2 {
 		fmt.Fprintf(&sb, "      - {name: minicpm-%d, url: http://sim}\n", i)
 	}

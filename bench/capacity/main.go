@@ -144,7 +144,7 @@ func run(ctx context.Context, w io.Writer, o Options, shares []float64, asJSON, 
 	if !asJSON {
 		fmt.Fprintf(w, "\nWhat balancing is worth (routed cluster, share 0.5):\n%-42s %10s %9s %9s\n", "balancers", "req/s", "p50", "p99")
 	}
-	for _, b := range []struct{ name, override string }{{"configured (least_outstanding / affinity)", ""}, {"round_robin everywhere", "round_robin"}} {
+	for _, b := range []struct{ name, override string }{{"configured (affinity on both pools)", ""}, {"round_robin everywhere", "round_robin"}} {
 		oo := o
 		oo.Balance = b.override
 		r, err := Measure(ctx, oo, Routed, 0.5)
