@@ -11,6 +11,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -25,7 +26,15 @@ func resumeGatewayWith(t *testing.T, prof vllmsim.Profile, cutAfter int, extra s
 	t.Helper()
 	a, b := startReplica(t, prof), startReplica(t, prof)
 	a.Sim.SetFaults(vllmsim.Faults{CutAfterChunks: cutAfter})
-	gw := startGateway(t, loadConfig(t, `
+	gw := startGateway(t, resumeConfig(t, a.Srv.URL, b.Srv.URL, extra))
+	return gw, a, b
+}
+
+// resumeConfig is pool p of replicas a and b (round_robin, no retries, no
+// probes) with resume on and extra resume settings, the only route's.
+func resumeConfig(t *testing.T, a, b, extra string) *policy.Config {
+	t.Helper()
+	return loadConfig(t, `
 version: 1
 pools:
   p:
@@ -38,8 +47,7 @@ pools:
 routes:
   - name: default
     to: p
-`, map[string]string{"a": a.Srv.URL, "b": b.Srv.URL}, nil))
-	return gw, a, b
+`, map[string]string{"a": a, "b": b}, nil)
 }
 
 // uncut is the answer a healthy replica gives to body, for comparison.
@@ -242,20 +250,7 @@ func TestResumeReleasesCutReplica(t *testing.T) {
 		_, _ = io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\n"+
 			`data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}`+"\n\ndata: [DONE]\n\n")
 	})
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  p:
-    model: m
-    balance: round_robin
-    retries: 0
-    health: {disabled: true}
-    resume: {enabled: true}
-    replicas: [{name: a, url: "{{a}}"}, {name: b, url: "{{b}}"}]
-routes:
-  - name: default
-    to: p
-`, map[string]string{"a": a.Srv.URL, "b": b.URL}, nil))
+	gw := startGateway(t, resumeConfig(t, a.Srv.URL, b.URL, ""))
 	done := make(chan string, 1)
 	go func() {
 		_, body := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)

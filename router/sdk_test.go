@@ -116,17 +116,7 @@ func TestSDKsSurfaceCutStreams(t *testing.T) {
 // SDK runs it and sends the result back, and the model answers; plain and
 // streaming.
 func TestOpenAIAgentsSDK(t *testing.T) {
-	dir, err := filepath.Abs("../testdata/sdk")
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed; .ci/run installs it")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@openai", "agents")); err != nil {
-		t.Skip("the SDKs are not installed: run npm ci --prefix testdata/sdk (.ci/run does)")
-	}
+	node, dir := agentsSDK(t)
 	e := startAgents(t, 1)
 	for _, mode := range []string{"plain", "stream"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -156,36 +146,13 @@ func TestOpenAIAgentsSDK(t *testing.T) {
 // turn is cut and resumed on the other replica, and the SDK finishes the
 // run with the whole answer and no error.
 func TestOpenAIAgentsSDKResume(t *testing.T) {
-	dir, err := filepath.Abs("../testdata/sdk")
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed; .ci/run installs it")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@openai", "agents")); err != nil {
-		t.Skip("the SDKs are not installed: run npm ci --prefix testdata/sdk (.ci/run does)")
-	}
+	node, dir := agentsSDK(t)
 	prof := vllmsim.Profile{Model: "m", DefaultMaxTokens: 30}
 	a, b := startReplica(t, prof), startReplica(t, prof)
 	for _, r := range []*replica{a, b} {
 		r.Sim.SetFaults(vllmsim.Faults{CutAfterChunks: 20})
 	}
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  p:
-    model: m
-    balance: round_robin
-    retries: 0
-    health: {disabled: true}
-    resume: {enabled: true}
-    replicas: [{name: a, url: "{{a}}"}, {name: b, url: "{{b}}"}]
-routes:
-  - name: default
-    to: p
-`, map[string]string{"a": a.Srv.URL, "b": b.Srv.URL}, nil))
+	gw := startGateway(t, resumeConfig(t, a.Srv.URL, b.Srv.URL, ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, node, filepath.Join(dir, "agents.mjs"), gw.API.URL+"/v1", "stream").Output()
@@ -230,4 +197,21 @@ routes:
 	if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 1 {
 		t.Errorf("%v streams resumed, want the answer's", got)
 	}
+}
+
+// agentsSDK is node and testdata/sdk with the OpenAI Agents SDK installed,
+// or skips the test saying what is missing.
+func agentsSDK(t *testing.T) (node, dir string) {
+	t.Helper()
+	dir, err := filepath.Abs("../testdata/sdk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node, err = exec.LookPath("node"); err != nil {
+		t.Skip("node is not installed; .ci/run installs it")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@openai", "agents")); err != nil {
+		t.Skip("the SDKs are not installed: run npm ci --prefix testdata/sdk (.ci/run does)")
+	}
+	return node, dir
 }

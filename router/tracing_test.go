@@ -171,7 +171,7 @@ func keys[V any](m map[string]V) []string {
 // TestTracingResume: a stream its replica cut and another replica
 // continued is a success for the client, so the server span's status is
 // unset; the cut attempt's client span is an error, and the continuation
-// is a client span of its own, a child of the cut attempt.
+// is a client span of its own, its sibling, linked to it.
 func TestTracingResume(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -179,20 +179,7 @@ func TestTracingResume(t *testing.T) {
 	prof := vllmsim.Profile{Model: "m", DefaultMaxTokens: 24}
 	a, b := startReplica(t, prof), startReplica(t, prof)
 	a.Sim.SetFaults(vllmsim.Faults{CutAfterChunks: 5})
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  p:
-    model: m
-    balance: round_robin
-    retries: 0
-    health: {disabled: true}
-    resume: {enabled: true}
-    replicas: [{name: a, url: "{{a}}"}, {name: b, url: "{{b}}"}]
-routes:
-  - name: default
-    to: p
-`, map[string]string{"a": a.Srv.URL, "b": b.Srv.URL}, nil), func(o *router.Options) { o.Tracer = tp })
+	gw := startGateway(t, resumeConfig(t, a.Srv.URL, b.Srv.URL, ""), func(o *router.Options) { o.Tracer = tp })
 
 	resp, body := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"Describe the harbor."}]}`, nil)
 	if resp.StatusCode != 200 || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
