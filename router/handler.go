@@ -94,6 +94,9 @@ type exchange struct {
 	preq  pools.Request
 	exec  execution
 	clock upstreamClock
+	// end is how a relayed answer ended when not as its status line said;
+	// finish maps it to the status counted (statusOf).
+	end ending
 	// cut is a stream its replica cut, left for resume; cont makes the
 	// continuation's attempts.
 	cut  *cutStream
@@ -299,6 +302,36 @@ func (g *Gateway) hintUnknownModel(s *Snapshot, model string) {
 // statusClientClosed marks a request whose client went away (nginx's 499).
 const statusClientClosed = 499
 
+// ending is how an exchange ended besides the status line it was sent (or
+// that the gateway wrote): the client leaving, or a stream the replica cut
+// that no continuation completed.
+type ending uint8
+
+const (
+	endNormal     ending = iota
+	endClientLeft        // 499, whatever was sent
+	endCut               // 502: the stream was cut (200 had been sent)
+	endShutdown          // 503: the gateway's shutdown ended the stream
+)
+
+// statusOf is the status an exchange is counted and logged with: the
+// status line sent, unless it ended otherwise (ending), 200 when nothing
+// set one. It is decided here, once, at the edge.
+func (x *exchange) statusOf() int {
+	switch x.end {
+	case endClientLeft:
+		return statusClientClosed
+	case endCut:
+		return http.StatusBadGateway
+	case endShutdown:
+		return http.StatusServiceUnavailable
+	}
+	if x.status == 0 {
+		return http.StatusOK
+	}
+	return x.status
+}
+
 // fail writes err as the client's answer, with whatever route headers are
 // known.
 func (g *Gateway) fail(w http.ResponseWriter, x *exchange, err error, detail string) {
@@ -313,9 +346,7 @@ func (g *Gateway) fail(w http.ResponseWriter, x *exchange, err error, detail str
 func (g *Gateway) finish(x *exchange) {
 	elapsed := time.Since(x.start)
 	route, pool, class := orNone(x.route), orNone(x.pool), orNone(x.class)
-	if x.status == 0 {
-		x.status = http.StatusOK
-	}
+	x.status = x.statusOf()
 	g.metrics.requests.WithLabelValues(route, pool, class, statusLabel(x.status)).Inc()
 	g.metrics.keyRequests.WithLabelValues(x.keyName(), statusLabel(x.status)).Inc()
 	if x.pool != "" {

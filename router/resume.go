@@ -42,6 +42,10 @@ type resumeState struct {
 	// offset is the deltas sent before the continuation in progress: its
 	// prompt holds them, its completion does not.
 	offset int64
+	// reasoningDone: the reasoning item or thinking block was closed
+	// before any content (Responses, Messages): the partial message closes
+	// the thinking block, and the continuation's reasoning is content.
+	reasoningDone bool
 	// finish and usage are the continuation's, for a typed API's closing
 	// events.
 	finish string
@@ -211,18 +215,20 @@ const (
 // partial assistant message to continue (continue_final_message), and
 // max_tokens reduced by what was generated. Reasoning sent so far is
 // written "<think>\n" + reasoning, followed, once content was sent, by
-// "\n</think>\n\n" + content. With nothing sent yet it is the original
-// request.
+// "\n</think>\n\n" + content (also when a Responses reasoning item or a
+// Messages thinking block was closed before any content). With nothing
+// sent yet it is the original request.
 func (rs *resumeState) resumeBody(body []byte) ([]byte, error) {
 	rs.offset = int64(rs.tokens)
-	rs.afterContent = rs.inContent
+	closed := rs.inContent || rs.reasoningDone
+	rs.afterContent = closed
 	if len(rs.reasoning)+len(rs.content) == 0 {
 		return body, nil
 	}
 	partial := string(rs.content)
 	if len(rs.reasoning) > 0 {
 		partial = thinkOpen + string(rs.reasoning)
-		if rs.inContent {
+		if closed {
 			partial += thinkClose + string(rs.content)
 		}
 	}
@@ -263,6 +269,16 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 		reason = "max_stream_duration"
 	case ctx.Err() != nil:
 		reason = "the client went away"
+	case reason == "" && rs.typed != nil:
+		reason = rs.typed.unstarted()
+	}
+	if reason == "" {
+		// A request that cannot be continued is found before any replica
+		// is asked (the body is made again for each attempt, with what
+		// was sent by then).
+		if _, _, err := rs.request(x.up.body); err != nil {
+			reason = err.Error()
+		}
 	}
 	if reason != "" {
 		g.metrics.resumes.WithLabelValues(ps.Name, "not_resumable").Inc()
@@ -276,8 +292,18 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 	var res result
 	if ps.CanTake(func(r *pools.Replica) bool { return r.Endpoint == cut.rep.Endpoint }) {
 		res = g.execute(ctx, &x.exec)
+		x.retries += x.exec.retries
 	} else {
 		res.err = errors.New("no other replica of the pool can take it")
+	}
+	if ctx.Err() != nil && x.end != endClientLeft {
+		// The client left while a continuation was asked for (in a queue,
+		// a backoff or before its answer): nothing more is written.
+		g.clientLeft(ctx, x, ctx.Err(), x.span)
+	}
+	if x.end == endClientLeft {
+		x.resume = "the client left during the resume"
+		return
 	}
 	if !res.done {
 		g.metrics.resumes.WithLabelValues(ps.Name, "failed").Inc()
@@ -285,17 +311,14 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 		if res.err != nil {
 			x.resume += ": " + clip(res.err.Error())
 		}
-		x.status = http.StatusBadGateway
 		g.endCut(x, ps, cut.rep, cut.err)
 		return
 	}
 	g.metrics.resumes.WithLabelValues(ps.Name, "resumed").Inc()
 	x.resume = fmt.Sprintf("resumed on %s after %d deltas", x.rep.Name, rs.offset)
-	if x.status != statusClientClosed {
-		x.status = http.StatusOK
-		if p.sawUsage {
-			g.recordUsage(x, ps, p.prompt, p.completion, p.usageModel, x.span)
-		}
+	x.end = endNormal // the client's stream was completed
+	if p.sawUsage {
+		g.recordUsage(x, ps, p.prompt, p.completion, p.usageModel, x.span)
 	}
 	g.log.Warn("stream cut by replica; resumed on another replica", "request_id", x.id, "pool", ps.Name,
 		"replica", cut.rep.Name, "error", cut.err.Error())
@@ -348,6 +371,9 @@ func (c *continuation) send(ctx context.Context, rep *pools.Replica) result {
 			return g.upstreamRequest(ctx, hctx, x, x.up.r, ps, rep, body, path)
 		}})
 	if resp == nil {
+		if ctx.Err() != nil {
+			g.clientLeft(ctx, x, ctx.Err(), span)
+		}
 		return res
 	}
 	defer resp.Body.Close()
@@ -364,6 +390,8 @@ func (c *continuation) send(ctx context.Context, rep *pools.Replica) result {
 	g.trackStream(x, clock.cancel) // shutdown ends the continuation too
 	defer g.untrackStream(x)
 	rs.begin()
+	// What an earlier attempt left in the pump: why it stopped, a [DONE].
+	p.refused, p.sawDone = nil, false
 	if span.IsRecording() {
 		span.AddEvent("switchyard.resume", trace.WithAttributes(attrSwitchyardReplica.String(rep.Name)))
 	}
@@ -376,8 +404,21 @@ func (c *continuation) send(ctx context.Context, rep *pools.Replica) result {
 		return result{done: true, outcome: pools.Neutral}
 	}
 	setClientError(span, errTypeStreamCut, err)
-	if errors.Is(context.Cause(hctx), errShuttingDown) {
+	var pt *phaseTimeout
+	switch cause := context.Cause(hctx); {
+	case errors.Is(cause, errShuttingDown):
+		x.end = endShutdown
 		return result{outcome: pools.Neutral, err: errShuttingDown}
+	case errors.As(cause, &pt) && pt == ps.timeouts.totalErr:
+		// A long answer, not a failing replica: not continued again.
+		rs.broken = "max_stream_duration"
+		return result{outcome: pools.Neutral, err: fmt.Errorf("%w: %s", errStreamCut, pt.msg)}
+	case errors.Is(err, errNotContinued):
+		// The gateway cannot carry what the continuation sent into the
+		// client's stream: not the replica's fault, and no other replica
+		// would do better.
+		rs.broken = err.Error()
+		return result{outcome: pools.Neutral, err: err}
 	}
 	g.log.Warn("stream resume failed", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
 	return result{retry: rs.broken == "", outcome: pools.Status5xx, reason: "stream_cut", detail: "stream: " + err.Error(), err: err}

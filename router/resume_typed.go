@@ -29,6 +29,10 @@ type typedResume interface {
 	translate(p *pump, data []byte, done bool) ([]byte, error)
 	// toChat is the chat request for the client's request body.
 	toChat(body []byte) ([]byte, error)
+	// unstarted says why the stream cannot be continued because it had
+	// not begun ("" when it had): a continuation has nothing to build on
+	// before the API's first event.
+	unstarted() string
 }
 
 // errNotContinued: a continuation sent what the client's API stream cannot
@@ -178,6 +182,13 @@ type outputItem struct {
 
 func (r *responsesResume) toChat(body []byte) ([]byte, error) { return responsesToChat(body) }
 
+func (r *responsesResume) unstarted() string {
+	if r.response == "" {
+		return "the stream had not sent response.created"
+	}
+	return ""
+}
+
 func (r *responsesResume) observe(typ string, root gjson.Result) {
 	rs := r.rs
 	switch typ {
@@ -224,9 +235,17 @@ func (r *responsesResume) observe(typ string, root gjson.Result) {
 			r.open.partDone = true
 		}
 	case "response.output_item.done":
+		if root.Get("item.type").Str == "reasoning" {
+			rs.reasoningDone = true
+		}
 		r.items = append(r.items, root.Get("item").Raw)
 		if r.kept += len(root.Get("item").Raw); r.kept > rs.maxBuffer {
-			rs.broken, r.items = "the answer outgrew resume.max_buffer", nil
+			// A continuation in progress still needs the items for its
+			// terminal event; another one will not be asked for.
+			rs.broken = "the answer outgrew resume.max_buffer"
+			if !rs.cont {
+				r.items = nil
+			}
 		}
 		r.next = int(root.Get("output_index").Int()) + 1
 		r.open = nil
@@ -256,9 +275,15 @@ func (r *responsesResume) translate(p *pump, data []byte, done bool) ([]byte, er
 		if it := e.open; it != nil && it.textDone && d.reasoning+d.content != "" {
 			return nil, fmt.Errorf("%w: the output item's text had ended", errNotContinued)
 		}
+		if d.reasoning != "" && e.open != nil && e.open.kind == "message" {
+			// A message item was opened: what follows is its text.
+			d.content, d.reasoning = d.reasoning+d.content, ""
+		}
 		if d.reasoning != "" {
 			if e.open == nil {
 				e.start("reasoning")
+			} else if !e.open.part {
+				e.part()
 			}
 			e.delta("response.reasoning_text.delta", d.reasoning)
 		}
@@ -399,7 +424,8 @@ type messagesResume struct {
 	next int
 	// input is message_start's input_tokens: the prompt's, exact, where
 	// the continuation's includes the text already sent.
-	input gjson.Result
+	input   gjson.Result
+	started bool // message_start was sent
 }
 
 // messagesBlock is a text or thinking block in progress.
@@ -411,11 +437,18 @@ type messagesBlock struct {
 
 func (m *messagesResume) toChat(body []byte) ([]byte, error) { return messagesToChat(body) }
 
+func (m *messagesResume) unstarted() string {
+	if !m.started {
+		return "the stream had not sent message_start"
+	}
+	return ""
+}
+
 func (m *messagesResume) observe(typ string, root gjson.Result) {
 	rs := m.rs
 	switch typ {
 	case "message_start":
-		m.input = root.Get("message.usage.input_tokens")
+		m.input, m.started = root.Get("message.usage.input_tokens"), true
 	case "ping":
 	case "content_block_start":
 		switch k := root.Get("content_block.type").Str; k {
@@ -442,6 +475,9 @@ func (m *messagesResume) observe(typ string, root gjson.Result) {
 			rs.broken = "a delta of type " + strconv.Quote(clip(d.Get("type").Str)) + " was being sent"
 		}
 	case "content_block_stop":
+		if m.open != nil && m.open.kind == "thinking" {
+			rs.reasoningDone = true
+		}
 		m.next, m.open = int(root.Get("index").Int())+1, nil
 	case "message_delta", "message_stop":
 		rs.broken = "the answer had finished"
@@ -459,6 +495,10 @@ func (m *messagesResume) translate(p *pump, data []byte, done bool) ([]byte, err
 	}
 	if !done {
 		d := rs.readChatDelta(data)
+		if d.reasoning != "" && e.open != nil && e.open.kind == "text" {
+			// A text block was opened: what follows is its text.
+			d.content, d.reasoning = d.reasoning+d.content, ""
+		}
 		if d.reasoning != "" {
 			if e.open == nil {
 				e.start("thinking")

@@ -84,6 +84,11 @@ func TestResumeResponsesStream(t *testing.T) {
 			if a.count() != 1 || b.count() != 1 || !gjson.GetBytes(cont, "continue_final_message").Bool() || gjson.GetBytes(cont, "messages.0.role").Str != "system" {
 				t.Errorf("a got %d requests, b %d; continuation %s", a.count(), b.count(), cont)
 			}
+			// Cut once the reasoning item was done: the partial message
+			// closes the thinking block, so the model answers.
+			if partial := gjson.GetBytes(cont, "messages.@reverse.0.content").Str; cutAfter >= 15 && !strings.Contains(partial, "\n</think>\n\n") {
+				t.Errorf("partial message %q leaves the reasoning open", partial)
+			}
 			eventually(t, 5*time.Second, "the request to be counted", func() bool {
 				return metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}) == 1 &&
 					metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}) == 1
@@ -140,6 +145,11 @@ func TestResumeMessagesStream(t *testing.T) {
 			}
 			if p := b.lastBody(); !gjson.GetBytes(p, "continue_final_message").Bool() || gjson.GetBytes(p, "messages.0.content").Str != "Be brief." {
 				t.Errorf("continuation %s", p)
+			}
+			// Cut once the thinking block had stopped: the partial message
+			// closes it.
+			if partial := gjson.GetBytes(b.lastBody(), "messages.@reverse.0.content").Str; cutAfter >= 12 && !strings.Contains(partial, "\n</think>\n\n") {
+				t.Errorf("partial message %q leaves the thinking open", partial)
 			}
 		})
 	}

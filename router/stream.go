@@ -160,6 +160,11 @@ func (p *pump) run(body io.Reader) error {
 					return err
 				}
 				p.midEvent = true
+				if p.resume != nil {
+					// Unread, so not followed: a continuation would not
+					// know what the client was sent.
+					p.resume.broken = "an event over the size limit was passed through unread"
+				}
 				start, end, scan = 0, 0, 0
 			}
 		}
@@ -460,7 +465,9 @@ func (p *pump) typedEvent(ev, data []byte) []byte {
 	}
 	root := gjson.ParseBytes(data)
 	typ := root.Get("type").Str
-	if rs := p.resume; rs != nil && rs.typed != nil && rs.broken == "" {
+	if rs := p.resume; rs != nil && rs.typed != nil && (rs.broken == "" || rs.cont) {
+		// While a continuation runs its translation keeps following what
+		// was sent, even once the answer cannot be resumed again.
 		rs.typed.observe(typ, root)
 	}
 	if p.ep == responsesEndpoint {

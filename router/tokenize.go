@@ -45,6 +45,9 @@ func (g *Gateway) fits(ctx context.Context, ps *poolState, x *exchange) bool {
 	}
 	n, err := g.countPrompt(ctx, ps, x)
 	if err != nil {
+		if ctx.Err() != nil {
+			return fitsContext(ps, x) // the client left: nothing to count
+		}
 		g.metrics.tokenize.WithLabelValues(ps.Name, "error").Inc()
 		g.log.Debug("tokenize failed; the estimate decides", "request_id", x.id, "pool", ps.Name, "error", err.Error())
 		return fitsContext(ps, x)

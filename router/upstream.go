@@ -70,7 +70,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 		lastErr = err
 		if ctx.Err() != nil {
-			x.status = statusClientClosed
+			x.end = endClientLeft
 			return
 		}
 		// A timeout or an over-size answer is the request's own result,
@@ -204,7 +204,7 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 		}})
 	if resp == nil {
 		if ctx.Err() != nil {
-			x.status = statusClientClosed // cancelled by the client, not failed
+			x.end = endClientLeft // cancelled by the client, not failed
 		}
 		return res
 	}
@@ -258,7 +258,7 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 		return result{outcome: pools.Neutral, err: ue}
 	} else if err != nil {
 		if ctx.Err() != nil {
-			x.status = statusClientClosed
+			x.end = endClientLeft
 		}
 		var pt *phaseTimeout
 		if errors.As(context.Cause(hctx), &pt) {
@@ -357,7 +357,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	// or stream_idle_timeout, failed; one that ran into
 	// max_stream_duration just produced a long answer.
 	outcome := pools.Status5xx
-	x.status = http.StatusBadGateway // counted as failed although 200 was sent
+	x.end = endCut // counted as failed although 200 was sent
 	cause := context.Cause(hctx)
 	var pt *phaseTimeout
 	switch {
@@ -367,7 +367,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 			outcome = pools.Neutral
 		}
 	case errors.Is(cause, errShuttingDown):
-		err, outcome, x.status = errShuttingDown, pools.Neutral, http.StatusServiceUnavailable
+		err, outcome, x.end = errShuttingDown, pools.Neutral, endShutdown
 	}
 	setClientError(span, errTypeStreamCut, err)
 	if p.resume != nil {
@@ -397,7 +397,7 @@ type cutStream struct {
 // streamed so far are counted when the usage never came.
 func (g *Gateway) clientLeft(ctx context.Context, x *exchange, err error, span trace.Span) {
 	p := &x.pump
-	x.status = statusClientClosed
+	x.end = endClientLeft
 	x.errMsg = "client closed the stream"
 	if errors.Is(err, errClientGone) && ctx.Err() == nil {
 		x.errMsg = "client stopped reading: " + err.Error()
