@@ -75,6 +75,7 @@ func adaptResponses(body []byte) ([]byte, customTools) {
 	// to tools; custom tool calls and their outputs, sent back, become
 	// the function calls the custom tools were offered as.
 	var extra []gjson.Result
+	var update string // a configuration_update item's reasoning effort
 	input := root.Get("input")
 	if input.IsArray() {
 		var items []string
@@ -83,6 +84,15 @@ func adaptResponses(body []byte) ([]byte, customTools) {
 			switch it.Get("type").Str {
 			case "additional_tools":
 				extra = append(extra, it.Get("tools").Array()...)
+				changed = true
+				return true
+			case "configuration_update":
+				// Codex's settings for the turns that follow (its reasoning
+				// effort); not an item vLLM knows. The last one's effort
+				// stands in for a request that names none.
+				if e := it.Get("reasoning.effort"); e.Type == gjson.String {
+					update = e.Str
+				}
 				changed = true
 				return true
 			case "reasoning":
@@ -108,6 +118,12 @@ func adaptResponses(body []byte) ([]byte, customTools) {
 		})
 		if changed {
 			setRaw("input", "["+strings.Join(items, ",")+"]")
+		}
+		if update != "" && !root.Get("reasoning.effort").Exists() {
+			if e, ok := vllmEffort(update); ok {
+				update = e
+			}
+			set("reasoning.effort", update)
 		}
 	}
 	// Tools: namespace groups are flattened into their tools; custom
