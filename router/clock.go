@@ -167,18 +167,23 @@ func (c *upstreamClock) headers(cctx context.Context, resp *http.Response, err e
 // streaming arms the first-event timeout (bounded by the whole-stream one)
 // for a stream whose headers arrived, or the idle and total ones when it
 // is off.
-func (c *upstreamClock) streaming() {
-	c.streamStart = time.Now()
-	c.lastPush = c.streamStart
+func (c *upstreamClock) streaming() { c.streamingSince(time.Now()) }
+
+// streamingSince is streaming for a stream that began at start: a
+// continuation of a cut stream gets what is left of max_stream_duration,
+// not a new one.
+func (c *upstreamClock) streamingSince(start time.Time) {
+	now := time.Now()
+	c.streamStart, c.lastPush = start, now
 	if c.t.firstToken > 0 {
-		if c.t.total > 0 && c.t.total < c.t.firstToken {
-			c.arm(phaseTotal, c.t.total)
+		if left := c.t.total - now.Sub(start); c.t.total > 0 && left < c.t.firstToken {
+			c.arm(phaseTotal, max(left, time.Nanosecond))
 		} else {
 			c.arm(phaseFirstToken, c.t.firstToken)
 		}
 		return
 	}
-	c.push(c.streamStart)
+	c.push(now)
 }
 
 // body bounds reading a non-stream answer's body once its headers arrived

@@ -1,12 +1,14 @@
 package router
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -90,5 +92,32 @@ func TestContinuationRelabelsReasoning(t *testing.T) {
 				t.Errorf("continuation %s, want %s", out, tc.want)
 			}
 		})
+	}
+}
+
+// TestClockContinuesStreamDuration: a continuation's clock counts
+// max_stream_duration from the cut stream's start, so one begun an hour
+// ago is ended at once, and one begun now is not.
+func TestClockContinuesStreamDuration(t *testing.T) {
+	tt := newPoolTimeouts(time.Minute, 0, 0, time.Minute)
+	var c upstreamClock
+	ctx := c.start(context.Background(), tt)
+	defer c.stop()
+	if !c.take() {
+		t.Fatal("the header timeout fired")
+	}
+	c.streamingSince(time.Now().Add(-time.Hour))
+	<-ctx.Done()
+	if cause := context.Cause(ctx); cause != tt.totalErr {
+		t.Errorf("cause %v, want max_stream_duration", cause)
+	}
+
+	var fresh upstreamClock
+	ctx = fresh.start(context.Background(), tt)
+	defer fresh.stop()
+	fresh.take()
+	fresh.streamingSince(time.Now())
+	if ctx.Err() != nil {
+		t.Errorf("a stream begun now was ended: %v", context.Cause(ctx))
 	}
 }

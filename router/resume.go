@@ -386,7 +386,7 @@ func (c *continuation) send(ctx context.Context, rep *pools.Replica) result {
 		err := fmt.Errorf("replica %q answered %d: %s", rep.Name, resp.StatusCode, msg)
 		return result{outcome: o, detail: "resume: " + err.Error(), err: err}
 	}
-	clock.streaming()
+	clock.streamingSince(c.cut.started)
 	g.trackStream(x, clock.cancel) // shutdown ends the continuation too
 	defer g.untrackStream(x)
 	rs.begin()

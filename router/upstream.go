@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/switchyard/switchyard/pools"
 	"github.com/tidwall/sjson"
@@ -371,7 +372,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	}
 	setClientError(span, errTypeStreamCut, err)
 	if p.resume != nil {
-		x.cut = &cutStream{rep: rep, err: err, cause: cause, span: span.SpanContext(), sw: sw}
+		x.cut = &cutStream{rep: rep, err: err, cause: cause, span: span.SpanContext(), sw: sw, started: clock.streamStart}
 	} else {
 		g.endCut(x, ps, rep, err)
 	}
@@ -389,6 +390,9 @@ type cutStream struct {
 	// sw, when tracing, reads the whole answer for the spans.
 	span trace.SpanContext
 	sw   *spanWriter
+	// started is when the stream began: max_stream_duration counts from
+	// then across continuations.
+	started time.Time
 }
 
 // clientLeft records a client that went away mid-stream (or stopped
