@@ -92,11 +92,13 @@ type Gateway struct {
 	// their upstream attempt, so that shutdown can end them cleanly.
 	streamsMu sync.Mutex
 	streams   map[*exchange]context.CancelCauseFunc
-	reloadMu  sync.Mutex // serialises Reload/Apply
-	gen       atomic.Int64
-	ctx       context.Context // owns pool loops
-	stop      context.CancelFunc
-	reqSeq    atomic.Uint64
+	// streamsCut: CutStreams has run; later streams are ended at once.
+	streamsCut bool
+	reloadMu   sync.Mutex // serialises Reload/Apply
+	gen        atomic.Int64
+	ctx        context.Context // owns pool loops
+	stop       context.CancelFunc
+	reqSeq     atomic.Uint64
 	// rand jitters retry backoff (Options.Rand, else math/rand/v2).
 	rand func() uint64
 }
@@ -183,13 +185,20 @@ func (g *Gateway) Close() {
 // out.
 var errShuttingDown = errors.New("the gateway is shutting down")
 
+// trackStream records a stream being pumped, so that CutStreams can end
+// it. Once CutStreams has run, a stream that starts (a request that was
+// queued, or a continuation of a cut stream) is ended at once.
 func (g *Gateway) trackStream(x *exchange, cancel context.CancelCauseFunc) {
 	g.streamsMu.Lock()
+	defer g.streamsMu.Unlock()
+	if g.streamsCut {
+		cancel(errShuttingDown)
+		return
+	}
 	if g.streams == nil {
 		g.streams = map[*exchange]context.CancelCauseFunc{}
 	}
 	g.streams[x] = cancel
-	g.streamsMu.Unlock()
 }
 
 func (g *Gateway) untrackStream(x *exchange) {
@@ -200,11 +209,13 @@ func (g *Gateway) untrackStream(x *exchange) {
 
 // CutStreams ends every client stream in progress with an error event
 // saying the gateway is shutting down (their upstream requests are
-// cancelled), and returns how many there were. The handlers finish
-// writing on their own goroutines.
+// cancelled), and returns how many there were; a stream that starts later
+// (a queued request, a cut stream's continuation) is ended as it starts.
+// The handlers finish writing on their own goroutines.
 func (g *Gateway) CutStreams() int {
 	g.streamsMu.Lock()
 	defer g.streamsMu.Unlock()
+	g.streamsCut = true
 	for _, cancel := range g.streams {
 		cancel(errShuttingDown)
 	}

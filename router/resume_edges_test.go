@@ -171,3 +171,22 @@ func TestResumeAfterOversizeEvent(t *testing.T) {
 		t.Errorf("log does not say why: %.2000s", gw.Logs.String())
 	}
 }
+
+// TestResumeAfterCutStreams: once the shutdown has ended the open streams,
+// a stream that starts is ended at once, and its continuation is not
+// asked for. (Before, a stream between its cut and its continuation was
+// tracked by nothing, so the continuation ran on after the shutdown.)
+func TestResumeAfterCutStreams(t *testing.T) {
+	a := sseUpstream(t, chatChunk(`{"role":"assistant","content":""}`)+chatChunk(`{"content":"Hello"}`), nil)
+	calls := 0
+	b := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) { calls++ })
+	gw := startGateway(t, resumeConfig(t, a.URL, b.URL, ""))
+	gw.G.CutStreams()
+	_, body := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
+	if !strings.Contains(string(body), "shutting down") || calls != 0 {
+		t.Errorf("%d continuations; the stream: %q", calls, body)
+	}
+	eventually(t, 5*time.Second, "a 503 to be logged", func() bool {
+		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "503"}) == 1
+	})
+}
