@@ -366,10 +366,7 @@ func (c *continuation) send(ctx context.Context, rep *pools.Replica) result {
 	}
 	clock := &x.clock
 	defer clock.stop()
-	resp, hctx, res := g.send(ctx, span, sendSpec{ps: ps, rep: rep, clock: clock, ex: &x.exec, what: "resume: ",
-		build: func(hctx context.Context) (*http.Request, error) {
-			return g.upstreamRequest(ctx, hctx, x, x.up.r, ps, rep, body, path)
-		}})
+	resp, hctx, res := g.send(ctx, span, sendSpec{ps: ps, rep: rep, clock: clock, ex: &x.exec, what: "resume: ", x: x, body: body, path: path})
 	if resp == nil {
 		if ctx.Err() != nil {
 			g.clientLeft(ctx, x, ctx.Err(), span)

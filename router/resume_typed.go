@@ -23,10 +23,10 @@ type typedResume interface {
 	// (resumeState.broken) when the event is one a continuation could not
 	// follow.
 	observe(typ string, root gjson.Result)
-	// translate turns one data event of the continuation's chat stream
-	// into the client API's events, as SSE bytes (nil: none yet); done is
-	// the chat stream's [DONE], after which the answer is closed.
-	translate(p *pump, data []byte, done bool) ([]byte, error)
+	// translate turns one chunk of the continuation's chat stream, read
+	// into d, into the client API's events, as SSE bytes (nil: none yet);
+	// done is the chat stream's [DONE], after which the answer is closed.
+	translate(p *pump, d chatDelta, done bool) ([]byte, error)
 	// toChat is the chat request for the client's request body.
 	toChat(body []byte) ([]byte, error)
 	// unstarted says why the stream cannot be continued because it had
@@ -99,8 +99,9 @@ func (p *pump) translated(data []byte) ([]byte, bool) {
 		return nil, false
 	}
 	done := strings.TrimSpace(string(data)) == string(doneValue)
+	var d chatDelta
 	if !done {
-		d := rs.readChatDelta(data)
+		d = rs.readChatDelta(data)
 		if d.toolCall {
 			rs.broken = "the continuation called a tool"
 			p.refused = fmt.Errorf("%w: %s", errNotContinued, rs.broken)
@@ -113,7 +114,7 @@ func (p *pump) translated(data []byte) ([]byte, bool) {
 			rs.usage = d.usage
 		}
 	}
-	evs, err := rs.typed.translate(p, data, done)
+	evs, err := rs.typed.translate(p, d, done)
 	if err != nil {
 		p.refused = err
 		return nil, false
@@ -260,7 +261,7 @@ func (r *responsesResume) observe(typ string, root gjson.Result) {
 	}
 }
 
-func (r *responsesResume) translate(p *pump, data []byte, done bool) ([]byte, error) {
+func (r *responsesResume) translate(p *pump, d chatDelta, done bool) ([]byte, error) {
 	rs := r.rs
 	if r.response == "" {
 		return nil, fmt.Errorf("%w: the stream had not sent response.created", errNotContinued)
@@ -271,7 +272,6 @@ func (r *responsesResume) translate(p *pump, data []byte, done bool) ([]byte, er
 		e.open = &cp
 	}
 	if !done {
-		d := rs.readChatDelta(data)
 		if it := e.open; it != nil && it.textDone && d.reasoning+d.content != "" {
 			return nil, fmt.Errorf("%w: the output item's text had ended", errNotContinued)
 		}
@@ -486,7 +486,7 @@ func (m *messagesResume) observe(typ string, root gjson.Result) {
 	}
 }
 
-func (m *messagesResume) translate(p *pump, data []byte, done bool) ([]byte, error) {
+func (m *messagesResume) translate(p *pump, d chatDelta, done bool) ([]byte, error) {
 	rs := m.rs
 	e := messagesEmitter{next: m.next, rand: m.rand}
 	if m.open != nil {
@@ -494,7 +494,6 @@ func (m *messagesResume) translate(p *pump, data []byte, done bool) ([]byte, err
 		e.open = &cp
 	}
 	if !done {
-		d := rs.readChatDelta(data)
 		if d.reasoning != "" && e.open != nil && e.open.kind == "text" {
 			// A text block was opened: what follows is its text.
 			d.content, d.reasoning = d.reasoning+d.content, ""

@@ -32,11 +32,17 @@ type sendSpec struct {
 	// status is known (see execute's poison rule), not when the answer
 	// (perhaps a long stream) ends.
 	ex *execution
+	// x, body and path: a client request's attempt, sent with
+	// upstreamRequest (path "" is the client's endpoint). Without x,
 	// build makes the request with the attempt's context.
+	x     *exchange
+	body  []byte
+	path  string
 	build func(hctx context.Context) (*http.Request, error)
-	// judge classifies the answer's status (judgeStatus when nil); it may
-	// read the body, leaving it readable.
-	judge func(resp *http.Response) (o pools.Outcome, retry bool, reason string)
+	// clientJudge judges the status by the client endpoint's rules
+	// (exchange.judge; it may read the body, leaving it readable) instead
+	// of judgeStatus.
+	clientJudge bool
 	// what prefixes the detail of a failed status ("classifier ").
 	what string
 }
@@ -49,7 +55,13 @@ type sendSpec struct {
 // with a phase timeout.
 func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *http.Response, hctx context.Context, res result) {
 	hctx = a.clock.start(ctx, a.ps.timeouts)
-	req, err := a.build(hctx)
+	var req *http.Request
+	var err error
+	if a.x != nil {
+		req, err = g.upstreamRequest(ctx, hctx, a.x, a.x.up.r, a.ps, a.rep, a.body, a.path)
+	} else {
+		req, err = a.build(hctx)
+	}
 	if err != nil {
 		return nil, hctx, result{err: fmt.Errorf("%w: %v", errUpstream, err)}
 	}
@@ -67,11 +79,14 @@ func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *
 	if a.ex != nil {
 		a.ex.settle(a.ps, resp.StatusCode)
 	}
-	judge := a.judge
-	if judge == nil {
-		judge = func(resp *http.Response) (pools.Outcome, bool, string) { return judgeStatus(resp.StatusCode) }
+	var o pools.Outcome
+	var retry bool
+	var reason string
+	if a.clientJudge {
+		o, retry, reason = a.x.judge(resp)
+	} else {
+		o, retry, reason = judgeStatus(resp.StatusCode)
 	}
-	o, retry, reason := judge(resp)
 	if !retry {
 		setClientStatus(span, resp.StatusCode, "")
 		return resp, hctx, result{}

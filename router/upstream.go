@@ -199,10 +199,7 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 		span.SetAttributes(appendString(x.requestSettings(), attrGenAIRequestModel, u.ps.Model)...)
 	}
 	defer x.clock.stop()
-	resp, hctx, res := g.send(ctx, span, sendSpec{ps: u.ps, rep: rep, clock: &x.clock, ex: &x.exec, judge: x.judge,
-		build: func(hctx context.Context) (*http.Request, error) {
-			return g.upstreamRequest(ctx, hctx, x, u.r, u.ps, rep, u.body, "")
-		}})
+	resp, hctx, res := g.send(ctx, span, sendSpec{ps: u.ps, rep: rep, clock: &x.clock, ex: &x.exec, x: x, body: u.body, clientJudge: true})
 	if resp == nil {
 		if ctx.Err() != nil {
 			x.end = endClientLeft // cancelled by the client, not failed
