@@ -119,7 +119,7 @@ func adminReplicaView(t *testing.T, gw *gateway, pool, name string) adminReplica
 // TestReplicaKilledUnderLoad: a closed loop of concurrent requests runs
 // while one of three replicas dies. No client sees a failure: requests in
 // flight on it and those that pick it next are retried on the others. It is
-// ejected, marked down by probes, and once a server listens on its address
+// ejected or marked down by probes (whichever sees it first), and once a server listens on its address
 // again, probes readmit it and it serves again.
 func TestReplicaKilledUnderLoad(t *testing.T) {
 	const model = "openbmb/MiniCPM5-2B"
@@ -198,9 +198,12 @@ routes:
 	reps["c"].Srv.Close()
 	killedAt := ok.Load()
 
-	eventually(t, failoverWait, "/admin/pools to show c ejected", func() bool {
+	// Outlier detection (3 failed requests) and the probes (2 failed
+	// probes) race to take c out; which wins depends on the scheduler, so
+	// either is accepted. TestRetryOnAnotherReplica covers ejection alone.
+	eventually(t, failoverWait, "/admin/pools to show c out of rotation", func() bool {
 		v := adminReplicaView(t, gw, "main", "c")
-		return v.Ejected && v.Ejections >= 1 && v.LastError != ""
+		return (v.Ejected && v.Ejections >= 1 || !v.Healthy) && v.LastError != ""
 	})
 	eventually(t, failoverWait, "probes to mark c down", func() bool { return !dead.Healthy() })
 	eventually(t, failoverWait, "traffic to flow on a and b", func() bool { return ok.Load() > killedAt+50 })
