@@ -126,12 +126,14 @@ type load struct {
 	errs       []string
 	stop       chan struct{}
 	wg         sync.WaitGroup
+	// completed counts each client's finished requests.
+	completed []atomic.Int64
 }
 
 func startLoad(t *testing.T, url string, clients int) *load {
-	l := &load{stop: make(chan struct{})}
+	l := &load{stop: make(chan struct{}), completed: make([]atomic.Int64, clients)}
 	body := `{"model":"small","messages":[{"role":"user","content":"hi"}]}`
-	for range clients {
+	for i := range clients {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
@@ -142,6 +144,7 @@ func startLoad(t *testing.T, url string, clients int) *load {
 				default:
 				}
 				resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+				l.completed[i].Add(1)
 				if err == nil {
 					var b [512]byte
 					n, _ := resp.Body.Read(b[:])
@@ -161,6 +164,24 @@ func startLoad(t *testing.T, url string, clients int) *load {
 	}
 	t.Cleanup(l.end)
 	return l
+}
+
+// drain waits until every request begun before it was called has ended:
+// each client has finished one more request than it had then.
+func (l *load) drain(t *testing.T) {
+	t.Helper()
+	mark := make([]int64, len(l.completed))
+	for i := range l.completed {
+		mark[i] = l.completed[i].Load()
+	}
+	eventually(t, 30*time.Second, "the requests in flight to end", func() bool {
+		for i := range l.completed {
+			if l.completed[i].Load() <= mark[i] {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func (l *load) end() {
@@ -232,7 +253,7 @@ routes:
 
 	a("127.0.0.3", "127.0.0.4") // removed
 	want("127.0.0.2 removed", "127.0.0.3", "127.0.0.4")
-	time.Sleep(50 * time.Millisecond) // requests picked before the removal finish
+	l.drain(t) // requests that picked 127.0.0.2 before the removal end
 	gone := counts["127.0.0.2"].Load()
 
 	a("127.0.0.4", "127.0.0.5") // changed: .3 becomes .5

@@ -645,14 +645,26 @@ func TestShareControlAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
+	// The controller ticks (on a decision) when window/30 has passed on
+	// the gateway's clock, which the test moves: no tick runs between the
+	// reads below.
+	var (
+		mu  sync.Mutex
+		now = time.Unix(1e9, 0)
+	)
+	gw := startGateway(t, cfg, func(o *router.Options) {
+		o.ConfigPath = path
+		o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	})
 	for i := range 40 {
 		q := "What is the capital of country " + fmt.Sprint(i) + "?"
 		if i%3 == 0 {
 			q = "Prove step by step that the algorithm " + fmt.Sprint(i) + " terminates."
 		}
 		post(t, gw.API.URL+"/v1/chat/completions", chatBody(q, ""), nil)
-		time.Sleep(40 * time.Millisecond) // the controller ticks every window/30
+		mu.Lock()
+		now = now.Add(40 * time.Millisecond)
+		mu.Unlock()
 	}
 	getControl := func() []byte {
 		r, err := http.Get(gw.Admin.URL + "/admin/control")
@@ -669,6 +681,9 @@ func TestShareControlAdmin(t *testing.T) {
 		t.Errorf("/admin/control: %s", b)
 	}
 	thr := gjson.GetBytes(b, "share.threshold").Float()
+	if thr == 0.5 {
+		t.Errorf("threshold still at its start, 0.5, after 40 requests: the reload below would prove nothing")
+	}
 	if got := metricValue(t, gw, "switchyard_control_threshold", map[string]string{"pool": "qwen"}); got != thr {
 		t.Errorf("threshold metric %v, /admin/control %v", got, thr)
 	}
