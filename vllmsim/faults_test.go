@@ -128,23 +128,46 @@ func TestTimingIsHonest(t *testing.T) {
 	}
 }
 
+// TestSlowStartAndStall, on a fake clock: slow_start delays the first
+// token by exactly its time; stall holds a request, before any answer,
+// until the client gives up.
 func TestSlowStartAndStall(t *testing.T) {
-	sim, ts := start(t, vllmsim.Profile{})
+	clock := newFakeClock()
+	sim, ts := start(t, vllmsim.Profile{}, clock.option())
 	sim.SetFaults(vllmsim.Faults{SlowStart: 60 * time.Millisecond})
-	begin := time.Now()
-	resp, _ := post(t, ts, "/v1/chat/completions", chatHi)
-	if d := time.Since(begin); resp.StatusCode != http.StatusOK || d < 60*time.Millisecond {
-		t.Errorf("slow start: status %d after %v", resp.StatusCode, d)
+	s := runTimed(t, clock, ts, "/v1/chat/completions", `{"stream":true,"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`, 0)
+	if len(s.waits) == 0 || s.waits[0] != 60*time.Millisecond {
+		t.Errorf("waits %v: want the 60ms slow start first", s.waits)
+	}
+	if n := countPrefix(s.lines, `data: {"id"`); n < 2 || s.lines[len(s.lines)-1] != "data: [DONE]" {
+		t.Errorf("slow-started stream %q: want its chunks and [DONE]", s.lines)
 	}
 
 	sim.SetFaults(vllmsim.Faults{Stall: time.Hour})
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/chat/completions", strings.NewReader(chatHi))
-	if _, err := ts.Client().Do(req); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("stalled request: %v, want the client deadline", err)
+	errc := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/chat/completions", strings.NewReader(chatHi))
+		resp, err := ts.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	if d, _ := clock.next(t, nil); d != time.Hour {
+		t.Fatalf("the stalled request waits %v, want the 1h stall", d)
 	}
-	eventually(t, time.Second, "the stalled request counted cancelled", func() bool { return sim.Stats().Cancelled == 1 })
+	select {
+	case err := <-errc:
+		t.Fatalf("the stalled request was answered (err %v) while the clock stood still", err)
+	default:
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("stalled request: %v, want the client's cancel", err)
+	}
+	eventually(t, 10*time.Second, "the stalled request counted cancelled", func() bool { return sim.Stats().Cancelled == 1 })
 	if got := sim.Faults(); got.Stall != time.Hour {
 		t.Errorf("Faults() = %+v", got)
 	}
