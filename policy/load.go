@@ -43,7 +43,7 @@ func LoadFile(path string, reg LoadOptions) (*Config, error) {
 // FILE:LINE:COL: message. The Config returned is not changed afterwards.
 func Load(file string, data []byte, reg LoadOptions) (*Config, error) {
 	c := &collector{file: file}
-	cfg, broken := decode(c, file, data)
+	cfg, broken, hidden := decode(c, file, data)
 	if cfg == nil {
 		return nil, c.result()
 	}
@@ -51,7 +51,7 @@ func Load(file string, data []byte, reg LoadOptions) (*Config, error) {
 	// reports every independent problem; the parts that did not decode
 	// (broken) are skipped, and references to them (a route's pool) are
 	// taken as valid rather than reported again.
-	at := positions{c: c, root: cfg.root, broken: broken}
+	at := positions{c: c, root: cfg.root, broken: broken, hidden: hidden}
 	(&validator{positions: at, cfg: cfg, reg: reg}).validate()
 	if !reg.SkipEnv {
 		(&secrets{positions: at, cfg: cfg, getenv: reg.getenv}).resolve()
@@ -73,13 +73,13 @@ func (r LoadOptions) getenv(name string) string {
 // decode parses data and decodes it over the defaults, reporting into c.
 // It returns the config (nil when nothing can be checked further) and the
 // parts that did not decode.
-func decode(c *collector, file string, data []byte) (*Config, map[string]bool) {
+func decode(c *collector, file string, data []byte) (*Config, map[string]bool, map[ast.Node]bool) {
 	// Duplicate keys are left to the decoder, which reports each one in
 	// context without stopping at the first.
 	f, err := parser.ParseBytes(data, 0, parser.AllowDuplicateMapKey())
 	if err != nil {
 		c.decodeErr(err, nil, "")
-		return nil, nil
+		return nil, nil, nil
 	}
 	var docs []ast.Node
 	for _, doc := range f.Docs {
@@ -98,20 +98,20 @@ func decode(c *collector, file string, data []byte) (*Config, map[string]bool) {
 	if len(docs) > 1 {
 		c.at(docs[1], "only one YAML document is allowed")
 	}
-	d := &decoder{c: c, broken: map[string]bool{}}
+	d := &decoder{c: c, broken: map[string]bool{}, hidden: map[ast.Node]bool{}}
 	if d.tags(root); len(c.errs) > 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if root = d.resolveAnchors(root); len(c.errs) > 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	cfg := defaultConfig(file)
 	d.root(root, cfg)
 	if root == nil || d.broken["config"] {
-		return nil, nil
+		return nil, nil, nil
 	}
 	cfg.root = root
-	return cfg, d.broken
+	return cfg, d.broken, d.hidden
 }
 
 // compile fills in what the runtime reads and the file does not say
@@ -132,6 +132,10 @@ type decoder struct {
 	// (of the wrong shape), "pool:NAME", "route:INDEX", and "config" (the
 	// file is not a mapping).
 	broken map[string]bool
+	// hidden are the nodes a salvaged part was decoded without, and the
+	// salvaged parts themselves: the validator's findings there are not
+	// reported (see salvage).
+	hidden map[ast.Node]bool
 }
 
 var topLevelKeys = []string{"version", "server", "topology", "pools", "classifier", "models", "session", "control", "routes"}
@@ -266,22 +270,165 @@ func yamlFields(t reflect.Type) ([]string, map[string]reflect.Type) {
 	return names, fields
 }
 
+// value decodes one part of the file (a section, a pool, a route) into
+// dst, which holds the part's defaults. It reports every problem of the
+// part and returns false when nothing of it could be decoded. A part with
+// values that do not decode (a wrong type, a duplicate key) is decoded
+// without them (see salvage), so the rest of it is still checked.
 func (d *decoder) value(node ast.Node, dst any, what string) bool {
 	if _, null := node.(*ast.NullNode); null || node == nil {
 		return true
 	}
-	if !d.shape(node, reflect.TypeOf(dst), what) {
-		return false
-	}
-	if err := decodeNode(node, dst); err != nil {
+	t := reflect.TypeOf(dst)
+	defaults := reflect.New(t.Elem())
+	defaults.Elem().Set(reflect.ValueOf(dst).Elem())
+	if d.shape(node, t, what) {
+		err := decodeNode(node, dst)
+		if err == nil {
+			return true
+		}
 		// goccy/go-yaml stops at the first bad value; decode the parts one
 		// by one to report every bad value of the section.
-		if d.partErrors(node, reflect.TypeOf(dst), what) == 0 {
+		if d.partErrors(node, t, what) == 0 {
 			d.c.decodeErr(err, node, what)
+			return false
 		}
+	} else {
+		// A duplicate key or an empty entry (reported by shape); the
+		// values may still hold wrong types.
+		d.partErrors(node, t, what)
+	}
+	return d.salvage(node, dst, defaults.Elem())
+}
+
+// salvage decodes node into dst (reset to defaults) without the values
+// that do not decode or repeat a key, all of them reported already, so
+// that the rest of the part is validated like any other: three mistakes
+// in one pool, of any kind, are three errors in one run. The validator's
+// findings at a value left out, or at the part itself (a required key
+// that was left out), are dropped: they would be the consequences of a
+// mistake already reported. (prune marks them.) It returns false when the part cannot be
+// decoded even so (an entry of a list that cannot be left out without
+// moving the others).
+func (d *decoder) salvage(node ast.Node, dst any, defaults reflect.Value) bool {
+	pruned, ok := d.prune(node, reflect.TypeOf(dst))
+	if !ok {
 		return false
 	}
-	return true
+	reflect.ValueOf(dst).Elem().Set(defaults)
+	return decodeNode(pruned, dst) == nil
+}
+
+// prune returns node without the mapping entries that do not decode into
+// their declared types (descending into mappings and lists) and without
+// repeated keys (the first one is kept, as the error says), marking what
+// it leaves out as hidden. ok is false when node itself cannot be decoded
+// into t.
+func (d *decoder) prune(node ast.Node, t reflect.Type) (_ ast.Node, ok bool) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	decodes := func() bool { return decodeNode(node, reflect.New(t).Interface()) == nil }
+	if reflect.PointerTo(t).Implements(nodeUnmarshalerType) {
+		return node, decodes()
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		kvs, isMap := mappingPairs(node)
+		if !isMap {
+			return node, decodes()
+		}
+		_, fields := yamlFields(t)
+		seen := map[string]bool{}
+		keep := make([]*ast.MappingValueNode, 0, len(kvs))
+		changed := false
+		for _, kv := range kvs {
+			k := keyString(kv)
+			ft, known := fields[k]
+			if t.Kind() == reflect.Map {
+				ft, known = t.Elem(), true
+			}
+			if kv.Key.Type() == ast.MergeKeyType || !known {
+				keep = append(keep, kv) // resolved, or ignored, by the decoder
+				continue
+			}
+			if seen[k] {
+				d.hide(kv)
+				changed = true
+				continue
+			}
+			seen[k] = true
+			v, ok := d.prune(kv.Value, ft)
+			if !ok {
+				d.hide(kv)
+				changed = true
+				continue
+			}
+			if v != kv.Value {
+				changed = true
+				c := *kv
+				c.Value = v
+				kv = &c
+			}
+			keep = append(keep, kv)
+		}
+		if changed {
+			// What the validator says of the mapping itself (a key
+			// missing, two keys that disagree) may be about a value left
+			// out.
+			d.hidden[node] = true
+		}
+		return ast.Mapping(node.GetToken(), false, keep...), true
+	case reflect.Slice:
+		seq, isSeq := node.(*ast.SequenceNode)
+		if !isSeq {
+			return node, decodes()
+		}
+		elem := t.Elem()
+		for elem.Kind() == reflect.Pointer {
+			elem = elem.Elem()
+		}
+		c := *seq
+		c.Values = make([]ast.Node, len(seq.Values))
+		for i, item := range seq.Values {
+			if _, null := item.(*ast.NullNode); null && elem.Kind() == reflect.Struct {
+				return nil, false
+			}
+			v, ok := d.prune(item, t.Elem())
+			if !ok {
+				return nil, false // leaving it out would move the entries after it
+			}
+			if v != item {
+				d.hidden[node] = true
+			}
+			c.Values[i] = v
+		}
+		return &c, true
+	}
+	return node, decodes()
+}
+
+// hide marks every node under n as left out of the decoding.
+func (d *decoder) hide(n ast.Node) {
+	if n == nil {
+		return
+	}
+	d.hidden[n] = true
+	switch v := n.(type) {
+	case *ast.MappingNode:
+		for _, kv := range v.Values {
+			d.hide(kv)
+		}
+	case *ast.MappingValueNode:
+		d.hide(v.Key)
+		d.hide(v.Value)
+	case *ast.MappingKeyNode:
+		d.hide(v.Value)
+	case *ast.SequenceNode:
+		for _, item := range v.Values {
+			d.hide(item)
+		}
+	}
 }
 
 // partErrors decodes each key of a mapping (each entry of a list) on its

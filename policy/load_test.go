@@ -252,6 +252,21 @@ var badFixtures = []struct {
 		`../testdata/refused-values.bad.yaml:7:61: topology: memory_utilization must be within (0, 1]`,
 		`../testdata/refused-values.bad.yaml:10:75: classifier: max_input_chars must be at least 64`,
 	}},
+	// A part with values that do not decode is checked without them: the
+	// pool's semantic mistakes are reported with its wrong type and its
+	// duplicate key (before, only the duplicate key), and nothing that
+	// follows from a value left out (large's missing model, listed's
+	// missing target, base_ejection over the default max_ejection).
+	{"mixed-mistakes", []string{
+		`../testdata/mixed-mistakes.bad.yaml:7:19: pool "small": max_inflight: expected an integer, got "ten"`,
+		`../testdata/mixed-mistakes.bad.yaml:8:14: pool "small": unknown balancer "fastest" (known: round_robin, least_outstanding, p2c, kv_aware, affinity)`,
+		`../testdata/mixed-mistakes.bad.yaml:9:20: pool "small": health.path "health" must start with /`,
+		`../testdata/mixed-mistakes.bad.yaml:10:49: pool "small": outlier: max_ejection: invalid duration "soon" (use Go durations such as 250ms, 30s, 5m)`,
+		`../testdata/mixed-mistakes.bad.yaml:12:5: pool "small": duplicate key "model" (first at line 6)`,
+		`../testdata/mixed-mistakes.bad.yaml:14:12: pool "large": model: expected a string, got a list`,
+		`../testdata/mixed-mistakes.bad.yaml:18:9: routes[0] "listed": to: expected a string, got a list`,
+		`../testdata/mixed-mistakes.bad.yaml:21:16: routes[1] "default": pool "medium" is not defined (known: large, small)`,
+	}},
 	{"wrong-type", []string{
 		`../testdata/wrong-type.bad.yaml:5:19: pool "small": max_inflight: expected an integer, got "lots"`,
 	}},

@@ -25,10 +25,17 @@ type positions struct {
 	// broken names the parts that did not decode (see decoder.broken):
 	// they are not checked, and references to them are not reported.
 	broken map[string]bool
+	// hidden are the nodes whose findings are consequences of a mistake
+	// already reported (see decoder.salvage).
+	hidden map[ast.Node]bool
 }
 
 func (at positions) errf(path []any, format string, args ...any) {
-	at.c.at(lookup(at.root, path...), format, args...)
+	n := lookup(at.root, path...)
+	if at.hidden[n] {
+		return
+	}
+	at.c.at(n, format, args...)
 }
 
 // written reports whether the file gives a value at path.
