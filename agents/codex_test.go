@@ -64,16 +64,30 @@ enabled = false
 persistence = "none"
 `
 
-// codexRun is what `codex exec --json` reported: its agent messages and
-// the commands it ran, in order.
+// freeformCatalog is a Codex model catalog (model_catalog_json) that
+// gives switchyard-agent the metadata of Codex's own models as far as
+// tools go: apply_patch as a freeform (custom, Lark grammar) tool. It
+// replaces Codex's bundled catalog.
+const freeformCatalog = `{"models": [{
+  "slug": "switchyard-agent", "display_name": "switchyard-agent", "description": null,
+  "supported_reasoning_levels": [], "shell_type": "shell_command", "visibility": "list",
+  "supported_in_api": true, "priority": 1, "base_instructions": "You are a coding agent.",
+  "supports_reasoning_summaries": false, "support_verbosity": false,
+  "apply_patch_tool_type": "freeform", "truncation_policy": {"mode": "bytes", "limit": 10000},
+  "supports_parallel_tool_calls": false, "context_window": 272000, "experimental_supported_tools": []
+}]}`
+
+// codexRun is what `codex exec --json` reported: its agent messages, the
+// commands it ran and the types of the items it completed, in order.
 type codexRun struct {
-	messages, commands []string
+	messages, commands, items []string
 }
 
 // codex runs `codex exec task` in work against the cluster's gateway with
 // a temporary HOME and CODEX_HOME, and returns what it reported; it fails
-// the test unless the turn completed without an error.
-func codex(t *testing.T, c *cluster, work, task string, timeout time.Duration) codexRun {
+// the test unless the turn completed without an error. catalog, when not
+// empty, is the model catalog Codex reads (model_catalog_json).
+func codex(t *testing.T, c *cluster, work, task string, timeout time.Duration, catalog ...string) codexRun {
 	t.Helper()
 	bin := agent(t, "codex")
 	home := t.TempDir()
@@ -81,7 +95,15 @@ func codex(t *testing.T, c *cluster, work, task string, timeout time.Duration) c
 	if err := os.MkdirAll(codexHome, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(fmt.Sprintf(codexConfig, c.gw.addr)), 0o644); err != nil {
+	config := fmt.Sprintf(codexConfig, c.gw.addr)
+	if len(catalog) > 0 {
+		path := filepath.Join(codexHome, "catalog.json")
+		if err := os.WriteFile(path, []byte(catalog[0]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		config = fmt.Sprintf("model_catalog_json = %q\n", path) + config
+	}
+	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	env := append(baseEnv(t, home), "CODEX_HOME="+codexHome, "SWITCHYARD_API_KEY=switchyard-test")
@@ -108,6 +130,7 @@ func codex(t *testing.T, c *cluster, work, task string, timeout time.Duration) c
 		case "turn.failed", "error":
 			t.Fatalf("codex: %s\n%s", sc.Text(), out)
 		case "item.completed":
+			r.items = append(r.items, ev.Item.Type)
 			switch ev.Item.Type {
 			case "agent_message":
 				r.messages = append(r.messages, ev.Item.Text)
@@ -150,9 +173,8 @@ func TestCodexRunsAShellCommand(t *testing.T) {
 	if len(turns) != 2 {
 		t.Errorf("%d turns, want 2: %+v", len(turns), c.gw.accessLines())
 	}
-	// TODO(custom tools): with its default model Codex offers apply_patch
-	// as a custom (grammar) tool, which the gateway drops today; once the
-	// gateway emulates custom tools, add that variant.
+	// With its fallback metadata Codex offers function tools only (see
+	// TestCodexAppliesAPatch for its freeform apply_patch).
 	for _, a := range turns {
 		if !slices.Contains(a.Tools, "function:exec_command") || slices.ContainsFunc(a.Tools, func(s string) bool { return !strings.HasPrefix(s, "function:") }) {
 			t.Errorf("turn offers tools %q, want function tools only, exec_command among them", a.Tools)
@@ -160,6 +182,46 @@ func TestCodexRunsAShellCommand(t *testing.T) {
 	}
 	if got := metric(t, c.gw.admin, "switchyard_requests_total", map[string]string{"route": "default", "pool": "small"}); got != float64(len(c.gw.accessLines())) {
 		t.Errorf("switchyard_requests_total{route=default,pool=small} = %v, want every request (%d)", got, len(c.gw.accessLines()))
+	}
+}
+
+// TestCodexAppliesAPatch: with model metadata as Codex's own models have
+// (apply_patch_tool_type freeform), Codex offers apply_patch as a custom
+// tool with a Lark grammar. The gateway offers it to vLLM as a function
+// with one string input, turns the model's call back into a
+// custom_tool_call, which Codex applies to its work directory; the next
+// turn, with the call and its custom_tool_call_output, ends with text.
+func TestCodexAppliesAPatch(t *testing.T) {
+	agent(t, "codex")
+	work := t.TempDir()
+	scenario := `turns:
+  - calls:
+      - tool: apply_patch
+        arguments: {input: "*** Begin Patch\n*** Add File: patched.txt\n+written by a patch\n*** End Patch\n"}
+  - text: "I added patched.txt."
+`
+	c := startCluster(t, scenario)
+	r := codex(t, c, work, "Add patched.txt with a patch.", 2*time.Minute, freeformCatalog)
+	hasFile(t, filepath.Join(work, "patched.txt"), "written by a patch\n")
+	if !slices.Contains(r.items, "file_change") || !slices.Equal(r.messages, []string{"I added patched.txt."}) {
+		t.Errorf("items %q, messages %q; want a file change and the scenario's text", r.items, r.messages)
+	}
+	// What the replicas got (the logged bodies are the gateway's): the
+	// custom tool as a function whose description carries the grammar,
+	// and on the second turn Codex's custom_tool_call and its output as a
+	// function call and its result.
+	turns := c.turns()
+	if len(turns) != 2 {
+		t.Fatalf("%d turns, want 2: %+v", len(turns), c.gw.accessLines())
+	}
+	for _, a := range turns {
+		if a.Status != 200 || !slices.Contains(a.Tools, "function:apply_patch") || !strings.Contains(a.Body, "start: begin_patch hunk+ end_patch") ||
+			strings.Contains(a.Body, `"custom`) {
+			t.Errorf("turn %+v: want 200 and apply_patch offered as a function with its grammar, nothing custom", a.Tools)
+		}
+	}
+	if b := turns[1].Body; !strings.Contains(b, `"type":"function_call","call_id"`) || !strings.Contains(b, `"type":"function_call_output"`) {
+		t.Errorf("second turn sent %.2000s; want the patch call and its output as function_call and function_call_output", b)
 	}
 }
 

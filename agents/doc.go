@@ -8,7 +8,9 @@
 // file it wrote), how it ended, and what the gateway saw. One session of
 // each agent outgrows the small pool's context and moves to the large
 // pool; in another a replica is killed with SIGKILL in the middle of the
-// agent's stream, which the gateway resumes on another replica.
+// agent's stream, which the gateway resumes on another replica. Codex
+// also applies a patch through its freeform apply_patch, a custom tool
+// the gateway emulates.
 //
 // Nothing leaves the machine: every base URL is the gateway's on
 // 127.0.0.1, HOME and the agents' config directories are temporary,

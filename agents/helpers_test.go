@@ -176,8 +176,9 @@ type access struct {
 	Route, Pool, Replica, Fallback, Model, Resume string
 	Status, PromptTokens, CompletionTokens        int
 	Stream                                        bool
-	// Tools are the request's tools as TYPE:NAME (the server logs
-	// request bodies).
+	// Body is the request body as the gateway sent it to the replica
+	// (the server logs request bodies), and Tools its tools as TYPE:NAME.
+	Body  string
 	Tools []string
 }
 
@@ -202,6 +203,7 @@ func (p *proc) accessLines() []access {
 		}
 		a.Stream, _ = l["stream"].(bool)
 		if body, ok := l["request_body"].(string); ok {
+			a.Body = body
 			var req struct {
 				Tools []struct{ Type, Name string } `json:"tools"`
 			}
