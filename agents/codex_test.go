@@ -85,9 +85,10 @@ type codexRun struct {
 
 // codex runs `codex exec task` in work against the cluster's gateway with
 // a temporary HOME and CODEX_HOME, and returns what it reported; it fails
-// the test unless the turn completed without an error. catalog, when not
-// empty, is the model catalog Codex reads (model_catalog_json).
-func codex(t *testing.T, c *cluster, work, task string, timeout time.Duration, catalog ...string) codexRun {
+// the test unless the turn completed without an error. opts are the
+// model catalog Codex reads (model_catalog_json; "" for its own) and the
+// model (default switchyard-agent).
+func codex(t *testing.T, c *cluster, work, task string, timeout time.Duration, opts ...string) codexRun {
 	t.Helper()
 	bin := agent(t, "codex")
 	home := t.TempDir()
@@ -96,9 +97,12 @@ func codex(t *testing.T, c *cluster, work, task string, timeout time.Duration, c
 		t.Fatal(err)
 	}
 	config := fmt.Sprintf(codexConfig, c.gw.addr)
-	if len(catalog) > 0 {
+	if len(opts) > 1 {
+		config = strings.Replace(config, `model = "switchyard-agent"`, fmt.Sprintf("model = %q", opts[1]), 1)
+	}
+	if len(opts) > 0 && opts[0] != "" {
 		path := filepath.Join(codexHome, "catalog.json")
-		if err := os.WriteFile(path, []byte(catalog[0]), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(opts[0]), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		config = fmt.Sprintf("model_catalog_json = %q\n", path) + config
@@ -222,6 +226,32 @@ func TestCodexAppliesAPatch(t *testing.T) {
 	}
 	if b := turns[1].Body; !strings.Contains(b, `"type":"function_call","call_id"`) || !strings.Contains(b, `"type":"function_call_output"`) {
 		t.Errorf("second turn sent %.2000s; want the patch call and its output as function_call and function_call_output", b)
+	}
+}
+
+// TestCodexDefaultModel: with its default model, gpt-6.2-sol (code mode
+// only), Codex sends no top-level tools but an additional_tools input item
+// holding a namespace with its custom exec tool (a Lark grammar); the
+// replica is offered exec as a function with the grammar in its
+// description, the other tools flattened, and no input item vLLM does not
+// know.
+func TestCodexDefaultModel(t *testing.T) {
+	agent(t, "codex")
+	work := t.TempDir()
+	c := startCluster(t, "turns:\n  - text: \"Nothing to do.\"\n")
+	r := codex(t, c, work, "Say something.", 2*time.Minute, "", "gpt-6.2-sol")
+	if !slices.Equal(r.messages, []string{"Nothing to do."}) {
+		t.Errorf("messages %q, want the scenario's text", r.messages)
+	}
+	turns := c.turns()
+	if len(turns) != 1 {
+		t.Fatalf("%d turns, want 1: %+v", len(turns), c.gw.accessLines())
+	}
+	a := turns[0]
+	t.Logf("tools offered to the replica: %q", a.Tools)
+	if a.Status != 200 || !slices.Contains(a.Tools, "function:exec") || !strings.Contains(a.Body, "pragma_source") ||
+		strings.Contains(a.Body, `"additional_tools"`) || strings.Contains(a.Body, `"custom"`) || strings.Contains(a.Body, `"namespace"`) {
+		t.Errorf("turn %d offered %q; want exec as a function with its grammar and no additional_tools, namespace or custom:\n%.3000s", a.Status, a.Tools, a.Body)
 	}
 }
 
