@@ -46,7 +46,7 @@ func compileRoute(r *Route) *route {
 	out := &route{
 		name: r.Name, when: compileWhen(r.When), to: r.To,
 		split: slices.Clone(r.Split), fallback: slices.Clone(r.Fallback),
-		sticky: r.Sticky == nil || *r.Sticky,
+		sticky: r.Sticky,
 	}
 	if r.Spill != nil {
 		s := *r.Spill

@@ -527,8 +527,9 @@ type Route struct {
 	Split    Split    `yaml:"split,omitempty"`
 	Fallback []string `yaml:"fallback,omitempty"`
 	Spill    *Spill   `yaml:"spill,omitempty"`
-	// Sticky=false keeps this rule's choice out of the session store.
-	Sticky *bool `yaml:"sticky,omitempty"`
+	// Sticky=false keeps this rule's choice out of the session store
+	// (DefaultRoute has true).
+	Sticky bool `yaml:"sticky"`
 }
 
 // Split is a weighted choice among pools, in file order.

@@ -100,6 +100,7 @@ var (
 	DefaultBreaker      = Breaker{Failures: DefaultBreakerFailures, Cooldown: Duration(DefaultBreakerCooldown)}
 	DefaultSession      = Session{TTL: Duration(DefaultSessionTTL), Size: DefaultSessionSize, Implicit: true}
 	DefaultShareControl = ShareControl{Window: Duration(DefaultShareWindow), Utilization: DefaultShareUtilization}
+	DefaultRoute        = Route{Sticky: true}
 )
 
 // defaultConfig is a config before its file is read.
@@ -122,6 +123,12 @@ func (k *APIKey) UnmarshalYAML(unmarshal func(any) error) error {
 	*k = APIKey{Models: StringList{"*"}, Weight: 1}
 	type plain APIKey
 	return unmarshal((*plain)(k))
+}
+
+func (r *Route) UnmarshalYAML(unmarshal func(any) error) error {
+	*r = DefaultRoute
+	type plain Route
+	return unmarshal((*plain)(r))
 }
 
 func (t *Topology) UnmarshalYAML(unmarshal func(any) error) error {

@@ -567,7 +567,8 @@ func (d *decoder) root(root ast.Node, cfg *Config) {
 				continue
 			}
 			for i, item := range seq.Values {
-				r := &Route{}
+				r := new(Route)
+				*r = DefaultRoute
 				d.section(fmt.Sprintf("route:%d", i), d.value(item, r, routeContext(i, item)))
 				cfg.Routes = append(cfg.Routes, r) // kept in place: the validator finds a route by its index
 			}

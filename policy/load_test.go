@@ -495,8 +495,11 @@ func TestLoadFull(t *testing.T) {
 	if diff := cmp.Diff(policy.Split{{Pool: "qwen", Weight: 25}, {Pool: "minicpm", Weight: 75}}, exp.Split); diff != "" {
 		t.Errorf("experiment split (-want +got):\n%s", diff)
 	}
-	if exp.Sticky == nil || *exp.Sticky {
-		t.Errorf("experiment sticky = %v, want false", exp.Sticky)
+	if exp.Sticky {
+		t.Error("experiment sticky = true, want false")
+	}
+	if !cfg.Routes[0].Sticky {
+		t.Error("tool-heavy sticky = false, want the default, true")
 	}
 	if diff := cmp.Diff([]string{"b", "c"}, []string(exp.When.Header["X-Experiment"])); diff != "" {
 		t.Errorf("experiment header values (-want +got):\n%s", diff)

@@ -46,6 +46,14 @@ var balancers = map[string]func(env *Env) Selector{
 	balanceAffinity:     func(env *Env) Selector { return &Affinity{env: env} },
 }
 
+// readsMetrics are the balancers that weigh the replicas' scraped vLLM
+// metrics (queue depth, KV cache use).
+var readsMetrics = map[string]bool{"p2c": true, "kv_aware": true}
+
+// ReadsMetrics reports whether the named balancer needs the replicas'
+// vLLM metrics scraped.
+func ReadsMetrics(balance string) bool { return readsMetrics[balance] }
+
 // Balancers lists the valid balance names, sorted.
 func Balancers() []string {
 	out := make([]string, 0, len(balancers))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -397,4 +398,22 @@ func TestAffinityBoundedLoad(t *testing.T) {
 			p.Release(r)
 		}
 	})
+}
+
+// TestReadsMetrics: the balancers that weigh scraped vLLM metrics are
+// named as such (the router turns scraping on for them), and only known
+// balancers are.
+func TestReadsMetrics(t *testing.T) {
+	var got []string
+	for _, b := range pools.Balancers() {
+		if pools.ReadsMetrics(b) {
+			got = append(got, b)
+		}
+	}
+	if want := []string{"kv_aware", "p2c"}; !slices.Equal(got, want) {
+		t.Errorf("balancers reading metrics %q, want %q", got, want)
+	}
+	if pools.ReadsMetrics("fastest") {
+		t.Error("an unknown balancer reads metrics")
+	}
 }

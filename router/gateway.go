@@ -37,7 +37,8 @@ type Options struct {
 	// Rand and Now are injected into pools and policy (tests). Now is the
 	// time of day every component reads: sessions, the classifier cache,
 	// the share controller, key rate limits, passive health and ejection,
-	// Retry-After dates, the status page. Durations the runtime's timers
+	// Retry-After dates, the model lists' created times, the status page.
+	// Durations the runtime's timers
 	// enforce (timeouts, backoff, latency histograms) use the monotonic
 	// clock.
 	Rand func() uint64

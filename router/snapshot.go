@@ -232,7 +232,7 @@ func (s *Snapshot) poolList() []*pools.Pool {
 // scrapes reports whether a pool reads its replicas' vLLM metrics: its
 // balancer needs them, or a route spills out of it on queue depth.
 func scrapes(cfg *policy.Config, pc *policy.Pool) bool {
-	return pc.Balance == "kv_aware" || pc.Balance == "p2c" || spillsFrom(cfg, pc.Name)
+	return pools.ReadsMetrics(pc.Balance) || spillsFrom(cfg, pc.Name)
 }
 
 // poolOptions maps a validated pool config to the pools package's options.
