@@ -8,6 +8,7 @@ import (
 	"path"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -57,6 +58,9 @@ type poolState struct {
 	*pools.Pool
 	cfg      *policy.Pool
 	timeouts *poolTimeouts
+	// tokenizeTurn rotates the context check's /tokenize calls among
+	// equally loaded replicas.
+	tokenizeTurn atomic.Uint64
 }
 
 // target is what a client-visible model name resolves to.

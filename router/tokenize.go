@@ -104,20 +104,34 @@ func tokenizeBody(x *exchange, model string) ([]byte, error) {
 	return sjson.SetBytes(b, "add_generation_prompt", true)
 }
 
+// tokenizer is the available replica of ps with the fewest requests in
+// flight, ties taken in turn, so that the context checks' calls spread
+// over the pool (they are not counted in flight: a tokenization is CPU
+// work on the server, not a slot of its engine).
+func (g *Gateway) tokenizer(ps *poolState) *pools.Replica {
+	reps := ps.Replicas()
+	if len(reps) == 0 {
+		return nil
+	}
+	now := g.opts.Now()
+	start := int(ps.tokenizeTurn.Add(1) % uint64(len(reps)))
+	var best *pools.Replica
+	for i := range reps {
+		r := reps[(start+i)%len(reps)]
+		if r.Available(now) && (best == nil || r.Inflight() < best.Inflight()) {
+			best = r
+		}
+	}
+	return best
+}
+
 // countPrompt asks one available replica of ps to count x's prompt.
 func (g *Gateway) countPrompt(ctx context.Context, ps *poolState, x *exchange) (int, error) {
 	body, err := tokenizeBody(x, ps.Model)
 	if err != nil {
 		return 0, err
 	}
-	var rep *pools.Replica
-	now := g.opts.Now()
-	for _, r := range ps.Replicas() {
-		if r.Available(now) {
-			rep = r
-			break
-		}
-	}
+	rep := g.tokenizer(ps)
 	if rep == nil {
 		return 0, errNoReplica
 	}
