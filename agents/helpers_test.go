@@ -182,6 +182,12 @@ type access struct {
 	Tools []string
 }
 
+// String formats a without its body, which is long.
+func (a access) String() string {
+	return fmt.Sprintf("{route %s pool %s replica %s fallback %q model %s resume %q status %d prompt %d completion %d stream %t tools %q}",
+		a.Route, a.Pool, a.Replica, a.Fallback, a.Model, a.Resume, a.Status, a.PromptTokens, a.CompletionTokens, a.Stream, a.Tools)
+}
+
 // accessLines are the gateway's access lines, in order.
 func (p *proc) accessLines() []access {
 	var out []access

@@ -296,9 +296,11 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 	} else {
 		res.err = errors.New("no other replica of the pool can take it")
 	}
-	if ctx.Err() != nil && x.end != endClientLeft {
+	if !res.done && ctx.Err() != nil && x.end != endClientLeft {
 		// The client left while a continuation was asked for (in a queue,
-		// a backoff or before its answer): nothing more is written.
+		// a backoff or before its answer): nothing more is written. One
+		// that hung up after the continuation's end (as soon as it had
+		// [DONE]) has its whole answer.
 		g.clientLeft(ctx, x, ctx.Err(), x.span)
 	}
 	if x.end == endClientLeft {

@@ -76,6 +76,51 @@ func TestResumeClientLeaves(t *testing.T) {
 	}
 }
 
+// TestResumeClientLeavesAfterTheEnd: a client that hangs up as soon as it
+// has a resumed stream's [DONE] (as Codex does), while the gateway still
+// reads the end of the continuing replica's response, got its whole
+// answer: logged 200 and counted resumed. (Before, it was logged 499, "the
+// client left during the resume"; seen with Codex in the agent suite.)
+func TestResumeClientLeavesAfterTheEnd(t *testing.T) {
+	a := sseUpstream(t, chatChunk(`{"role":"assistant","content":""}`)+chatChunk(`{"content":"Hello"}`), nil)
+	stop := make(chan struct{})
+	b := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // so that the server sees the gateway hang up
+		_, _ = io.WriteString(w, chatChunk(`{"role":"assistant","content":""}`)+chatChunk(`{"content":" world"}`)+chatEnd)
+		http.NewResponseController(w).Flush()
+		select { // the response does not end until the gateway hangs up
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	})
+	t.Cleanup(func() { close(stop) }) // before b closes
+	gw := startGateway(t, resumeConfig(t, a.URL, b.URL, ""))
+	resp, err := http.Post(gw.API.URL+"/v1/chat/completions", "application/json", strings.NewReader(streamReq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	buf := make([]byte, 4096)
+	for !strings.HasSuffix(got.String(), "data: [DONE]\n\n") {
+		n, err := resp.Body.Read(buf)
+		got.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	resp.Body.Close() // hangs up at once: the body is not read to its end
+	if s := got.String(); !strings.HasSuffix(s, "data: [DONE]\n\n") || !strings.Contains(s, `" world"`) || strings.Contains(s, "stream_interrupted") {
+		t.Fatalf("the client's stream: %q", s)
+	}
+	eventually(t, 10*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
+	if l := gw.Logs.String(); !strings.Contains(l, `"status":200`) || !strings.Contains(l, `"resume":"resumed on b `) {
+		t.Errorf("access line: %s", l)
+	}
+	if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 1 {
+		t.Errorf("%v resumes counted, want 1", got)
+	}
+}
+
 // TestResumeRefusedContinuation: a continuation that sends what the
 // client's stream cannot carry (a tool call, continuing a Responses
 // message) ends the stream with the error event; it is not the replica's
