@@ -295,8 +295,9 @@ func (d *decoder) value(node ast.Node, dst any, what string) bool {
 		}
 	} else {
 		// A duplicate key or an empty entry (reported by shape); the
-		// values may still hold wrong types.
-		d.partErrors(node, t, what)
+		// values may still hold wrong types. The decoder would report
+		// the duplicates again: it is shown the node without them.
+		d.partErrors(withoutRepeats(node, t), t, what)
 	}
 	return d.salvage(node, dst, defaults.Elem())
 }
@@ -406,6 +407,62 @@ func (d *decoder) prune(node ast.Node, t reflect.Type) (_ ast.Node, ok bool) {
 		return &c, true
 	}
 	return node, decodes()
+}
+
+// withoutRepeats returns node without the repeated keys shape reports
+// (the first of each is kept), in the mappings shape checks; types that
+// read their own node keep theirs.
+func withoutRepeats(node ast.Node, t reflect.Type) ast.Node {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(nodeUnmarshalerType) {
+		return node
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		kvs, isMap := mappingPairs(node)
+		if !isMap {
+			return node
+		}
+		_, fields := yamlFields(t)
+		seen := map[string]bool{}
+		keep := make([]*ast.MappingValueNode, 0, len(kvs))
+		for _, kv := range kvs {
+			k := keyString(kv)
+			ft, known := fields[k]
+			if t.Kind() == reflect.Map {
+				ft, known = t.Elem(), true
+			}
+			if kv.Key.Type() == ast.MergeKeyType || !known {
+				keep = append(keep, kv)
+				continue
+			}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			if v := withoutRepeats(kv.Value, ft); v != kv.Value {
+				c := *kv
+				c.Value = v
+				kv = &c
+			}
+			keep = append(keep, kv)
+		}
+		return ast.Mapping(node.GetToken(), false, keep...)
+	case reflect.Slice:
+		seq, isSeq := node.(*ast.SequenceNode)
+		if !isSeq {
+			return node
+		}
+		c := *seq
+		c.Values = make([]ast.Node, len(seq.Values))
+		for i, item := range seq.Values {
+			c.Values[i] = withoutRepeats(item, t.Elem())
+		}
+		return &c
+	}
+	return node
 }
 
 // hide marks every node under n as left out of the decoding.

@@ -267,6 +267,16 @@ var badFixtures = []struct {
 		`../testdata/mixed-mistakes.bad.yaml:18:9: routes[0] "listed": to: expected a string, got a list`,
 		`../testdata/mixed-mistakes.bad.yaml:21:16: routes[1] "default": pool "medium" is not defined (known: large, small)`,
 	}},
+	// Each repeated key once (the decoder, shown the part again to find
+	// its wrong types, would report the replica's a second time), a
+	// split's own repeated pool too.
+	{"repeated-keys", []string{
+		`../testdata/repeated-keys.bad.yaml:6:28: pool "small": health: duplicate key "interval" (first at line 6)`,
+		`../testdata/repeated-keys.bad.yaml:6:51: pool "small": health: timeout: invalid duration "x" (use Go durations such as 250ms, 30s, 5m)`,
+		`../testdata/repeated-keys.bad.yaml:8:46: pool "small": replicas[0]: duplicate key "name" (first at line 8)`,
+		`../testdata/repeated-keys.bad.yaml:14:23: routes[0] "split": split: duplicate pool "small"`,
+		`../testdata/repeated-keys.bad.yaml:16:5: routes[0] "split": duplicate key "to" (first at line 15)`,
+	}},
 	{"wrong-type", []string{
 		`../testdata/wrong-type.bad.yaml:5:19: pool "small": max_inflight: expected an integer, got "lots"`,
 	}},
