@@ -72,6 +72,12 @@ type Endpoint struct {
 	hasOld atomic.Bool
 	load   atomic.Pointer[Load]
 	client atomic.Pointer[http.Client]
+	// control reaches the server for the health and scrape loops, over
+	// connections of its own: a probe cancelled by a reload (its loop
+	// stops) must never close a connection a request is using, which the
+	// standard transport can do when the cancel races the end of an
+	// answer without a body.
+	control atomic.Pointer[http.Client]
 
 	// queued mirrors len(queue) for the lock-free checks of Release and
 	// the filter stage; it changes only under mu.
@@ -105,6 +111,7 @@ func newEndpoint(reg *Endpoints, u *url.URL, o EndpointOptions) *Endpoint {
 	e := &Endpoint{url: u, base: o.URL, reg: reg, opts: o, probed: make(chan struct{})}
 	e.healthy.Store(true)
 	e.client.Store(reg.newClient(o))
+	e.control.Store(reg.newControlClient(o))
 	return e
 }
 
@@ -272,8 +279,12 @@ func (e *Endpoint) closeOld() {
 	e.hasOld.Store(false)
 	e.mu.Unlock()
 	if e.retired.Load() {
-		if tr, ok := e.Client().Transport.(*http.Transport); ok && e.reg.opts.Transport == nil {
-			old = append(old, tr)
+		if e.reg.opts.Transport == nil {
+			for _, c := range []*http.Client{e.Client(), e.control.Load()} {
+				if tr, ok := c.Transport.(*http.Transport); ok {
+					old = append(old, tr)
+				}
+			}
 		}
 	}
 	for _, tr := range old {

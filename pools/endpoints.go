@@ -73,6 +73,18 @@ func (g *Endpoints) newClient(o EndpointOptions) *http.Client {
 	return &http.Client{Transport: rt, CheckRedirect: noRedirect}
 }
 
+// newControlClient is newClient for the health and scrape loops: a
+// transport of its own, keeping at most two idle connections (a probe's
+// and a scrape's).
+func (g *Endpoints) newControlClient(o EndpointOptions) *http.Client {
+	if g.opts.Transport != nil {
+		return g.newClient(o)
+	}
+	tr := NewTransport(o.ConnectTimeout)
+	tr.MaxIdleConnsPerHost = 2
+	return &http.Client{Transport: tr, CheckRedirect: noRedirect}
+}
+
 // changes returns a channel closed at the next state change that may make
 // room for a waiting request (an endpoint back in rotation, a reload).
 func (g *Endpoints) changes() <-chan struct{} {
@@ -184,8 +196,8 @@ func (g *Endpoints) Apply(opts []Options) ([]*Pool, error) {
 			e.mu.Unlock()
 		}
 		if old.ConnectTimeout != eo.ConnectTimeout {
-			prev := e.client.Swap(g.newClient(eo))
-			e.retireClient(prev)
+			e.retireClient(e.client.Swap(g.newClient(eo)))
+			e.retireClient(e.control.Swap(g.newControlClient(eo)))
 		}
 		start = append(start, e)
 	}
@@ -304,8 +316,10 @@ func (g *Endpoints) Close() {
 	for _, e := range eps {
 		e.stopLoops()
 		if g.opts.Transport == nil {
-			if tr, ok := e.Client().Transport.(*http.Transport); ok {
-				tr.CloseIdleConnections()
+			for _, c := range []*http.Client{e.Client(), e.control.Load()} {
+				if tr, ok := c.Transport.(*http.Transport); ok {
+					tr.CloseIdleConnections()
+				}
 			}
 		}
 	}

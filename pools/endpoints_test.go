@@ -289,3 +289,57 @@ func TestMixedCapsDoNotBlock(t *testing.T) {
 		ps[0].Release(a.r)
 	}
 }
+
+// TestControlConnectionsApart: health probes and scrapes reach a server
+// over connections of their own, never over one that carries requests.
+// (Before, they shared the requests' pool, and a probe cancelled by a
+// reload as its body-less answer arrived could close a connection the
+// transport had just handed to a request, which failed with "context
+// canceled": seen once in a reload storm.)
+func TestControlConnectionsApart(t *testing.T) {
+	s := vllmsim.New(vllmsim.Profile{Model: "m"})
+	var mu sync.Mutex
+	control, data := map[string]bool{}, map[string]bool{}
+	srv := serve(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			data[r.RemoteAddr] = true
+		} else {
+			control[r.RemoteAddr] = true
+		}
+		mu.Unlock()
+		s.ServeHTTP(w, r)
+	}))
+	reg := pools.NewEndpoints(pools.EndpointsOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	t.Cleanup(reg.Close)
+	o := withDefaults(pools.Options{Name: "p", Balance: "round_robin", Replicas: []pools.ReplicaSpec{{Name: "a", URL: srv.URL}},
+		Health: pools.HealthOptions{Interval: 2 * time.Millisecond},
+		Scrape: pools.ScrapeOptions{Enabled: true, Path: "/metrics", Interval: 2 * time.Millisecond, Timeout: time.Second}})
+	ps, err := reg.Apply([]pools.Options{o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Start(ctx)
+	p := ps[0]
+	probes := func() int { mu.Lock(); defer mu.Unlock(); return len(control) }
+	for i := 0; i < 50 || probes() == 0; i++ {
+		r, err := p.Acquire(ctx, &pools.Request{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = complete(ctx, p, r, chatBody)
+		p.Release(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for addr := range control {
+		if data[addr] {
+			t.Errorf("connection %s carried both probes or scrapes and requests", addr)
+		}
+	}
+}

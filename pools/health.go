@@ -111,7 +111,7 @@ func (e *Endpoint) get(ctx context.Context, o EndpointOptions, path string, limi
 	if o.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+o.APIKey)
 	}
-	resp, err := e.Client().Do(req)
+	resp, err := e.control.Load().Do(req)
 	if err != nil {
 		return nil, err
 	}

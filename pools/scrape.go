@@ -76,7 +76,7 @@ func (p *Pool) ScrapeOnce(ctx context.Context, r *Replica) *Load {
 func (e *Endpoint) scrape(ctx context.Context, o EndpointOptions) *Load {
 	ctx, cancel := context.WithTimeout(ctx, o.Scrape.Timeout)
 	defer cancel()
-	l, err := scrape(ctx, e.Client(), o.URL+o.Scrape.Path, o.APIKey)
+	l, err := scrape(ctx, e.control.Load(), o.URL+o.Scrape.Path, o.APIKey)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return &Load{Err: err.Error()}
