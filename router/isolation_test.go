@@ -896,7 +896,16 @@ routes:
 	// In the band: an estimate over 8,192 with the minimal answer, 2,500
 	// real tokens (see TestContextTokenize).
 	inBand := `{"model":"auto","max_tokens":8,"messages":[{"role":"user","content":"` + strings.Repeat(`\u00e9`, 5000) + `"}]}`
+	// A replica's slot is released just after its answer reaches the
+	// client: each request waits for the last one's release.
+	settled := func(want ...int64) {
+		t.Helper()
+		eventually(t, 10*time.Second, "the replicas' in-flight counts to settle", func() bool {
+			return adminReplicaView(t, gw, "small", "s0").Inflight == want[0] && adminReplicaView(t, gw, "small", "s1").Inflight == want[1]
+		})
+	}
 	for range 4 {
+		settled(0, 0)
 		if resp, b := post(t, gw.API.URL+"/v1/chat/completions", inBand, nil); resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Pool") != "small" {
 			t.Fatalf("%d on %q: %.300s", resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"), b)
 		}
@@ -913,7 +922,10 @@ routes:
 	}()
 	busy := <-held
 	before := [2]int64{calls[0].Load(), calls[1].Load()}
+	want := [2]int64{}
+	want[busy] = 1
 	for range 3 {
+		settled(want[0], want[1])
 		if resp, b := post(t, gw.API.URL+"/v1/chat/completions", inBand, nil); resp.StatusCode != 200 {
 			t.Fatalf("%d: %.300s", resp.StatusCode, b)
 		}
