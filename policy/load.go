@@ -467,24 +467,30 @@ func withoutRepeats(node ast.Node, t reflect.Type) ast.Node {
 
 // hide marks every node under n as left out of the decoding.
 func (d *decoder) hide(n ast.Node) {
-	if n == nil {
+	eachNode(n, func(n ast.Node) bool { d.hidden[n] = true; return true })
+}
+
+// eachNode calls f for n and, while f returns true, for the nodes under it.
+func eachNode(n ast.Node, f func(ast.Node) bool) {
+	if n == nil || !f(n) {
 		return
 	}
-	d.hidden[n] = true
 	switch v := n.(type) {
 	case *ast.MappingNode:
 		for _, kv := range v.Values {
-			d.hide(kv)
+			eachNode(kv, f)
 		}
 	case *ast.MappingValueNode:
-		d.hide(v.Key)
-		d.hide(v.Value)
+		eachNode(v.Key, f)
+		eachNode(v.Value, f)
 	case *ast.MappingKeyNode:
-		d.hide(v.Value)
+		eachNode(v.Value, f)
 	case *ast.SequenceNode:
 		for _, item := range v.Values {
-			d.hide(item)
+			eachNode(item, f)
 		}
+	case *ast.AnchorNode:
+		eachNode(v.Value, f)
 	}
 }
 
@@ -559,25 +565,13 @@ func decodeNode(node ast.Node, dst any) (err error) {
 // one, the loader's own readers do not look through them, and goccy/go-yaml
 // v1.19 panics decoding some (`nodes: !!seq`).
 func (d *decoder) tags(node ast.Node) {
-	switch n := node.(type) {
-	case *ast.TagNode:
-		d.c.at(n, "YAML tags such as %s are not supported", scalarText(n))
-	case *ast.MappingNode:
-		for _, kv := range n.Values {
-			d.tags(kv)
+	eachNode(node, func(n ast.Node) bool {
+		if tag, ok := n.(*ast.TagNode); ok {
+			d.c.at(tag, "YAML tags such as %s are not supported", scalarText(tag))
+			return false
 		}
-	case *ast.MappingValueNode:
-		d.tags(n.Key)
-		d.tags(n.Value)
-	case *ast.MappingKeyNode:
-		d.tags(n.Value)
-	case *ast.SequenceNode:
-		for _, v := range n.Values {
-			d.tags(v)
-		}
-	case *ast.AnchorNode:
-		d.tags(n.Value)
-	}
+		return true
+	})
 }
 
 func (d *decoder) root(root ast.Node, cfg *Config) {
