@@ -306,9 +306,12 @@ func (r *responsesResume) translate(p *pump, d chatDelta, done bool) ([]byte, er
 	closed := e.close()
 	items := append(append([]string(nil), r.items...), closed...)
 	resp := r.response
+	// vLLM ends every stream it finishes with response.completed, its
+	// status "incomplete" when max_output_tokens cut the answer: the
+	// continuation ends the way the cut replica would have.
 	typ, status := "response.completed", "completed"
 	if rs.finish == "length" {
-		typ, status = "response.incomplete", "incomplete"
+		status = "incomplete"
 		resp, _ = sjson.SetRaw(resp, "incomplete_details", `{"reason":"max_output_tokens"}`)
 	}
 	resp, _ = sjson.Set(resp, "status", status)

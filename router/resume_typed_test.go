@@ -182,3 +182,40 @@ func TestResumeTypedNotPossible(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeResponsesIncompleteEndsAsTheReplica: a streamed Responses
+// answer that reaches max_output_tokens ends, uncut, with the replica's
+// terminal event (vLLM sends response.completed with status "incomplete").
+// Cut and resumed, it must end with the same event name and status: the
+// demo's reader, like any client that waits for the event it saw before,
+// took a resumed response.incomplete for a stream that never ended.
+func TestResumeResponsesIncompleteEndsAsTheReplica(t *testing.T) {
+	ask := responses.ResponseNewParams{Model: "auto", MaxOutputTokens: openai.Int(18),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Describe the harbor.")}}
+	terminal := func(c openai.Client) (typ, status string) {
+		stream := c.Responses.NewStreaming(context.Background(), ask)
+		for stream.Next() {
+			switch ev := stream.Current(); ev.Type {
+			case "response.completed", "response.incomplete", "response.failed":
+				typ, status = ev.Type, string(ev.Response.Status)
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatalf("the SDK saw an error: %v", err)
+		}
+		return typ, status
+	}
+	ref := startReplica(t, typedResumeProfile)
+	wantTyp, wantStatus := terminal(sdk(oneReplicaGateway(t, ref.Srv.URL, "", "")))
+	if wantStatus != "incomplete" {
+		t.Fatalf("the uncut answer ended %s %q; the test needs one cut by max_output_tokens", wantTyp, wantStatus)
+	}
+	gw, _, b := resumeGatewayWith(t, typedResumeProfile, 12, "")
+	typ, status := terminal(sdk(gw))
+	if typ != wantTyp || status != wantStatus {
+		t.Errorf("the resumed stream ended %s %q; the uncut one %s %q", typ, status, wantTyp, wantStatus)
+	}
+	if b.count() != 1 {
+		t.Errorf("the second replica got %d requests, want the continuation", b.count())
+	}
+}
