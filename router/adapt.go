@@ -2,8 +2,10 @@ package router
 
 import (
 	"bytes"
+	"io"
 	"strings"
 
+	"github.com/switchyard/switchyard/policy"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -385,4 +387,21 @@ func fitAnswer(body []byte, promptBytes, maxModelLen int) []byte {
 		}
 	}
 	return body
+}
+
+// readErrorMessage reads a replica's error body (bounded) for the message.
+func readErrorMessage(body io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(body, 16<<10))
+	// A replica's message may quote the request (vLLM's validation
+	// errors do): it is cut like any echoed client string, with more room.
+	if !checkDepth(b, policy.DefaultMaxJSONDepth) {
+		return clipN(strings.TrimSpace(string(b)), maxReplicaEcho)
+	}
+	if m := gjson.GetBytes(b, "error.message"); m.Exists() {
+		return clipN(m.String(), maxReplicaEcho)
+	}
+	if m := gjson.GetBytes(b, "message"); m.Exists() {
+		return clipN(m.String(), maxReplicaEcho)
+	}
+	return clipN(strings.TrimSpace(string(b)), maxReplicaEcho)
 }

@@ -2,12 +2,7 @@ package router
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"os"
-	"strconv"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -105,25 +100,6 @@ type reqInfo struct {
 	// additional are the tool lists of a Responses request's
 	// additional_tools input items.
 	additional []gjson.Result
-}
-
-// readBody reads at most limit bytes; more is errTooLarge.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength > limit {
-		return nil, fmt.Errorf("%w: %d bytes is over the %d-byte limit", errTooLarge, r.ContentLength, limit)
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, fmt.Errorf("%w: over the %d-byte limit", errTooLarge, limit)
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, fmt.Errorf("%w: the request body did not arrive within server.body_timeout", errBodyTimeout)
-		}
-		return nil, badRequest("", "could not read request body: "+err.Error())
-	}
-	return body, nil
 }
 
 // checkDepth reports whether JSON text nests arrays and objects more than
@@ -380,4 +356,5 @@ func countTools(tools gjson.Result) int {
 // prompt_tokens condition: about four bytes of JSON per token.
 func estimateTokens(n int) int { return (n + 3) / 4 }
 
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+// operation is the request's gen_ai.operation.name.
+func (e endpoint) operation() string { return endpoints[e].operation }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/switchyard/switchyard/router/internal/sse"
+
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -124,27 +126,18 @@ func (p *pump) translated(data []byte) ([]byte, bool) {
 	}
 	var out []byte
 	for len(evs) > 0 {
-		ev, n, _ := nextEvent(evs, 0)
+		ev, n, _ := sse.NextEvent(evs, 0)
 		if ev == nil {
 			break
 		}
 		evs = evs[n:]
-		d, _ := eventData(ev)
+		d, _ := sse.EventData(ev)
 		out = append(out, p.typedEvent(ev, d)...)
 		if p.refused != nil {
 			return nil, false
 		}
 	}
 	return out, len(out) > 0
-}
-
-// sse appends one event to b.
-func sse(b []byte, typ string, data string) []byte {
-	b = append(b, "event: "...)
-	b = append(b, typ...)
-	b = append(b, "\ndata: "...)
-	b = append(b, data...)
-	return append(b, '\n', '\n')
 }
 
 // jstr is s as a JSON string.
@@ -339,7 +332,7 @@ func (e *responsesEmitter) nextSeq() string {
 	return itoa(e.seq)
 }
 
-func (e *responsesEmitter) event(typ, data string) { e.out = sse(e.out, typ, data) }
+func (e *responsesEmitter) event(typ, data string) { e.out = sse.AppendEvent(e.out, typ, data) }
 
 // start opens a message or reasoning item and its content part.
 func (e *responsesEmitter) start(kind string) {
@@ -550,7 +543,7 @@ type messagesEmitter struct {
 	rand func() uint64
 }
 
-func (e *messagesEmitter) event(typ, data string) { e.out = sse(e.out, typ, data) }
+func (e *messagesEmitter) event(typ, data string) { e.out = sse.AppendEvent(e.out, typ, data) }
 
 func (e *messagesEmitter) start(kind string) {
 	e.open = &messagesBlock{kind: kind, index: e.next}

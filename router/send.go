@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/pools"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -167,23 +166,6 @@ func trimURLError(err error) string {
 		return s[i+2:]
 	}
 	return s
-}
-
-// readErrorMessage reads a replica's error body (bounded) for the message.
-func readErrorMessage(body io.Reader) string {
-	b, _ := io.ReadAll(io.LimitReader(body, 16<<10))
-	// A replica's message may quote the request (vLLM's validation
-	// errors do): it is cut like any echoed client string, with more room.
-	if !checkDepth(b, policy.DefaultMaxJSONDepth) {
-		return clipN(strings.TrimSpace(string(b)), maxReplicaEcho)
-	}
-	if m := gjson.GetBytes(b, "error.message"); m.Exists() {
-		return clipN(m.String(), maxReplicaEcho)
-	}
-	if m := gjson.GetBytes(b, "message"); m.Exists() {
-		return clipN(m.String(), maxReplicaEcho)
-	}
-	return clipN(strings.TrimSpace(string(b)), maxReplicaEcho)
 }
 
 var jsonContentType = []string{"application/json"}
@@ -354,19 +336,6 @@ func (g *Gateway) usage(x *exchange, ps *poolState, data []byte, span trace.Span
 	if p, c, ok := readUsage(data); ok {
 		g.recordUsage(x, ps, p, c, gjson.GetBytes(data, "model").String(), span)
 	}
-}
-
-// readUsage reads the usage object of a response or chunk.
-func readUsage(data []byte) (prompt, completion int64, ok bool) {
-	u := gjson.GetBytes(data, "usage")
-	if !u.IsObject() {
-		return 0, 0, false
-	}
-	if !u.Get("prompt_tokens").Exists() && u.Get("input_tokens").Exists() {
-		// The Responses and Messages APIs' names.
-		return u.Get("input_tokens").Int(), u.Get("output_tokens").Int(), true
-	}
-	return u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int(), true
 }
 
 // recordUsage counts one request's tokens, once.

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/switchyard/switchyard/router/internal/sse"
+
 	"github.com/tidwall/gjson"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -66,9 +68,6 @@ const (
 	errTypeTooLarge   = "answer_too_large"
 	errTypeNotStream  = "not_an_event_stream"
 )
-
-// operation is the request's gen_ai.operation.name.
-func (e endpoint) operation() string { return endpoints[e].operation }
 
 // appendString appends k=v unless v is empty.
 func appendString(kvs []attribute.KeyValue, k attribute.Key, v string) []attribute.KeyValue {
@@ -278,9 +277,9 @@ func hasFinishReason(data []byte) bool {
 		if i < 0 {
 			return false
 		}
-		data = skipSpace(data[i+len(finishReasonKey):])
+		data = sse.SkipSpace(data[i+len(finishReasonKey):])
 		if len(data) > 0 && data[0] == ':' {
-			if v := skipSpace(data[1:]); len(v) > 0 && v[0] == '"' {
+			if v := sse.SkipSpace(data[1:]); len(v) > 0 && v[0] == '"' {
 				return true
 			}
 		}
@@ -300,7 +299,7 @@ type spanWriter struct {
 }
 
 func (s *spanWriter) Write(b []byte) (int, error) {
-	if data, ok := eventData(b); ok {
+	if data, ok := sse.EventData(b); ok {
 		s.resp.readChunk(data)
 	}
 	return s.w.Write(b)

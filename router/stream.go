@@ -10,7 +10,8 @@ import (
 	"slices"
 	"sync"
 	"time"
-	"unsafe"
+
+	"github.com/switchyard/switchyard/router/internal/sse"
 
 	"github.com/switchyard/switchyard/policy"
 	"github.com/tidwall/gjson"
@@ -172,7 +173,7 @@ func (p *pump) run(body io.Reader) error {
 		end += n
 		wrote := false
 		for {
-			ev, next, resume := nextEvent(buf[start:end], scan)
+			ev, next, resume := sse.NextEvent(buf[start:end], scan)
 			if ev == nil {
 				scan = resume
 				break
@@ -242,7 +243,7 @@ func (p *pump) run(body io.Reader) error {
 			// The stream ended inside an event. A client parser drops an
 			// incomplete event, so it is not passed on; a [DONE] whose
 			// blank line is missing still completes the stream.
-			if data, ok := eventData(tail); ok && bytes.Equal(bytes.TrimSpace(data), doneValue) && !p.typed() {
+			if data, ok := sse.EventData(tail); ok && bytes.Equal(bytes.TrimSpace(data), doneValue) && !p.typed() {
 				end := []byte("\n\n")
 				if tail[len(tail)-1] == '\n' {
 					end = end[1:] // the line is ended; add the blank line
@@ -291,7 +292,7 @@ func (p *pump) drain(body io.Reader, buf []byte) {
 // event inspects one complete event and returns what to send the client,
 // or keep false to drop it.
 func (p *pump) event(ev []byte) (out []byte, keep bool) {
-	data, ok := eventData(ev)
+	data, ok := sse.EventData(ev)
 	if !ok {
 		return ev, true // comments, id:, retry:, blank lines
 	}
@@ -372,13 +373,13 @@ func (p *pump) chatUsage(ev, data []byte) []byte {
 	// include_usage is set: no JSON parse when it is the only "usage" and a
 	// top-level key (a string value is never followed by a colon).
 	if !escaped && bytes.LastIndex(data, usageKey) == k && objectDepth(data[:k]) == 1 {
-		if v := skipSpace(data[k+len(usageKey):]); len(v) > 0 && v[0] == ':' {
-			if v = skipSpace(v[1:]); bytes.HasPrefix(v, []byte("null")) {
+		if v := sse.SkipSpace(data[k+len(usageKey):]); len(v) > 0 && v[0] == ':' {
+			if v = sse.SkipSpace(v[1:]); bytes.HasPrefix(v, []byte("null")) {
 				if !p.injected {
 					return ev
 				}
 				valueEnd := len(data) - len(v) + len("null")
-				return removeSpan(ev, data, k, valueEnd)
+				return sse.RemoveSpan(ev, data, k, valueEnd)
 			}
 		}
 	}
@@ -416,42 +417,9 @@ func (p *pump) chatUsage(ev, data []byte) []byte {
 	nd := bytes.Clone(data)
 	for i := len(usage) - 1; i >= 0; i-- {
 		m := usage[i]
-		nd = removeSpan(nd, nd, m.start, m.val.Index+len(m.val.Raw))
+		nd = sse.RemoveSpan(nd, nd, m.start, m.val.Index+len(m.val.Raw))
 	}
-	return rebuildData(ev, nd)
-}
-
-// member is one top-level member of a JSON object: where its key starts in
-// the object's text, and its value (whose Index is also in that text).
-type member struct {
-	start int
-	val   gjson.Result
-}
-
-// topMembers returns the members of the JSON object data whose key, once
-// unescaped, is name, in order. data must be valid JSON.
-func topMembers(data []byte, name string) []member {
-	root := gjson.ParseBytes(data)
-	if !root.IsObject() {
-		return nil
-	}
-	base := len(data) - len(root.Raw)
-	var out []member
-	root.ForEach(func(k, v gjson.Result) bool {
-		if k.Str == name {
-			v.Index += base
-			out = append(out, member{start: k.Index + base, val: v})
-		}
-		return true
-	})
-	return out
-}
-
-// objectDepth returns how deeply the end of the JSON text prefix nests in
-// arrays and objects (-1 inside a string).
-func objectDepth(prefix []byte) int {
-	end, _ := jsonNesting(prefix, math.MaxInt)
-	return end
+	return sse.RebuildData(ev, nd)
 }
 
 // typedEvent reads an event of the Responses or Messages API, whose data
@@ -504,8 +472,8 @@ func (p *pump) typedEvent(ev, data []byte) []byte {
 				nd = responseIDs(nd, p.idTag, p.ids)
 			}
 			if !bytes.Equal(nd, data) {
-				ev = rebuildData(ev, nd)
-				data, _ = eventData(ev)
+				ev = sse.RebuildData(ev, nd)
+				data, _ = sse.EventData(ev)
 			}
 		}
 		if p.rewriteModel != "" && root.Get("response.model").Exists() {
@@ -560,94 +528,10 @@ func (p *pump) rewrite(ev, data []byte, path string) ([]byte, []byte) {
 	if err != nil {
 		return ev, data
 	}
-	out := rebuildData(ev, nd)
-	d, _ := eventData(out)
+	out := sse.RebuildData(ev, nd)
+	d, _ := sse.EventData(out)
 	return out, d
 }
-
-// removeSpan removes the object member data[start:end] (key to end of
-// value) and one comma beside it. When data lies inside ev (one data line)
-// ev is edited in place; otherwise (data joined from several lines) the
-// event is rebuilt as one data line.
-func removeSpan(ev, data []byte, start, end int) []byte {
-	base := offsetIn(ev, data)
-	if base < 0 {
-		// data was joined from several data lines: edit the copy, then
-		// rebuild the event with the other lines kept in their places
-		// and the data split back into lines where it had line breaks.
-		d := removeSpan(data, data, start, end)
-		return rebuildData(ev, d)
-	}
-	start, end = base+start, base+end
-	i := start - 1
-	for i >= base && isSpace(ev[i]) {
-		i--
-	}
-	if i >= base && ev[i] == ',' {
-		start = i
-	} else {
-		j := end
-		for j < base+len(data) && isSpace(ev[j]) {
-			j++
-		}
-		if j < base+len(data) && ev[j] == ',' {
-			end = j + 1
-		}
-	}
-	n := copy(ev[start:], ev[end:])
-	return ev[:start+n]
-}
-
-// rebuildData returns ev with its data lines replaced by data, written as
-// "data: " lines at the place of the first one; other lines are kept.
-func rebuildData(ev, data []byte) []byte {
-	out := make([]byte, 0, len(ev))
-	wroteData := false
-	for len(ev) > 0 {
-		next := len(ev)
-		if i := lineEnd(ev); i >= 0 {
-			next = i + 1
-			if ev[i] == '\r' && i+1 < len(ev) && ev[i+1] == '\n' {
-				next++
-			}
-		}
-		line := ev[:next]
-		ev = ev[next:]
-		if v, ok := bytes.CutPrefix(line, []byte("data")); ok && (len(v) == 0 || v[0] == ':' || v[0] == '\r' || v[0] == '\n') {
-			if !wroteData {
-				for part := range bytes.SplitSeq(data, []byte("\n")) {
-					out = append(append(append(out, "data: "...), part...), '\n')
-				}
-				wroteData = true
-			}
-			continue
-		}
-		out = append(out, line...)
-	}
-	return out
-}
-
-func skipSpace(b []byte) []byte {
-	for len(b) > 0 && isSpace(b[0]) {
-		b = b[1:]
-	}
-	return b
-}
-
-// offsetIn returns where sub starts inside b, or -1 when sub does not
-// share b's memory.
-func offsetIn(b, sub []byte) int {
-	if len(sub) == 0 || len(b) == 0 {
-		return -1
-	}
-	d := int(uintptr(unsafe.Pointer(&sub[0])) - uintptr(unsafe.Pointer(&b[0])))
-	if d < 0 || d+len(sub) > len(b) {
-		return -1
-	}
-	return d
-}
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // write sends b to the client, bounding how long it may block.
 func (p *pump) write(b []byte) error {
@@ -713,93 +597,6 @@ func (p *pump) fail(ae *apiError) {
 	_ = p.flush()
 }
 
-// nextEvent returns the first complete SSE event in b, through the blank
-// line that ends it, and its length. When b holds no complete event it
-// returns nil and the offset to resume from once more bytes arrive (the
-// start of b's last, unfinished line); from is such an offset from an
-// earlier call on the same pending bytes (0 for new ones). Lines end in
-// CRLF, LF or CR. A CR at the very end of b that ends a blank line ends
-// the event whatever follows (a CR or a CRLF, the client sees a blank
-// line either way); one that ends a line with text is undecided until the
-// next byte (an LF after it makes one CRLF, not a blank line), so b is
-// not complete yet. The event boundaries are then exactly the client's.
-func nextEvent(b []byte, from int) (ev []byte, n, resume int) {
-	lineStart := from
-	for lineStart < len(b) {
-		j := lineEnd(b[lineStart:])
-		if j < 0 {
-			return nil, 0, lineStart
-		}
-		i := lineStart + j
-		end := i + 1
-		if b[i] == '\r' && end == len(b) && i != lineStart {
-			return nil, 0, lineStart // CR or CRLF: the next read decides
-		}
-		if b[i] == '\r' && end < len(b) && b[end] == '\n' {
-			end++
-		}
-		if i == lineStart {
-			return b[:end], end, 0
-		}
-		lineStart = end
-	}
-	return nil, 0, lineStart
-}
-
-// eventData returns an event's data: the values of its data lines (one
-// optional space after "data:" removed) joined by LF, and whether it has
-// any. A single data line, the usual case, is returned without copying.
-func eventData(ev []byte) ([]byte, bool) {
-	var data []byte
-	found, joined := false, false
-	for len(ev) > 0 {
-		line := ev
-		next := len(ev)
-		if i := lineEnd(ev); i >= 0 {
-			line = ev[:i]
-			next = i + 1
-			if ev[i] == '\r' && i+1 < len(ev) && ev[i+1] == '\n' {
-				next++
-			}
-		}
-		ev = ev[next:]
-		v, ok := bytes.CutPrefix(line, []byte("data"))
-		if !ok || len(v) > 0 && v[0] != ':' {
-			continue
-		}
-		if len(v) > 0 {
-			v = v[1:]
-			if len(v) > 0 && v[0] == ' ' {
-				v = v[1:]
-			}
-		}
-		switch {
-		case !found:
-			data, found = v, true
-		case !joined:
-			data = append(append(append([]byte(nil), data...), '\n'), v...)
-			joined = true
-		default:
-			data = append(append(data, '\n'), v...)
-		}
-	}
-	return data, found
-}
-
-// lineEnd returns the index of the first CR or LF in b, or -1. Two
-// IndexByte scans (vectorised) beat one IndexAny loop on event-sized input.
-func lineEnd(b []byte) int {
-	i := bytes.IndexByte(b, '\n')
-	limit := b
-	if i >= 0 {
-		limit = b[:i]
-	}
-	if j := bytes.IndexByte(limit, '\r'); j >= 0 {
-		return j
-	}
-	return i
-}
-
 // hasToken reports whether a chunk carries the first generated content: a
 // non-empty content or text delta, or a tool-call delta.
 func hasToken(data []byte) bool {
@@ -815,4 +612,37 @@ func hasToken(data []byte) bool {
 	}
 	t := c.Get("text")
 	return t.Type == gjson.String && t.Str != ""
+}
+
+// member is one top-level member of a JSON object: where its key starts in
+// the object's text, and its value (whose Index is also in that text).
+type member struct {
+	start int
+	val   gjson.Result
+}
+
+// topMembers returns the members of the JSON object data whose key, once
+// unescaped, is name, in order. data must be valid JSON.
+func topMembers(data []byte, name string) []member {
+	root := gjson.ParseBytes(data)
+	if !root.IsObject() {
+		return nil
+	}
+	base := len(data) - len(root.Raw)
+	var out []member
+	root.ForEach(func(k, v gjson.Result) bool {
+		if k.Str == name {
+			v.Index += base
+			out = append(out, member{start: k.Index + base, val: v})
+		}
+		return true
+	})
+	return out
+}
+
+// objectDepth returns how deeply the end of the JSON text prefix nests in
+// arrays and objects (-1 inside a string).
+func objectDepth(prefix []byte) int {
+	end, _ := jsonNesting(prefix, math.MaxInt)
+	return end
 }

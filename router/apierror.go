@@ -1,0 +1,141 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// apiError is an error with its OpenAI shape and HTTP status. Every error
+// that reaches a client goes through status() and writeError().
+type apiError struct {
+	Status  int
+	Type    string
+	Code    string
+	Param   string
+	Message string
+	// RetryAfter, in seconds, is sent as Retry-After when > 0.
+	RetryAfter int
+	cause      error
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func (e *apiError) Unwrap() error { return e.cause }
+
+// badRequest is a 400 invalid_request_error about param.
+func badRequest(param, msg string) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: msg}
+}
+
+type errorBody struct {
+	Error errorFields `json:"error"`
+}
+
+type errorFields struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func (e *apiError) body() []byte {
+	f := errorFields{Message: e.Message, Type: e.Type}
+	if e.Param != "" {
+		f.Param = &e.Param
+	}
+	if e.Code != "" {
+		f.Code = &e.Code
+	}
+	return marshal(errorBody{Error: f}) // messages such as "queue > 8" stay readable
+}
+
+// marshal encodes v without HTML escaping and without a final newline.
+func marshal(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// anthropicType is the Anthropic API's error type for an HTTP status.
+func anthropicType(status int) string {
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestTimeout, http.StatusMethodNotAllowed, http.StatusUnprocessableEntity:
+		return "invalid_request_error"
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusForbidden:
+		return "permission_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case http.StatusServiceUnavailable, 529:
+		return "overloaded_error"
+	case http.StatusGatewayTimeout:
+		return "timeout_error"
+	}
+	return "api_error"
+}
+
+// anthropicBody is the error in the Anthropic API's shape.
+func (e *apiError) anthropicBody() []byte {
+	type inner struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}
+	return marshal(struct {
+		Type  string `json:"type"`
+		Error inner  `json:"error"`
+	}{"error", inner{anthropicType(e.Status), e.Message}})
+}
+
+// responsesEvent is the error as a Responses API stream error event.
+func (e *apiError) responsesEvent(seq int64) []byte {
+	var code, param *string
+	if e.Code != "" {
+		code = &e.Code
+	}
+	if e.Param != "" {
+		param = &e.Param
+	}
+	return marshal(struct {
+		Type     string  `json:"type"`
+		Code     *string `json:"code"`
+		Message  string  `json:"message"`
+		Param    *string `json:"param"`
+		Sequence int64   `json:"sequence_number"`
+	}{"error", code, e.Message, param, seq})
+}
+
+// writeErrorFor writes e in the shape of the API ep speaks.
+func writeErrorFor(w http.ResponseWriter, ep endpoint, e *apiError) {
+	if ep.anthropic() {
+		writeBody(w, e, e.anthropicBody())
+		return
+	}
+	writeError(w, e)
+}
+
+// writeError writes err as an OpenAI-shaped JSON error.
+func writeError(w http.ResponseWriter, e *apiError) { writeBody(w, e, e.body()) }
+
+// writeBody writes body, the error e in some API's shape.
+func writeBody(w http.ResponseWriter, e *apiError, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	if e.Status == http.StatusRequestTimeout {
+		h.Set("Connection", "close") // the rest of the body may still be coming
+	}
+	h.Del("Content-Length")
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(append(body, '\n'))
+}
