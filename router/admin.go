@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -30,15 +32,15 @@ func (g *Gateway) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Post("/v1/chat/completions", g.chat)
 	r.Post("/v1/completions", g.completions)
-	r.Post("/v1/responses", g.endpointHandler(responsesEndpoint))
+	r.Post("/v1/responses", g.endpointHandler(wire.Responses))
 	r.Get("/v1/responses/{id}", g.storedHandler(""))
 	r.Delete("/v1/responses/{id}", g.storedHandler(""))
 	r.Post("/v1/responses/{id}/cancel", g.storedHandler("/cancel"))
-	r.Post("/v1/messages", g.endpointHandler(messagesEndpoint))
-	r.Post("/v1/messages/count_tokens", g.endpointHandler(countTokensEndpoint))
-	r.Post("/v1/embeddings", g.endpointHandler(embeddingsEndpoint))
-	r.Post("/tokenize", g.endpointHandler(tokenizeEndpoint))
-	r.Post("/detokenize", g.endpointHandler(detokenizeEndpoint))
+	r.Post("/v1/messages", g.endpointHandler(wire.Messages))
+	r.Post("/v1/messages/count_tokens", g.endpointHandler(wire.CountTokens))
+	r.Post("/v1/embeddings", g.endpointHandler(wire.Embeddings))
+	r.Post("/tokenize", g.endpointHandler(wire.Tokenize))
+	r.Post("/detokenize", g.endpointHandler(wire.Detokenize))
 	r.Get("/v1/models", g.listModels)
 	r.Get("/v1/models/{id}", g.getModel)
 	// Claude Code checks that the server answers before its first call.
@@ -48,11 +50,11 @@ func (g *Gateway) Handler() http.Handler {
 	})
 	r.Get("/readyz", g.ready)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeErrorFor(w, apiOf(r), &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+		wire.WriteErrorFor(w, apiOf(r), &wire.APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: "no such endpoint: " + clip(r.Method) + " " + clip(r.URL.Path)})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeErrorFor(w, apiOf(r), &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+		wire.WriteErrorFor(w, apiOf(r), &wire.APIError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
 			Message: "method " + clip(r.Method) + " is not allowed on " + clip(r.URL.Path)})
 	})
 	return g.bounded(false, r)
@@ -60,11 +62,11 @@ func (g *Gateway) Handler() http.Handler {
 
 // apiOf guesses the API a request outside the known endpoints speaks:
 // Anthropic's when it sends anthropic-version or asks under /v1/messages.
-func apiOf(r *http.Request) endpoint {
+func apiOf(r *http.Request) wire.Endpoint {
 	if r.Header.Get("Anthropic-Version") != "" || strings.HasPrefix(r.URL.Path, "/v1/messages") {
-		return messagesEndpoint
+		return wire.Messages
 	}
-	return chatEndpoint
+	return wire.Chat
 }
 
 // AdminHandler returns the admin API.
@@ -87,7 +89,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 	})
 	r.Get("/readyz", g.ready)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+		wire.WriteError(w, &wire.APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: "no such admin endpoint: " + clip(r.Method) + " " + clip(r.URL.Path)})
 	})
 	return g.bounded(true, r)
@@ -102,14 +104,14 @@ func (g *Gateway) AdminHandler() http.Handler {
 func (g *Gateway) adminGuard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && crossOrigin(r) {
-			writeError(w, &apiError{Status: http.StatusForbidden, Type: "permission_error", Code: "cross_origin",
+			wire.WriteError(w, &wire.APIError{Status: http.StatusForbidden, Type: "permission_error", Code: "cross_origin",
 				Message: "cross-origin requests to the admin API are refused"})
 			return
 		}
 		sc := &g.snap.Load().Config.Server
 		probe := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
 		if sc.AdminToken == "" && !probe && !trustedHost(r.Host, sc.AdminListen) {
-			writeError(w, &apiError{Status: http.StatusForbidden, Type: "permission_error", Code: "host_not_allowed",
+			wire.WriteError(w, &wire.APIError{Status: http.StatusForbidden, Type: "permission_error", Code: "host_not_allowed",
 				Message: "without an admin token the admin API answers only requests addressed to an IP address, localhost or its admin_listen host (Host " +
 					strconv.Quote(clip(r.Host)) + "); set server.admin_token_env to reach it by another name"})
 			return
@@ -117,7 +119,7 @@ func (g *Gateway) adminGuard(next http.Handler) http.Handler {
 		guarded := strings.HasPrefix(r.URL.Path, "/admin/") || (r.URL.Path == "/metrics" && sc.AdminTokenMetrics)
 		if guarded && sc.AdminToken != "" && !bearerIs(r, string(sc.AdminToken)) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard-admin"`)
-			writeError(w, &apiError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+			wire.WriteError(w, &wire.APIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
 				Message: "the admin API needs Authorization: Bearer <admin token> (server.admin_token_env)"})
 			return
 		}
@@ -202,7 +204,7 @@ func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request) {
 	ep := apiOf(r)
 	key, err := s.authenticate(r)
 	if err != nil {
-		writeErrorFor(w, ep, toAPIError(err, ""))
+		wire.WriteErrorFor(w, ep, toAPIError(err, ""))
 		return
 	}
 	names := make([]string, 0, len(s.models))
@@ -213,7 +215,7 @@ func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request) {
 	}
 	sort.Strings(names)
 	created := g.opts.Now()
-	if ep.anthropic() {
+	if ep.Anthropic() {
 		data := make([]anthropicModel, len(names))
 		for i, n := range names {
 			data[i] = newAnthropicModel(n, created)
@@ -251,15 +253,15 @@ func (g *Gateway) getModel(w http.ResponseWriter, r *http.Request) {
 	ep := apiOf(r)
 	key, err := s.authenticate(r)
 	if err != nil {
-		writeErrorFor(w, ep, toAPIError(err, ""))
+		wire.WriteErrorFor(w, ep, toAPIError(err, ""))
 		return
 	}
 	id := chi.URLParam(r, "id")
 	if _, ok := s.resolve(id); !ok || !key.allows(id) {
-		writeErrorFor(w, ep, toAPIError(fmt.Errorf("%w: the model `%s` does not exist", errModelNotFound, clip(id)), ""))
+		wire.WriteErrorFor(w, ep, toAPIError(fmt.Errorf("%w: the model `%s` does not exist", errModelNotFound, clip(id)), ""))
 		return
 	}
-	if ep.anthropic() {
+	if ep.Anthropic() {
 		writeJSON(w, http.StatusOK, newAnthropicModel(id, g.opts.Now()))
 		return
 	}
@@ -359,9 +361,9 @@ func (g *Gateway) ExplainAPI(ctx context.Context, header http.Header, body []byt
 		for _, a := range APIs() {
 			names = append(names, string(a))
 		}
-		return nil, badRequest("api", fmt.Sprintf("unknown API %q (known: %s)", clip(api), strings.Join(names, ", ")))
+		return nil, wire.BadRequest("api", fmt.Sprintf("unknown API %q (known: %s)", clip(api), strings.Join(names, ", ")))
 	}
-	info, err := parseRequest(body, ep, s.Config.Server.MaxJSONDepth)
+	info, err := wire.Parse(body, ep, s.Config.Server.MaxJSONDepth)
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +373,7 @@ func (g *Gateway) ExplainAPI(ctx context.Context, header http.Header, body []byt
 		return nil, toAPIError(errModelNotFound, "the model `"+clip(info.Model)+"` does not exist")
 	}
 	if class != "" && s.classifier != nil && !slices.Contains(s.classifier.Labels(), class) {
-		return nil, badRequest("class", fmt.Sprintf("class %q is not a label (labels: %s)", clip(class), strings.Join(s.classifier.Labels(), ", ")))
+		return nil, wire.BadRequest("class", fmt.Sprintf("class %q is not a label (labels: %s)", clip(class), strings.Join(s.classifier.Labels(), ", ")))
 	}
 	var d policy.Decision
 	r := (&http.Request{Header: header}).WithContext(ctx)
@@ -426,12 +428,12 @@ func (g *Gateway) adminExplain(w http.ResponseWriter, r *http.Request) {
 	s := g.snap.Load()
 	body, err := readBody(r, int64(s.Config.Server.MaxBodyBytes))
 	if err != nil {
-		writeError(w, toAPIError(err, ""))
+		wire.WriteError(w, toAPIError(err, ""))
 		return
 	}
 	e, err := g.ExplainAPI(r.Context(), r.Header, body, r.URL.Query().Get("class"), r.URL.Query().Get("api"))
 	if err != nil {
-		writeError(w, toAPIError(err, ""))
+		wire.WriteError(w, toAPIError(err, ""))
 		return
 	}
 	writeJSON(w, http.StatusOK, e)
@@ -582,7 +584,7 @@ func (g *Gateway) adminConfig(w http.ResponseWriter, _ *http.Request) {
 	s := g.snap.Load()
 	out, err := policy.Render(s.Config)
 	if err != nil {
-		writeError(w, toAPIError(err, "could not render config"))
+		wire.WriteError(w, toAPIError(err, "could not render config"))
 		return
 	}
 	w.Header().Set("Content-Type", "application/yaml")

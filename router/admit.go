@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+
+	"github.com/switchyard/switchyard/router/internal/wire"
 )
 
 // readBody reads at most limit bytes; more is errTooLarge.
@@ -23,7 +25,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, fmt.Errorf("%w: the request body did not arrive within server.body_timeout", errBodyTimeout)
 		}
-		return nil, badRequest("", "could not read request body: "+err.Error())
+		return nil, wire.BadRequest("", "could not read request body: "+err.Error())
 	}
 	return body, nil
 }

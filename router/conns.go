@@ -8,7 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
+
+	"github.com/switchyard/switchyard/router/internal/wire"
 )
 
 // Connection bounds. A client that opens connections and sends nothing, or
@@ -38,11 +39,11 @@ func (g *Gateway) bounded(admin bool, next http.Handler) http.Handler {
 			w.Header().Set("Connection", "close")
 		}
 		if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
-			ep := chatEndpoint
+			ep := wire.Chat
 			if !admin {
 				ep = apiOf(r)
 			}
-			writeErrorFor(w, ep, &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_content_encoding",
+			wire.WriteErrorFor(w, ep, &wire.APIError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_content_encoding",
 				Message: "request bodies must not be encoded (Content-Encoding " + strconv.Quote(clip(ce)) + "); send plain JSON"})
 			return
 		}
@@ -176,19 +177,5 @@ func (c *limitConn) Close() error {
 // repeated in an error message or a log line.
 const maxEcho = 256
 
-// maxReplicaEcho bounds a replica's error message passed on.
-const maxReplicaEcho = 1024
-
 // clip returns s cut to maxEcho bytes at a rune boundary, marked as cut.
-func clip(s string) string { return clipN(s, maxEcho) }
-
-// clipN returns s cut to n bytes at a rune boundary, marked as cut.
-func clipN(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…[" + strconv.Itoa(len(s)-n) + " more bytes]"
-}
+func clip(s string) string { return wire.ClipN(s, maxEcho) }

@@ -3,6 +3,8 @@ package router
 import (
 	"bytes"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"github.com/switchyard/switchyard/router/internal/sse"
 
 	"github.com/tidwall/gjson"
@@ -10,7 +12,7 @@ import (
 )
 
 // Responses custom tools (Codex's apply_patch) are emulated: vLLM has no
-// tool type for them, so adapt offers each as a function tool with one
+// tool type for them, so wire.Adapt offers each as a function tool with one
 // string parameter, input (customFunction), and the model's calls to such
 // a function come back to the client as custom tool calls, their input
 // the string value of the arguments' input. Only calls to names that were
@@ -29,7 +31,7 @@ type customStream struct {
 // customCallState is one custom tool call being streamed.
 type customCallState struct {
 	itemID string
-	dec    inputDecoder
+	dec    wire.InputDecoder
 	// sent is the input the client was sent in deltas.
 	sent []byte
 }
@@ -72,17 +74,17 @@ func (p *pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]by
 	switch typ {
 	case "response.output_item.added", "response.output_item.done":
 		it := root.Get("item")
-		if it.Get("type").Str != "function_call" || !p.custom.has(it.Get("name").Str) {
+		if it.Get("type").Str != "function_call" || !p.custom.Has(it.Get("name").Str) {
 			break
 		}
 		input := ""
 		if typ == "response.output_item.added" {
 			cs.calls = append(cs.calls, &customCallState{itemID: it.Get("id").Str})
 		} else {
-			input = customInput(it.Get("arguments").Str)
+			input = wire.CustomInput(it.Get("arguments").Str)
 			cs.end(it.Get("id").Str)
 		}
-		nd, err := sjson.SetRawBytes(bytes.Clone(data), "item", []byte(customCall(it, input)))
+		nd, err := sjson.SetRawBytes(bytes.Clone(data), "item", []byte(wire.CustomCall(it, input)))
 		if err != nil {
 			break
 		}
@@ -92,13 +94,13 @@ func (p *pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]by
 		if c == nil {
 			break
 		}
-		piece := c.dec.feed(root.Get("delta").Str)
+		piece := c.dec.Feed(root.Get("delta").Str)
 		if piece == "" {
 			cs.shift++
 			return nil, nil
 		}
 		c.sent = append(c.sent, piece...)
-		ev = customDelta(root, piece, root.Get("sequence_number").Int())
+		ev = wire.CustomDelta(root, piece, root.Get("sequence_number").Int())
 		ev, data = p.renumber(ev)
 		return ev, data
 	case "response.function_call_arguments.done":
@@ -106,24 +108,24 @@ func (p *pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]by
 		if c == nil {
 			break
 		}
-		input := customInput(root.Get("arguments").Str)
+		input := wire.CustomInput(root.Get("arguments").Str)
 		n := root.Get("sequence_number").Int()
 		if rest, ok := bytes.CutPrefix([]byte(input), c.sent); ok && len(rest) > 0 {
 			// The deltas fell short of the input (the arguments ended
 			// without their closing quote, or the done event says more):
 			// the rest is sent as one more delta.
-			out = customDelta(root, string(rest), n-cs.shift)
+			out = wire.CustomDelta(root, string(rest), n-cs.shift)
 			c.sent = append(c.sent, rest...)
 			cs.shift--
 		}
 		done := `{"type":"response.custom_tool_call_input.done","item_id":` + root.Get("item_id").Raw +
-			`,"output_index":` + rawOr(root.Get("output_index"), "0") + `,"input":` + jstr(input) +
+			`,"output_index":` + wire.RawOr(root.Get("output_index"), "0") + `,"input":` + wire.Quote(input) +
 			`,"sequence_number":` + itoa(n) + `}`
 		last, d := p.renumber(sse.AppendEvent(nil, "response.custom_tool_call_input.done", done))
 		return append(out, last...), d
 	case "response.created", "response.in_progress", "response.completed", "response.incomplete", "response.failed":
 		if bytes.Contains(data, []byte(`"function_call"`)) {
-			if nd := customOutput(data, "response.output", p.custom); !bytes.Equal(nd, data) {
+			if nd := wire.CustomOutput(data, "response.output", p.custom); !bytes.Equal(nd, data) {
 				ev, data = sse.RebuildData(ev, nd), nd
 			}
 		}

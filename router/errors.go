@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/switchyard/switchyard/router/internal/wire"
 )
 
 // Sentinel errors of the request path, mapped to statuses by toAPIError.
@@ -40,7 +42,7 @@ func retryAfterSeconds(d time.Duration) int {
 
 // toAPIError maps any error of the request path to its status and OpenAI
 // shape. It is the one place that decides statuses.
-func toAPIError(err error, detail string) *apiError {
+func toAPIError(err error, detail string) *wire.APIError {
 	var uf *upstreamFailure
 	if errors.As(err, &uf) {
 		// A replica's refusal that no other replica took over: its status
@@ -60,8 +62,8 @@ func toAPIError(err error, detail string) *apiError {
 	return ae
 }
 
-func mapError(err error, detail string) *apiError {
-	var ae *apiError
+func mapError(err error, detail string) *wire.APIError {
+	var ae *wire.APIError
 	if errors.As(err, &ae) {
 		return ae
 	}
@@ -71,27 +73,27 @@ func mapError(err error, detail string) *apiError {
 	}
 	switch {
 	case errors.Is(err, errUnauthorized):
-		return &apiError{Status: 401, Type: "authentication_error", Code: "invalid_api_key", Message: msg}
+		return &wire.APIError{Status: 401, Type: "authentication_error", Code: "invalid_api_key", Message: msg}
 	case errors.Is(err, errForbidden):
-		return &apiError{Status: 403, Type: "permission_error", Code: "model_not_allowed", Param: "model", Message: msg}
+		return &wire.APIError{Status: 403, Type: "permission_error", Code: "model_not_allowed", Param: "model", Message: msg}
 	case errors.Is(err, errModelNotFound):
-		return &apiError{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model", Message: msg}
+		return &wire.APIError{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model", Message: msg}
 	case errors.Is(err, errTooLarge):
-		return &apiError{Status: 413, Type: "invalid_request_error", Code: "request_too_large", Message: msg}
+		return &wire.APIError{Status: 413, Type: "invalid_request_error", Code: "request_too_large", Message: msg}
 	case errors.Is(err, errBodyTimeout):
-		return &apiError{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout", Message: msg}
+		return &wire.APIError{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout", Message: msg}
 	case errors.Is(err, errRateLimited):
-		return &apiError{Status: 429, Type: "rate_limit_error", Code: "rate_limit_exceeded", Message: msg, RetryAfter: 1}
+		return &wire.APIError{Status: 429, Type: "rate_limit_error", Code: "rate_limit_exceeded", Message: msg, RetryAfter: 1}
 	case errors.Is(err, errUpstream429):
-		return &apiError{Status: 429, Type: "rate_limit_error", Code: "upstream_rate_limited", Message: msg, RetryAfter: 1}
+		return &wire.APIError{Status: 429, Type: "rate_limit_error", Code: "upstream_rate_limited", Message: msg, RetryAfter: 1}
 	case errors.Is(err, errNoReplica):
-		return &apiError{Status: 503, Type: "service_unavailable", Code: "no_replica_available", Message: msg, RetryAfter: 1}
+		return &wire.APIError{Status: 503, Type: "service_unavailable", Code: "no_replica_available", Message: msg, RetryAfter: 1}
 	case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
-		return &apiError{Status: 504, Type: "upstream_error", Code: "upstream_timeout", Message: msg}
+		return &wire.APIError{Status: 504, Type: "upstream_error", Code: "upstream_timeout", Message: msg}
 	case errors.Is(err, errUpstream):
-		return &apiError{Status: 502, Type: "upstream_error", Code: "upstream_failed", Message: msg}
+		return &wire.APIError{Status: 502, Type: "upstream_error", Code: "upstream_failed", Message: msg}
 	}
-	return &apiError{Status: 500, Type: "internal_error", Code: "internal_error", Message: msg}
+	return &wire.APIError{Status: 500, Type: "internal_error", Code: "internal_error", Message: msg}
 }
 
 func isTimeout(err error) bool {

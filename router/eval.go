@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"github.com/tidwall/gjson"
 
 	"github.com/switchyard/switchyard/classifier"
@@ -27,11 +29,11 @@ const (
 // APIs lists the routed APIs.
 func APIs() []API { return []API{APIChat, APICompletions, APIResponses, APIMessages} }
 
-var apiEndpoints = map[API]endpoint{
-	APIChat:        chatEndpoint,
-	APICompletions: completionsEndpoint,
-	APIResponses:   responsesEndpoint,
-	APIMessages:    messagesEndpoint,
+var apiEndpoints = map[API]wire.Endpoint{
+	APIChat:        wire.Chat,
+	APICompletions: wire.Completions,
+	APIResponses:   wire.Responses,
+	APIMessages:    wire.Messages,
 }
 
 // DetectAPI says which API a request body speaks, from its top-level
@@ -91,7 +93,7 @@ type EvalRequest struct {
 	// prompt_tokens condition).
 	PromptTokens int
 	snap         *Snapshot
-	info         *reqInfo
+	info         *wire.Info
 	policy       bool
 }
 
@@ -115,7 +117,7 @@ func (g *Gateway) PrepareEval(api API, body []byte) (*EvalRequest, error) {
 		return nil, fmt.Errorf("unknown API %q (known: %s)", api, strings.Join(names, ", "))
 	}
 	s := g.snap.Load()
-	info, err := parseRequest(body, ep, s.Config.Server.MaxJSONDepth)
+	info, err := wire.Parse(body, ep, s.Config.Server.MaxJSONDepth)
 	if err != nil {
 		return nil, err
 	}

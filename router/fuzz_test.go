@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"github.com/tidwall/gjson"
 )
 
@@ -31,13 +33,13 @@ func FuzzParseRequest(f *testing.F) {
 		f.Add([]byte(s), true)
 	}
 	f.Fuzz(func(t *testing.T, body []byte, completions bool) {
-		ep := chatEndpoint
+		ep := wire.Chat
 		if completions {
-			ep = completionsEndpoint
+			ep = wire.Completions
 		}
-		info, err := parseRequest(body, ep, 64)
+		info, err := wire.Parse(body, ep, 64)
 		if err != nil {
-			if _, ok := err.(*apiError); !ok {
+			if _, ok := err.(*wire.APIError); !ok {
 				t.Fatalf("error %T is not an API error", err)
 			}
 			return
@@ -47,10 +49,10 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		// Accepted bodies nest at most 64 deep and name each routing key
 		// once, so every parser downstream reads the same request.
-		if !checkDepth(body, 64) {
+		if !wire.CheckDepth(body, 64) {
 			t.Fatalf("accepted a body nested deeper than 64: %q", body)
 		}
-		for _, k := range routingKeys {
+		for _, k := range wire.RoutingKeys {
 			n := 0
 			gjson.ParseBytes(body).ForEach(func(key, _ gjson.Result) bool {
 				if key.Str == k {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/pools"
@@ -32,9 +34,9 @@ type exchange struct {
 	g        *Gateway
 	id       string
 	idHeader []string
-	ep       endpoint
+	ep       wire.Endpoint
 	snap     *Snapshot
-	info     *reqInfo
+	info     *wire.Info
 	body     []byte
 	key      *apiKey
 	decision policy.Decision
@@ -86,7 +88,7 @@ type exchange struct {
 	// custom names the request's Responses custom tools, offered to vLLM
 	// as function tools: calls to them are turned back into custom tool
 	// calls in the answer (nil, and nothing looked at, without them).
-	custom customTools
+	custom wire.CustomTools
 
 	// Upstream state, kept here so that placing a request allocates
 	// nothing of its own.
@@ -119,18 +121,18 @@ func (x *exchange) firstToken() {
 	x.g.metrics.ttft.WithLabelValues(x.pool).Observe(x.ttft.Seconds())
 }
 
-func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) { g.serve(w, r, chatEndpoint) }
+func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) { g.serve(w, r, wire.Chat) }
 func (g *Gateway) completions(w http.ResponseWriter, r *http.Request) {
-	g.serve(w, r, completionsEndpoint)
+	g.serve(w, r, wire.Completions)
 }
 
 // endpointHandler serves one POST endpoint of the client API.
-func (g *Gateway) endpointHandler(ep endpoint) http.HandlerFunc {
+func (g *Gateway) endpointHandler(ep wire.Endpoint) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, ep) }
 }
 
 // newExchange starts the record of one client request.
-func (g *Gateway) newExchange(w http.ResponseWriter, r *http.Request, ep endpoint) *exchange {
+func (g *Gateway) newExchange(w http.ResponseWriter, r *http.Request, ep wire.Endpoint) *exchange {
 	x := &exchange{g: g, start: time.Now(), ep: ep, snap: g.snap.Load()}
 	x.id = r.Header.Get(headerReqID)
 	if x.id == "" || len(x.id) > 128 {
@@ -156,7 +158,7 @@ func (g *Gateway) startExchange(r *http.Request, x *exchange) context.Context {
 	return ctx
 }
 
-func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep wire.Endpoint) {
 	x := g.newExchange(w, r, ep)
 	ctx := g.startExchange(r, x)
 	defer g.finish(x)
@@ -170,7 +172,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint) {
 
 // serveStored serves a call on a stored response (GET, DELETE, cancel).
 func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix string) {
-	x := g.newExchange(w, r, responsesEndpoint)
+	x := g.newExchange(w, r, wire.Responses)
 	ctx := g.startExchange(r, x)
 	defer g.finish(x)
 	x.storedSuffix = suffix
@@ -180,7 +182,7 @@ func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix
 	key, err := s.authenticate(r)
 	if err == nil {
 		x.key = key
-		x.info = &reqInfo{}
+		x.info = &wire.Info{}
 		x.body, err = readBody(r, int64(s.Config.Server.MaxBodyBytes))
 	}
 	if err == nil {
@@ -224,12 +226,12 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	_ = x.responseController(w).SetReadDeadline(time.Time{})
 	x.body = body
-	info, err := parseRequest(body, x.ep, s.Config.Server.MaxJSONDepth)
+	info, err := wire.Parse(body, x.ep, s.Config.Server.MaxJSONDepth)
 	if err != nil {
 		return err
 	}
 	x.info = info
-	x.body, x.custom = adapt(x.ep, body)
+	x.body, x.custom = wire.Adapt(x.ep, body)
 	if key != nil && key.limiter != nil {
 		if wait := key.wait(g.opts.Now()); wait > 0 {
 			return &retryAfter{err: fmt.Errorf("%w: API key %q is over its rate of %g requests/s", errRateLimited, key.name, key.rate.RPS), after: wait}
@@ -247,7 +249,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		x.clientModel = info.Model
 	}
 	switch {
-	case info.PreviousResponse != "" && x.ep == responsesEndpoint:
+	case info.PreviousResponse != "" && x.ep == wire.Responses:
 		// A stored response lives on the replica that made it, which
 		// must be in a pool the requested model may reach.
 		if err := x.pinToStored(info.PreviousResponse, "previous_response_id"); err != nil {
@@ -258,7 +260,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 	case !tgt.policy:
 		x.decision = policy.Decision{Route: "direct", Pools: []string{tgt.pool.Name}}
-	case x.ep == countTokensEndpoint:
+	case x.ep == wire.CountTokens:
 		// Claude Code counts tokens for the name it generates with (auto,
 		// a pattern, a claude-* name): the pool the request would be
 		// routed to answers, decided without a classifier call (a class
@@ -268,8 +270,8 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 			x.forceClass = cl.OnError
 		}
 		x.decision = g.decide(ctx, r, x, true)
-	case !x.ep.generates():
-		return badRequest("model", fmt.Sprintf("the model `%s` is routed by the policy; %s needs a model one pool serves (a pool name, a served model name, or a models[] entry with pool:)", clip(info.Model), x.ep.path()))
+	case !x.ep.Generates():
+		return wire.BadRequest("model", fmt.Sprintf("the model `%s` is routed by the policy; %s needs a model one pool serves (a pool name, a served model name, or a models[] entry with pool:)", clip(info.Model), x.ep.Path()))
 	default:
 		x.decision = g.decide(ctx, r, x, false)
 	}
@@ -339,7 +341,7 @@ func (g *Gateway) fail(w http.ResponseWriter, x *exchange, err error, detail str
 	x.status, x.sent = ae.Status, ae.Status
 	x.errMsg = ae.Message
 	g.setRouteHeaders(w.Header(), x)
-	writeErrorFor(w, x.ep, ae)
+	wire.WriteErrorFor(w, x.ep, ae)
 }
 
 // finish records metrics, the access log line and the span's attributes.

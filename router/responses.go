@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"github.com/go-chi/chi/v5"
 	"github.com/tidwall/sjson"
 
@@ -45,10 +47,10 @@ func responseIDSecret(sc *policy.Server) []byte {
 }
 
 // idsFor is the signer of the exchange's key.
-func (x *exchange) ids() ids {
-	i := ids{secret: x.snap.idSecret}
+func (x *exchange) ids() wire.ResponseIDs {
+	i := wire.ResponseIDs{Secret: x.snap.idSecret}
 	if x.key != nil {
-		i.key = x.key.name
+		i.Key = x.key.name
 	}
 	return i
 }
@@ -56,7 +58,7 @@ func (x *exchange) ids() ids {
 // errResponseNotFound is a 404 in the Responses API's error shape; param
 // names where the id came from.
 func errResponseNotFound(id, param, why string) error {
-	return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "response_not_found", Param: param,
+	return &wire.APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "response_not_found", Param: param,
 		Message: fmt.Sprintf("response %q was not found: %s", clip(id), why)}
 }
 
@@ -73,7 +75,7 @@ func (s *Snapshot) reaches(t target, pool string) bool {
 // pinToStored sends the exchange to the replica that stored response id,
 // with the replica's own id restored in the body.
 func (x *exchange) pinToStored(id, param string) error {
-	tag, orig, ok := x.ids().decode(id)
+	tag, orig, ok := x.ids().Decode(id)
 	if !ok {
 		// Another key's id is as unknown as a made-up one: nothing tells
 		// the two apart.
@@ -101,7 +103,7 @@ func (x *exchange) pinToStored(id, param string) error {
 	if x.info.PreviousResponse != "" {
 		b, err := sjson.SetBytes(x.body, "previous_response_id", orig)
 		if err != nil {
-			return badRequest("previous_response_id", err.Error())
+			return wire.BadRequest("previous_response_id", err.Error())
 		}
 		x.body = b
 	} else {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 	"go.opentelemetry.io/otel/trace"
@@ -56,11 +58,11 @@ func newResumeState(x *exchange, maxBuffer int, rnd func() uint64) *resumeState 
 	rs := &resumeState{maxBuffer: maxBuffer}
 	root := gjson.ParseBytes(x.body)
 	switch x.ep {
-	case responsesEndpoint:
+	case wire.Responses:
 		rs.typed = &responsesResume{rs: rs, rand: rnd}
-	case messagesEndpoint:
+	case wire.Messages:
 		rs.typed = &messagesResume{rs: rs, rand: rnd}
-	case chatEndpoint:
+	case wire.Chat:
 	default:
 		rs.broken = "not a chat completion (nor a Responses or Messages stream)"
 	}
@@ -169,7 +171,7 @@ func (rs *resumeState) request(body []byte) (string, []byte, error) {
 		return "", nil, fmt.Errorf("the request cannot be continued through chat completions: %w", err)
 	}
 	b, err := rs.resumeBody(chat)
-	return chatEndpoint.path(), b, err
+	return wire.Chat.Path(), b, err
 }
 
 // begin starts relaying a continuation.
@@ -363,7 +365,7 @@ func (c *continuation) send(ctx context.Context, rep *pools.Replica) result {
 	if span.IsRecording() {
 		span.SetAttributes(attrSwitchyardPool.String(ps.Name), attrSwitchyardReplica.String(rep.Name),
 			attrSwitchyardResume.Bool(true), attrSwitchyardResumeLen.Int64(rs.offset),
-			attrGenAIOperation.String(x.ep.operation()), attrGenAIProvider.String(genAIProvider))
+			attrGenAIOperation.String(x.ep.Operation()), attrGenAIProvider.String(genAIProvider))
 		span.SetAttributes(genAIRequestAttrs(body)...) // the model is the pool's
 	}
 	clock := &x.clock
@@ -377,7 +379,7 @@ func (c *continuation) send(ctx context.Context, rep *pools.Replica) result {
 	}
 	defer resp.Body.Close()
 	if !isEventStream(resp) {
-		msg := readErrorMessage(resp.Body)
+		msg := wire.ReadErrorMessage(resp.Body)
 		if resp.StatusCode == http.StatusOK {
 			setClientError(span, errTypeNotStream, errors.New("the continuation is not an event stream"))
 		}

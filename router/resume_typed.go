@@ -1,11 +1,12 @@
 package router
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/switchyard/switchyard/router/internal/sse"
 
@@ -96,7 +97,7 @@ func (rs *resumeState) continuationUsage() (prompt, completion int64, ok bool) {
 // terminal event noted).
 func (p *pump) translated(data []byte) ([]byte, bool) {
 	rs := p.resume
-	if !checkDepth(data, p.depthBound()) {
+	if !wire.CheckDepth(data, p.depthBound()) {
 		p.refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
 		return nil, false
 	}
@@ -140,12 +141,6 @@ func (p *pump) translated(data []byte) ([]byte, bool) {
 	return out, len(out) > 0
 }
 
-// jstr is s as a JSON string.
-func jstr(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
-}
-
 func itoaInt(n int) string { return strconv.Itoa(n) }
 
 // ---- Responses ----
@@ -174,7 +169,7 @@ type outputItem struct {
 	textDone, partDone bool
 }
 
-func (r *responsesResume) toChat(body []byte) ([]byte, error) { return responsesToChat(body) }
+func (r *responsesResume) toChat(body []byte) ([]byte, error) { return wire.ResponsesToChat(body) }
 
 func (r *responsesResume) unstarted() string {
 	if r.response == "" {
@@ -342,9 +337,9 @@ func (e *responsesEmitter) start(kind string) {
 	}
 	it := &outputItem{kind: kind, id: fmt.Sprintf("%s%016x%016x", prefix, e.rand(), e.rand()), index: e.next}
 	e.open, e.next = it, e.next+1
-	item := `{"id":` + jstr(it.id) + `,"content":[],"role":"assistant","status":"in_progress","type":"message"}`
+	item := `{"id":` + wire.Quote(it.id) + `,"content":[],"role":"assistant","status":"in_progress","type":"message"}`
 	if kind == "reasoning" {
-		item = `{"id":` + jstr(it.id) + `,"summary":[],"type":"reasoning","content":null,"encrypted_content":null,"status":"in_progress"}`
+		item = `{"id":` + wire.Quote(it.id) + `,"summary":[],"type":"reasoning","content":null,"encrypted_content":null,"status":"in_progress"}`
 	}
 	e.event("response.output_item.added", `{"item":`+item+`,"output_index":`+itoaInt(it.index)+`,"sequence_number":`+e.nextSeq()+`,"type":"response.output_item.added"}`)
 	e.part()
@@ -358,7 +353,7 @@ func (e *responsesEmitter) part() {
 		typ, part = "response.reasoning_part.added", `{"text":"","type":"reasoning_text"}`
 	}
 	it.part = true
-	e.event(typ, `{"content_index":0,"item_id":`+jstr(it.id)+`,"output_index":`+itoaInt(it.index)+`,"part":`+part+`,"sequence_number":`+e.nextSeq()+`,"type":"`+typ+`"}`)
+	e.event(typ, `{"content_index":0,"item_id":`+wire.Quote(it.id)+`,"output_index":`+itoaInt(it.index)+`,"part":`+part+`,"sequence_number":`+e.nextSeq()+`,"type":"`+typ+`"}`)
 }
 
 func (e *responsesEmitter) delta(typ, text string) {
@@ -368,7 +363,7 @@ func (e *responsesEmitter) delta(typ, text string) {
 	if it.kind == "reasoning" {
 		logprobs = ""
 	}
-	e.event(typ, `{"content_index":0,"delta":`+jstr(text)+`,"item_id":`+jstr(it.id)+logprobs+`,"output_index":`+itoaInt(it.index)+`,"sequence_number":`+e.nextSeq()+`,"type":"`+typ+`"}`)
+	e.event(typ, `{"content_index":0,"delta":`+wire.Quote(text)+`,"item_id":`+wire.Quote(it.id)+logprobs+`,"output_index":`+itoaInt(it.index)+`,"sequence_number":`+e.nextSeq()+`,"type":"`+typ+`"}`)
 }
 
 // close ends the open item (its text, its part, the item) and returns the
@@ -379,8 +374,8 @@ func (e *responsesEmitter) close() []string {
 		return nil
 	}
 	e.open = nil
-	text := jstr(string(it.text))
-	head := `{"content_index":0,"item_id":` + jstr(it.id) + `,"output_index":` + itoaInt(it.index)
+	text := wire.Quote(string(it.text))
+	head := `{"content_index":0,"item_id":` + wire.Quote(it.id) + `,"output_index":` + itoaInt(it.index)
 	var item string
 	if it.kind == "reasoning" {
 		if !it.textDone {
@@ -389,7 +384,7 @@ func (e *responsesEmitter) close() []string {
 		if !it.partDone {
 			e.event("response.reasoning_part.done", head+`,"part":{"text":`+text+`,"type":"reasoning_text"},"sequence_number":`+e.nextSeq()+`,"type":"response.reasoning_part.done"}`)
 		}
-		item = `{"id":` + jstr(it.id) + `,"summary":[],"type":"reasoning","content":[{"text":` + text + `,"type":"reasoning_text"}],"encrypted_content":null,"status":"completed"}`
+		item = `{"id":` + wire.Quote(it.id) + `,"summary":[],"type":"reasoning","content":[{"text":` + text + `,"type":"reasoning_text"}],"encrypted_content":null,"status":"completed"}`
 	} else {
 		if !it.part {
 			e.open = it
@@ -403,7 +398,7 @@ func (e *responsesEmitter) close() []string {
 		if !it.partDone {
 			e.event("response.content_part.done", head+`,"part":`+part+`,"sequence_number":`+e.nextSeq()+`,"type":"response.content_part.done"}`)
 		}
-		item = `{"id":` + jstr(it.id) + `,"content":[` + part + `],"role":"assistant","status":"completed","type":"message"}`
+		item = `{"id":` + wire.Quote(it.id) + `,"content":[` + part + `],"role":"assistant","status":"completed","type":"message"}`
 	}
 	e.event("response.output_item.done", `{"item":`+item+`,"output_index":`+itoaInt(it.index)+`,"sequence_number":`+e.nextSeq()+`,"type":"response.output_item.done"}`)
 	return []string{item}
@@ -431,7 +426,7 @@ type messagesBlock struct {
 	signed bool // a thinking block's signature was sent
 }
 
-func (m *messagesResume) toChat(body []byte) ([]byte, error) { return messagesToChat(body) }
+func (m *messagesResume) toChat(body []byte) ([]byte, error) { return wire.MessagesToChat(body) }
 
 func (m *messagesResume) unstarted() string {
 	if !m.started {
@@ -498,7 +493,7 @@ func (m *messagesResume) translate(p *pump, d chatDelta, done bool) ([]byte, err
 			if e.open == nil {
 				e.start("thinking")
 			}
-			e.event("content_block_delta", `{"type":"content_block_delta","delta":{"type":"thinking_delta","thinking":`+jstr(d.reasoning)+`},"index":`+itoaInt(e.open.index)+`}`)
+			e.event("content_block_delta", `{"type":"content_block_delta","delta":{"type":"thinking_delta","thinking":`+wire.Quote(d.reasoning)+`},"index":`+itoaInt(e.open.index)+`}`)
 		}
 		if d.content != "" {
 			if e.open != nil && e.open.kind == "thinking" {
@@ -507,7 +502,7 @@ func (m *messagesResume) translate(p *pump, d chatDelta, done bool) ([]byte, err
 			if e.open == nil {
 				e.start("text")
 			}
-			e.event("content_block_delta", `{"type":"content_block_delta","delta":{"type":"text_delta","text":`+jstr(d.content)+`},"index":`+itoaInt(e.open.index)+`}`)
+			e.event("content_block_delta", `{"type":"content_block_delta","delta":{"type":"text_delta","text":`+wire.Quote(d.content)+`},"index":`+itoaInt(e.open.index)+`}`)
 		}
 		return e.out, nil
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/tidwall/gjson"
@@ -53,7 +55,7 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 // opening alone, so every turn, on any instance, reaches the decision its
 // first turn did; its decision is kept per API key and model name, so a
 // session id cannot carry one key's (or model's) route to another.
-func policyRequest(s *Snapshot, r *http.Request, key string, info *reqInfo) (*policy.Request, classifier.Input, string) {
+func policyRequest(s *Snapshot, r *http.Request, key string, info *wire.Info) (*policy.Request, classifier.Input, string) {
 	preq := &policy.Request{
 		Model: info.Model, Stream: info.Stream, Tools: info.Tools, Messages: info.Messages,
 		PromptTokens: info.PromptTokens, Header: r.Header, Key: key,
@@ -81,7 +83,7 @@ var sessionHeaders = [...]string{"session-id", "x-claude-code-session-id"}
 //
 // With an id it also returns the conversation's opening and the classifier
 // input read from it, computed once.
-func sessionID(s *Snapshot, r *http.Request, info *reqInfo) (string, opening, classifier.Input) {
+func sessionID(s *Snapshot, r *http.Request, info *wire.Info) (string, opening, classifier.Input) {
 	se := s.Config.Session
 	if se == nil {
 		return "", opening{}, classifier.Input{}
@@ -115,7 +117,7 @@ func sessionID(s *Snapshot, r *http.Request, info *reqInfo) (string, opening, cl
 		h.Write([]byte(raw))
 		h.Write([]byte{0})
 	}
-	h.Write([]byte(info.tools.Raw))
+	h.Write([]byte(info.RawTools.Raw))
 	return string(h.Sum(nil)[:16]), open, in
 }
 
@@ -130,21 +132,21 @@ type opening struct {
 // openingOf returns the opening of info's conversation and the classifier
 // input read from it (the tools are the request's). A completions prompt
 // is its own opening.
-func openingOf(info *reqInfo) (opening, classifier.Input) {
+func openingOf(info *wire.Info) (opening, classifier.Input) {
 	var o opening
 	in := classifier.Input{}
-	if !info.messages.Exists() {
+	if !info.RawMessages.Exists() {
 		in = classifierInput(info)
-		o.raw = []string{info.prompt.Raw}
+		o.raw = []string{info.RawPrompt.Raw}
 		o.messages, o.promptTokens = 1, info.PromptTokens
 		return o, in
 	}
-	size := len(info.system.Raw)
-	if info.system.Exists() {
-		o.raw = append(o.raw, info.system.Raw)
-		in.System = contentText(info.system)
+	size := len(info.RawSystem.Raw)
+	if info.RawSystem.Exists() {
+		o.raw = append(o.raw, info.RawSystem.Raw)
+		in.System = contentText(info.RawSystem)
 	}
-	info.messages.ForEach(func(_, m gjson.Result) bool {
+	info.RawMessages.ForEach(func(_, m gjson.Result) bool {
 		o.raw = append(o.raw, m.Raw)
 		size += len(m.Raw) + 1
 		switch m.Get("role").Str {
@@ -160,13 +162,13 @@ func openingOf(info *reqInfo) (opening, classifier.Input) {
 		return true
 	})
 	o.messages = len(o.raw)
-	if info.system.Exists() {
+	if info.RawSystem.Exists() {
 		o.messages-- // the instructions or system field is not a message
 	}
 	in.Turns = o.messages
-	o.promptTokens = estimateTokens(size + 1)
-	if info.tools.IsArray() {
-		o.promptTokens += estimateTokens(len(info.tools.Raw))
+	o.promptTokens = wire.EstimateTokens(size + 1)
+	if info.RawTools.IsArray() {
+		o.promptTokens += wire.EstimateTokens(len(info.RawTools.Raw))
 	}
 	in.Tools = allToolNames(info)
 	return o, in
@@ -199,20 +201,20 @@ func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input
 }
 
 // classifierInput reads what the classifier looks at from the body fields.
-func classifierInput(info *reqInfo) classifier.Input {
+func classifierInput(info *wire.Info) classifier.Input {
 	in := classifier.Input{Turns: info.Messages}
-	if info.prompt.Exists() {
-		if info.prompt.Type == gjson.String {
-			in.Prompt = info.prompt.Str
+	if info.RawPrompt.Exists() {
+		if info.RawPrompt.Type == gjson.String {
+			in.Prompt = info.RawPrompt.Str
 		} else {
-			in.Prompt = info.prompt.Get("0").String()
+			in.Prompt = info.RawPrompt.Get("0").String()
 		}
 		return in
 	}
-	if info.system.Exists() {
-		in.System = contentText(info.system)
+	if info.RawSystem.Exists() {
+		in.System = contentText(info.RawSystem)
 	}
-	info.messages.ForEach(func(_, m gjson.Result) bool {
+	info.RawMessages.ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").Str {
 		case "system", "developer":
 			if in.System == "" {
@@ -231,9 +233,9 @@ func classifierInput(info *reqInfo) classifier.Input {
 
 // allToolNames are the names of every tool the request offers, those of
 // additional_tools input items included.
-func allToolNames(info *reqInfo) []string {
-	out := toolNames(info.tools)
-	for _, t := range info.additional {
+func allToolNames(info *wire.Info) []string {
+	out := toolNames(info.RawTools)
+	for _, t := range info.AdditionalTools {
 		out = append(out, toolNames(t)...)
 	}
 	return out
@@ -289,9 +291,9 @@ func affinityKey(x *exchange, r *http.Request, depth int) string {
 	}
 	var h uint64 = 14695981039346656037
 	n := 0
-	src := x.info.messages
+	src := x.info.RawMessages
 	if !src.Exists() {
-		src = x.info.prompt
+		src = x.info.RawPrompt
 	}
 	hash := func(raw string) {
 		for i := 0; i < len(raw); i++ {

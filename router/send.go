@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"github.com/switchyard/switchyard/pools"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -91,7 +93,7 @@ func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *
 		return resp, hctx, result{}
 	}
 	defer resp.Body.Close()
-	msg := readErrorMessage(resp.Body)
+	msg := wire.ReadErrorMessage(resp.Body)
 	setClientStatus(span, resp.StatusCode, msg)
 	uf := &upstreamFailure{status: resp.StatusCode, msg: msg}
 	if resp.StatusCode == http.StatusTooManyRequests {
@@ -112,7 +114,7 @@ func isEventStream(resp *http.Response) bool {
 // of ctx. hctx is the attempt's context. path, when set, is the endpoint
 // to post to instead of the client's (a continuation's).
 func (g *Gateway) upstreamRequest(ctx, hctx context.Context, x *exchange, r *http.Request, ps *poolState, rep *pools.Replica, body []byte, path string) (*http.Request, error) {
-	method, target := http.MethodPost, rep.Base()+x.ep.path()
+	method, target := http.MethodPost, rep.Base()+x.ep.Path()
 	var rd io.Reader = bytes.NewReader(body)
 	switch {
 	case path != "":
@@ -125,7 +127,7 @@ func (g *Gateway) upstreamRequest(ctx, hctx context.Context, x *exchange, r *htt
 		if len(body) == 0 {
 			rd = http.NoBody
 		}
-	case x.ep.anthropic() && r.URL.RawQuery != "":
+	case x.ep.Anthropic() && r.URL.RawQuery != "":
 		target += "?" + r.URL.RawQuery // ?beta=true, as Claude Code sends it
 	}
 	out, err := http.NewRequestWithContext(hctx, method, target, rd)
@@ -315,12 +317,12 @@ func (g *Gateway) countTokensLocally(w http.ResponseWriter, x *exchange, resp *h
 
 // rewriteAnswer applies to a non-stream answer what the gateway changes:
 // the model name with rewrite_response_model, and a Responses answer's id
-// (see storedPrefix) and calls to custom tools (see customOutput).
+// (see storedPrefix) and calls to custom tools (see wire.CustomOutput).
 func (x *exchange) rewriteAnswer(answer []byte, rep *pools.Replica) []byte {
-	if x.ep == responsesEndpoint {
-		answer = trimUsage(responseIDs(answer, replicaTag(rep), x.ids()), "")
+	if x.ep == wire.Responses {
+		answer = wire.TrimUsage(wire.EncodeResponseIDs(answer, replicaTag(rep), x.ids()), "")
 		if x.custom != nil {
-			answer = customOutput(answer, "output", x.custom)
+			answer = wire.CustomOutput(answer, "output", x.custom)
 		}
 	}
 	if x.clientModel != "" && gjson.GetBytes(answer, "model").Exists() {
@@ -333,7 +335,7 @@ func (x *exchange) rewriteAnswer(answer []byte, rep *pools.Replica) []byte {
 
 // usage records the token counts of a non-stream response.
 func (g *Gateway) usage(x *exchange, ps *poolState, data []byte, span trace.Span) {
-	if p, c, ok := readUsage(data); ok {
+	if p, c, ok := wire.ReadUsage(data); ok {
 		g.recordUsage(x, ps, p, c, gjson.GetBytes(data, "model").String(), span)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"github.com/switchyard/switchyard/router/internal/sse"
 
 	"github.com/tidwall/gjson"
@@ -79,14 +81,14 @@ func appendString(kvs []attribute.KeyValue, k attribute.Key, v string) []attribu
 
 // serverRequestAttrs are the server span's attributes known when the
 // request arrives: HTTP server conventions and the GenAI operation.
-func serverRequestAttrs(r *http.Request, ep endpoint) []attribute.KeyValue {
+func serverRequestAttrs(r *http.Request, ep wire.Endpoint) []attribute.KeyValue {
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
 	kvs := make([]attribute.KeyValue, 0, 10)
 	kvs = append(kvs, attrHTTPMethod.String(r.Method), attrURLScheme.String(scheme),
-		attrHTTPRoute.String(ep.path()), attrGenAIOperation.String(ep.operation()), attrGenAIProvider.String(genAIProvider))
+		attrHTTPRoute.String(ep.Path()), attrGenAIOperation.String(ep.Operation()), attrGenAIProvider.String(genAIProvider))
 	kvs = appendString(kvs, attrURLPath, r.URL.Path)
 	// server.address and server.port name the server as the client
 	// addressed it: the Host header.

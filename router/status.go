@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"github.com/switchyard/switchyard/pools"
 )
 
@@ -25,15 +27,15 @@ const (
 // statusAPIs are the APIs the split is shown for; the rest count as other.
 var statusAPIs = [...]string{"chat", "completions", "responses", "messages", "other"}
 
-func statusAPI(ep endpoint) int {
+func statusAPI(ep wire.Endpoint) int {
 	switch ep {
-	case chatEndpoint:
+	case wire.Chat:
 		return 0
-	case completionsEndpoint:
+	case wire.Completions:
 		return 1
-	case responsesEndpoint:
+	case wire.Responses:
 		return 2
-	case messagesEndpoint:
+	case wire.Messages:
 		return 3
 	}
 	return 4

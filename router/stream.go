@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"github.com/switchyard/switchyard/router/internal/sse"
 
 	"github.com/switchyard/switchyard/policy"
@@ -85,7 +87,7 @@ type pump struct {
 	// ep is the API of the stream: the Responses and Messages APIs end
 	// with their own terminal event, not [DONE], and carry usage and
 	// tokens in their own events.
-	ep endpoint
+	ep wire.Endpoint
 	// rewriteModel, when set, replaces the model named in the stream
 	// (models[].rewrite_response_model).
 	rewriteModel string
@@ -107,7 +109,7 @@ type pump struct {
 	// idTag, for a Responses stream, is the replica's tag for the
 	// response ids clients see, and ids signs them (see storedPrefix).
 	idTag string
-	ids   ids
+	ids   wire.ResponseIDs
 	// maxDepth bounds how deeply replica data may nest before the pump
 	// parses it (server.max_json_depth; 0: the default).
 	maxDepth int
@@ -122,7 +124,7 @@ type pump struct {
 	// names them: their function calls reach the client as custom tool
 	// calls (customEvent), followed in customs. Nil for every other
 	// stream, which is not looked at for them.
-	custom  customTools
+	custom  wire.CustomTools
 	customs *customStream
 }
 
@@ -344,7 +346,7 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 
 // typed reports whether the stream's API names its events' types and ends
 // with a terminal event of its own (Responses, Messages).
-func (p *pump) typed() bool { return p.ep.spec().typed }
+func (p *pump) typed() bool { return p.ep.Spec().Typed }
 
 func (p *pump) depthBound() int {
 	if p.maxDepth > 0 {
@@ -383,7 +385,7 @@ func (p *pump) chatUsage(ev, data []byte) []byte {
 			}
 		}
 	}
-	if !checkDepth(data, p.depthBound()) {
+	if !wire.CheckDepth(data, p.depthBound()) {
 		// Too deep to parse safely, and it may carry usage.
 		p.refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
 		return nil
@@ -427,7 +429,7 @@ func (p *pump) chatUsage(ev, data []byte) []byte {
 // through unchanged (but for rewriteModel, and the calls to custom tools
 // of a Responses stream); nil drops the event.
 func (p *pump) typedEvent(ev, data []byte) []byte {
-	if !checkDepth(data, p.depthBound()) {
+	if !wire.CheckDepth(data, p.depthBound()) {
 		p.refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
 		return nil
 	}
@@ -438,7 +440,7 @@ func (p *pump) typedEvent(ev, data []byte) []byte {
 		// was sent, even once the answer cannot be resumed again.
 		rs.typed.observe(typ, root)
 	}
-	if p.ep == responsesEndpoint {
+	if p.ep == wire.Responses {
 		switch typ {
 		case "response.output_text.delta", "response.function_call_arguments.delta", "response.refusal.delta":
 			p.noteToken()
@@ -467,9 +469,9 @@ func (p *pump) typedEvent(ev, data []byte) []byte {
 		if root.Get("response.id").Exists() {
 			// The response object: ids that name the replica, and usage
 			// without vLLM's per-turn arrays.
-			nd := trimUsage(data, "response.")
+			nd := wire.TrimUsage(data, "response.")
 			if p.idTag != "" {
-				nd = responseIDs(nd, p.idTag, p.ids)
+				nd = wire.EncodeResponseIDs(nd, p.idTag, p.ids)
 			}
 			if !bytes.Equal(nd, data) {
 				ev = sse.RebuildData(ev, nd)
@@ -577,21 +579,21 @@ func (p *pump) armWrite() {
 // test). Aborting
 // the connection instead, as a proxy without an error channel must, makes
 // the Vercel AI SDK report only "Failed to process successful response".
-func (p *pump) fail(ae *apiError) {
+func (p *pump) fail(ae *wire.APIError) {
 	if p.midEvent {
 		_ = p.write([]byte("\n\n"))
 	}
 	switch p.ep {
-	case responsesEndpoint:
+	case wire.Responses:
 		// The Responses API's error event, numbered after the last event.
 		_ = p.write([]byte("event: error\ndata: "))
-		_ = p.write(ae.responsesEvent(p.seq + 1))
-	case messagesEndpoint:
+		_ = p.write(ae.ResponsesEvent(p.seq + 1))
+	case wire.Messages:
 		_ = p.write([]byte("event: error\ndata: "))
-		_ = p.write(ae.anthropicBody())
+		_ = p.write(ae.AnthropicBody())
 	default:
 		_ = p.write([]byte("data: "))
-		_ = p.write(ae.body())
+		_ = p.write(ae.Body())
 	}
 	_ = p.write([]byte("\n\n"))
 	_ = p.flush()
@@ -643,6 +645,6 @@ func topMembers(data []byte, name string) []member {
 // objectDepth returns how deeply the end of the JSON text prefix nests in
 // arrays and objects (-1 inside a string).
 func objectDepth(prefix []byte) int {
-	end, _ := jsonNesting(prefix, math.MaxInt)
+	end, _ := wire.JSONNesting(prefix, math.MaxInt)
 	return end
 }

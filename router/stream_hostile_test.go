@@ -7,15 +7,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"github.com/tidwall/gjson"
 )
 
 // runTyped pumps a Responses or Messages stream and returns what the
 // client got, the pump and its verdict.
-func runTyped(t *testing.T, ep endpoint, stream string) (string, *pump, error) {
+func runTyped(t *testing.T, ep wire.Endpoint, stream string) (string, *pump, error) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	p := &pump{w: rec, rc: http.NewResponseController(rec), ep: ep, idTag: "0123456789ab", ids: ids{secret: []byte("s")}}
+	p := &pump{w: rec, rc: http.NewResponseController(rec), ep: ep, idTag: "0123456789ab", ids: wire.ResponseIDs{Secret: []byte("s")}}
 	err := p.run(strings.NewReader(stream))
 	return rec.Body.String(), p, err
 }
@@ -25,12 +27,12 @@ func runTyped(t *testing.T, ep endpoint, stream string) (string, *pump, error) {
 // fix it was taken as success.
 func TestDoneBeforeTerminalEvent(t *testing.T) {
 	for _, c := range []struct {
-		ep           endpoint
+		ep           wire.Endpoint
 		head, ending string
 	}{
-		{responsesEndpoint, "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\"}}\n\n",
+		{wire.Responses, "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\"}}\n\n",
 			"event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":1,\"response\":{\"id\":\"resp_1\",\"object\":\"response\"}}\n\n"},
-		{messagesEndpoint, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
+		{wire.Messages, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
 			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"},
 	} {
 		if _, _, err := runTyped(t, c.ep, c.head+"data: [DONE]\n\n"); !errors.Is(err, errStreamCut) {
@@ -52,11 +54,11 @@ func TestLargeTerminalEvent(t *testing.T) {
 	resp := `{"id":"resp_1","object":"response","metadata":` + meta + `}`
 	stream := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":" + resp + "}\n\n" +
 		"event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":1,\"response\":" + resp + "}\n\n"
-	out, p, err := runTyped(t, responsesEndpoint, stream)
+	out, p, err := runTyped(t, wire.Responses, stream)
 	if err != nil || !p.complete {
 		t.Fatalf("run = %v, complete %t", err, p.complete)
 	}
-	want := p.ids.encode("0123456789ab", "resp_1")
+	want := p.ids.Encode("0123456789ab", "resp_1")
 	for _, ev := range sseEvents([]byte(out)) {
 		if id := gjson.Get(ev, "response.id").Str; id != want {
 			t.Errorf("%s: response.id %.40q, want %s", gjson.Get(ev, "type").Str, id, want)
@@ -64,7 +66,7 @@ func TestLargeTerminalEvent(t *testing.T) {
 	}
 	// One past the bound is refused, never passed through unread.
 	huge := "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"metadata\":\"" + strings.Repeat("m", maxTypedEvent) + "\"}}\n\n"
-	if _, _, err := runTyped(t, responsesEndpoint, huge); !errors.Is(err, errStreamCut) || !strings.Contains(err.Error(), "larger than") {
+	if _, _, err := runTyped(t, wire.Responses, huge); !errors.Is(err, errStreamCut) || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("an event over %d bytes: %v", maxTypedEvent, err)
 	}
 }
@@ -74,7 +76,7 @@ func TestLargeTerminalEvent(t *testing.T) {
 // parsed and ends the stream.
 func TestDeepTypedEventRefused(t *testing.T) {
 	deep := strings.Repeat("[", 100_000) + strings.Repeat("]", 100_000)
-	for _, ep := range []endpoint{responsesEndpoint, messagesEndpoint} {
+	for _, ep := range []wire.Endpoint{wire.Responses, wire.Messages} {
 		_, _, err := runTyped(t, ep, "event: x\ndata: {\"type\":\"message_delta\",\"usage\":"+deep+"}\n\n")
 		if !errors.Is(err, errStreamCut) || !strings.Contains(err.Error(), "deeper") {
 			t.Errorf("%v: %v", ep, err)
@@ -90,7 +92,7 @@ func TestEchoAtTheRequestBoundPasses(t *testing.T) {
 	params := strings.Repeat(`{"a":`, 62) + "1" + strings.Repeat("}", 62)
 	ev := "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"object\":\"response\",\"tools\":[{\"type\":\"function\",\"parameters\":" + params + "}]}}\n\n" +
 		"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"object\":\"response\"}}\n\n"
-	if _, p, err := runTyped(t, responsesEndpoint, ev); err != nil || !p.complete {
+	if _, p, err := runTyped(t, wire.Responses, ev); err != nil || !p.complete {
 		t.Fatalf("an echo of a request at the bound: %v", err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
@@ -36,10 +38,10 @@ const (
 // wrong either way, the count of ps's /tokenize.
 func (g *Gateway) fits(ctx context.Context, ps *poolState, x *exchange) bool {
 	limit := ps.cfg.MaxModelLen
-	if limit <= 0 || !x.ep.generates() || x.info == nil {
+	if limit <= 0 || !x.ep.Generates() || x.info == nil {
 		return true
 	}
-	need := float64(x.info.PromptTokens + minFitAnswer)
+	need := float64(x.info.PromptTokens + wire.MinFitAnswer)
 	if need < tokenizeBandLow*float64(limit) || need > tokenizeBandHigh*float64(limit) {
 		return fitsContext(ps, x)
 	}
@@ -52,7 +54,7 @@ func (g *Gateway) fits(ctx context.Context, ps *poolState, x *exchange) bool {
 		g.log.Debug("tokenize failed; the estimate decides", "request_id", x.id, "pool", ps.Name, "error", err.Error())
 		return fitsContext(ps, x)
 	}
-	if n+minFitAnswer <= limit {
+	if n+wire.MinFitAnswer <= limit {
 		g.metrics.tokenize.WithLabelValues(ps.Name, "fits").Inc()
 		return true
 	}
@@ -67,17 +69,17 @@ func (g *Gateway) fits(ctx context.Context, ps *poolState, x *exchange) bool {
 func tokenizeBody(x *exchange, model string) ([]byte, error) {
 	var messages, tools, prompt gjson.Result
 	switch x.ep {
-	case chatEndpoint:
-		messages, tools = x.info.messages, x.info.tools
-	case completionsEndpoint:
-		if x.info.prompt.Type != gjson.String {
-			return nil, errNotTranslatable
+	case wire.Chat:
+		messages, tools = x.info.RawMessages, x.info.RawTools
+	case wire.Completions:
+		if x.info.RawPrompt.Type != gjson.String {
+			return nil, wire.ErrNotTranslatable
 		}
-		prompt = x.info.prompt
-	case responsesEndpoint, messagesEndpoint:
-		toChat := responsesToChat
-		if x.ep == messagesEndpoint {
-			toChat = messagesToChat
+		prompt = x.info.RawPrompt
+	case wire.Responses, wire.Messages:
+		toChat := wire.ResponsesToChat
+		if x.ep == wire.Messages {
+			toChat = wire.MessagesToChat
 		}
 		chat, err := toChat(x.body)
 		if err != nil {
@@ -86,7 +88,7 @@ func tokenizeBody(x *exchange, model string) ([]byte, error) {
 		root := gjson.ParseBytes(chat)
 		messages, tools = root.Get("messages"), root.Get("tools")
 	default:
-		return nil, errNotTranslatable
+		return nil, wire.ErrNotTranslatable
 	}
 	b, err := sjson.SetBytes([]byte(`{}`), "model", model)
 	if err != nil {
@@ -137,7 +139,7 @@ func (g *Gateway) countPrompt(ctx context.Context, ps *poolState, x *exchange) (
 	}
 	ctx, cancel := context.WithTimeout(ctx, tokenizeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rep.Base()+tokenizeEndpoint.path(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rep.Base()+wire.Tokenize.Path(), bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
@@ -155,11 +157,11 @@ func (g *Gateway) countPrompt(ctx context.Context, ps *poolState, x *exchange) (
 		return 0, err
 	}
 	count := gjson.Result{}
-	if resp.StatusCode == http.StatusOK && checkDepth(b, replicaDepth(x.snap.Config.Server.MaxJSONDepth)) {
+	if resp.StatusCode == http.StatusOK && wire.CheckDepth(b, replicaDepth(x.snap.Config.Server.MaxJSONDepth)) {
 		count = gjson.GetBytes(b, "count")
 	}
 	if count.Type != gjson.Number || count.Int() < 0 {
-		return 0, &upstreamFailure{status: resp.StatusCode, msg: readErrorMessage(bytes.NewReader(b))}
+		return 0, &upstreamFailure{status: resp.StatusCode, msg: wire.ReadErrorMessage(bytes.NewReader(b))}
 	}
 	return int(count.Int()), nil
 }

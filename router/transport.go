@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -79,7 +81,7 @@ func (t *poolTransport) once(ctx context.Context, ex *execution, ps *poolState, 
 	defer span.End()
 	if span.IsRecording() {
 		span.SetAttributes(attrSwitchyardPool.String(ps.Name), attrSwitchyardReplica.String(rep.Name),
-			attrGenAIOperation.String(chatEndpoint.operation()), attrGenAIProvider.String(genAIProvider))
+			attrGenAIOperation.String(wire.Chat.Operation()), attrGenAIProvider.String(genAIProvider))
 		span.SetAttributes(genAIRequestAttrs(body)...)
 	}
 	var clock upstreamClock
@@ -113,7 +115,7 @@ func (t *poolTransport) once(ctx context.Context, ex *execution, ps *poolState, 
 		}
 		return nil, judgeError(ctx, ps, rep, err, "reading answer")
 	}
-	if !checkDepth(out, replicaDepth(t.g.snap.Load().Config.Server.MaxJSONDepth)) {
+	if !wire.CheckDepth(out, replicaDepth(t.g.snap.Load().Config.Server.MaxJSONDepth)) {
 		// Never parsed: a recursive parser on hostile nesting costs
 		// memory without bound. The replica's fault.
 		err := fmt.Errorf("replica %q: the classifier's answer nests JSON too deeply", rep.Name)
@@ -122,9 +124,9 @@ func (t *poolTransport) once(ctx context.Context, ex *execution, ps *poolState, 
 	if resp.StatusCode != http.StatusOK {
 		// A 4xx other than the ones send retries: the classifier's own
 		// request was refused. Not the replica's fault, not retried.
-		return nil, result{outcome: pools.Neutral, err: fmt.Errorf("replica %q: status %d: %s: %w", rep.Name, resp.StatusCode, readErrorMessage(bytes.NewReader(out)), classifier.ErrRefused)}
+		return nil, result{outcome: pools.Neutral, err: fmt.Errorf("replica %q: status %d: %s: %w", rep.Name, resp.StatusCode, wire.ReadErrorMessage(bytes.NewReader(out)), classifier.ErrRefused)}
 	}
-	p, c, ok := readUsage(out)
+	p, c, ok := wire.ReadUsage(out)
 	if ok {
 		t.g.metrics.classifierTokens.WithLabelValues("prompt").Add(float64(p))
 		t.g.metrics.classifierTokens.WithLabelValues("completion").Add(float64(c))

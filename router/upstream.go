@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/wire"
+
 	"github.com/switchyard/switchyard/pools"
 	"github.com/tidwall/sjson"
 	"go.opentelemetry.io/otel/trace"
@@ -94,10 +96,10 @@ var errContextLength = errors.New("the prompt does not fit the pool's context")
 // endpoint generates nothing).
 func fitsContext(ps *poolState, x *exchange) bool {
 	limit := ps.cfg.MaxModelLen
-	if limit <= 0 || !x.ep.generates() || x.info == nil {
+	if limit <= 0 || !x.ep.Generates() || x.info == nil {
 		return true
 	}
-	return x.info.PromptTokens+minFitAnswer <= limit
+	return x.info.PromptTokens+wire.MinFitAnswer <= limit
 }
 
 // contextOverflow reports a replica's 400 that says the prompt exceeds its
@@ -131,14 +133,14 @@ func (g *Gateway) placeOn(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if x.info.Model != "" && x.info.Model != ps.Model {
 		var err error
 		if body, err = sjson.SetBytes(body, "model", ps.Model); err != nil {
-			return false, badRequest("model", "could not rewrite model: "+err.Error())
+			return false, wire.BadRequest("model", "could not rewrite model: "+err.Error())
 		}
 	}
-	if x.ep.generates() {
-		body = fitAnswer(body, len(body), ps.cfg.MaxModelLen)
+	if x.ep.Generates() {
+		body = wire.FitAnswer(body, len(body), ps.cfg.MaxModelLen)
 	}
 	injected := false
-	if x.info.Stream && !x.info.IncludeUsage && x.ep.spec().asksUsage {
+	if x.info.Stream && !x.info.IncludeUsage && x.ep.Spec().AsksUsage {
 		// Ask for usage so token accounting is complete; the extra usage
 		// chunk is removed from what the client receives.
 		if b, err := sjson.SetBytes(body, "stream_options.include_usage", true); err == nil {
@@ -195,7 +197,7 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 	defer span.End()
 	if span.IsRecording() {
 		span.SetAttributes(attrSwitchyardPool.String(u.ps.Name), attrSwitchyardReplica.String(rep.Name),
-			attrGenAIOperation.String(x.ep.operation()), attrGenAIProvider.String(genAIProvider))
+			attrGenAIOperation.String(x.ep.Operation()), attrGenAIProvider.String(genAIProvider))
 		span.SetAttributes(appendString(x.requestSettings(), attrGenAIRequestModel, u.ps.Model)...)
 	}
 	defer x.clock.stop()
@@ -208,7 +210,7 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 	}
 	defer resp.Body.Close()
 	switch {
-	case x.ep == countTokensEndpoint && resp.StatusCode == http.StatusNotFound:
+	case x.ep == wire.CountTokens && resp.StatusCode == http.StatusNotFound:
 		return g.countTokensLocally(u.w, x, resp)
 	case isEventStream(resp):
 		return g.relay(ctx, hctx, x, rep, resp, span)
@@ -224,10 +226,10 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 // of the replica's other traffic.
 func (x *exchange) judge(resp *http.Response) (pools.Outcome, bool, string) {
 	o, retry, reason := judgeStatus(resp.StatusCode)
-	if resp.StatusCode == http.StatusNotFound && !x.ep.spec().missingModel404 {
+	if resp.StatusCode == http.StatusNotFound && !x.ep.Spec().MissingModel404 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
 		resp.Body = readCloser{bytes.NewReader(b), resp.Body}
-		if x.pinned != nil || !x.ep.generates() || !bytes.Contains(bytes.ToLower(b), []byte("model")) {
+		if x.pinned != nil || !x.ep.Generates() || !bytes.Contains(bytes.ToLower(b), []byte("model")) {
 			o, retry = pools.Neutral, false
 		}
 	}
@@ -273,9 +275,9 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 	if x.moreInChain && contextOverflow(resp.StatusCode, answer) {
 		// Nothing reached the client: the next, larger pool of the
 		// chain takes the request. Not the replica's fault.
-		return result{outcome: pools.Neutral, err: fmt.Errorf("%w: replica %q: %s", errContextLength, rep.Name, readErrorMessage(bytes.NewReader(answer)))}
+		return result{outcome: pools.Neutral, err: fmt.Errorf("%w: replica %q: %s", errContextLength, rep.Name, wire.ReadErrorMessage(bytes.NewReader(answer)))}
 	}
-	if d := replicaDepth(x.snap.Config.Server.MaxJSONDepth); resp.StatusCode == http.StatusOK && !checkDepth(answer, d) {
+	if d := replicaDepth(x.snap.Config.Server.MaxJSONDepth); resp.StatusCode == http.StatusOK && !wire.CheckDepth(answer, d) {
 		// Read as untrusted as a client's body: never parsed.
 		ue := &upstreamError{pool: ps.Name, replica: rep.Name, err: fmt.Errorf("the answer nests JSON deeper than %d levels", d)}
 		return result{retry: true, outcome: pools.Status5xx, reason: "status_5xx", detail: ue.err.Error(), err: ue}
@@ -283,8 +285,8 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 	switch {
 	case resp.StatusCode == http.StatusOK:
 		answer = x.rewriteAnswer(answer, rep)
-	case resp.StatusCode >= 400 && x.ep.anthropic():
-		answer = anthropicError(resp.StatusCode, answer)
+	case resp.StatusCode >= 400 && x.ep.Anthropic():
+		answer = wire.AnthropicError(resp.StatusCode, answer)
 	}
 	g.writeHeaders(w, x, resp, int64(len(answer)))
 	w.WriteHeader(resp.StatusCode)
@@ -327,7 +329,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	}
 	x.pump = pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std(),
 		injected: x.up.injected, clock: clock, token: x, ep: x.ep, rewriteModel: x.clientModel, maxDepth: replicaDepth(x.snap.Config.Server.MaxJSONDepth)}
-	if x.ep == responsesEndpoint {
+	if x.ep == wire.Responses {
 		x.pump.idTag, x.pump.ids, x.pump.custom = replicaTag(rep), x.ids(), x.custom
 	}
 	if sw != nil {
@@ -421,7 +423,7 @@ func (g *Gateway) endCut(x *exchange, ps *poolState, rep *pools.Replica, err err
 		g.recordUsage(x, ps, p.prompt, p.completion, p.usageModel, x.span)
 	}
 	x.errMsg = err.Error()
-	p.fail(&apiError{Type: "upstream_error", Code: "stream_interrupted",
+	p.fail(&wire.APIError{Type: "upstream_error", Code: "stream_interrupted",
 		Message: fmt.Sprintf("the stream was interrupted (pool %q): %v", ps.Name, err)})
 	g.log.Warn("stream cut by replica; ended the client stream with an error event", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
 }

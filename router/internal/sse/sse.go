@@ -5,7 +5,7 @@ import (
 	"unsafe"
 )
 
-// removeSpan removes the object member data[start:end] (key to end of
+// RemoveSpan removes the object member data[start:end] (key to end of
 // value) and one comma beside it. When data lies inside ev (one data line)
 // ev is edited in place; otherwise (data joined from several lines) the
 // event is rebuilt as one data line.
@@ -38,7 +38,7 @@ func RemoveSpan(ev, data []byte, start, end int) []byte {
 	return ev[:start+n]
 }
 
-// rebuildData returns ev with its data lines replaced by data, written as
+// RebuildData returns ev with its data lines replaced by data, written as
 // "data: " lines at the place of the first one; other lines are kept.
 func RebuildData(ev, data []byte) []byte {
 	out := make([]byte, 0, len(ev))
@@ -89,7 +89,7 @@ func offsetIn(b, sub []byte) int {
 
 func IsSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-// nextEvent returns the first complete SSE event in b, through the blank
+// NextEvent returns the first complete SSE event in b, through the blank
 // line that ends it, and its length. When b holds no complete event it
 // returns nil and the offset to resume from once more bytes arrive (the
 // start of b's last, unfinished line); from is such an offset from an
@@ -122,7 +122,7 @@ func NextEvent(b []byte, from int) (ev []byte, n, resume int) {
 	return nil, 0, lineStart
 }
 
-// eventData returns an event's data: the values of its data lines (one
+// EventData returns an event's data: the values of its data lines (one
 // optional space after "data:" removed) joined by LF, and whether it has
 // any. A single data line, the usual case, is returned without copying.
 func EventData(ev []byte) ([]byte, bool) {

@@ -1,4 +1,4 @@
-package router
+package wire
 
 import (
 	"encoding/json"
@@ -26,7 +26,7 @@ func runToChat(t *testing.T, conv func([]byte) ([]byte, error), cases []toChatCa
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := conv([]byte(tc.in))
 			if tc.err != "" {
-				if !errors.Is(err, errNotTranslatable) || !strings.Contains(err.Error(), tc.err) {
+				if !errors.Is(err, ErrNotTranslatable) || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want errNotTranslatable with %q (got body %s)", err, tc.err, got)
 				}
 				return
@@ -49,7 +49,7 @@ func runToChat(t *testing.T, conv func([]byte) ([]byte, error), cases []toChatCa
 }
 
 func TestToChatMessages(t *testing.T) {
-	runToChat(t, messagesToChat, []toChatCase{
+	runToChat(t, MessagesToChat, []toChatCase{
 		{
 			name: "string system and messages, sampling fields",
 			in: `{"model":"m","max_tokens":100,"system":"be brief","stop_sequences":["END"],
@@ -201,7 +201,7 @@ func TestToChatMessages(t *testing.T) {
 
 func TestToChatResponses(t *testing.T) {
 	const tool = `{"type":"function","function":{"name":"shell","description":"Runs a command","parameters":{"type":"object","properties":{"command":{"type":"array","items":{"type":"string"}}},"required":["command"]},"strict":false}}`
-	runToChat(t, responsesToChat, []toChatCase{
+	runToChat(t, ResponsesToChat, []toChatCase{
 		{
 			name: "string input, instructions and sampling fields",
 			in: `{"model":"m","instructions":"be brief","input":"hi","max_output_tokens":64,"temperature":0.2,"top_p":0.8,
@@ -336,7 +336,7 @@ func TestToChatPythonJSONDumps(t *testing.T) {
 }
 
 // TestToChatHostileInput feeds truncations and type confusions of the
-// test requests: never a panic, always JSON or errNotTranslatable.
+// test requests: never a panic, always JSON or ErrNotTranslatable.
 func TestToChatHostileInput(t *testing.T) {
 	seeds := []string{
 		`{"model":"m","max_tokens":1,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":null},{"type":"text","text":null},{"type":"tool_reference","tool_name":3}]}]}],"tools":[{"name":"f","input_schema":{"properties":{}}}],"tool_choice":{"type":"tool"}}`,
@@ -344,10 +344,10 @@ func TestToChatHostileInput(t *testing.T) {
 	}
 	for _, s := range seeds {
 		for i := 0; i <= len(s); i++ {
-			for _, conv := range []func([]byte) ([]byte, error){messagesToChat, responsesToChat} {
+			for _, conv := range []func([]byte) ([]byte, error){MessagesToChat, ResponsesToChat} {
 				out, err := conv([]byte(s[:i]))
 				if err != nil {
-					if !errors.Is(err, errNotTranslatable) {
+					if !errors.Is(err, ErrNotTranslatable) {
 						t.Fatalf("%q: err %v is not errNotTranslatable", s[:i], err)
 					}
 					continue
@@ -366,10 +366,10 @@ func FuzzToChat(f *testing.F) {
 	f.Add([]byte(`{"model":"m","max_tokens":1,"system":"s","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{"a":[1.5e300,"\u00e9"]}}]}],"tools":[{"name":"f","input_schema":{}}]}`))
 	f.Add([]byte(`{"instructions":"i","input":[{"type":"reasoning","summary":[{"text":"s"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"o"}],"tools":[{"type":"function","name":"f"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, conv := range []func([]byte) ([]byte, error){messagesToChat, responsesToChat} {
+		for _, conv := range []func([]byte) ([]byte, error){MessagesToChat, ResponsesToChat} {
 			out, err := conv(body)
 			if err != nil {
-				if !errors.Is(err, errNotTranslatable) {
+				if !errors.Is(err, ErrNotTranslatable) {
 					t.Fatalf("err %v is not errNotTranslatable", err)
 				}
 				continue

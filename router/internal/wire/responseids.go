@@ -1,4 +1,4 @@
-package router
+package wire
 
 import (
 	"crypto/hmac"
@@ -27,14 +27,14 @@ import (
 const storedPrefix = "resp_sy"
 
 // ids signs and checks the response ids of one API key.
-type ids struct {
-	secret []byte
-	key    string // the key's name; "" without keys
+type ResponseIDs struct {
+	Secret []byte
+	Key    string // the key's name; "" without keys
 }
 
-func (i ids) mac(tag, orig string) string {
-	h := hmac.New(sha256.New, i.secret)
-	h.Write([]byte(i.key))
+func (i ResponseIDs) mac(tag, orig string) string {
+	h := hmac.New(sha256.New, i.Secret)
+	h.Write([]byte(i.Key))
 	h.Write([]byte{0})
 	h.Write([]byte(tag))
 	h.Write([]byte{0})
@@ -43,14 +43,14 @@ func (i ids) mac(tag, orig string) string {
 }
 
 // encode is the id the client sees for the replica's id.
-func (i ids) encode(tag, orig string) string {
+func (i ResponseIDs) Encode(tag, orig string) string {
 	return storedPrefix + tag + i.mac(tag, orig) + "_" + orig
 }
 
 // decode splits an id encode made for this key; ok is false for any
 // other string. The replica's id may have any shape but "." and "..",
 // which could climb a path.
-func (i ids) decode(id string) (tag, orig string, ok bool) {
+func (i ResponseIDs) Decode(id string) (tag, orig string, ok bool) {
 	rest, found := strings.CutPrefix(id, storedPrefix)
 	if !found || len(rest) < 30 || rest[28] != '_' || len(id) > maxResponseID {
 		return "", "", false
@@ -65,14 +65,14 @@ func (i ids) decode(id string) (tag, orig string, ok bool) {
 // maxResponseID bounds the ids a client may present.
 const maxResponseID = 512
 
-// responseIDs rewrites the response ids of a Responses API answer or
+// EncodeResponseIDs rewrites the response ids of a Responses API answer or
 // event data (the top-level id of a response object, and response.id of
 // an event) to the ids clients see. Item ids are left alone.
 //
 // Every id the replica sends is encoded, whatever its shape: the replica
 // never sees an encoded id (they are restored on the way in), so nothing
 // it sends is already one of the gateway's.
-func responseIDs(data []byte, tag string, i ids) []byte {
+func EncodeResponseIDs(data []byte, tag string, i ResponseIDs) []byte {
 	// The replica that answered also stored the response it continues,
 	// so an echoed previous_response_id takes the same tag.
 	for _, path := range [...]string{"id", "response.id", "previous_response_id", "response.previous_response_id"} {
@@ -83,7 +83,7 @@ func responseIDs(data []byte, tag string, i ids) []byte {
 		if (path == "id" || path == "previous_response_id") && gjson.GetBytes(data, "object").Str != "response" {
 			continue
 		}
-		if out, err := sjson.SetBytes(data, path, i.encode(tag, v.Str)); err == nil {
+		if out, err := sjson.SetBytes(data, path, i.Encode(tag, v.Str)); err == nil {
 			data = out
 		}
 	}
@@ -99,9 +99,9 @@ var perTurnUsage = [...]string{
 	"usage.output_tokens_details.output_tokens_per_turn", "usage.output_tokens_details.tool_output_tokens_per_turn",
 }
 
-// trimUsage removes perTurnUsage under prefix ("" for a response body,
+// TrimUsage removes perTurnUsage under prefix ("" for a response body,
 // "response." for an event) from data, which it does not modify.
-func trimUsage(data []byte, prefix string) []byte {
+func TrimUsage(data []byte, prefix string) []byte {
 	for _, path := range perTurnUsage {
 		if gjson.GetBytes(data, prefix+path).Exists() {
 			if out, err := sjson.DeleteBytes(data, prefix+path); err == nil {

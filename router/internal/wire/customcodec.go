@@ -1,4 +1,4 @@
-package router
+package wire
 
 import (
 	"encoding/json"
@@ -10,12 +10,12 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// customInput is the input of a custom tool call whose function was
+// CustomInput is the input of a custom tool call whose function was
 // called with args: the string value of input when args is
 // {"input": string}, or args itself when the model wrote something else.
-func customInput(args string) string {
-	var d inputDecoder
-	if s := d.feed(args); d.complete() {
+func CustomInput(args string) string {
+	var d InputDecoder
+	if s := d.Feed(args); d.complete() {
 		return s
 	}
 	if v := gjson.Parse(args); gjson.Valid(args) && v.IsObject() {
@@ -26,9 +26,9 @@ func customInput(args string) string {
 	return args
 }
 
-// customCall is the custom_tool_call item for a function_call item of
+// CustomCall is the custom_tool_call item for a function_call item of
 // the replica, with the given input.
-func customCall(it gjson.Result, input string) string {
+func CustomCall(it gjson.Result, input string) string {
 	out := `{"type":"custom_tool_call"}`
 	for _, k := range [...]string{"id", "call_id", "name"} {
 		if v := it.Get(k); v.Exists() {
@@ -44,10 +44,10 @@ func customCall(it gjson.Result, input string) string {
 	return out
 }
 
-// customOutput turns the function_call items of the output array at path
+// CustomOutput turns the function_call items of the output array at path
 // (output of a response, response.output of an event) that call custom
 // tools into custom_tool_call items. data is not modified.
-func customOutput(data []byte, path string, c customTools) []byte {
+func CustomOutput(data []byte, path string, c CustomTools) []byte {
 	arr := gjson.GetBytes(data, path)
 	if !arr.IsArray() {
 		return data
@@ -55,8 +55,8 @@ func customOutput(data []byte, path string, c customTools) []byte {
 	type edit struct{ path, item string }
 	var edits []edit
 	arr.ForEach(func(k, it gjson.Result) bool {
-		if it.Get("type").Str == "function_call" && c.has(it.Get("name").Str) {
-			edits = append(edits, edit{path + "." + itoa(k.Int()), customCall(it, customInput(it.Get("arguments").Str))})
+		if it.Get("type").Str == "function_call" && c.Has(it.Get("name").Str) {
+			edits = append(edits, edit{path + "." + itoa(k.Int()), CustomCall(it, CustomInput(it.Get("arguments").Str))})
 		}
 		return true
 	})
@@ -68,22 +68,22 @@ func customOutput(data []byte, path string, c customTools) []byte {
 	return data
 }
 
-// customDelta is a response.custom_tool_call_input.delta event for the
+// CustomDelta is a response.custom_tool_call_input.delta event for the
 // function_call_arguments event root, numbered n.
-func customDelta(root gjson.Result, piece string, n int64) []byte {
+func CustomDelta(root gjson.Result, piece string, n int64) []byte {
 	return sse.AppendEvent(nil, "response.custom_tool_call_input.delta", `{"type":"response.custom_tool_call_input.delta","item_id":`+
-		rawOr(root.Get("item_id"), `""`)+`,"output_index":`+rawOr(root.Get("output_index"), "0")+
-		`,"delta":`+jstr(piece)+`,"sequence_number":`+itoa(n)+`}`)
+		RawOr(root.Get("item_id"), `""`)+`,"output_index":`+RawOr(root.Get("output_index"), "0")+
+		`,"delta":`+Quote(piece)+`,"sequence_number":`+itoa(n)+`}`)
 }
 
-func rawOr(v gjson.Result, or string) string {
+func RawOr(v gjson.Result, or string) string {
 	if v.Exists() {
 		return v.Raw
 	}
 	return or
 }
 
-// inputDecoder decodes, as it arrives in pieces of any size, the string
+// InputDecoder decodes, as it arrives in pieces of any size, the string
 // value of input in a function's arguments {"input": "..."}: each piece
 // of the arguments yields the characters of the value that it makes
 // certain. Escapes may be split anywhere, \uXXXX included, and a
@@ -91,7 +91,7 @@ func rawOr(v gjson.Result, or string) string {
 // encoding/json). Arguments of another shape (another first key, a value
 // that is not a string, broken JSON) stop it: it yields nothing more, and
 // complete is false.
-type inputDecoder struct {
+type InputDecoder struct {
 	state decoderState
 	key   []byte // the first key's raw text
 	// hex is the value of the \u escape being read, from nhex digits.
@@ -120,11 +120,11 @@ const (
 
 // complete reports whether the arguments fed so far are exactly
 // {"input": string}, whole.
-func (d *inputDecoder) complete() bool { return d.state == decEnd }
+func (d *InputDecoder) complete() bool { return d.state == decEnd }
 
 // feed reads the next piece of the arguments and returns the characters
 // of the input it makes certain.
-func (d *inputDecoder) feed(s string) string {
+func (d *InputDecoder) Feed(s string) string {
 	var out []byte
 	for i := 0; i < len(s) && d.state != decFailed; i++ {
 		c := s[i]
@@ -212,7 +212,7 @@ func (d *inputDecoder) feed(s string) string {
 var escapes = map[byte]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 // unit adds the UTF-16 code unit u of a \u escape.
-func (d *inputDecoder) unit(out []byte, u rune) []byte {
+func (d *InputDecoder) unit(out []byte, u rune) []byte {
 	switch {
 	case d.high != 0 && u >= 0xDC00 && u <= 0xDFFF:
 		r := (d.high-0xD800)<<10 | (u - 0xDC00) + 0x10000
@@ -229,7 +229,7 @@ func (d *inputDecoder) unit(out []byte, u rune) []byte {
 }
 
 // flushHigh adds a high surrogate that found no low half as U+FFFD.
-func (d *inputDecoder) flushHigh(out []byte) []byte {
+func (d *InputDecoder) flushHigh(out []byte) []byte {
 	if d.high == 0 {
 		return out
 	}

@@ -1,4 +1,4 @@
-package router
+package wire
 
 import (
 	"encoding/json"
@@ -11,14 +11,14 @@ import (
 // TestInputDecoder: the input of {"input": "..."} arguments is decoded
 // whatever the pieces they arrive in (every split of every case is
 // tried), each piece yielding the characters it makes certain; arguments
-// of another shape stop the decoder, and customInput then falls back to
+// of another shape stop the decoder, and CustomInput then falls back to
 // the input member or to the raw arguments.
 func TestInputDecoder(t *testing.T) {
 	for _, tc := range []struct {
 		name, args string
 		want       string // the decoded input
 		complete   bool
-		input      string // customInput
+		input      string // CustomInput
 	}{
 		{"plain", `{"input": "ls -la"}`, "ls -la", true, "ls -la"},
 		{"escapes", `{"input":"a\"b\\c\/d\b\f\n\r\t"}`, "a\"b\\c/d\b\f\n\r\t", true, "a\"b\\c/d\b\f\n\r\t"},
@@ -44,13 +44,13 @@ func TestInputDecoder(t *testing.T) {
 		{"long key", `{"` + strings.Repeat("k", 100) + `":"x"}`, "", false, "{\"" + strings.Repeat("k", 100) + "\":\"x\"}"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := customInput(tc.args); got != tc.input {
+			if got := CustomInput(tc.args); got != tc.input {
 				t.Errorf("customInput = %q, want %q", got, tc.input)
 			}
 			for i := 0; i <= len(tc.args); i++ {
 				for j := i; j <= len(tc.args); j++ {
-					var d inputDecoder
-					got := d.feed(tc.args[:i]) + d.feed(tc.args[i:j]) + d.feed(tc.args[j:])
+					var d InputDecoder
+					got := d.Feed(tc.args[:i]) + d.Feed(tc.args[i:j]) + d.Feed(tc.args[j:])
 					if got != tc.want || d.complete() != tc.complete {
 						t.Fatalf("split at %d, %d: %q complete %v, want %q %v", i, j, got, d.complete(), tc.want, tc.complete)
 					}
@@ -66,10 +66,10 @@ func TestInputDecoderMatchesJSON(t *testing.T) {
 	for _, s := range []string{"", "a", "*** Begin Patch\n*** Add File: a.go\n+package a\n*** End Patch\n", "tab\there \"quoted\" \\ back", "é 中 😀 \u2028 \x01 \x7f <>&"} {
 		b, _ := json.Marshal(map[string]string{"input": s})
 		args := string(b)
-		var d inputDecoder
+		var d InputDecoder
 		var got strings.Builder
 		for _, c := range []byte(args) {
-			got.WriteString(d.feed(string([]byte{c})))
+			got.WriteString(d.Feed(string([]byte{c})))
 		}
 		if d := cmp.Diff(s, got.String()); d != "" {
 			t.Errorf("byte by byte %s (-want +got):\n%s", args, d)
@@ -86,11 +86,11 @@ func FuzzInputDecoder(f *testing.F) {
 		f.Add(s, uint(3))
 	}
 	f.Fuzz(func(t *testing.T, args string, at uint) {
-		var whole inputDecoder
-		want := whole.feed(args)
+		var whole InputDecoder
+		want := whole.Feed(args)
 		i := int(at % uint(len(args)+1))
-		var d inputDecoder
-		got := d.feed(args[:i]) + d.feed(args[i:])
+		var d InputDecoder
+		got := d.Feed(args[:i]) + d.Feed(args[i:])
 		if got != want || d.complete() != whole.complete() {
 			t.Fatalf("split at %d: %q %v, whole %q %v", i, got, d.complete(), want, whole.complete())
 		}

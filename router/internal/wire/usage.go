@@ -1,11 +1,11 @@
-package router
+package wire
 
 import (
 	"github.com/tidwall/gjson"
 )
 
-// readUsage reads the usage object of a response or chunk.
-func readUsage(data []byte) (prompt, completion int64, ok bool) {
+// ReadUsage reads the usage object of a response or chunk.
+func ReadUsage(data []byte) (prompt, completion int64, ok bool) {
 	u := gjson.GetBytes(data, "usage")
 	if !u.IsObject() {
 		return 0, 0, false

@@ -1,4 +1,4 @@
-package router
+package wire
 
 import (
 	"bytes"
@@ -10,19 +10,19 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// adapt rewrites what agents send that vLLM refuses or mishandles into
+// Adapt rewrites what agents send that vLLM refuses or mishandles into
 // what it accepts, leaving everything else byte for byte. Each rule is
 // documented in docs/agents.md; body is not modified (a changed body is a
 // new slice). custom names the Responses custom tools offered to vLLM as
 // function tools (nil when there are none), whose calls the answer turns
 // back into custom tool calls.
-func adapt(ep endpoint, body []byte) (out []byte, custom customTools) {
+func Adapt(ep Endpoint, body []byte) (out []byte, custom CustomTools) {
 	switch ep {
-	case chatEndpoint:
+	case Chat:
 		return adaptChat(body), nil
-	case responsesEndpoint:
+	case Responses:
 		return adaptResponses(body)
-	case messagesEndpoint, countTokensEndpoint:
+	case Messages, CountTokens:
 		return adaptMessages(body), nil
 	}
 	return body, nil
@@ -56,7 +56,7 @@ func adaptChat(body []byte) []byte {
 }
 
 // adaptResponses: Responses API requests (Codex, the OpenAI Agents SDK).
-func adaptResponses(body []byte) ([]byte, customTools) {
+func adaptResponses(body []byte) ([]byte, CustomTools) {
 	root := gjson.ParseBytes(body)
 	out := body
 	set := func(path string, v any) {
@@ -131,7 +131,7 @@ func adaptResponses(body []byte) ([]byte, customTools) {
 	// Tools: namespace groups are flattened into their tools; custom
 	// tools become function tools; tools vLLM cannot run (web_search,
 	// local_shell, ...) are dropped.
-	var custom customTools
+	var custom CustomTools
 	tools := root.Get("tools")
 	if tools.IsArray() || len(extra) > 0 {
 		var kept []string
@@ -187,12 +187,12 @@ func adaptResponses(body []byte) ([]byte, customTools) {
 	return out, custom
 }
 
-// customTools are the names of the custom tools of a Responses request,
+// CustomTools are the names of the custom tools of a Responses request,
 // offered to vLLM as function tools (see customFunction). A request has a
 // few at most (Codex: apply_patch), so a list is the cheapest set.
-type customTools []string
+type CustomTools []string
 
-func (c customTools) has(name string) bool {
+func (c CustomTools) Has(name string) bool {
 	for _, n := range c {
 		if n == name {
 			return true
@@ -341,37 +341,37 @@ func adaptMessages(body []byte) []byte {
 	return out
 }
 
-// anthropicError turns a replica's error answer on an Anthropic endpoint
+// AnthropicError turns a replica's error answer on an Anthropic endpoint
 // into Anthropic's shape (vLLM answers some errors there, such as request
 // validation, in OpenAI's).
-func anthropicError(status int, body []byte) []byte {
+func AnthropicError(status int, body []byte) []byte {
 	if gjson.GetBytes(body, "type").Str == "error" && gjson.GetBytes(body, "error.type").Str != "" &&
 		strings.HasSuffix(gjson.GetBytes(body, "error.type").Str, "_error") {
 		return body
 	}
-	msg := readErrorMessage(bytes.NewReader(body))
+	msg := ReadErrorMessage(bytes.NewReader(body))
 	if msg == "" {
 		msg = "the replica answered " + itoa(int64(status))
 	}
-	return (&apiError{Status: status, Message: msg}).anthropicBody()
+	return (&APIError{Status: status, Message: msg}).AnthropicBody()
 }
 
-// minFitAnswer is the shortest answer length fitAnswer lowers a request to.
-const minFitAnswer = 1024
+// MinFitAnswer is the shortest answer length FitAnswer lowers a request to.
+const MinFitAnswer = 1024
 
-// fitAnswer lowers the answer length a request asks for (max_tokens,
+// FitAnswer lowers the answer length a request asks for (max_tokens,
 // max_completion_tokens, max_output_tokens) when it cannot fit beside the
 // prompt in the pool's context (max_model_len): vLLM refuses such a
 // request (400), and Claude Code asks for 32,000-64,000 tokens whatever
 // the model. The prompt is over-estimated (three bytes of JSON a token)
 // so the lowered length fits. It returns body unchanged when nothing
 // needs lowering.
-func fitAnswer(body []byte, promptBytes, maxModelLen int) []byte {
+func FitAnswer(body []byte, promptBytes, maxModelLen int) []byte {
 	if maxModelLen <= 0 {
 		return body
 	}
 	room := maxModelLen - (promptBytes+2)/3
-	if room < minFitAnswer {
+	if room < MinFitAnswer {
 		// The estimate leaves next to nothing (a large prompt, or one
 		// whose bytes are not text, such as an image): vLLM's own answer
 		// says more than a cut to a few tokens would.
@@ -389,19 +389,19 @@ func fitAnswer(body []byte, promptBytes, maxModelLen int) []byte {
 	return body
 }
 
-// readErrorMessage reads a replica's error body (bounded) for the message.
-func readErrorMessage(body io.Reader) string {
+// ReadErrorMessage reads a replica's error body (bounded) for the message.
+func ReadErrorMessage(body io.Reader) string {
 	b, _ := io.ReadAll(io.LimitReader(body, 16<<10))
 	// A replica's message may quote the request (vLLM's validation
 	// errors do): it is cut like any echoed client string, with more room.
-	if !checkDepth(b, policy.DefaultMaxJSONDepth) {
-		return clipN(strings.TrimSpace(string(b)), maxReplicaEcho)
+	if !CheckDepth(b, policy.DefaultMaxJSONDepth) {
+		return ClipN(strings.TrimSpace(string(b)), maxReplicaEcho)
 	}
 	if m := gjson.GetBytes(b, "error.message"); m.Exists() {
-		return clipN(m.String(), maxReplicaEcho)
+		return ClipN(m.String(), maxReplicaEcho)
 	}
 	if m := gjson.GetBytes(b, "message"); m.Exists() {
-		return clipN(m.String(), maxReplicaEcho)
+		return ClipN(m.String(), maxReplicaEcho)
 	}
-	return clipN(strings.TrimSpace(string(b)), maxReplicaEcho)
+	return ClipN(strings.TrimSpace(string(b)), maxReplicaEcho)
 }

@@ -1,4 +1,4 @@
-package router
+package wire
 
 import (
 	"bytes"
@@ -7,9 +7,9 @@ import (
 	"strconv"
 )
 
-// apiError is an error with its OpenAI shape and HTTP status. Every error
-// that reaches a client goes through status() and writeError().
-type apiError struct {
+// APIError is an error with its OpenAI shape and HTTP status. Every error
+// that reaches a client goes through status() and WriteError().
+type APIError struct {
 	Status  int
 	Type    string
 	Code    string
@@ -20,13 +20,13 @@ type apiError struct {
 	cause      error
 }
 
-func (e *apiError) Error() string { return e.Message }
+func (e *APIError) Error() string { return e.Message }
 
-func (e *apiError) Unwrap() error { return e.cause }
+func (e *APIError) Unwrap() error { return e.cause }
 
-// badRequest is a 400 invalid_request_error about param.
-func badRequest(param, msg string) *apiError {
-	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: msg}
+// BadRequest is a 400 invalid_request_error about param.
+func BadRequest(param, msg string) *APIError {
+	return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: msg}
 }
 
 type errorBody struct {
@@ -40,7 +40,7 @@ type errorFields struct {
 	Code    *string `json:"code"`
 }
 
-func (e *apiError) body() []byte {
+func (e *APIError) Body() []byte {
 	f := errorFields{Message: e.Message, Type: e.Type}
 	if e.Param != "" {
 		f.Param = &e.Param
@@ -84,7 +84,7 @@ func anthropicType(status int) string {
 }
 
 // anthropicBody is the error in the Anthropic API's shape.
-func (e *apiError) anthropicBody() []byte {
+func (e *APIError) AnthropicBody() []byte {
 	type inner struct {
 		Type    string `json:"type"`
 		Message string `json:"message"`
@@ -96,7 +96,7 @@ func (e *apiError) anthropicBody() []byte {
 }
 
 // responsesEvent is the error as a Responses API stream error event.
-func (e *apiError) responsesEvent(seq int64) []byte {
+func (e *APIError) ResponsesEvent(seq int64) []byte {
 	var code, param *string
 	if e.Code != "" {
 		code = &e.Code
@@ -113,20 +113,20 @@ func (e *apiError) responsesEvent(seq int64) []byte {
 	}{"error", code, e.Message, param, seq})
 }
 
-// writeErrorFor writes e in the shape of the API ep speaks.
-func writeErrorFor(w http.ResponseWriter, ep endpoint, e *apiError) {
-	if ep.anthropic() {
-		writeBody(w, e, e.anthropicBody())
+// WriteErrorFor writes e in the shape of the API ep speaks.
+func WriteErrorFor(w http.ResponseWriter, ep Endpoint, e *APIError) {
+	if ep.Anthropic() {
+		writeBody(w, e, e.AnthropicBody())
 		return
 	}
-	writeError(w, e)
+	WriteError(w, e)
 }
 
-// writeError writes err as an OpenAI-shaped JSON error.
-func writeError(w http.ResponseWriter, e *apiError) { writeBody(w, e, e.body()) }
+// WriteError writes err as an OpenAI-shaped JSON error.
+func WriteError(w http.ResponseWriter, e *APIError) { writeBody(w, e, e.Body()) }
 
 // writeBody writes body, the error e in some API's shape.
-func writeBody(w http.ResponseWriter, e *apiError, body []byte) {
+func writeBody(w http.ResponseWriter, e *APIError, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	if e.RetryAfter > 0 {
