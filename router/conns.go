@@ -44,7 +44,7 @@ func (g *Gateway) bounded(admin bool, next http.Handler) http.Handler {
 				ep = apiOf(r)
 			}
 			wire.WriteErrorFor(w, ep, &wire.APIError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_content_encoding",
-				Message: "request bodies must not be encoded (Content-Encoding " + strconv.Quote(clip(ce)) + "); send plain JSON"})
+				Message: "request bodies must not be encoded (Content-Encoding " + strconv.Quote(wire.Clip(ce)) + "); send plain JSON"})
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -172,10 +172,3 @@ func (c *limitConn) Close() error {
 	})
 	return err
 }
-
-// maxEcho bounds a client's string (a model name, a path, a header)
-// repeated in an error message or a log line.
-const maxEcho = 256
-
-// clip returns s cut to maxEcho bytes at a rune boundary, marked as cut.
-func clip(s string) string { return wire.ClipN(s, maxEcho) }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/pools"
+	"github.com/switchyard/switchyard/router/internal/admin"
 )
 
 // discoveredPool is a pool's running DNS discovery. It outlives reloads
@@ -123,26 +124,13 @@ func (g *Gateway) onDiscovery(ev pools.DiscoveryEvent) {
 }
 
 // discoveryView is a discovered pool's part of /admin/pools.
-type discoveryView struct {
-	Kind        string   `json:"kind"`
-	Name        string   `json:"name"`
-	Resolver    string   `json:"resolver,omitempty"`
-	Interval    string   `json:"interval"`
-	Addresses   []string `json:"addresses"`
-	LastResolve string   `json:"last_resolved,omitempty"`
-	LastAttempt string   `json:"last_attempt,omitempty"`
-	Result      string   `json:"result,omitempty"`
-	Error       string   `json:"error,omitempty"`
-	TTL         string   `json:"ttl,omitempty"`
-}
-
-func (s *Snapshot) discoveryView(pool string) *discoveryView {
+func (s *Snapshot) discoveryView(pool string) *admin.DiscoveryView {
 	dp := s.discovery[pool]
 	if dp == nil {
 		return nil
 	}
 	st := dp.d.Status()
-	v := &discoveryView{Kind: st.Kind, Name: st.Name, Resolver: dp.cfg.Resolver, Interval: dp.cfg.Interval.Std().String(),
+	v := &admin.DiscoveryView{Kind: st.Kind, Name: st.Name, Resolver: dp.cfg.Resolver, Interval: dp.cfg.Interval.Std().String(),
 		Addresses: st.Addrs, Result: st.Result, Error: st.Err}
 	if v.Addresses == nil {
 		v.Addresses = []string{}

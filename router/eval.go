@@ -123,7 +123,7 @@ func (g *Gateway) PrepareEval(api API, body []byte) (*EvalRequest, error) {
 	}
 	tgt, ok := s.resolve(info.Model)
 	if !ok {
-		return nil, fmt.Errorf("%w: the model `%s` does not exist", errModelNotFound, clip(info.Model))
+		return nil, fmt.Errorf("%w: the model `%s` does not exist", errModelNotFound, wire.Clip(info.Model))
 	}
 	return &EvalRequest{API: api, PromptTokens: info.PromptTokens, snap: s, info: info, policy: tgt.policy}, nil
 }

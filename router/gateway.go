@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/pools"
+	"github.com/switchyard/switchyard/router/internal/admin"
 )
 
 // Options configures a Gateway. Zero values are production defaults.
@@ -74,8 +75,8 @@ type Gateway struct {
 	unknownModelHint atomic.Int64
 	// status is the status page's data; lastReload the last reload's
 	// outcome (nil before any).
-	status     *statusRing
-	lastReload atomic.Pointer[reloadOutcome]
+	status     *admin.Ring
+	lastReload atomic.Pointer[admin.ReloadOutcome]
 	started    time.Time
 
 	// shadow is the candidate policy of serve --shadow, nil without one.
@@ -141,12 +142,12 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 		return nil
 	}))
 	g.ctx, g.stop = context.WithCancel(context.Background())
-	g.status, g.started = &statusRing{}, o.Now()
+	g.status, g.started = &admin.Ring{}, o.Now()
 	now := o.Now().Unix()
-	g.status.prepare(now)
-	g.status.prepare(now + 1)
-	g.status.prepare(now + 2)
-	go g.status.run(g.ctx, o.Now)
+	g.status.Prepare(now)
+	g.status.Prepare(now + 1)
+	g.status.Prepare(now + 2)
+	go g.status.Run(g.ctx, o.Now)
 	g.endpoints = pools.NewEndpoints(pools.EndpointsOptions{Now: o.Now, Rand: o.Rand, Transport: o.Transport,
 		OnChange: g.onHealthChange, OnMissing: g.onMissingSignals})
 	s, err := g.build(cfg, nil)
@@ -244,7 +245,7 @@ func (g *Gateway) Reload() (int64, error) {
 	if err != nil {
 		g.metrics.reloads.WithLabelValues("error").Inc()
 		g.log.Error("config reload refused; the running config keeps serving", "file", g.opts.ConfigPath, "error", err.Error())
-		g.lastReload.Store(&reloadOutcome{At: g.opts.Now().UTC(), OK: false, Error: err.Error()})
+		g.lastReload.Store(&admin.ReloadOutcome{At: g.opts.Now().UTC(), OK: false, Error: err.Error()})
 		return g.snap.Load().Generation, err
 	}
 	gen, err := g.Apply(cfg)
@@ -298,25 +299,17 @@ func (g *Gateway) Apply(cfg *policy.Config) (int64, error) {
 	if err != nil {
 		g.metrics.reloads.WithLabelValues("error").Inc()
 		g.log.Error("config reload failed; the running config keeps serving", "error", err.Error())
-		g.lastReload.Store(&reloadOutcome{At: g.opts.Now().UTC(), OK: false, Error: err.Error()})
+		g.lastReload.Store(&admin.ReloadOutcome{At: g.opts.Now().UTC(), OK: false, Error: err.Error()})
 		return prev.Generation, err
 	}
 	s.Generation = g.gen.Add(1)
 	g.snap.Store(s)
 	g.commitDiscovery(s)
-	g.lastReload.Store(&reloadOutcome{At: g.opts.Now().UTC(), OK: true, Generation: s.Generation})
+	g.lastReload.Store(&admin.ReloadOutcome{At: g.opts.Now().UTC(), OK: true, Generation: s.Generation})
 	g.metrics.reloads.WithLabelValues("ok").Inc()
 	g.metrics.generation.Set(float64(s.Generation))
 	g.log.Info("config reloaded", "file", cfg.File, "generation", s.Generation, "pools", len(s.poolOrder), "routes", len(cfg.Routes))
 	return s.Generation, nil
-}
-
-// reloadOutcome is what the last reload came to, for the status page.
-type reloadOutcome struct {
-	At         time.Time `json:"at"`
-	OK         bool      `json:"ok"`
-	Generation int64     `json:"generation,omitempty"`
-	Error      string    `json:"error,omitempty"`
 }
 
 func (g *Gateway) onHealthChange(r *pools.Replica, healthy bool, why string) {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/admin"
 	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/switchyard/switchyard/classifier"
@@ -240,10 +241,10 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 	tgt, ok := s.resolve(info.Model)
 	if !ok {
 		g.hintUnknownModel(s, info.Model)
-		return fmt.Errorf("%w: the model `%s` does not exist (see GET /v1/models)", errModelNotFound, clip(info.Model))
+		return fmt.Errorf("%w: the model `%s` does not exist (see GET /v1/models)", errModelNotFound, wire.Clip(info.Model))
 	}
 	if !key.allows(info.Model) {
-		return fmt.Errorf("%w: API key %q may not use model %q", errForbidden, key.name, clip(info.Model))
+		return fmt.Errorf("%w: API key %q may not use model %q", errForbidden, key.name, wire.Clip(info.Model))
 	}
 	if tgt.rewrite {
 		x.clientModel = info.Model
@@ -271,7 +272,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 		x.decision = g.decide(ctx, r, x, true)
 	case !x.ep.Generates():
-		return wire.BadRequest("model", fmt.Sprintf("the model `%s` is routed by the policy; %s needs a model one pool serves (a pool name, a served model name, or a models[] entry with pool:)", clip(info.Model), x.ep.Path()))
+		return wire.BadRequest("model", fmt.Sprintf("the model `%s` is routed by the policy; %s needs a model one pool serves (a pool name, a served model name, or a models[] entry with pool:)", wire.Clip(info.Model), x.ep.Path()))
 	default:
 		x.decision = g.decide(ctx, r, x, false)
 	}
@@ -298,7 +299,7 @@ func (g *Gateway) hintUnknownModel(s *Snapshot, model string) {
 		return
 	}
 	g.log.Warn(`a client asked for a model no models[] entry routes; to route every name an agent sends by the policy, add models: [{name: "*", route: policy}] (docs/config.md)`,
-		"model", clip(model))
+		"model", wire.Clip(model))
 }
 
 // statusClientClosed marks a request whose client went away (nginx's 499).
@@ -344,6 +345,24 @@ func (g *Gateway) fail(w http.ResponseWriter, x *exchange, err error, detail str
 	wire.WriteErrorFor(w, x.ep, ae)
 }
 
+// sample is what the status page keeps of the finished exchange.
+func (x *exchange) sample() admin.Sample {
+	sm := admin.Sample{API: x.ep, Pool: x.pool, Replica: x.replica, Status: x.status, TTFT: x.ttft, Route: x.route, Class: x.class}
+	if x.rep != nil {
+		sm.Endpoint = x.rep.Endpoint
+	}
+	if x.key != nil {
+		sm.Key = x.key.name
+	}
+	if x.info != nil {
+		sm.Model = wire.Clip(x.info.Model)
+	}
+	if p, ok := x.decision.Scores[x.class]; ok && x.class != "" {
+		sm.Score = &p
+	}
+	return sm
+}
+
 // finish records metrics, the access log line and the span's attributes.
 func (g *Gateway) finish(x *exchange) {
 	elapsed := time.Since(x.start)
@@ -354,7 +373,7 @@ func (g *Gateway) finish(x *exchange) {
 	if x.pool != "" {
 		g.metrics.duration.WithLabelValues(x.pool).Observe(elapsed.Seconds())
 	}
-	g.status.record(x, g.opts.Now(), elapsed)
+	g.status.Record(x.sample(), g.opts.Now(), elapsed)
 	if x.span.IsRecording() {
 		g.endServerSpan(x)
 	}
@@ -372,7 +391,7 @@ func (g *Gateway) finish(x *exchange) {
 		attrs = append(attrs, slog.String("key", x.key.name))
 	}
 	if x.info != nil {
-		attrs = append(attrs, slog.String("model", clip(x.info.Model)), slog.Bool("stream", x.info.Stream))
+		attrs = append(attrs, slog.String("model", wire.Clip(x.info.Model)), slog.Bool("stream", x.info.Stream))
 	}
 	if x.ttft > 0 {
 		attrs = append(attrs, slog.Float64("ttft_ms", float64(x.ttft.Microseconds())/1000))

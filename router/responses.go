@@ -59,7 +59,7 @@ func (x *exchange) ids() wire.ResponseIDs {
 // names where the id came from.
 func errResponseNotFound(id, param, why string) error {
 	return &wire.APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "response_not_found", Param: param,
-		Message: fmt.Sprintf("response %q was not found: %s", clip(id), why)}
+		Message: fmt.Sprintf("response %q was not found: %s", wire.Clip(id), why)}
 }
 
 // reaches reports whether requests for the model target t may be sent to

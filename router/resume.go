@@ -313,7 +313,7 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 		g.metrics.resumes.WithLabelValues(ps.Name, "failed").Inc()
 		x.resume = "resume failed"
 		if res.err != nil {
-			x.resume += ": " + clip(res.err.Error())
+			x.resume += ": " + wire.Clip(res.err.Error())
 		}
 		g.endCut(x, ps, cut.rep, cut.err)
 		return

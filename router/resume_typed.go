@@ -193,7 +193,7 @@ func (r *responsesResume) observe(typ string, root gjson.Result) {
 		case "function_call", "custom_tool_call":
 			rs.broken = "a tool call was being sent"
 		default:
-			rs.broken = "an output item of type " + strconv.Quote(clip(k)) + " was being sent"
+			rs.broken = "an output item of type " + strconv.Quote(wire.Clip(k)) + " was being sent"
 		}
 	case "response.content_part.added", "response.reasoning_part.added":
 		if r.open != nil {
@@ -449,7 +449,7 @@ func (m *messagesResume) observe(typ string, root gjson.Result) {
 		case "tool_use", "server_tool_use":
 			rs.broken = "a tool call was being sent"
 		default:
-			rs.broken = "a content block of type " + strconv.Quote(clip(k)) + " was being sent"
+			rs.broken = "a content block of type " + strconv.Quote(wire.Clip(k)) + " was being sent"
 		}
 	case "content_block_delta":
 		d := root.Get("delta")
@@ -463,7 +463,7 @@ func (m *messagesResume) observe(typ string, root gjson.Result) {
 		case d.Get("type").Str == "signature_delta":
 			m.open.signed = true
 		default:
-			rs.broken = "a delta of type " + strconv.Quote(clip(d.Get("type").Str)) + " was being sent"
+			rs.broken = "a delta of type " + strconv.Quote(wire.Clip(d.Get("type").Str)) + " was being sent"
 		}
 	case "content_block_stop":
 		if m.open != nil && m.open.kind == "thinking" {
@@ -473,7 +473,7 @@ func (m *messagesResume) observe(typ string, root gjson.Result) {
 	case "message_delta", "message_stop":
 		rs.broken = "the answer had finished"
 	default:
-		rs.broken = "the replica sent an event of type " + strconv.Quote(clip(typ))
+		rs.broken = "the replica sent an event of type " + strconv.Quote(wire.Clip(typ))
 	}
 }
 

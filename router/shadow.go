@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/router/internal/admin"
 )
 
 // shadowState is a candidate policy evaluated on live traffic without
@@ -128,32 +128,10 @@ func (sh *shadowState) record(g *Gateway, live, shadow policy.Decision) {
 	sh.mu.Unlock()
 }
 
-// shadowSummary is /admin/shadow's answer.
-type shadowSummary struct {
-	Enabled    bool   `json:"enabled"`
-	File       string `json:"file,omitempty"`
-	Generation int64  `json:"generation,omitempty"`
-	Decisions  int64  `json:"decisions"`
-	// Skipped are requests not evaluated because 64 shadow decisions were
-	// already waiting on the classifier.
-	Skipped   int64              `json:"skipped"`
-	Agreement float64            `json:"agreement"`
-	LiveSplit map[string]float64 `json:"live_split,omitempty"`
-	Split     map[string]float64 `json:"shadow_split,omitempty"`
-	Pairs     []shadowPair       `json:"pairs,omitempty"`
-	Routes    []shadowPair       `json:"routes,omitempty"`
-}
-
-type shadowPair struct {
-	Live   string `json:"live"`
-	Shadow string `json:"shadow"`
-	Count  int64  `json:"count"`
-}
-
-func (sh *shadowState) summary() shadowSummary {
+func (sh *shadowState) summary() admin.ShadowSummary {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	out := shadowSummary{Enabled: true, File: sh.file, Generation: sh.generation, Skipped: sh.skipped.Load(),
+	out := admin.ShadowSummary{Enabled: true, File: sh.file, Generation: sh.generation, Skipped: sh.skipped.Load(),
 		LiveSplit: map[string]float64{}, Split: map[string]float64{}}
 	same := int64(0)
 	for k, n := range sh.pairs {
@@ -163,10 +141,10 @@ func (sh *shadowState) summary() shadowSummary {
 		if k[0] == k[1] {
 			same += n
 		}
-		out.Pairs = append(out.Pairs, shadowPair{k[0], k[1], n})
+		out.Pairs = append(out.Pairs, admin.ShadowPair{Live: k[0], Shadow: k[1], Count: n})
 	}
 	for k, n := range sh.routes {
-		out.Routes = append(out.Routes, shadowPair{k[0], k[1], n})
+		out.Routes = append(out.Routes, admin.ShadowPair{Live: k[0], Shadow: k[1], Count: n})
 	}
 	if out.Decisions > 0 {
 		out.Agreement = float64(same) / float64(out.Decisions)
@@ -176,7 +154,7 @@ func (sh *shadowState) summary() shadowSummary {
 			}
 		}
 	}
-	for _, l := range [][]shadowPair{out.Pairs, out.Routes} {
+	for _, l := range [][]admin.ShadowPair{out.Pairs, out.Routes} {
 		sort.Slice(l, func(i, j int) bool {
 			if l[i].Count != l[j].Count {
 				return l[i].Count > l[j].Count
@@ -185,13 +163,4 @@ func (sh *shadowState) summary() shadowSummary {
 		})
 	}
 	return out
-}
-
-func (g *Gateway) adminShadow(w http.ResponseWriter, _ *http.Request) {
-	sh := g.shadow.Load()
-	if sh == nil {
-		writeJSON(w, http.StatusOK, shadowSummary{})
-		return
-	}
-	writeJSON(w, http.StatusOK, sh.summary())
 }

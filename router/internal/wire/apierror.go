@@ -139,3 +139,13 @@ func writeBody(w http.ResponseWriter, e *APIError, body []byte) {
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(append(body, '\n'))
 }
+
+// WriteJSON writes v as an indented JSON answer with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // reasons such as "queue > 8" stay readable
+	_ = enc.Encode(v)
+}

@@ -27,3 +27,10 @@ func Quote(s string) string {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// maxEcho bounds a client's string (a model name, a path, a header)
+// repeated in an error message or a log line.
+const maxEcho = 256
+
+// Clip returns s cut to maxEcho bytes at a rune boundary, marked as cut.
+func Clip(s string) string { return ClipN(s, maxEcho) }

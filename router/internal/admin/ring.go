@@ -1,4 +1,4 @@
-package router
+package admin
 
 import (
 	"context"
@@ -7,9 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/switchyard/switchyard/router/internal/wire"
-
 	"github.com/switchyard/switchyard/pools"
+	"github.com/switchyard/switchyard/router/internal/wire"
 )
 
 // The status page's data, kept by the gateway itself so that the page
@@ -27,7 +26,7 @@ const (
 // statusAPIs are the APIs the split is shown for; the rest count as other.
 var statusAPIs = [...]string{"chat", "completions", "responses", "messages", "other"}
 
-func statusAPI(ep wire.Endpoint) int {
+func apiIndex(ep wire.Endpoint) int {
 	switch ep {
 	case wire.Chat:
 		return 0
@@ -41,7 +40,7 @@ func statusAPI(ep wire.Endpoint) int {
 	return 4
 }
 
-type statusSlot struct {
+type slot struct {
 	// sec is the unix second the slot counts; a slot is cleared two
 	// seconds before its second comes, so writers never race a clear.
 	sec  atomic.Int64
@@ -49,9 +48,9 @@ type statusSlot struct {
 	errs [statusPools][len(statusAPIs)]atomic.Int32
 }
 
-// decision is one line of the decision log: the access line's facts, no
+// Decision is one line of the decision log: the access line's facts, no
 // prompt text.
-type decision struct {
+type Decision struct {
 	At        time.Time `json:"at"`
 	Key       string    `json:"key,omitempty"`
 	API       string    `json:"api"`
@@ -75,20 +74,22 @@ type replicaRing struct {
 	ttft [replicaSamples]atomic.Int64
 }
 
-type statusRing struct {
-	slots     [statusSeconds]statusSlot
+// Ring is the status page's memory: the zero value is ready once
+// Prepare has cleared the current second; Run keeps it ahead of the clock.
+type Ring struct {
+	slots     [statusSeconds]slot
 	mu        sync.Mutex // guards allocating pool indexes
 	poolIndex sync.Map   // pool name → int
 	poolNames [statusPools]atomic.Pointer[string]
 	nPools    atomic.Int32
-	decisions [statusDecisions]atomic.Pointer[decision]
+	decisions [statusDecisions]atomic.Pointer[Decision]
 	nDecided  atomic.Uint64
 	replicas  sync.Map // *pools.Endpoint → *replicaRing
 }
 
 // pool returns the index of a pool name, allocating one on first sight;
 // past statusPools names, the last index ("other").
-func (r *statusRing) pool(name string) int {
+func (r *Ring) pool(name string) int {
 	if v, ok := r.poolIndex.Load(name); ok {
 		return v.(int)
 	}
@@ -111,8 +112,8 @@ func (r *statusRing) pool(name string) int {
 	return n
 }
 
-// prepare clears the slot of second sec (run about two seconds ahead).
-func (r *statusRing) prepare(sec int64) {
+// Prepare clears the slot of second sec (run about two seconds ahead).
+func (r *Ring) Prepare(sec int64) {
 	s := &r.slots[sec%statusSeconds]
 	if s.sec.Load() == sec {
 		return
@@ -126,14 +127,14 @@ func (r *statusRing) prepare(sec int64) {
 	s.sec.Store(sec)
 }
 
-// run keeps the slots ahead of the clock until ctx ends.
-func (r *statusRing) run(ctx context.Context, now func() time.Time) {
+// Run keeps the slots ahead of the clock until ctx ends.
+func (r *Ring) Run(ctx context.Context, now func() time.Time) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		sec := now().Unix()
-		r.prepare(sec + 1)
-		r.prepare(sec + 2)
+		r.Prepare(sec + 1)
+		r.Prepare(sec + 2)
 		// Endpoints a reload or a DNS change removed are forgotten once
 		// drained, so that churn does not pin them.
 		r.replicas.Range(func(k, _ any) bool {
@@ -150,56 +151,68 @@ func (r *statusRing) run(ctx context.Context, now func() time.Time) {
 	}
 }
 
-// record counts one finished exchange.
-func (r *statusRing) record(x *exchange, now time.Time, elapsed time.Duration) {
-	if x.pool != "" {
+// Sample is what the ring keeps of one finished request: the access
+// line's facts, no prompt text.
+type Sample struct {
+	API wire.Endpoint
+	// Pool is the pool the request was sent to ("" when none was chosen);
+	// Endpoint and Replica the replica that answered last (nil, "" when
+	// none was reached).
+	Pool     string
+	Endpoint *pools.Endpoint
+	Replica  string
+	Status   int
+	TTFT     time.Duration
+	Key      string
+	Model    string
+	Route    string
+	Class    string
+	// Score is the classifier's probability of Class, nil when unknown.
+	Score *float64
+}
+
+// Record counts one finished request.
+func (r *Ring) Record(x Sample, now time.Time, elapsed time.Duration) {
+	if x.Pool != "" {
 		s := &r.slots[now.Unix()%statusSeconds]
-		if s.sec.Load() == now.Unix() { // else the clock ran ahead of run: not counted
-			p, a := r.pool(x.pool), statusAPI(x.ep)
+		if s.sec.Load() == now.Unix() { // else the clock ran ahead of Run: not counted
+			p, a := r.pool(x.Pool), apiIndex(x.API)
 			s.reqs[p][a].Add(1)
-			if x.status >= 500 {
+			if x.Status >= 500 {
 				s.errs[p][a].Add(1)
 			}
 		}
 	}
-	if x.rep != nil {
-		v, ok := r.replicas.Load(x.rep.Endpoint)
+	if x.Endpoint != nil {
+		v, ok := r.replicas.Load(x.Endpoint)
 		if !ok {
-			v, _ = r.replicas.LoadOrStore(x.rep.Endpoint, &replicaRing{})
+			v, _ = r.replicas.LoadOrStore(x.Endpoint, &replicaRing{})
 		}
 		rr := v.(*replicaRing)
 		i := (rr.n.Add(1) - 1) % replicaSamples
-		rr.fail[i].Store(x.status >= 500)
-		rr.ttft[i].Store(x.ttft.Microseconds())
+		rr.fail[i].Store(x.Status >= 500)
+		rr.ttft[i].Store(x.TTFT.Microseconds())
 		rr.at[i].Store(now.UnixNano())
 	}
-	d := &decision{At: now.UTC(), API: statusAPIs[statusAPI(x.ep)], Route: x.route, Class: x.class, Pool: x.pool,
-		Replica: x.replica, Status: x.status, LatencyMS: float64(elapsed.Microseconds()) / 1000, TTFTMS: float64(x.ttft.Microseconds()) / 1000}
-	if x.key != nil {
-		d.Key = x.key.name
-	}
-	if x.info != nil {
-		d.Model = clip(x.info.Model)
-	}
-	if p, ok := x.decision.Scores[x.class]; ok && x.class != "" {
-		d.Score = &p
-	}
+	d := &Decision{At: now.UTC(), API: statusAPIs[apiIndex(x.API)], Key: x.Key, Model: x.Model, Route: x.Route, Class: x.Class,
+		Score: x.Score, Pool: x.Pool, Replica: x.Replica, Status: x.Status,
+		LatencyMS: float64(elapsed.Microseconds()) / 1000, TTFTMS: float64(x.TTFT.Microseconds()) / 1000}
 	r.decisions[(r.nDecided.Add(1)-1)%statusDecisions].Store(d)
 }
 
-// splitSeries is the per-second request counts of the last n seconds up
+// SplitSeries is the per-second request counts of the last n seconds up
 // to now (oldest first), by pool and API.
-type splitSeries struct {
+type SplitSeries struct {
 	Start   int64                       `json:"start"` // unix second of the first value
 	Seconds int                         `json:"seconds"`
 	Pools   map[string]map[string][]int `json:"pools"`  // pool → api → counts
 	Errors  map[string][]int            `json:"errors"` // pool → 5xx counts
 }
 
-func (r *statusRing) series(now time.Time, n int) splitSeries {
+func (r *Ring) Series(now time.Time, n int) SplitSeries {
 	end := now.Unix()
 	start := end - int64(n) + 1
-	out := splitSeries{Start: start, Seconds: n, Pools: map[string]map[string][]int{}, Errors: map[string][]int{}}
+	out := SplitSeries{Start: start, Seconds: n, Pools: map[string]map[string][]int{}, Errors: map[string][]int{}}
 	np := int(r.nPools.Load())
 	for p := 0; p < np; p++ {
 		name := r.poolNames[p].Load()
@@ -231,10 +244,10 @@ func (r *statusRing) series(now time.Time, n int) splitSeries {
 	return out
 }
 
-// recent returns the decision log, newest first.
-func (r *statusRing) recent() []*decision {
+// Recent returns the decision log, newest first.
+func (r *Ring) Recent() []*Decision {
 	n := r.nDecided.Load()
-	out := make([]*decision, 0, statusDecisions)
+	out := make([]*Decision, 0, statusDecisions)
 	for i := uint64(0); i < min(n, statusDecisions); i++ {
 		if d := r.decisions[(n-1-i)%statusDecisions].Load(); d != nil {
 			out = append(out, d)
@@ -243,17 +256,18 @@ func (r *statusRing) recent() []*decision {
 	return out
 }
 
-// replicaStats are a replica's outcomes over the last window: error rate
+// ReplicaStats are a replica's outcomes over the last window: error rate
 // and time to first token.
-type replicaStats struct {
+type ReplicaStats struct {
 	Requests  int      `json:"requests"`
 	ErrorRate float64  `json:"error_rate"`
 	TTFTP50   *float64 `json:"ttft_p50_ms,omitempty"`
 	TTFTP99   *float64 `json:"ttft_p99_ms,omitempty"`
 }
 
-func (r *statusRing) replica(e *pools.Endpoint, now time.Time, window time.Duration) replicaStats {
-	var st replicaStats
+// Replica is the outcomes of endpoint e over the last window.
+func (r *Ring) Replica(e *pools.Endpoint, now time.Time, window time.Duration) ReplicaStats {
+	var st ReplicaStats
 	v, ok := r.replicas.Load(e)
 	if !ok {
 		return st

@@ -1,4 +1,4 @@
-package router
+package admin
 
 import (
 	"embed"
@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -16,18 +17,18 @@ import (
 // nothing else; its Content-Security-Policy forbids any other origin.
 //
 //go:embed statuspage
-var statusFiles embed.FS
+var files embed.FS
 
 // statusCSP lets the page load only its own files and talk only to the
 // listener that served it.
 const statusCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// statusAsset serves one embedded file of the page.
-func statusAsset(name, contentType string) http.HandlerFunc {
-	sub, _ := fs.Sub(statusFiles, "statuspage")
+// asset serves one embedded file of the page.
+func asset(name, contentType string) http.HandlerFunc {
+	sub, _ := fs.Sub(files, "statuspage")
 	body, err := fs.ReadFile(sub, name)
 	if err != nil {
-		panic("router: status page file missing: " + name)
+		panic("admin: status page file missing: " + name)
 	}
 	return func(w http.ResponseWriter, _ *http.Request) {
 		h := w.Header()
@@ -45,15 +46,15 @@ type statusDoc struct {
 	Now        time.Time      `json:"now"`
 	Started    time.Time      `json:"started"`
 	Generation int64          `json:"generation"`
-	LastReload *reloadOutcome `json:"last_reload,omitempty"`
+	LastReload *ReloadOutcome `json:"last_reload,omitempty"`
 	// TokenRequired: the admin API needs a token (the page asks once).
 	TokenRequired bool            `json:"token_required"`
-	Split         splitSeries     `json:"split"`
+	Split         SplitSeries     `json:"split"`
 	Control       map[string]any  `json:"control,omitempty"`
-	Pools         []poolView      `json:"pools"`
+	Pools         []PoolView      `json:"pools"`
 	Classifier    *classifierStat `json:"classifier,omitempty"`
-	Shadow        *shadowSummary  `json:"shadow,omitempty"`
-	Decisions     []*decision     `json:"decisions"`
+	Shadow        *ShadowSummary  `json:"shadow,omitempty"`
+	Decisions     []*Decision     `json:"decisions"`
 }
 
 // classifierStat is the classifier's cumulative counters; the page turns
@@ -66,9 +67,9 @@ type classifierStat struct {
 	BreakerOpen bool               `json:"breaker_open"`
 }
 
-func (g *Gateway) adminStatus(w http.ResponseWriter, r *http.Request) {
-	s := g.snap.Load()
-	now := g.opts.Now()
+func (h *handler) status(w http.ResponseWriter, r *http.Request) {
+	cfg, gen := h.view.Config()
+	now := h.Now()
 	secs := statusSeconds
 	if v := r.URL.Query().Get("seconds"); v != "" {
 		// A page that already holds the history asks for the last few
@@ -77,18 +78,15 @@ func (g *Gateway) adminStatus(w http.ResponseWriter, r *http.Request) {
 			secs = n
 		}
 	}
-	doc := statusDoc{Version: g.opts.Version, Now: now.UTC(), Started: g.started.UTC(), Generation: s.Generation,
-		LastReload: g.lastReload.Load(), TokenRequired: s.Config.Server.AdminToken != "",
-		Split: g.status.series(now, secs), Pools: g.poolViews(s, now), Decisions: g.status.recent()}
-	if ctrl := s.Policy.Controller(); ctrl != nil {
-		doc.Control = map[string]any{"share": ctrl.State()}
+	doc := statusDoc{Version: h.Version, Now: now.UTC(), Started: h.Started.UTC(), Generation: gen,
+		LastReload: h.view.LastReload(), TokenRequired: cfg.Server.AdminToken != "",
+		Split: h.Ring.Series(now, secs), Pools: h.view.Pools(now), Decisions: h.Ring.Recent()}
+	if state, ok := h.view.Control(); ok {
+		doc.Control = map[string]any{"share": state}
 	}
-	if sh := g.shadow.Load(); sh != nil {
-		sum := sh.summary()
-		doc.Shadow = &sum
-	}
-	if cl := s.Config.Classifier; cl != nil {
-		doc.Classifier = g.classifierStat(cl.Kind)
+	doc.Shadow = h.view.Shadow()
+	if cl := cfg.Classifier; cl != nil {
+		doc.Classifier = classifierStats(h.Registry, cl.Kind)
 	}
 	// Compact: the page polls it every second (900 counts a series).
 	w.Header().Set("Content-Type", "application/json")
@@ -98,9 +96,10 @@ func (g *Gateway) adminStatus(w http.ResponseWriter, r *http.Request) {
 	_ = enc.Encode(doc)
 }
 
-func (g *Gateway) classifierStat(kind string) *classifierStat {
+// classifierStats reads the classifier's counters from reg.
+func classifierStats(reg prometheus.Gatherer, kind string) *classifierStat {
 	st := &classifierStat{Kind: kind, Results: map[string]float64{}}
-	fams, err := g.reg.Gather()
+	fams, err := reg.Gather()
 	if err != nil {
 		return st
 	}

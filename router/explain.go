@@ -1,0 +1,148 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/switchyard/switchyard/router/internal/wire"
+
+	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/pools"
+)
+
+// Explanation is the answer of explain.
+type Explanation struct {
+	Route    string             `json:"route"`
+	Pool     string             `json:"pool"`
+	Replica  string             `json:"replica,omitempty"`
+	Class    string             `json:"class,omitempty"`
+	Scores   map[string]float64 `json:"scores"`
+	Matched  []string           `json:"matched"`
+	Skipped  []policy.Skip      `json:"skipped"`
+	Fallback []string           `json:"fallback"`
+	Spill    *policy.Spill      `json:"spill,omitempty"`
+	Sticky   bool               `json:"sticky,omitempty"`
+	// ContextSkips are the pools of the chain the request would skip
+	// because its prompt estimate and a minimal answer cannot fit their
+	// max_model_len (the last pool of the chain is never skipped).
+	ContextSkips []string `json:"context_skips,omitempty"`
+	// Classifier says how the class was obtained when the classifier was
+	// asked; Fallback is true when it could not answer and on_error's
+	// label was used.
+	Classifier *ClassifierOutcome `json:"classifier,omitempty"`
+}
+
+// ClassifierOutcome is the classifier's part of an explanation.
+type ClassifierOutcome struct {
+	Result   string `json:"result"`
+	Fallback bool   `json:"fallback"`
+	Error    string `json:"error,omitempty"`
+}
+
+// Explain says which route, pool and replica a request body would get and
+// why. With class set, the classifier is not called; without it the
+// classifier runs as for a request (and is counted and cached like one).
+// No request is sent to a replica, no session decision is stored, and no
+// API key is presented, so key conditions do not match.
+func (g *Gateway) Explain(ctx context.Context, header http.Header, body []byte, class string) (*Explanation, error) {
+	return g.ExplainAPI(ctx, header, body, class, "")
+}
+
+// ExplainAPI is Explain for a body of api (chat, completions, responses or
+// messages); "" detects it from the body (DetectAPI) or, with an
+// anthropic-version header, takes the Messages API. The decision is made
+// as serving makes it (the same policy request, session and sticky
+// decision); class, when set, stands in for the classifier's answer.
+func (g *Gateway) ExplainAPI(ctx context.Context, header http.Header, body []byte, class, api string) (*Explanation, error) {
+	s := g.snap.Load()
+	if api == "" {
+		api = string(DetectAPI(body))
+		if header.Get("Anthropic-Version") != "" {
+			api = string(APIMessages)
+		}
+	}
+	ep, ok := apiEndpoints[API(api)]
+	if !ok {
+		names := make([]string, 0, len(apiEndpoints))
+		for _, a := range APIs() {
+			names = append(names, string(a))
+		}
+		return nil, wire.BadRequest("api", fmt.Sprintf("unknown API %q (known: %s)", wire.Clip(api), strings.Join(names, ", ")))
+	}
+	info, err := wire.Parse(body, ep, s.Config.Server.MaxJSONDepth)
+	if err != nil {
+		return nil, err
+	}
+	x := &exchange{snap: s, info: info, body: body, id: "explain", ep: ep}
+	tgt, ok := s.resolve(info.Model)
+	if !ok {
+		return nil, toAPIError(errModelNotFound, "the model `"+wire.Clip(info.Model)+"` does not exist")
+	}
+	if class != "" && s.classifier != nil && !slices.Contains(s.classifier.Labels(), class) {
+		return nil, wire.BadRequest("class", fmt.Sprintf("class %q is not a label (labels: %s)", wire.Clip(class), strings.Join(s.classifier.Labels(), ", ")))
+	}
+	var d policy.Decision
+	r := (&http.Request{Header: header}).WithContext(ctx)
+	if r.Header == nil {
+		r.Header = http.Header{}
+	}
+	if !tgt.policy {
+		d = policy.Decision{Route: "direct", Pools: []string{tgt.pool.Name}, Matched: []string{"direct"}}
+	} else {
+		x.forceClass = class
+		d = g.decide(ctx, r, x, true)
+	}
+	e := &Explanation{Route: d.Route, Pool: d.Pools[0], Fallback: d.Pools[1:], Matched: d.Matched, Skipped: d.Skipped,
+		Spill: d.Spill, Sticky: d.Sticky, Scores: d.Scores}
+	for i, p := range d.Pools[:len(d.Pools)-1] {
+		if ps := s.pools[p]; ps != nil && !fitsContext(ps, x) {
+			e.ContextSkips = append(e.ContextSkips, d.Pools[i])
+		}
+	}
+	e.Scores = rounded(e.Scores)
+	if e.Scores == nil {
+		e.Scores = map[string]float64{}
+	}
+	if e.Matched == nil {
+		e.Matched = []string{}
+	}
+	if e.Skipped == nil {
+		e.Skipped = []policy.Skip{}
+	}
+	if d.Classified {
+		e.Class = d.Class
+	}
+	if r := x.classRes; r.Outcome != "" {
+		e.Classifier = &ClassifierOutcome{Result: r.Outcome, Fallback: r.Fallback()}
+		if r.Err != nil {
+			e.Classifier.Error = r.Err.Error()
+		}
+	}
+	if ps := s.pools[e.Pool]; ps != nil {
+		preq := &pools.Request{}
+		if ps.NeedsKey() {
+			preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
+		}
+		if rep := ps.Pick(preq); rep != nil {
+			e.Replica = rep.Name
+		}
+	}
+	return e, nil
+}
+
+// rounded returns scores rounded to 3 decimals, for people to read
+// (0.85, not 0.8500000000000001).
+func rounded(scores map[string]float64) map[string]float64 {
+	if scores == nil {
+		return nil
+	}
+	out := make(map[string]float64, len(scores))
+	for k, v := range scores {
+		out[k] = math.Round(v*1000) / 1000
+	}
+	return out
+}
