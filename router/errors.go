@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"time"
+
+	"github.com/switchyard/switchyard/router/internal/upstream"
 
 	"github.com/switchyard/switchyard/router/internal/wire"
 )
@@ -19,8 +20,6 @@ var (
 	errTooLarge      = errors.New("request body too large")
 	errBodyTimeout   = errors.New("request body too slow")
 	errRateLimited   = errors.New("rate limited")
-	errNoReplica     = errors.New("no replica available")
-	errUpstream      = errors.New("upstream failed")
 	errUpstream429   = errors.New("upstream rate limited")
 )
 
@@ -43,14 +42,14 @@ func retryAfterSeconds(d time.Duration) int {
 // toAPIError maps any error of the request path to its status and OpenAI
 // shape. It is the one place that decides statuses.
 func toAPIError(err error, detail string) *wire.APIError {
-	var uf *upstreamFailure
+	var uf *upstream.Failure
 	if errors.As(err, &uf) {
 		// A replica's refusal that no other replica took over: its status
 		// class and message, in the gateway's shape.
-		if uf.status == http.StatusTooManyRequests {
-			err = &retryAfter{err: fmt.Errorf("%w: %s", errUpstream429, uf.msg), after: uf.retryAfter}
+		if uf.Status == http.StatusTooManyRequests {
+			err = &retryAfter{err: fmt.Errorf("%w: %s", errUpstream429, uf.Msg), after: uf.RetryAfter}
 		} else {
-			err = fmt.Errorf("%w: replica answered %d: %s", errUpstream, uf.status, uf.msg)
+			err = fmt.Errorf("%w: replica answered %d: %s", upstream.ErrUpstream, uf.Status, uf.Msg)
 		}
 		detail = ""
 	}
@@ -86,17 +85,12 @@ func mapError(err error, detail string) *wire.APIError {
 		return &wire.APIError{Status: 429, Type: "rate_limit_error", Code: "rate_limit_exceeded", Message: msg, RetryAfter: 1}
 	case errors.Is(err, errUpstream429):
 		return &wire.APIError{Status: 429, Type: "rate_limit_error", Code: "upstream_rate_limited", Message: msg, RetryAfter: 1}
-	case errors.Is(err, errNoReplica):
+	case errors.Is(err, upstream.ErrNoReplica):
 		return &wire.APIError{Status: 503, Type: "service_unavailable", Code: "no_replica_available", Message: msg, RetryAfter: 1}
-	case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
+	case errors.Is(err, context.DeadlineExceeded), upstream.IsTimeout(err):
 		return &wire.APIError{Status: 504, Type: "upstream_error", Code: "upstream_timeout", Message: msg}
-	case errors.Is(err, errUpstream):
+	case errors.Is(err, upstream.ErrUpstream):
 		return &wire.APIError{Status: 502, Type: "upstream_error", Code: "upstream_failed", Message: msg}
 	}
 	return &wire.APIError{Status: 500, Type: "internal_error", Code: "internal_error", Message: msg}
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }

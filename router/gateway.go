@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/upstream"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -103,6 +105,8 @@ type Gateway struct {
 	reqSeq     atomic.Uint64
 	// rand jitters retry backoff (Options.Rand, else math/rand/v2).
 	rand func() uint64
+	// exec is the upstream executor.
+	exec *upstream.Executor
 }
 
 // New builds a gateway running cfg and starts its health and scrape loops.
@@ -132,6 +136,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	g := &Gateway{opts: o, log: o.Logger, reg: o.Registry, tracer: tp.Tracer("github.com/switchyard/switchyard/router"),
 		tracing: o.Tracer != nil, prop: o.Propagator, rand: rnd}
 	g.metrics = newMetrics(o.Registry, o.Version)
+	g.exec = &upstream.Executor{QueueWait: g.metrics.queueWait, Retries: g.metrics.retries, Poison: g.metrics.poison, Rand: rnd}
 	g.classMetrics = classifier.NewMetrics(o.Registry)
 	g.discMetrics = pools.NewDiscoveryMetrics(o.Registry)
 	o.Registry.MustRegister(newControlCollector(g))

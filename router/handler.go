@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/upstream"
+
 	"github.com/switchyard/switchyard/router/internal/admin"
 	"github.com/switchyard/switchyard/router/internal/wire"
 
@@ -25,7 +27,6 @@ const (
 	headerPool    = "X-Switchyard-Pool"
 	headerReplica = "X-Switchyard-Replica"
 	headerClass   = "X-Switchyard-Class"
-	headerReqID   = "X-Request-Id"
 )
 
 // exchange is the state of one client request, for headers, metrics, the
@@ -95,8 +96,8 @@ type exchange struct {
 	// nothing of its own.
 	up    upstreamCall
 	preq  pools.Request
-	exec  execution
-	clock upstreamClock
+	exec  upstream.Execution
+	clock upstream.Clock
 	// end is how a relayed answer ended when not as its status line said;
 	// finish maps it to the status counted (statusOf).
 	end ending
@@ -135,14 +136,14 @@ func (g *Gateway) endpointHandler(ep wire.Endpoint) http.HandlerFunc {
 // newExchange starts the record of one client request.
 func (g *Gateway) newExchange(w http.ResponseWriter, r *http.Request, ep wire.Endpoint) *exchange {
 	x := &exchange{g: g, start: time.Now(), ep: ep, snap: g.snap.Load()}
-	x.id = r.Header.Get(headerReqID)
+	x.id = r.Header.Get(upstream.HeaderRequestID)
 	if x.id == "" || len(x.id) > 128 {
 		x.id = g.newRequestID()
 	}
 	// One slice serves the response header and the upstream request's
 	// (neither is modified once set).
 	x.idHeader = []string{x.id}
-	w.Header()[headerReqID] = x.idHeader
+	w.Header()[upstream.HeaderRequestID] = x.idHeader
 	return x
 }
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/upstream"
+
 	"github.com/tidwall/gjson"
 
 	"github.com/switchyard/switchyard/policy"
@@ -99,24 +101,24 @@ func TestContinuationRelabelsReasoning(t *testing.T) {
 // max_stream_duration from the cut stream's start, so one begun an hour
 // ago is ended at once, and one begun now is not.
 func TestClockContinuesStreamDuration(t *testing.T) {
-	tt := newPoolTimeouts(time.Minute, 0, 0, time.Minute)
-	var c upstreamClock
-	ctx := c.start(context.Background(), tt)
-	defer c.stop()
-	if !c.take() {
+	tt := upstream.NewTimeouts(time.Minute, 0, 0, time.Minute)
+	var c upstream.Clock
+	ctx := c.Start(context.Background(), tt)
+	defer c.Stop()
+	if !c.Take() {
 		t.Fatal("the header timeout fired")
 	}
-	c.streamingSince(time.Now().Add(-time.Hour))
+	c.StreamingSince(time.Now().Add(-time.Hour))
 	<-ctx.Done()
-	if cause := context.Cause(ctx); cause != tt.totalErr {
+	if cause := context.Cause(ctx); cause != tt.TotalErr {
 		t.Errorf("cause %v, want max_stream_duration", cause)
 	}
 
-	var fresh upstreamClock
-	ctx = fresh.start(context.Background(), tt)
-	defer fresh.stop()
-	fresh.take()
-	fresh.streamingSince(time.Now())
+	var fresh upstream.Clock
+	ctx = fresh.Start(context.Background(), tt)
+	defer fresh.Stop()
+	fresh.Take()
+	fresh.StreamingSince(time.Now())
 	if ctx.Err() != nil {
 		t.Errorf("a stream begun now was ended: %v", context.Cause(ctx))
 	}

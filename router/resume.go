@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/switchyard/switchyard/router/internal/upstream"
+
 	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/tidwall/gjson"
@@ -267,7 +269,7 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 	switch {
 	case errors.Is(cut.cause, errShuttingDown):
 		reason = "the gateway is shutting down"
-	case cut.cause != nil && cut.cause == ps.timeouts.totalErr:
+	case cut.cause != nil && cut.cause == ps.timeouts.TotalErr:
 		reason = "max_stream_duration"
 	case ctx.Err() != nil:
 		reason = "the client went away"
@@ -289,16 +291,16 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 		return
 	}
 	x.cont = continuation{x: x, failed: cut.rep, cut: cut}
-	x.exec = execution{ps: ps, req: &x.preq, attempts: ps.cfg.Resume.MaxAttempts, call: &x.cont}
-	x.exec.avoid[0] = cut.rep
-	var res result
+	x.exec = upstream.Execution{Pool: ps.Pool, Req: &x.preq, Attempts: ps.cfg.Resume.MaxAttempts, Call: &x.cont}
+	x.exec.Avoid[0] = cut.rep
+	var res upstream.Result
 	if ps.CanTake(func(r *pools.Replica) bool { return r.Endpoint == cut.rep.Endpoint }) {
-		res = g.execute(ctx, &x.exec)
-		x.retries += x.exec.retries
+		res = g.exec.Execute(ctx, &x.exec)
+		x.retries += x.exec.Retries
 	} else {
-		res.err = errors.New("no other replica of the pool can take it")
+		res.Err = errors.New("no other replica of the pool can take it")
 	}
-	if !res.done && ctx.Err() != nil && x.end != endClientLeft {
+	if !res.Done && ctx.Err() != nil && x.end != endClientLeft {
 		// The client left while a continuation was asked for (in a queue,
 		// a backoff or before its answer): nothing more is written. One
 		// that hung up after the continuation's end (as soon as it had
@@ -309,11 +311,11 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 		x.resume = "the client left during the resume"
 		return
 	}
-	if !res.done {
+	if !res.Done {
 		g.metrics.resumes.WithLabelValues(ps.Name, "failed").Inc()
 		x.resume = "resume failed"
-		if res.err != nil {
-			x.resume += ": " + wire.Clip(res.err.Error())
+		if res.Err != nil {
+			x.resume += ": " + wire.Clip(res.Err.Error())
 		}
 		g.endCut(x, ps, cut.rep, cut.err)
 		return
@@ -336,9 +338,9 @@ type continuation struct {
 	cut    *cutStream
 }
 
-var _ caller = (*continuation)(nil)
+var _ upstream.Attempt = (*continuation)(nil)
 
-func (c *continuation) acquired(rep *pools.Replica) {
+func (c *continuation) Acquired(rep *pools.Replica) {
 	c.x.replica, c.x.rep = c.failed.Name+">"+rep.Name, rep
 }
 
@@ -346,14 +348,14 @@ func (c *continuation) acquired(rep *pools.Replica) {
 // client's. A continuation that is cut in turn is retried on another
 // replica while the answer is still resumable; one the replica refuses
 // (a status other than 200) is not: the others would refuse it too.
-func (c *continuation) send(ctx context.Context, rep *pools.Replica) result {
+func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Result {
 	x := c.x
 	g, ps, p := x.g, x.up.ps, &x.pump
 	rs := p.resume
 	path, body, err := rs.request(x.up.body)
 	if err != nil {
 		rs.broken = err.Error()
-		return result{outcome: pools.Neutral, err: err}
+		return upstream.Result{Outcome: pools.Neutral, Err: err}
 	}
 	// Its own attempt, linked to the one that was cut.
 	ctx, span := g.startSpan(ctx, "switchyard.upstream", trace.WithSpanKind(trace.SpanKindClient),
@@ -369,7 +371,7 @@ func (c *continuation) send(ctx context.Context, rep *pools.Replica) result {
 		span.SetAttributes(genAIRequestAttrs(body)...) // the model is the pool's
 	}
 	clock := &x.clock
-	defer clock.stop()
+	defer clock.Stop()
 	resp, hctx, res := g.send(ctx, span, sendSpec{ps: ps, rep: rep, clock: clock, ex: &x.exec, what: "resume: ", x: x, body: body, path: path})
 	if resp == nil {
 		if ctx.Err() != nil {
@@ -378,17 +380,17 @@ func (c *continuation) send(ctx context.Context, rep *pools.Replica) result {
 		return res
 	}
 	defer resp.Body.Close()
-	if !isEventStream(resp) {
+	if !upstream.IsEventStream(resp) {
 		msg := wire.ReadErrorMessage(resp.Body)
 		if resp.StatusCode == http.StatusOK {
 			setClientError(span, errTypeNotStream, errors.New("the continuation is not an event stream"))
 		}
-		o, _, _ := judgeStatus(resp.StatusCode)
+		o, _, _ := upstream.JudgeStatus(resp.StatusCode)
 		err := fmt.Errorf("replica %q answered %d: %s", rep.Name, resp.StatusCode, msg)
-		return result{outcome: o, detail: "resume: " + err.Error(), err: err}
+		return upstream.Result{Outcome: o, Detail: "resume: " + err.Error(), Err: err}
 	}
-	clock.streamingSince(c.cut.started)
-	g.trackStream(x, clock.cancel) // shutdown ends the continuation too
+	clock.StreamingSince(c.cut.started)
+	g.trackStream(x, clock.Cancel) // shutdown ends the continuation too
 	defer g.untrackStream(x)
 	rs.begin()
 	// What an earlier attempt left in the pump: why it stopped, a [DONE].
@@ -399,28 +401,28 @@ func (c *continuation) send(ctx context.Context, rep *pools.Replica) result {
 	err = p.run(resp.Body)
 	switch {
 	case err == nil:
-		return result{done: true, outcome: pools.Success}
+		return upstream.Result{Done: true, Outcome: pools.Success}
 	case ctx.Err() != nil || errors.Is(err, errClientGone):
 		g.clientLeft(ctx, x, err, span)
-		return result{done: true, outcome: pools.Neutral}
+		return upstream.Result{Done: true, Outcome: pools.Neutral}
 	}
 	setClientError(span, errTypeStreamCut, err)
-	var pt *phaseTimeout
+	var pt *upstream.PhaseTimeout
 	switch cause := context.Cause(hctx); {
 	case errors.Is(cause, errShuttingDown):
 		x.end = endShutdown
-		return result{outcome: pools.Neutral, err: errShuttingDown}
-	case errors.As(cause, &pt) && pt == ps.timeouts.totalErr:
+		return upstream.Result{Outcome: pools.Neutral, Err: errShuttingDown}
+	case errors.As(cause, &pt) && pt == ps.timeouts.TotalErr:
 		// A long answer, not a failing replica: not continued again.
 		rs.broken = "max_stream_duration"
-		return result{outcome: pools.Neutral, err: fmt.Errorf("%w: %s", errStreamCut, pt.msg)}
+		return upstream.Result{Outcome: pools.Neutral, Err: fmt.Errorf("%w: %s", errStreamCut, pt.Msg)}
 	case errors.Is(err, errNotContinued):
 		// The gateway cannot carry what the continuation sent into the
 		// client's stream: not the replica's fault, and no other replica
 		// would do better.
 		rs.broken = err.Error()
-		return result{outcome: pools.Neutral, err: err}
+		return upstream.Result{Outcome: pools.Neutral, Err: err}
 	}
 	g.log.Warn("stream resume failed", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
-	return result{retry: rs.broken == "", outcome: pools.Status5xx, reason: "stream_cut", detail: "stream: " + err.Error(), err: err}
+	return upstream.Result{Retry: rs.broken == "", Outcome: pools.Status5xx, Reason: "stream_cut", Detail: "stream: " + err.Error(), Err: err}
 }

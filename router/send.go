@@ -5,13 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/textproto"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
+
+	"github.com/switchyard/switchyard/router/internal/upstream"
 
 	"github.com/switchyard/switchyard/router/internal/wire"
 
@@ -28,11 +27,11 @@ import (
 type sendSpec struct {
 	ps    *poolState
 	rep   *pools.Replica
-	clock *upstreamClock
+	clock *upstream.Clock
 	// ex, when set, settles a failure it holds as soon as this answer's
 	// status is known (see execute's poison rule), not when the answer
 	// (perhaps a long stream) ends.
-	ex *execution
+	ex *upstream.Execution
 	// x, body and path: a client request's attempt, sent with
 	// upstreamRequest (path "" is the client's endpoint). Without x,
 	// build makes the request with the attempt's context.
@@ -42,7 +41,7 @@ type sendSpec struct {
 	build func(hctx context.Context) (*http.Request, error)
 	// clientJudge judges the status by the client endpoint's rules
 	// (exchange.judge; it may read the body, leaving it readable) instead
-	// of judgeStatus.
+	// of upstream.JudgeStatus.
 	clientJudge bool
 	// what prefixes the detail of a failed status ("classifier ").
 	what string
@@ -54,8 +53,8 @@ type sendSpec struct {
 // as the executor needs it (no answer, or a status another replica may be
 // asked instead of). hctx is the attempt's context, which the clock ends
 // with a phase timeout.
-func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *http.Response, hctx context.Context, res result) {
-	hctx = a.clock.start(ctx, a.ps.timeouts)
+func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *http.Response, hctx context.Context, res upstream.Result) {
+	hctx = a.clock.Start(ctx, a.ps.timeouts)
 	var req *http.Request
 	var err error
 	if a.x != nil {
@@ -64,21 +63,21 @@ func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *
 		req, err = a.build(hctx)
 	}
 	if err != nil {
-		return nil, hctx, result{err: fmt.Errorf("%w: %v", errUpstream, err)}
+		return nil, hctx, upstream.Result{Err: fmt.Errorf("%w: %v", upstream.ErrUpstream, err)}
 	}
 	if span.IsRecording() {
 		span.SetAttributes(clientRequestAttrs(req)...)
 	}
 	resp, err = a.rep.Client().Do(req)
-	resp, err = a.clock.headers(hctx, resp, err)
+	resp, err = a.clock.Headers(hctx, resp, err)
 	if err != nil {
 		if ctx.Err() == nil {
 			setClientError(span, transportErrorType(err), err)
 		}
-		return nil, hctx, judgeError(ctx, a.ps, a.rep, err, "")
+		return nil, hctx, upstream.JudgeError(ctx, a.ps.Name, a.rep, err, "")
 	}
 	if a.ex != nil {
-		a.ex.settle(a.ps, resp.StatusCode)
+		a.ex.Settle(a.ps.Pool, resp.StatusCode)
 	}
 	var o pools.Outcome
 	var retry bool
@@ -86,26 +85,21 @@ func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *
 	if a.clientJudge {
 		o, retry, reason = a.x.judge(resp)
 	} else {
-		o, retry, reason = judgeStatus(resp.StatusCode)
+		o, retry, reason = upstream.JudgeStatus(resp.StatusCode)
 	}
 	if !retry {
 		setClientStatus(span, resp.StatusCode, "")
-		return resp, hctx, result{}
+		return resp, hctx, upstream.Result{}
 	}
 	defer resp.Body.Close()
 	msg := wire.ReadErrorMessage(resp.Body)
 	setClientStatus(span, resp.StatusCode, msg)
-	uf := &upstreamFailure{status: resp.StatusCode, msg: msg}
+	uf := &upstream.Failure{Status: resp.StatusCode, Msg: msg}
 	if resp.StatusCode == http.StatusTooManyRequests {
-		uf.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), g.opts.Now())
+		uf.RetryAfter = upstream.ParseRetryAfter(resp.Header.Get("Retry-After"), g.opts.Now())
 	}
-	return nil, hctx, result{retry: true, outcome: o, reason: reason,
-		detail: fmt.Sprintf("%sstatus %d: %s", a.what, resp.StatusCode, msg), err: uf}
-}
-
-// isEventStream reports an answer that is a 200 event stream.
-func isEventStream(resp *http.Response) bool {
-	return resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	return nil, hctx, upstream.Result{Retry: true, Outcome: o, Reason: reason,
+		Detail: fmt.Sprintf("%sstatus %d: %s", a.what, resp.StatusCode, msg), Err: uf}
 }
 
 // upstreamRequest builds the request to rep for client request r: body,
@@ -134,9 +128,9 @@ func (g *Gateway) upstreamRequest(ctx, hctx context.Context, x *exchange, r *htt
 	if err != nil {
 		return nil, err
 	}
-	copyRequestHeaders(out.Header, r.Header)
-	setForwarded(out.Header, r)
-	out.Header[headerReqID] = x.idHeader
+	upstream.CopyRequestHeaders(out.Header, r.Header)
+	upstream.SetForwarded(out.Header, r)
+	out.Header[upstream.HeaderRequestID] = x.idHeader
 	if rd != http.NoBody {
 		out.Header["Content-Type"] = jsonContentType
 	}
@@ -149,133 +143,23 @@ func (g *Gateway) upstreamRequest(ctx, hctx context.Context, x *exchange, r *htt
 	return out, nil
 }
 
-// upstreamError is a failure to reach a replica or read its answer; it
-// keeps the cause (a timeout maps to 504) and reads as errUpstream.
-type upstreamError struct {
-	pool, replica string
-	err           error
-}
-
-func (e *upstreamError) Error() string {
-	return fmt.Sprintf("%v: pool %q replica %q: %s", errUpstream, e.pool, e.replica, trimURLError(e.err))
-}
-
-func (e *upstreamError) Unwrap() []error { return []error{errUpstream, e.err} }
-
-func trimURLError(err error) string {
-	s := err.Error()
-	if i := strings.LastIndex(s, ": "); i >= 0 && strings.HasPrefix(s, "Post ") {
-		return s[i+2:]
-	}
-	return s
-}
-
 var jsonContentType = []string{"application/json"}
 
 // maxResponseBytes bounds a non-stream answer held in memory before it is
 // passed on (streams are never held).
 var maxResponseBytes int64 = 64 << 20
 
-// hopHeaders are connection-specific (RFC 9110 §7.6.1) and never forwarded.
-var hopHeaders = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
-func isHop(k string) bool {
-	for _, h := range hopHeaders {
-		if k == h {
-			return true
-		}
-	}
-	return false
-}
-
-// copyRequestHeaders forwards the client's headers except hop-by-hop ones,
-// the client's credentials for Switchyard, and those the transport sets.
-func copyRequestHeaders(dst, src http.Header) {
-	for k, vv := range src {
-		switch k {
-		case "Authorization", "X-Api-Key", "Content-Length", "Host", "Accept-Encoding", headerReqID:
-			continue // the client's credentials are for Switchyard
-		}
-		if isHop(k) {
-			continue
-		}
-		dst[k] = vv
-	}
-	dropConnectionHeaders(dst, src)
-}
-
-// dropConnectionHeaders removes from dst the headers that src's Connection
-// header names: they are hop-by-hop too (RFC 9110 §7.6.1).
-func dropConnectionHeaders(dst, src http.Header) {
-	for _, f := range src["Connection"] {
-		for name := range strings.SplitSeq(f, ",") {
-			if name = textproto.TrimString(name); name != "" {
-				dst.Del(name)
-			}
-		}
-	}
-}
-
-// setForwarded tells the replica who the client is, as
-// httputil.ReverseProxy does: the peer's address is appended to
-// X-Forwarded-For, and X-Forwarded-Host and X-Forwarded-Proto describe the
-// request the gateway received. A Forwarded element (RFC 7239) is
-// appended with the same facts.
-func setForwarded(dst http.Header, in *http.Request) {
-	proto, protoV := "http", protoHTTP
-	if in.TLS != nil {
-		proto, protoV = "https", protoHTTPS
-	}
-	dst["X-Forwarded-Proto"] = protoV // shared, read-only
-	ip, _, err := net.SplitHostPort(in.RemoteAddr)
-	if err != nil {
-		dst.Del("X-Forwarded-For")
-		dst.Del("Forwarded")
-		return
-	}
-	// One backing array for the three values: one allocation, not three.
-	vals := make([]string, 3)
-	if in.Host != "" {
-		vals[0] = in.Host
-		dst["X-Forwarded-Host"] = vals[0:1:1]
-	}
-	vals[1] = ip
-	if prior := dst["X-Forwarded-For"]; len(prior) > 0 {
-		vals[1] = strings.Join(prior, ", ") + ", " + ip
-	}
-	dst["X-Forwarded-For"] = vals[1:2:2]
-	node := ip
-	if strings.Contains(ip, ":") {
-		node = `"[` + ip + `]"` // IPv6 is quoted and bracketed (RFC 7239 §6)
-	}
-	vals[2] = "for=" + node + ";proto=" + proto
-	if prior := strings.Join(dst["Forwarded"], ", "); prior != "" && strings.Count(prior, `"`)%2 == 0 {
-		// A client's value with an open quote would swallow ours; such a
-		// value is dropped rather than passed on.
-		vals[2] = prior + ", " + vals[2]
-	}
-	dst["Forwarded"] = vals[2:3:3]
-}
-
-var (
-	protoHTTP  = []string{"http"}
-	protoHTTPS = []string{"https"}
-)
-
 // writeHeaders copies the replica's response headers and adds Switchyard's.
 // length < 0 means streamed (no Content-Length).
 func (g *Gateway) writeHeaders(w http.ResponseWriter, x *exchange, resp *http.Response, length int64) {
 	h := w.Header()
 	for k, vv := range resp.Header {
-		if isHop(k) || k == "Content-Length" || k == headerReqID {
+		if upstream.IsHop(k) || k == "Content-Length" || k == upstream.HeaderRequestID {
 			continue
 		}
 		h[k] = vv
 	}
-	dropConnectionHeaders(h, resp.Header)
+	upstream.DropConnectionHeaders(h, resp.Header)
 	if length >= 0 {
 		h.Set("Content-Length", strconv.FormatInt(length, 10))
 	}
@@ -293,7 +177,7 @@ func (g *Gateway) setRouteHeaders(h http.Header, x *exchange) {
 			h[k] = backing[i : i+1 : i+1]
 		}
 	}
-	set(headerReqID, 0)
+	set(upstream.HeaderRequestID, 0)
 	set(headerRoute, 1)
 	set(headerPool, 2)
 	set(headerReplica, 3)
@@ -302,7 +186,7 @@ func (g *Gateway) setRouteHeaders(h http.Header, x *exchange) {
 
 // countTokensLocally answers count_tokens for a vLLM without it (older
 // versions answer 404): an estimate, about four bytes of JSON per token.
-func (g *Gateway) countTokensLocally(w http.ResponseWriter, x *exchange, resp *http.Response) result {
+func (g *Gateway) countTokensLocally(w http.ResponseWriter, x *exchange, resp *http.Response) upstream.Result {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 16<<10))
 	answer := []byte(`{"input_tokens":` + itoa(int64(x.info.PromptTokens)) + `}`)
 	h := w.Header()
@@ -312,7 +196,7 @@ func (g *Gateway) countTokensLocally(w http.ResponseWriter, x *exchange, resp *h
 	w.WriteHeader(http.StatusOK)
 	x.status, x.sent = http.StatusOK, http.StatusOK
 	_, _ = w.Write(answer)
-	return result{done: true, outcome: pools.Neutral}
+	return upstream.Result{Done: true, Outcome: pools.Neutral}
 }
 
 // rewriteAnswer applies to a non-stream answer what the gateway changes:

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/upstream"
+
 	"golang.org/x/time/rate"
 
 	"github.com/switchyard/switchyard/classifier"
@@ -57,7 +59,7 @@ type Snapshot struct {
 type poolState struct {
 	*pools.Pool
 	cfg      *policy.Pool
-	timeouts *poolTimeouts
+	timeouts *upstream.Timeouts
 	// tokenizeTurn rotates the context check's /tokenize calls among
 	// equally loaded replicas.
 	tokenizeTurn atomic.Uint64
@@ -140,7 +142,7 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 		return nil, err
 	}
 	for i, pc := range cfg.Pools {
-		ps := &poolState{Pool: views[i], cfg: pc, timeouts: newPoolTimeouts(pc.ResponseHeaderTimeout.Std(),
+		ps := &poolState{Pool: views[i], cfg: pc, timeouts: upstream.NewTimeouts(pc.ResponseHeaderTimeout.Std(),
 			pc.FirstTokenTimeout.Std(), pc.StreamIdleTimeout.Std(), pc.MaxStreamDuration.Std())}
 		s.pools[pc.Name] = ps
 		s.poolOrder = append(s.poolOrder, ps)

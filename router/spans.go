@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/switchyard/switchyard/router/internal/upstream"
+
 	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/switchyard/switchyard/router/internal/sse"
@@ -206,7 +208,7 @@ func setClientError(span trace.Span, errType string, err error) {
 
 // transportErrorType is error.type for a failure to get an answer.
 func transportErrorType(err error) string {
-	if isTimeout(err) {
+	if upstream.IsTimeout(err) {
 		return errTypeTimeout
 	}
 	return errTypeConnection

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/upstream"
+
 	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/switchyard/switchyard/router/internal/sse"
@@ -75,7 +77,7 @@ type pump struct {
 	// injected: the client did not ask for usage; the gateway did.
 	injected bool
 	// clock, when set, is told of every read that brought data.
-	clock *upstreamClock
+	clock *upstream.Clock
 	// token, when set, is told once of the first content or tool-call
 	// delta.
 	token interface{ firstToken() }
@@ -280,7 +282,7 @@ func (p *pump) run(body io.Reader) error {
 // goes to the client.
 func (p *pump) drain(body io.Reader, buf []byte) {
 	if p.clock != nil {
-		p.clock.drainSoon()
+		p.clock.DrainSoon()
 	}
 	for total := 0; total < 64<<10; {
 		n, err := body.Read(buf)
@@ -299,7 +301,7 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 		return ev, true // comments, id:, retry:, blank lines
 	}
 	if p.clock != nil {
-		p.clock.event() // progress: only events with data count
+		p.clock.Event() // progress: only events with data count
 	}
 	if rs := p.resume; rs != nil && rs.cont && rs.typed != nil {
 		return p.translated(data)
@@ -352,7 +354,7 @@ func (p *pump) depthBound() int {
 	if p.maxDepth > 0 {
 		return p.maxDepth
 	}
-	return replicaDepth(policy.DefaultMaxJSONDepth)
+	return upstream.ReplicaDepth(policy.DefaultMaxJSONDepth)
 }
 
 // chatUsage reads and, when the gateway asked for usage on the client's

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/upstream"
+
 	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/tidwall/gjson"
@@ -135,7 +137,7 @@ func (g *Gateway) countPrompt(ctx context.Context, ps *poolState, x *exchange) (
 	}
 	rep := g.tokenizer(ps)
 	if rep == nil {
-		return 0, errNoReplica
+		return 0, upstream.ErrNoReplica
 	}
 	ctx, cancel := context.WithTimeout(ctx, tokenizeTimeout)
 	defer cancel()
@@ -157,11 +159,11 @@ func (g *Gateway) countPrompt(ctx context.Context, ps *poolState, x *exchange) (
 		return 0, err
 	}
 	count := gjson.Result{}
-	if resp.StatusCode == http.StatusOK && wire.CheckDepth(b, replicaDepth(x.snap.Config.Server.MaxJSONDepth)) {
+	if resp.StatusCode == http.StatusOK && wire.CheckDepth(b, upstream.ReplicaDepth(x.snap.Config.Server.MaxJSONDepth)) {
 		count = gjson.GetBytes(b, "count")
 	}
 	if count.Type != gjson.Number || count.Int() < 0 {
-		return 0, &upstreamFailure{status: resp.StatusCode, msg: wire.ReadErrorMessage(bytes.NewReader(b))}
+		return 0, &upstream.Failure{Status: resp.StatusCode, Msg: wire.ReadErrorMessage(bytes.NewReader(b))}
 	}
 	return int(count.Int()), nil
 }

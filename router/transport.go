@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/switchyard/switchyard/router/internal/upstream"
+
 	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -40,19 +42,19 @@ func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte
 	call := &classifierCall{t: t, ps: ps, body: body}
 	// The classifier's calls wait for a full replica as a tenant of their
 	// own, beside the keys' requests.
-	ex := &execution{ps: ps, req: &pools.Request{Tenant: "(classifier)"}, attempts: 2, call: call}
+	ex := &upstream.Execution{Pool: ps.Pool, Req: &pools.Request{Tenant: "(classifier)"}, Attempts: 2, Call: call}
 	call.ex = ex
-	res := t.g.execute(ctx, ex)
-	if res.err != nil {
+	res := t.g.exec.Execute(ctx, ex)
+	if res.Err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if res.poison {
+		if res.Poison {
 			// The same 500 from two replicas: this request's input, not
 			// the pool; the breaker must not hear of it.
-			return nil, fmt.Errorf("classifier pool %q: %w (%w)", t.pool, classifier.ErrRefused, res.err)
+			return nil, fmt.Errorf("classifier pool %q: %w (%w)", t.pool, classifier.ErrRefused, res.Err)
 		}
-		return nil, fmt.Errorf("classifier pool %q: %w", t.pool, res.err)
+		return nil, fmt.Errorf("classifier pool %q: %w", t.pool, res.Err)
 	}
 	return call.out, nil
 }
@@ -60,22 +62,22 @@ func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte
 // classifierCall makes the attempts of one classifier request.
 type classifierCall struct {
 	t    *poolTransport
-	ex   *execution
+	ex   *upstream.Execution
 	ps   *poolState
 	body []byte
 	out  []byte
 }
 
-func (c *classifierCall) acquired(*pools.Replica) {}
+func (c *classifierCall) Acquired(*pools.Replica) {}
 
-func (c *classifierCall) send(ctx context.Context, rep *pools.Replica) result {
-	var res result
+func (c *classifierCall) Send(ctx context.Context, rep *pools.Replica) upstream.Result {
+	var res upstream.Result
 	c.out, res = c.t.once(ctx, c.ex, c.ps, rep, c.body)
 	return res
 }
 
 // once makes one attempt of a classifier call on rep.
-func (t *poolTransport) once(ctx context.Context, ex *execution, ps *poolState, rep *pools.Replica, body []byte) ([]byte, result) {
+func (t *poolTransport) once(ctx context.Context, ex *upstream.Execution, ps *poolState, rep *pools.Replica, body []byte) ([]byte, upstream.Result) {
 	// Each attempt is a client span, a child of switchyard.classify.
 	ctx, span := t.g.startSpan(ctx, "switchyard.classify.upstream", trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
@@ -84,8 +86,8 @@ func (t *poolTransport) once(ctx context.Context, ex *execution, ps *poolState, 
 			attrGenAIOperation.String(wire.Chat.Operation()), attrGenAIProvider.String(genAIProvider))
 		span.SetAttributes(genAIRequestAttrs(body)...)
 	}
-	var clock upstreamClock
-	defer clock.stop()
+	var clock upstream.Clock
+	defer clock.Stop()
 	resp, _, res := t.g.send(ctx, span, sendSpec{ps: ps, rep: rep, clock: &clock, ex: ex, what: "classifier ",
 		build: func(hctx context.Context) (*http.Request, error) {
 			req, err := http.NewRequestWithContext(hctx, http.MethodPost, rep.Base()+"/v1/chat/completions", bytes.NewReader(body))
@@ -102,8 +104,8 @@ func (t *poolTransport) once(ctx context.Context, ex *execution, ps *poolState, 
 			return req, nil
 		}})
 	if resp == nil {
-		if res.err != nil && !res.done {
-			res.err = fmt.Errorf("replica %q: %w", rep.Name, res.err)
+		if res.Err != nil && !res.Done {
+			res.Err = fmt.Errorf("replica %q: %w", rep.Name, res.Err)
 		}
 		return nil, res
 	}
@@ -113,18 +115,18 @@ func (t *poolTransport) once(ctx context.Context, ex *execution, ps *poolState, 
 		if ctx.Err() == nil {
 			setClientError(span, transportErrorType(err), err)
 		}
-		return nil, judgeError(ctx, ps, rep, err, "reading answer")
+		return nil, upstream.JudgeError(ctx, ps.Name, rep, err, "reading answer")
 	}
-	if !wire.CheckDepth(out, replicaDepth(t.g.snap.Load().Config.Server.MaxJSONDepth)) {
+	if !wire.CheckDepth(out, upstream.ReplicaDepth(t.g.snap.Load().Config.Server.MaxJSONDepth)) {
 		// Never parsed: a recursive parser on hostile nesting costs
 		// memory without bound. The replica's fault.
 		err := fmt.Errorf("replica %q: the classifier's answer nests JSON too deeply", rep.Name)
-		return nil, result{retry: true, outcome: pools.Status5xx, reason: "status_5xx", detail: err.Error(), err: err}
+		return nil, upstream.Result{Retry: true, Outcome: pools.Status5xx, Reason: "status_5xx", Detail: err.Error(), Err: err}
 	}
 	if resp.StatusCode != http.StatusOK {
 		// A 4xx other than the ones send retries: the classifier's own
 		// request was refused. Not the replica's fault, not retried.
-		return nil, result{outcome: pools.Neutral, err: fmt.Errorf("replica %q: status %d: %s: %w", rep.Name, resp.StatusCode, wire.ReadErrorMessage(bytes.NewReader(out)), classifier.ErrRefused)}
+		return nil, upstream.Result{Outcome: pools.Neutral, Err: fmt.Errorf("replica %q: status %d: %s: %w", rep.Name, resp.StatusCode, wire.ReadErrorMessage(bytes.NewReader(out)), classifier.ErrRefused)}
 	}
 	p, c, ok := wire.ReadUsage(out)
 	if ok {
@@ -139,5 +141,5 @@ func (t *poolTransport) once(ctx context.Context, ex *execution, ps *poolState, 
 			setUsage(span, p, c)
 		}
 	}
-	return out, result{done: true, outcome: pools.Success}
+	return out, upstream.Result{Done: true, Outcome: pools.Success}
 }

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/upstream"
+
 	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/switchyard/switchyard/pools"
@@ -42,7 +44,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 		if ps == nil {
 			// Cannot happen with a validated config and the policy's
 			// session check; never dereference a missing pool.
-			lastErr = fmt.Errorf("%w: pool %q is not configured", errNoReplica, name)
+			lastErr = fmt.Errorf("%w: pool %q is not configured", upstream.ErrNoReplica, name)
 			continue
 		}
 		x.moreInChain = i < len(chain)-1
@@ -59,7 +61,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 				reason = "context_length"
 				// The conversation only grows: its later turns start here.
 				s.Policy.Escalate(x.sessionKey, x.decision, chain[i:])
-			case !errors.Is(lastErr, errNoReplica):
+			case !errors.Is(lastErr, upstream.ErrNoReplica):
 				reason = "upstream_error"
 			}
 			g.metrics.fallbacks.WithLabelValues(chain[i-1], name, reason).Inc()
@@ -120,7 +122,7 @@ func contextOverflow(status int, body []byte) bool {
 // isTerminal reports a failure that no other replica or pool is asked to
 // repeat: a timeout (504) or an answer over the size limit.
 func isTerminal(err error) bool {
-	return isTimeout(err) || errors.Is(err, errAnswerTooLarge)
+	return upstream.IsTimeout(err) || errors.Is(err, errAnswerTooLarge)
 }
 
 // errAnswerTooLarge: a non-stream answer exceeded maxResponseBytes.
@@ -158,18 +160,18 @@ func (g *Gateway) placeOn(ctx context.Context, w http.ResponseWriter, r *http.Re
 	// Until a replica is chosen, an error names this pool and no replica.
 	x.pool, x.replica = ps.Name, ""
 	x.up = upstreamCall{w: w, r: r, ps: ps, body: body, injected: injected}
-	x.exec = execution{ps: ps, req: &x.preq, attempts: 1 + ps.cfg.Retries, call: x, only: x.pinned}
-	res := g.execute(ctx, &x.exec)
-	x.retries += x.exec.retries
+	x.exec = upstream.Execution{Pool: ps.Pool, Req: &x.preq, Attempts: 1 + ps.cfg.Retries, Call: x, Only: x.pinned}
+	res := g.exec.Execute(ctx, &x.exec)
+	x.retries += x.exec.Retries
 	if x.cut != nil {
 		// The stream was cut after its failed attempt was counted and its
 		// replica released: a new execution continues it.
 		g.resume(ctx, x, ps)
 	}
-	if res.done {
+	if res.Done {
 		return true, nil
 	}
-	return false, res.err
+	return false, res.Err
 }
 
 // upstreamCall is what a client request's attempts send where.
@@ -181,17 +183,17 @@ type upstreamCall struct {
 	injected bool
 }
 
-var _ caller = (*exchange)(nil)
+var _ upstream.Attempt = (*exchange)(nil)
 
-func (x *exchange) acquired(rep *pools.Replica) { x.replica, x.rep = rep.Name, rep }
+func (x *exchange) Acquired(rep *pools.Replica) { x.replica, x.rep = rep.Name, rep }
 
-func (x *exchange) send(ctx context.Context, rep *pools.Replica) result {
+func (x *exchange) Send(ctx context.Context, rep *pools.Replica) upstream.Result {
 	return x.g.attempt(ctx, x, rep)
 }
 
 // attempt sends a client request to rep and, if the replica answers
 // acceptably, passes the answer to the client.
-func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) result {
+func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) upstream.Result {
 	u := &x.up
 	ctx, span := g.startSpan(ctx, "switchyard.upstream", trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
@@ -200,7 +202,7 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 			attrGenAIOperation.String(x.ep.Operation()), attrGenAIProvider.String(genAIProvider))
 		span.SetAttributes(appendString(x.requestSettings(), attrGenAIRequestModel, u.ps.Model)...)
 	}
-	defer x.clock.stop()
+	defer x.clock.Stop()
 	resp, hctx, res := g.send(ctx, span, sendSpec{ps: u.ps, rep: rep, clock: &x.clock, ex: &x.exec, x: x, body: u.body, clientJudge: true})
 	if resp == nil {
 		if ctx.Err() != nil {
@@ -212,7 +214,7 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 	switch {
 	case x.ep == wire.CountTokens && resp.StatusCode == http.StatusNotFound:
 		return g.countTokensLocally(u.w, x, resp)
-	case isEventStream(resp):
+	case upstream.IsEventStream(resp):
 		return g.relay(ctx, hctx, x, rep, resp, span)
 	}
 	return g.deliver(ctx, hctx, x, rep, resp, span)
@@ -225,7 +227,7 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 // version lacks, a stored response that is not there), which says nothing
 // of the replica's other traffic.
 func (x *exchange) judge(resp *http.Response) (pools.Outcome, bool, string) {
-	o, retry, reason := judgeStatus(resp.StatusCode)
+	o, retry, reason := upstream.JudgeStatus(resp.StatusCode)
 	if resp.StatusCode == http.StatusNotFound && !x.ep.Spec().MissingModel404 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
 		resp.Body = readCloser{bytes.NewReader(b), resp.Body}
@@ -244,23 +246,23 @@ type readCloser struct {
 
 // deliver passes a non-stream answer to the client, read whole first: a
 // replica's failure while reading it can still be retried elsewhere.
-func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Replica, resp *http.Response, span trace.Span) result {
+func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Replica, resp *http.Response, span trace.Span) upstream.Result {
 	ps, w := x.up.ps, x.up.w
 	buf := getBuffer()
 	defer putBuffer(buf)
-	x.clock.body()
+	x.clock.Body()
 	if n, err := buf.ReadFrom(io.LimitReader(resp.Body, maxResponseBytes+1)); err == nil && n > maxResponseBytes {
 		// Terminal: the answer is the request's, not the replica's
 		// fault; neither retried nor counted against the replica.
-		ue := &upstreamError{pool: ps.Name, replica: rep.Name,
-			err: fmt.Errorf("%w: non-stream answer larger than %d bytes", errAnswerTooLarge, maxResponseBytes)}
+		ue := &upstream.Error{Pool: ps.Name, Replica: rep.Name,
+			Err: fmt.Errorf("%w: non-stream answer larger than %d bytes", errAnswerTooLarge, maxResponseBytes)}
 		setClientError(span, errTypeTooLarge, ue)
-		return result{outcome: pools.Neutral, err: ue}
+		return upstream.Result{Outcome: pools.Neutral, Err: ue}
 	} else if err != nil {
 		if ctx.Err() != nil {
 			x.end = endClientLeft
 		}
-		var pt *phaseTimeout
+		var pt *upstream.PhaseTimeout
 		if errors.As(context.Cause(hctx), &pt) {
 			err = pt // the answer stalled (stream_idle_timeout)
 		}
@@ -269,18 +271,18 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 		}
 		// Nothing has reached the client yet: safe to retry, unless it
 		// was a timeout.
-		return judgeError(ctx, ps, rep, err, "reading body")
+		return upstream.JudgeError(ctx, ps.Name, rep, err, "reading body")
 	}
 	answer := buf.Bytes()
 	if x.moreInChain && contextOverflow(resp.StatusCode, answer) {
 		// Nothing reached the client: the next, larger pool of the
 		// chain takes the request. Not the replica's fault.
-		return result{outcome: pools.Neutral, err: fmt.Errorf("%w: replica %q: %s", errContextLength, rep.Name, wire.ReadErrorMessage(bytes.NewReader(answer)))}
+		return upstream.Result{Outcome: pools.Neutral, Err: fmt.Errorf("%w: replica %q: %s", errContextLength, rep.Name, wire.ReadErrorMessage(bytes.NewReader(answer)))}
 	}
-	if d := replicaDepth(x.snap.Config.Server.MaxJSONDepth); resp.StatusCode == http.StatusOK && !wire.CheckDepth(answer, d) {
+	if d := upstream.ReplicaDepth(x.snap.Config.Server.MaxJSONDepth); resp.StatusCode == http.StatusOK && !wire.CheckDepth(answer, d) {
 		// Read as untrusted as a client's body: never parsed.
-		ue := &upstreamError{pool: ps.Name, replica: rep.Name, err: fmt.Errorf("the answer nests JSON deeper than %d levels", d)}
-		return result{retry: true, outcome: pools.Status5xx, reason: "status_5xx", detail: ue.err.Error(), err: ue}
+		ue := &upstream.Error{Pool: ps.Name, Replica: rep.Name, Err: fmt.Errorf("the answer nests JSON deeper than %d levels", d)}
+		return upstream.Result{Retry: true, Outcome: pools.Status5xx, Reason: "status_5xx", Detail: ue.Err.Error(), Err: ue}
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
@@ -305,20 +307,20 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 			setResponseAttrs(span, x.span, a.attrs())
 		}
 	}
-	return result{done: true, outcome: pools.Success}
+	return upstream.Result{Done: true, Outcome: pools.Success}
 }
 
 // relay pumps a stream to the client. A stream the replica cuts is, with
 // the pool's resume on, left for resume (x.cut) once this attempt has been
 // counted and its replica released; otherwise it ends with the API's
 // error event.
-func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Replica, resp *http.Response, span trace.Span) result {
+func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Replica, resp *http.Response, span trace.Span) upstream.Result {
 	ps, w, clock := x.up.ps, x.up.w, &x.clock
 	g.writeHeaders(w, x, resp, -1)
 	w.WriteHeader(resp.StatusCode)
 	x.status, x.sent = resp.StatusCode, resp.StatusCode
-	clock.streaming()
-	g.trackStream(x, clock.cancel)
+	clock.Streaming()
+	g.trackStream(x, clock.Cancel)
 	defer g.untrackStream(x)
 	var sw *spanWriter
 	if span.IsRecording() {
@@ -328,7 +330,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 		defer func() { setResponseAttrs(span, x.span, sw.resp.attrs()) }()
 	}
 	x.pump = pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std(),
-		injected: x.up.injected, clock: clock, token: x, ep: x.ep, rewriteModel: x.clientModel, maxDepth: replicaDepth(x.snap.Config.Server.MaxJSONDepth)}
+		injected: x.up.injected, clock: clock, token: x, ep: x.ep, rewriteModel: x.clientModel, maxDepth: upstream.ReplicaDepth(x.snap.Config.Server.MaxJSONDepth)}
 	if x.ep == wire.Responses {
 		x.pump.idTag, x.pump.ids, x.pump.custom = replicaTag(rep), x.ids(), x.custom
 	}
@@ -347,11 +349,11 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 		if p.sawUsage {
 			g.recordUsage(x, ps, p.prompt, p.completion, p.usageModel, span)
 		}
-		return result{done: true, outcome: pools.Success}
+		return upstream.Result{Done: true, Outcome: pools.Success}
 	}
 	if ctx.Err() != nil || errors.Is(err, errClientGone) {
 		g.clientLeft(ctx, x, err, span)
-		return result{done: true, outcome: pools.Neutral}
+		return upstream.Result{Done: true, Outcome: pools.Neutral}
 	}
 	// A replica that cut its stream, or stalled it past first_token_timeout
 	// or stream_idle_timeout, failed; one that ran into
@@ -359,11 +361,11 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	outcome := pools.Status5xx
 	x.end = endCut // counted as failed although 200 was sent
 	cause := context.Cause(hctx)
-	var pt *phaseTimeout
+	var pt *upstream.PhaseTimeout
 	switch {
 	case errors.As(cause, &pt):
-		err = fmt.Errorf("%w: %s", errStreamCut, pt.msg)
-		if pt == ps.timeouts.totalErr {
+		err = fmt.Errorf("%w: %s", errStreamCut, pt.Msg)
+		if pt == ps.timeouts.TotalErr {
 			outcome = pools.Neutral
 		}
 	case errors.Is(cause, errShuttingDown):
@@ -371,11 +373,11 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	}
 	setClientError(span, errTypeStreamCut, err)
 	if p.resume != nil {
-		x.cut = &cutStream{rep: rep, err: err, cause: cause, span: span.SpanContext(), sw: sw, started: clock.streamStart}
+		x.cut = &cutStream{rep: rep, err: err, cause: cause, span: span.SpanContext(), sw: sw, started: clock.StreamStart}
 	} else {
 		g.endCut(x, ps, rep, err)
 	}
-	return result{done: true, outcome: outcome, detail: "stream: " + err.Error()}
+	return upstream.Result{Done: true, Outcome: outcome, Detail: "stream: " + err.Error()}
 }
 
 // cutStream is a stream whose replica failed mid-way, left for resume.

@@ -7,5 +7,5 @@
 // and reading usage. Nothing here holds state, does I/O beyond writing an
 // error to a ResponseWriter, or knows a Gateway; how an upstream failure
 // maps to an API error stays in router. It imports router/internal/sse and
-// no other Switchyard package.
+// policy (for its defaults), no other Switchyard package.
 package wire

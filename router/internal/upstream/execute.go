@@ -1,4 +1,4 @@
-package router
+package upstream
 
 import (
 	"context"
@@ -10,22 +10,23 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchyard/switchyard/pools"
 )
 
-// upstreamFailure is a replica answer that will not be passed to the
+// Failure is a replica answer that will not be passed to the
 // client as is (429, 5xx, or a sign the replica is misconfigured), kept to
 // explain the final error.
-type upstreamFailure struct {
-	status int
-	msg    string
+type Failure struct {
+	Status int
+	Msg    string
 	// retryAfter is what the replica's Retry-After said (0: nothing).
-	retryAfter time.Duration
+	RetryAfter time.Duration
 }
 
-// parseRetryAfter reads a Retry-After header: delay seconds or an HTTP
+// ParseRetryAfter reads a Retry-After header: delay seconds or an HTTP
 // date (RFC 9110 §10.2.3). 0 when absent or unreadable.
-func parseRetryAfter(v string, now time.Time) time.Duration {
+func ParseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
@@ -42,60 +43,60 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-func (u *upstreamFailure) Error() string {
-	return fmt.Sprintf("replica answered %d: %s", u.status, u.msg)
+func (u *Failure) Error() string {
+	return fmt.Sprintf("replica answered %d: %s", u.Status, u.Msg)
 }
 
 // result is the outcome of one upstream attempt, as the executor needs it.
-type result struct {
+type Result struct {
 	// done: the exchange is over (an answer reached the client, or the
 	// client went away); nothing is retried.
-	done bool
+	Done bool
 	// retry: nothing reached the client and another replica may take the
 	// request (only with !done).
-	retry bool
+	Retry bool
 	// outcome and detail feed passive health; reason labels the retry
 	// metric if this attempt is retried.
-	outcome pools.Outcome
-	detail  string
-	reason  string
-	err     error
+	Outcome pools.Outcome
+	Detail  string
+	Reason  string
+	Err     error
 	// poison: two replicas gave the same 500 for the request (see
 	// execute); the request, not the pool, is at fault.
-	poison bool
+	Poison bool
 }
 
 // caller makes the attempts of one execution.
-type caller interface {
+type Attempt interface {
 	// send makes one attempt on rep, which the executor has counted in
 	// flight and releases when send returns: send must have closed the
 	// response body by then.
-	send(ctx context.Context, rep *pools.Replica) result
+	Send(ctx context.Context, rep *pools.Replica) Result
 	// acquired is told each replica chosen, before send.
-	acquired(rep *pools.Replica)
+	Acquired(rep *pools.Replica)
 }
 
 // execution is one request to be placed on a pool by execute.
-type execution struct {
-	ps       *poolState
-	req      *pools.Request
-	attempts int
-	call     caller
+type Execution struct {
+	Pool     *pools.Pool
+	Req      *pools.Request
+	Attempts int
+	Call     Attempt
 	// retries counts the retries actually sent.
-	retries int
+	Retries int
 	// triedBuf backs the list of replicas tried, so that it costs no
 	// allocation for the usual few attempts.
 	triedBuf, refusedBuf [4]*pools.Replica
 	// retryAfter is the largest Retry-After of the 429s seen.
 	retryAfter time.Duration
 	// only, when set, is the one replica that may take the request.
-	only *pools.Replica
+	Only *pools.Replica
 	// held is a retryable 5xx not yet told to passive health (see the
 	// poison rule of execute).
 	held *heldFailure
 	// avoid, when set, is a replica never to be asked (the one that cut
 	// the stream a continuation resumes).
-	avoid [1]*pools.Replica
+	Avoid [1]*pools.Replica
 }
 
 // execute is the one upstream executor, the only retry loop: client
@@ -125,19 +126,19 @@ type execution struct {
 // retryable 500 is told to passive health only once the next attempt's
 // status shows whether the request is to blame (settle; the slot is
 // released at once all the same).
-func (g *Gateway) execute(ctx context.Context, ex *execution) result {
-	ps := ex.ps
+func (e *Executor) Execute(ctx context.Context, ex *Execution) Result {
+	ps := ex.Pool
 	ex.held = nil
-	defer ex.settle(ps, 0)
+	defer ex.Settle(ps, 0)
 	// Replicas are compared by endpoint: a reload during a queue wait
 	// hands the waiter the pool's new view, whose Replica values are new.
 	tried := ex.triedBuf[:0]
-	for _, r := range ex.avoid {
+	for _, r := range ex.Avoid {
 		if r != nil {
 			tried = append(tried, r)
 		}
 	}
-	other := func(r *pools.Replica) bool { return ex.only != nil && r.Endpoint != ex.only.Endpoint }
+	other := func(r *pools.Replica) bool { return ex.Only != nil && r.Endpoint != ex.Only.Endpoint }
 	exclude := func(r *pools.Replica) bool { return other(r) || hasEndpoint(tried, r) }
 	// refused lists the replicas whose attempt got no answer at all; only
 	// those may be asked again when no other replica can take the request.
@@ -145,78 +146,87 @@ func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 	answered := func(r *pools.Replica) bool {
 		return other(r) || hasEndpoint(tried, r) && !hasEndpoint(refused, r)
 	}
-	var last result
-	for a := 0; a < ex.attempts; a++ {
+	var last Result
+	for a := 0; a < ex.Attempts; a++ {
 		same := false
 		if a > 0 {
 			if !ps.CanTake(exclude) {
-				if last.outcome != pools.ConnectFailure || !ps.CanTake(answered) {
+				if last.Outcome != pools.ConnectFailure || !ps.CanTake(answered) {
 					break
 				}
 				same = true
 			}
-			if err := backoff(ctx, a, g.rand); err != nil {
-				return result{err: err}
+			if err := backoff(ctx, a, e.Rand); err != nil {
+				return Result{Err: err}
 			}
 		}
 		waitStart := time.Now()
 		var rep *pools.Replica
 		var err error
 		if same {
-			rep, err = ps.Acquire(ctx, ex.req, answered)
+			rep, err = ps.Acquire(ctx, ex.Req, answered)
 		} else {
-			rep, err = ps.Acquire(ctx, ex.req, exclude)
+			rep, err = ps.Acquire(ctx, ex.Req, exclude)
 		}
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
-				return result{err: ctx.Err()}
+				return Result{Err: ctx.Err()}
 			case a > 0:
 				return last
 			case errors.Is(err, pools.ErrSaturated):
-				return result{err: fmt.Errorf("%w: pool %q: every replica is at max_inflight %d", errNoReplica, ps.Name, ps.MaxInflight())}
+				return Result{Err: fmt.Errorf("%w: pool %q: every replica is at max_inflight %d", ErrNoReplica, ps.Name, ps.MaxInflight())}
 			}
-			return result{err: fmt.Errorf("%w: pool %q has no healthy replica", errNoReplica, ps.Name)}
+			return Result{Err: fmt.Errorf("%w: pool %q has no healthy replica", ErrNoReplica, ps.Name)}
 		}
-		g.metrics.queueWait.WithLabelValues(ps.Name).Observe(time.Since(waitStart).Seconds())
+		e.QueueWait.WithLabelValues(ps.Name).Observe(time.Since(waitStart).Seconds())
 		if a > 0 {
-			ex.retries++
-			g.metrics.retries.WithLabelValues(ps.Name, last.reason).Inc()
+			ex.Retries++
+			e.Retries.WithLabelValues(ps.Name, last.Reason).Inc()
 		}
 		tried = append(tried, rep)
-		ex.call.acquired(rep)
-		res := ex.call.send(ctx, rep)
+		ex.Call.Acquired(rep)
+		res := ex.Call.Send(ctx, rep)
 		status := failedStatus(res)
 		if ex.held != nil && poisonStatus(status) && status == ex.held.status {
 			// The same 500 from a second replica: the request's fault.
 			ex.held = nil
 			ps.Release(rep)
-			g.metrics.poison.WithLabelValues(ps.Name).Inc()
-			res.retry, res.poison = false, true
+			e.Poison.WithLabelValues(ps.Name).Inc()
+			res.Retry, res.Poison = false, true
 			return res
 		}
-		ex.settle(ps, status)
-		if poisonStatus(status) && res.retry && !res.done && ctx.Err() == nil && a+1 < ex.attempts {
-			ex.held = &heldFailure{rep: rep, outcome: res.outcome, detail: res.detail, status: status}
+		ex.Settle(ps, status)
+		if poisonStatus(status) && res.Retry && !res.Done && ctx.Err() == nil && a+1 < ex.Attempts {
+			ex.held = &heldFailure{rep: rep, outcome: res.Outcome, detail: res.Detail, status: status}
 		} else {
-			ps.Observe(rep, res.outcome, res.detail)
+			ps.Observe(rep, res.Outcome, res.Detail)
 		}
 		ps.Release(rep)
-		if res.done || !res.retry || ctx.Err() != nil {
+		if res.Done || !res.Retry || ctx.Err() != nil {
 			return res
 		}
-		var uf *upstreamFailure
-		if errors.As(res.err, &uf) && uf.status == http.StatusTooManyRequests {
+		var uf *Failure
+		if errors.As(res.Err, &uf) && uf.Status == http.StatusTooManyRequests {
 			// The client is told the longest wait any replica asked for.
-			ex.retryAfter = max(ex.retryAfter, uf.retryAfter)
-			uf.retryAfter = ex.retryAfter
+			ex.retryAfter = max(ex.retryAfter, uf.RetryAfter)
+			uf.RetryAfter = ex.retryAfter
 		}
-		if res.outcome == pools.ConnectFailure && !hasEndpoint(refused, rep) {
+		if res.Outcome == pools.ConnectFailure && !hasEndpoint(refused, rep) {
 			refused = append(refused, rep)
 		}
 		last = res
 	}
 	return last
+}
+
+// executor runs executions; its metrics are the gateway's.
+type Executor struct {
+	QueueWait *prometheus.HistogramVec // by pool
+	Retries   *prometheus.CounterVec   // by pool and reason
+	Poison    *prometheus.CounterVec   // by pool
+	// rand jitters retry backoff.
+	Rand func() uint64
 }
 
 // heldFailure is a replica's 5xx not yet told to passive health (see the
@@ -234,7 +244,7 @@ type heldFailure struct {
 // down), so a request at the bound must not make its answer refused.
 const replicaDepthMargin = 16
 
-func replicaDepth(requestBound int) int { return requestBound + replicaDepthMargin }
+func ReplicaDepth(requestBound int) int { return requestBound + replicaDepthMargin }
 
 // poisonStatus reports a status the poison rule applies to: 500, what
 // vLLM answers when one input makes it fail. 502, 503 and 504 describe the
@@ -247,7 +257,7 @@ func poisonStatus(status int) bool { return status == http.StatusInternalServerE
 // without one): the replica was at fault after all. It is called as soon
 // as the next answer's headers are judged, not when that answer ends, so
 // a failing replica is counted while a long stream runs elsewhere.
-func (ex *execution) settle(ps *poolState, status int) {
+func (ex *Execution) Settle(ps *pools.Pool, status int) {
 	if h := ex.held; h != nil && !(status != 0 && status == h.status) {
 		ex.held = nil
 		ps.Observe(h.rep, h.outcome, h.detail)
@@ -266,12 +276,12 @@ func hasEndpoint(rs []*pools.Replica, r *pools.Replica) bool {
 
 // failedStatus is the status of a replica's failed answer (0 when the
 // attempt got none, or succeeded).
-func failedStatus(res result) int {
-	var uf *upstreamFailure
-	if res.done || !errors.As(res.err, &uf) {
+func failedStatus(res Result) int {
+	var uf *Failure
+	if res.Done || !errors.As(res.Err, &uf) {
 		return 0
 	}
-	return uf.status
+	return uf.Status
 }
 
 // isConnectTimeout reports a timeout while connecting (dial or TLS
@@ -285,9 +295,9 @@ func isConnectTimeout(err error) bool {
 	return strings.Contains(err.Error(), "TLS handshake timeout")
 }
 
-// judgeStatus classifies a replica's answer status: what it says about the
+// JudgeStatus classifies a replica's answer status: what it says about the
 // replica, and whether another replica may be asked instead.
-func judgeStatus(status int) (o pools.Outcome, retry bool, reason string) {
+func JudgeStatus(status int) (o pools.Outcome, retry bool, reason string) {
 	switch {
 	case status == http.StatusTooManyRequests:
 		return pools.Neutral, true, "status_429"
@@ -302,22 +312,22 @@ func judgeStatus(status int) (o pools.Outcome, retry bool, reason string) {
 	return pools.Success, false, ""
 }
 
-// judgeError classifies a failure to get an answer from rep: the client
+// JudgeError classifies a failure to get an answer from rep: the client
 // going away, a timeout (never retried), or a connection failure.
-func judgeError(ctx context.Context, ps *poolState, rep *pools.Replica, err error, what string) result {
+func JudgeError(ctx context.Context, pool string, rep *pools.Replica, err error, what string) Result {
 	if ctx.Err() != nil {
-		return result{done: true, outcome: pools.Neutral, err: ctx.Err()}
+		return Result{Done: true, Outcome: pools.Neutral, Err: ctx.Err()}
 	}
-	ue := &upstreamError{pool: ps.Name, replica: rep.Name, err: err}
+	ue := &Error{Pool: pool, Replica: rep.Name, Err: err}
 	if what != "" {
-		ue.err = fmt.Errorf("%s: %w", what, err)
+		ue.Err = fmt.Errorf("%s: %w", what, err)
 	}
-	if isTimeout(err) && !isConnectTimeout(err) {
+	if IsTimeout(err) && !isConnectTimeout(err) {
 		// Not replayed: the request may be slow rather than lost, and a
 		// replay doubles the load. Answers 504.
-		return result{outcome: pools.Timeout, detail: ue.err.Error(), err: ue}
+		return Result{Outcome: pools.Timeout, Detail: ue.Err.Error(), Err: ue}
 	}
-	return result{retry: true, outcome: pools.ConnectFailure, detail: ue.err.Error(), reason: "connect", err: ue}
+	return Result{Retry: true, Outcome: pools.ConnectFailure, Detail: ue.Err.Error(), Reason: "connect", Err: ue}
 }
 
 // backoff waits a jittered, growing delay before retry number a (≥1),

@@ -1,4 +1,4 @@
-package router
+package upstream
 
 import (
 	"context"
@@ -8,35 +8,35 @@ import (
 	"time"
 )
 
-// phaseTimeout is the error of an upstream attempt that one of the pool's
+// PhaseTimeout is the error of an upstream attempt that one of the pool's
 // timeouts ended. It is a net.Error with Timeout() true, so a header
 // timeout maps to 504 and is never retried.
-type phaseTimeout struct {
-	msg string
+type PhaseTimeout struct {
+	Msg string
 	// stream is set for the timeouts of a started stream, which count as
 	// a replica failure.
 	stream bool
 }
 
-func (e *phaseTimeout) Error() string   { return e.msg }
-func (e *phaseTimeout) Timeout() bool   { return true }
-func (e *phaseTimeout) Temporary() bool { return false }
+func (e *PhaseTimeout) Error() string   { return e.Msg }
+func (e *PhaseTimeout) Timeout() bool   { return true }
+func (e *PhaseTimeout) Temporary() bool { return false }
 
-// poolTimeouts are a pool's upstream timeouts with their errors, built once
+// Timeouts are a pool's upstream timeouts with their errors, built once
 // per snapshot so that arming them allocates nothing.
-type poolTimeouts struct {
+type Timeouts struct {
 	header, firstToken, idle, total time.Duration
-	headerErr, firstTokenErr        *phaseTimeout
-	idleErr, totalErr               *phaseTimeout
+	headerErr, firstTokenErr        *PhaseTimeout
+	idleErr, TotalErr               *PhaseTimeout
 }
 
-func newPoolTimeouts(header, firstToken, idle, total time.Duration) *poolTimeouts {
-	return &poolTimeouts{
+func NewTimeouts(header, firstToken, idle, total time.Duration) *Timeouts {
+	return &Timeouts{
 		header: header, firstToken: firstToken, idle: idle, total: total,
-		headerErr:     &phaseTimeout{msg: "no response headers within " + header.String() + " (response_header_timeout)"},
-		firstTokenErr: &phaseTimeout{msg: "the stream sent no event within " + firstToken.String() + " (first_token_timeout)", stream: true},
-		idleErr:       &phaseTimeout{msg: "the stream sent no event for " + idle.String() + " (stream_idle_timeout)", stream: true},
-		totalErr:      &phaseTimeout{msg: "the stream ran longer than " + total.String() + " (max_stream_duration)", stream: true},
+		headerErr:     &PhaseTimeout{Msg: "no response headers within " + header.String() + " (response_header_timeout)"},
+		firstTokenErr: &PhaseTimeout{Msg: "the stream sent no event within " + firstToken.String() + " (first_token_timeout)", stream: true},
+		idleErr:       &PhaseTimeout{Msg: "the stream sent no event for " + idle.String() + " (stream_idle_timeout)", stream: true},
+		TotalErr:      &PhaseTimeout{Msg: "the stream ran longer than " + total.String() + " (max_stream_duration)", stream: true},
 	}
 }
 
@@ -53,7 +53,7 @@ const (
 // phase in the low byte.
 func packState(gen, phase uint64) uint64 { return gen<<8 | phase }
 
-func (t *poolTimeouts) err(phase uint64) *phaseTimeout {
+func (t *Timeouts) err(phase uint64) *PhaseTimeout {
 	switch phase {
 	case phaseHeader:
 		return t.headerErr
@@ -62,7 +62,7 @@ func (t *poolTimeouts) err(phase uint64) *phaseTimeout {
 	case phaseIdle:
 		return t.idleErr
 	case phaseTotal:
-		return t.totalErr
+		return t.TotalErr
 	}
 	return nil
 }
@@ -73,10 +73,10 @@ var monoStart = time.Now()
 
 func monoNow() int64 { return int64(time.Since(monoStart)) }
 
-// upstreamClock bounds the phases of one upstream attempt with one timer:
+// Clock bounds the phases of one upstream attempt with one timer:
 // the wait for response headers and, for a stream, the wait for its first
 // event, the gaps between events and the stream's whole length. When it
-// fires it cancels the attempt's context with the phase's phaseTimeout.
+// fires it cancels the attempt's context with the phase's PhaseTimeout.
 // The timeouts are enforced per request rather than in the transport
 // because one server may be listed in pools with different timeouts.
 //
@@ -86,24 +86,24 @@ func monoNow() int64 { return int64(time.Since(monoStart)) }
 // and a firing left over from an earlier attempt of the same exchange sees
 // another generation and does nothing. deadline (monotonic) tells a firing
 // that was overtaken by a push to stand down.
-type upstreamClock struct {
-	t        *poolTimeouts
+type Clock struct {
+	t        *Timeouts
 	timer    *time.Timer
-	cancel   context.CancelCauseFunc
+	Cancel   context.CancelCauseFunc
 	gen      uint64
 	state    atomic.Uint64 // gen<<8 | phase
 	deadline atomic.Int64  // monoNow() at which the armed phase ends
 	// Stream phase: when it began and when the timer was last pushed back.
-	streamStart, lastPush time.Time
+	StreamStart, lastPush time.Time
 }
 
 // start arms the header timeout and returns the context the upstream
 // request must use. stop must be called once the response body is closed.
-func (c *upstreamClock) start(ctx context.Context, t *poolTimeouts) context.Context {
+func (c *Clock) Start(ctx context.Context, t *Timeouts) context.Context {
 	c.t = t
 	c.gen++
 	cctx, cancel := context.WithCancelCause(ctx)
-	c.cancel = cancel
+	c.Cancel = cancel
 	c.deadline.Store(monoNow() + int64(t.header))
 	c.state.Store(packState(c.gen, phaseHeader))
 	gen := c.gen
@@ -112,7 +112,7 @@ func (c *upstreamClock) start(ctx context.Context, t *poolTimeouts) context.Cont
 	return cctx
 }
 
-func (c *upstreamClock) fire(gen uint64, t *poolTimeouts, cancel context.CancelCauseFunc) {
+func (c *Clock) fire(gen uint64, t *Timeouts, cancel context.CancelCauseFunc) {
 	v := c.state.Load()
 	if v>>8 != gen || v&0xff == phaseNone {
 		return // another attempt's clock, or disarmed
@@ -126,27 +126,27 @@ func (c *upstreamClock) fire(gen uint64, t *poolTimeouts, cancel context.CancelC
 }
 
 // take disarms the current phase; false means the timer took it first.
-func (c *upstreamClock) take() bool {
+func (c *Clock) Take() bool {
 	v := c.state.Load()
 	return v&0xff != phaseNone && c.state.CompareAndSwap(v, packState(c.gen, phaseNone))
 }
 
 // stop disarms the timer and cancels the attempt's context.
-func (c *upstreamClock) stop() {
+func (c *Clock) Stop() {
 	if c.timer != nil {
 		c.state.Store(packState(c.gen, phaseNone))
 		c.timer.Stop()
-		c.cancel(nil)
+		c.Cancel(nil)
 		c.timer = nil
 	}
 }
 
 // headers is called with the result of sending the request: it takes the
 // header timeout back, and turns a cancellation by it into its
-// phaseTimeout. If the timer fired as the headers arrived, the timeout
+// PhaseTimeout. If the timer fired as the headers arrived, the timeout
 // wins: the context is (being) cancelled, so the body could not be read.
-func (c *upstreamClock) headers(cctx context.Context, resp *http.Response, err error) (*http.Response, error) {
-	if c.take() {
+func (c *Clock) Headers(cctx context.Context, resp *http.Response, err error) (*http.Response, error) {
+	if c.Take() {
 		c.timer.Stop()
 		if err == nil {
 			return resp, nil
@@ -154,7 +154,7 @@ func (c *upstreamClock) headers(cctx context.Context, resp *http.Response, err e
 	} else {
 		<-cctx.Done() // the timer fired: its cancel is done or under way
 	}
-	var pt *phaseTimeout
+	var pt *PhaseTimeout
 	if errors.As(context.Cause(cctx), &pt) {
 		if resp != nil {
 			resp.Body.Close()
@@ -167,14 +167,14 @@ func (c *upstreamClock) headers(cctx context.Context, resp *http.Response, err e
 // streaming arms the first-event timeout (bounded by the whole-stream one)
 // for a stream whose headers arrived, or the idle and total ones when it
 // is off.
-func (c *upstreamClock) streaming() { c.streamingSince(time.Now()) }
+func (c *Clock) Streaming() { c.StreamingSince(time.Now()) }
 
 // streamingSince is streaming for a stream that began at start: a
 // continuation of a cut stream gets what is left of max_stream_duration,
 // not a new one.
-func (c *upstreamClock) streamingSince(start time.Time) {
+func (c *Clock) StreamingSince(start time.Time) {
 	now := time.Now()
-	c.streamStart, c.lastPush = start, now
+	c.StreamStart, c.lastPush = start, now
 	if c.t.firstToken > 0 {
 		if left := c.t.total - now.Sub(start); c.t.total > 0 && left < c.t.firstToken {
 			c.arm(phaseTotal, max(left, time.Nanosecond))
@@ -188,9 +188,9 @@ func (c *upstreamClock) streamingSince(start time.Time) {
 
 // body bounds reading a non-stream answer's body once its headers arrived
 // by stream_idle_timeout, as a whole (vLLM sends such a body at once).
-func (c *upstreamClock) body() {
-	c.streamStart = time.Now()
-	c.lastPush = c.streamStart
+func (c *Clock) Body() {
+	c.StreamStart = time.Now()
+	c.lastPush = c.StreamStart
 	if c.t.idle > 0 {
 		c.arm(phaseIdle, c.t.idle)
 	}
@@ -201,7 +201,7 @@ const drainWait = 500 * time.Millisecond
 
 // drainSoon bounds what is left of the attempt (reading the replica's end
 // of the response after [DONE]) by drainWait.
-func (c *upstreamClock) drainSoon() {
+func (c *Clock) DrainSoon() {
 	if c.timer != nil {
 		c.arm(phaseIdle, drainWait)
 	}
@@ -212,7 +212,7 @@ func (c *upstreamClock) drainSoon() {
 // only once an eighth of the idle timeout has passed since the last push,
 // so a stalled stream is ended after between 7/8 and all of
 // stream_idle_timeout.
-func (c *upstreamClock) event() {
+func (c *Clock) Event() {
 	if c.timer == nil {
 		return
 	}
@@ -228,10 +228,10 @@ func (c *upstreamClock) event() {
 }
 
 // push arms the sooner of the idle and the total deadline.
-func (c *upstreamClock) push(now time.Time) {
+func (c *Clock) push(now time.Time) {
 	d, phase := c.t.idle, uint64(phaseIdle)
 	if c.t.total > 0 {
-		left := c.t.total - now.Sub(c.streamStart)
+		left := c.t.total - now.Sub(c.StreamStart)
 		if d <= 0 || left < d {
 			d, phase = max(left, time.Nanosecond), phaseTotal
 		}
@@ -248,7 +248,7 @@ func (c *upstreamClock) push(now time.Time) {
 // of the previous phase that races with this either sees the new deadline
 // and stands down, or takes the phase first (the stream had reached its
 // limit).
-func (c *upstreamClock) arm(phase uint64, d time.Duration) {
+func (c *Clock) arm(phase uint64, d time.Duration) {
 	c.deadline.Store(monoNow() + int64(d))
 	c.state.Store(packState(c.gen, phase))
 	c.timer.Reset(d)
