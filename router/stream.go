@@ -8,8 +8,11 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/switchyard/switchyard/router/internal/resume"
 
 	"github.com/switchyard/switchyard/router/internal/upstream"
 
@@ -84,7 +87,7 @@ type pump struct {
 	// resume, when set, follows what the client was sent so that the
 	// stream can be continued on another replica (and, while relaying a
 	// continuation, rewrites its chunks).
-	resume *resumeState
+	resume *resume.State
 
 	// ep is the API of the stream: the Responses and Messages APIs end
 	// with their own terminal event, not [DONE], and carry usage and
@@ -168,7 +171,7 @@ func (p *pump) run(body io.Reader) error {
 				if p.resume != nil {
 					// Unread, so not followed: a continuation would not
 					// know what the client was sent.
-					p.resume.broken = "an event over the size limit was passed through unread"
+					p.resume.Broken = "an event over the size limit was passed through unread"
 				}
 				start, end, scan = 0, 0, 0
 			}
@@ -303,7 +306,7 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 	if p.clock != nil {
 		p.clock.Event() // progress: only events with data count
 	}
-	if rs := p.resume; rs != nil && rs.cont && rs.typed != nil {
+	if rs := p.resume; rs != nil && rs.Cont && rs.Typed != nil {
 		return p.translated(data)
 	}
 	if bytes.Equal(bytes.TrimSpace(data), doneValue) {
@@ -323,15 +326,15 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 		ev, data = p.rewrite(ev, data, "model")
 	}
 	if rs := p.resume; rs != nil {
-		if rs.cont {
-			out, keep := rs.continuation(data)
+		if rs.Cont {
+			out, keep := rs.Continuation(data)
 			if !keep {
 				return nil, false
 			}
 			ev = append(append(append(make([]byte, 0, len(out)+8), "data: "...), out...), '\n', '\n')
 			data = ev[len("data: ") : len(ev)-2]
 		}
-		rs.observe(data) // before any in-place edit of the event
+		rs.Observe(data) // before any in-place edit of the event
 	}
 	if !p.sawToken && hasToken(data) {
 		p.sawToken = true
@@ -437,10 +440,10 @@ func (p *pump) typedEvent(ev, data []byte) []byte {
 	}
 	root := gjson.ParseBytes(data)
 	typ := root.Get("type").Str
-	if rs := p.resume; rs != nil && rs.typed != nil && (rs.broken == "" || rs.cont) {
+	if rs := p.resume; rs != nil && rs.Typed != nil && (rs.Broken == "" || rs.Cont) {
 		// While a continuation runs its translation keeps following what
 		// was sent, even once the answer cannot be resumed again.
-		rs.typed.observe(typ, root)
+		rs.Typed.Observe(typ, root)
 	}
 	if p.ep == wire.Responses {
 		switch typ {
@@ -649,4 +652,54 @@ func topMembers(data []byte, name string) []member {
 func objectDepth(prefix []byte) int {
 	end, _ := wire.JSONNesting(prefix, math.MaxInt)
 	return end
+}
+
+// translated relays one event of a typed stream's continuation: the chat
+// chunk is translated into the client API's events, each then relayed as
+// one from the replica would be (ids rewritten, tokens, usage and the
+// terminal event noted).
+func (p *pump) translated(data []byte) ([]byte, bool) {
+	rs := p.resume
+	if !wire.CheckDepth(data, p.depthBound()) {
+		p.refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
+		return nil, false
+	}
+	done := strings.TrimSpace(string(data)) == string(doneValue)
+	var d resume.ChatDelta
+	if !done {
+		d = rs.ReadChatDelta(data)
+		if d.ToolCall {
+			rs.Broken = "the continuation called a tool"
+			p.refused = fmt.Errorf("%w: %s", resume.ErrNotContinued, rs.Broken)
+			return nil, false
+		}
+		if d.Finish != "" {
+			rs.Finish = d.Finish
+		}
+		if d.Usage.Exists() {
+			rs.Usage = d.Usage
+		}
+	}
+	evs, err := rs.Typed.Translate(p.seq, d, done)
+	if err != nil {
+		p.refused = err
+		return nil, false
+	}
+	if done {
+		p.sawDone = true
+	}
+	var out []byte
+	for len(evs) > 0 {
+		ev, n, _ := sse.NextEvent(evs, 0)
+		if ev == nil {
+			break
+		}
+		evs = evs[n:]
+		d, _ := sse.EventData(ev)
+		out = append(out, p.typedEvent(ev, d)...)
+		if p.refused != nil {
+			return nil, false
+		}
+	}
+	return out, len(out) > 0
 }

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/resume"
+
 	"github.com/switchyard/switchyard/router/internal/upstream"
 
 	"github.com/switchyard/switchyard/router/internal/wire"
@@ -338,7 +340,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 		x.pump.w = sw
 	}
 	if rc := ps.cfg.Resume; rc.Enabled {
-		x.pump.resume = newResumeState(x, int(rc.MaxBuffer), g.rand)
+		x.pump.resume = resume.New(x.ep, x.body, int(rc.MaxBuffer), g.rand)
 	}
 	p := &x.pump
 	err := p.flush()

@@ -1,4 +1,4 @@
-package router
+package resume
 
 import (
 	"errors"
@@ -14,49 +14,50 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// typedResume resumes a stream of an API whose events name their type
+// Translator resumes a stream of an API whose events name their type
 // (Responses, Messages). vLLM continues a partial answer only through chat
 // completions (continue_final_message), so the continuation is asked for
 // there, and its chunks are translated into the client API's events: the
 // client sees one stream in its own API, numbered and indexed on from what
 // it was sent, closed by one terminal event.
-type typedResume interface {
+type Translator interface {
 	// observe records one event the client was sent, as the replica wrote
 	// it (before ids are rewritten). It marks the stream not resumable
-	// (resumeState.broken) when the event is one a continuation could not
+	// (State.broken) when the event is one a continuation could not
 	// follow.
-	observe(typ string, root gjson.Result)
+	Observe(typ string, root gjson.Result)
 	// translate turns one chunk of the continuation's chat stream, read
-	// into d, into the client API's events, as SSE bytes (nil: none yet);
+	// into d, into the client API's events, as SSE bytes (nil: none yet),
+	// numbered after seq, the last sequence number the client was sent;
 	// done is the chat stream's [DONE], after which the answer is closed.
-	translate(p *pump, d chatDelta, done bool) ([]byte, error)
+	Translate(seq int64, d ChatDelta, done bool) ([]byte, error)
 	// toChat is the chat request for the client's request body.
-	toChat(body []byte) ([]byte, error)
+	ToChat(body []byte) ([]byte, error)
 	// unstarted says why the stream cannot be continued because it had
 	// not begun ("" when it had): a continuation has nothing to build on
 	// before the API's first event.
-	unstarted() string
+	Unstarted() string
 }
 
-// errNotContinued: a continuation sent what the client's API stream cannot
+// ErrNotContinued: a continuation sent what the client's API stream cannot
 // carry on from; the stream ends with the API's error event.
-var errNotContinued = errors.New("the continuation cannot be relayed")
+var ErrNotContinued = errors.New("the continuation cannot be relayed")
 
 // chatDelta is what one chunk of a chat stream brings to choice 0.
-type chatDelta struct {
+type ChatDelta struct {
 	reasoning, content string
-	toolCall           bool
-	finish             string
-	usage              gjson.Result
+	ToolCall           bool
+	Finish             string
+	Usage              gjson.Result
 }
 
 // readChatDelta reads a continuation's chunk. Reasoning deltas are content
-// once the answer was in its content (see resumeState.afterContent).
-func (rs *resumeState) readChatDelta(data []byte) chatDelta {
+// once the answer was in its content (see State.afterContent).
+func (rs *State) ReadChatDelta(data []byte) ChatDelta {
 	root := gjson.ParseBytes(data)
-	var d chatDelta
+	var d ChatDelta
 	if u := root.Get("usage"); u.IsObject() {
-		d.usage = u
+		d.Usage = u
 	}
 	c0 := root.Get("choices.0")
 	delta := c0.Get("delta")
@@ -73,72 +74,22 @@ func (rs *resumeState) readChatDelta(data []byte) chatDelta {
 	if rs.afterContent || rs.inContent {
 		d.content, d.reasoning = d.reasoning+d.content, ""
 	}
-	d.toolCall = delta.Get("tool_calls").Exists() && delta.Get("tool_calls").Type != gjson.Null
+	d.ToolCall = delta.Get("tool_calls").Exists() && delta.Get("tool_calls").Type != gjson.Null
 	if f := c0.Get("finish_reason"); f.Type == gjson.String {
-		d.finish = f.Str
+		d.Finish = f.Str
 	}
 	return d
 }
 
 // continuationUsage is the continuation's usage moved to the whole answer:
 // the text already sent is in its prompt but is part of the completion.
-func (rs *resumeState) continuationUsage() (prompt, completion int64, ok bool) {
-	if !rs.usage.IsObject() {
+func (rs *State) continuationUsage() (prompt, completion int64, ok bool) {
+	if !rs.Usage.IsObject() {
 		return 0, 0, false
 	}
-	prompt = max(rs.usage.Get("prompt_tokens").Int()-rs.offset, 0)
-	completion = rs.usage.Get("completion_tokens").Int() + rs.offset
+	prompt = max(rs.Usage.Get("prompt_tokens").Int()-rs.Offset, 0)
+	completion = rs.Usage.Get("completion_tokens").Int() + rs.Offset
 	return prompt, completion, true
-}
-
-// translated relays one event of a typed stream's continuation: the chat
-// chunk is translated into the client API's events, each then relayed as
-// one from the replica would be (ids rewritten, tokens, usage and the
-// terminal event noted).
-func (p *pump) translated(data []byte) ([]byte, bool) {
-	rs := p.resume
-	if !wire.CheckDepth(data, p.depthBound()) {
-		p.refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
-		return nil, false
-	}
-	done := strings.TrimSpace(string(data)) == string(doneValue)
-	var d chatDelta
-	if !done {
-		d = rs.readChatDelta(data)
-		if d.toolCall {
-			rs.broken = "the continuation called a tool"
-			p.refused = fmt.Errorf("%w: %s", errNotContinued, rs.broken)
-			return nil, false
-		}
-		if d.finish != "" {
-			rs.finish = d.finish
-		}
-		if d.usage.Exists() {
-			rs.usage = d.usage
-		}
-	}
-	evs, err := rs.typed.translate(p, d, done)
-	if err != nil {
-		p.refused = err
-		return nil, false
-	}
-	if done {
-		p.sawDone = true
-	}
-	var out []byte
-	for len(evs) > 0 {
-		ev, n, _ := sse.NextEvent(evs, 0)
-		if ev == nil {
-			break
-		}
-		evs = evs[n:]
-		d, _ := sse.EventData(ev)
-		out = append(out, p.typedEvent(ev, d)...)
-		if p.refused != nil {
-			return nil, false
-		}
-	}
-	return out, len(out) > 0
 }
 
 func itoaInt(n int) string { return strconv.Itoa(n) }
@@ -149,7 +100,7 @@ func itoaInt(n int) string { return strconv.Itoa(n) }
 // response.created (the terminal event's base), the output items done, and
 // the item in progress.
 type responsesResume struct {
-	rs       *resumeState
+	rs       *State
 	rand     func() uint64
 	response string
 	items    []string
@@ -169,16 +120,16 @@ type outputItem struct {
 	textDone, partDone bool
 }
 
-func (r *responsesResume) toChat(body []byte) ([]byte, error) { return wire.ResponsesToChat(body) }
+func (r *responsesResume) ToChat(body []byte) ([]byte, error) { return wire.ResponsesToChat(body) }
 
-func (r *responsesResume) unstarted() string {
+func (r *responsesResume) Unstarted() string {
 	if r.response == "" {
 		return "the stream had not sent response.created"
 	}
 	return ""
 }
 
-func (r *responsesResume) observe(typ string, root gjson.Result) {
+func (r *responsesResume) Observe(typ string, root gjson.Result) {
 	rs := r.rs
 	switch typ {
 	case "response.created":
@@ -191,9 +142,9 @@ func (r *responsesResume) observe(typ string, root gjson.Result) {
 			r.open = &outputItem{kind: k, id: it.Get("id").Str, index: int(root.Get("output_index").Int())}
 			r.next = r.open.index + 1
 		case "function_call", "custom_tool_call":
-			rs.broken = "a tool call was being sent"
+			rs.Broken = "a tool call was being sent"
 		default:
-			rs.broken = "an output item of type " + strconv.Quote(wire.Clip(k)) + " was being sent"
+			rs.Broken = "an output item of type " + strconv.Quote(wire.Clip(k)) + " was being sent"
 		}
 	case "response.content_part.added", "response.reasoning_part.added":
 		if r.open != nil {
@@ -205,7 +156,7 @@ func (r *responsesResume) observe(typ string, root gjson.Result) {
 			want = "reasoning"
 		}
 		if r.open == nil || r.open.kind != want {
-			rs.broken = "a delta came outside its output item"
+			rs.Broken = "a delta came outside its output item"
 			return
 		}
 		d := root.Get("delta").Str
@@ -231,37 +182,37 @@ func (r *responsesResume) observe(typ string, root gjson.Result) {
 		if r.kept += len(root.Get("item").Raw); r.kept > rs.maxBuffer {
 			// A continuation in progress still needs the items for its
 			// terminal event; another one will not be asked for.
-			rs.broken = "the answer outgrew resume.max_buffer"
-			if !rs.cont {
+			rs.Broken = "the answer outgrew resume.max_buffer"
+			if !rs.Cont {
 				r.items = nil
 			}
 		}
 		r.next = int(root.Get("output_index").Int()) + 1
 		r.open = nil
 	case "response.completed", "response.incomplete", "response.failed":
-		rs.broken = "the answer had finished"
+		rs.Broken = "the answer had finished"
 	case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
-		rs.broken = "a tool call was being sent"
+		rs.Broken = "a tool call was being sent"
 	case "response.refusal.delta":
-		rs.broken = "a refusal was being sent"
+		rs.Broken = "a refusal was being sent"
 	case "error":
-		rs.broken = "the replica sent an error event"
+		rs.Broken = "the replica sent an error event"
 	}
 }
 
-func (r *responsesResume) translate(p *pump, d chatDelta, done bool) ([]byte, error) {
+func (r *responsesResume) Translate(seq int64, d ChatDelta, done bool) ([]byte, error) {
 	rs := r.rs
 	if r.response == "" {
-		return nil, fmt.Errorf("%w: the stream had not sent response.created", errNotContinued)
+		return nil, fmt.Errorf("%w: the stream had not sent response.created", ErrNotContinued)
 	}
-	e := responsesEmitter{seq: p.seq, open: r.open, next: r.next, rand: r.rand}
+	e := responsesEmitter{seq: seq, open: r.open, next: r.next, rand: r.rand}
 	if r.open != nil {
 		cp := *r.open
 		e.open = &cp
 	}
 	if !done {
 		if it := e.open; it != nil && it.textDone && d.reasoning+d.content != "" {
-			return nil, fmt.Errorf("%w: the output item's text had ended", errNotContinued)
+			return nil, fmt.Errorf("%w: the output item's text had ended", ErrNotContinued)
 		}
 		if d.reasoning != "" && e.open != nil && e.open.kind == "message" {
 			// A message item was opened: what follows is its text.
@@ -288,8 +239,8 @@ func (r *responsesResume) translate(p *pump, d chatDelta, done bool) ([]byte, er
 		}
 		return e.out, nil
 	}
-	if rs.finish == "" {
-		return nil, fmt.Errorf("%w: the continuation ended without a finish reason", errNotContinued)
+	if rs.Finish == "" {
+		return nil, fmt.Errorf("%w: the continuation ended without a finish reason", ErrNotContinued)
 	}
 	closed := e.close()
 	items := append(append([]string(nil), r.items...), closed...)
@@ -298,7 +249,7 @@ func (r *responsesResume) translate(p *pump, d chatDelta, done bool) ([]byte, er
 	// status "incomplete" when max_output_tokens cut the answer: the
 	// continuation ends the way the cut replica would have.
 	typ, status := "response.completed", "completed"
-	if rs.finish == "length" {
+	if rs.Finish == "length" {
 		status = "incomplete"
 		resp, _ = sjson.SetRaw(resp, "incomplete_details", `{"reason":"max_output_tokens"}`)
 	}
@@ -409,7 +360,7 @@ func (e *responsesEmitter) close() []string {
 // messagesResume follows a Messages stream: the content block in progress
 // and the next block's index.
 type messagesResume struct {
-	rs   *resumeState
+	rs   *State
 	rand func() uint64
 	open *messagesBlock
 	next int
@@ -426,16 +377,16 @@ type messagesBlock struct {
 	signed bool // a thinking block's signature was sent
 }
 
-func (m *messagesResume) toChat(body []byte) ([]byte, error) { return wire.MessagesToChat(body) }
+func (m *messagesResume) ToChat(body []byte) ([]byte, error) { return wire.MessagesToChat(body) }
 
-func (m *messagesResume) unstarted() string {
+func (m *messagesResume) Unstarted() string {
 	if !m.started {
 		return "the stream had not sent message_start"
 	}
 	return ""
 }
 
-func (m *messagesResume) observe(typ string, root gjson.Result) {
+func (m *messagesResume) Observe(typ string, root gjson.Result) {
 	rs := m.rs
 	switch typ {
 	case "message_start":
@@ -447,15 +398,15 @@ func (m *messagesResume) observe(typ string, root gjson.Result) {
 			m.open = &messagesBlock{kind: k, index: int(root.Get("index").Int())}
 			m.next = m.open.index + 1
 		case "tool_use", "server_tool_use":
-			rs.broken = "a tool call was being sent"
+			rs.Broken = "a tool call was being sent"
 		default:
-			rs.broken = "a content block of type " + strconv.Quote(wire.Clip(k)) + " was being sent"
+			rs.Broken = "a content block of type " + strconv.Quote(wire.Clip(k)) + " was being sent"
 		}
 	case "content_block_delta":
 		d := root.Get("delta")
 		switch {
 		case m.open == nil:
-			rs.broken = "a delta came outside its content block"
+			rs.Broken = "a delta came outside its content block"
 		case d.Get("type").Str == "text_delta" && m.open.kind == "text":
 			rs.addContent(d.Get("text").Str)
 		case d.Get("type").Str == "thinking_delta" && m.open.kind == "thinking":
@@ -463,7 +414,7 @@ func (m *messagesResume) observe(typ string, root gjson.Result) {
 		case d.Get("type").Str == "signature_delta":
 			m.open.signed = true
 		default:
-			rs.broken = "a delta of type " + strconv.Quote(wire.Clip(d.Get("type").Str)) + " was being sent"
+			rs.Broken = "a delta of type " + strconv.Quote(wire.Clip(d.Get("type").Str)) + " was being sent"
 		}
 	case "content_block_stop":
 		if m.open != nil && m.open.kind == "thinking" {
@@ -471,13 +422,13 @@ func (m *messagesResume) observe(typ string, root gjson.Result) {
 		}
 		m.next, m.open = int(root.Get("index").Int())+1, nil
 	case "message_delta", "message_stop":
-		rs.broken = "the answer had finished"
+		rs.Broken = "the answer had finished"
 	default:
-		rs.broken = "the replica sent an event of type " + strconv.Quote(wire.Clip(typ))
+		rs.Broken = "the replica sent an event of type " + strconv.Quote(wire.Clip(typ))
 	}
 }
 
-func (m *messagesResume) translate(p *pump, d chatDelta, done bool) ([]byte, error) {
+func (m *messagesResume) Translate(seq int64, d ChatDelta, done bool) ([]byte, error) {
 	rs := m.rs
 	e := messagesEmitter{next: m.next, rand: m.rand}
 	if m.open != nil {
@@ -506,13 +457,13 @@ func (m *messagesResume) translate(p *pump, d chatDelta, done bool) ([]byte, err
 		}
 		return e.out, nil
 	}
-	if rs.finish == "" {
-		return nil, fmt.Errorf("%w: the continuation ended without a finish reason", errNotContinued)
+	if rs.Finish == "" {
+		return nil, fmt.Errorf("%w: the continuation ended without a finish reason", ErrNotContinued)
 	}
 	e.close()
 	// vLLM's stop-reason map (AnthropicServingMessages.stop_reason_map).
 	reason := "end_turn"
-	switch rs.finish {
+	switch rs.Finish {
 	case "length":
 		reason = "max_tokens"
 	case "tool_calls":
