@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/pump"
+
 	"github.com/switchyard/switchyard/router/internal/upstream"
 
 	"github.com/switchyard/switchyard/router/internal/admin"
@@ -105,7 +107,7 @@ type exchange struct {
 	// continuation's attempts.
 	cut  *cutStream
 	cont continuation
-	pump pump
+	pump pump.Pump
 	rc   *http.ResponseController
 }
 
@@ -117,8 +119,8 @@ func (x *exchange) responseController(w http.ResponseWriter) *http.ResponseContr
 	return x.rc
 }
 
-// firstToken records the time to the first token.
-func (x *exchange) firstToken() {
+// FirstToken records the time to the first token.
+func (x *exchange) FirstToken() {
 	x.ttft = time.Since(x.start)
 	x.g.metrics.ttft.WithLabelValues(x.pool).Observe(x.ttft.Seconds())
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/switchyard/switchyard/router/internal/pump"
+
 	"github.com/switchyard/switchyard/router/internal/resume"
 
 	"github.com/switchyard/switchyard/router/internal/upstream"
@@ -28,7 +30,7 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 	cut := x.cut
 	x.cut = nil
 	p := &x.pump
-	rs := p.resume
+	rs := p.Resume
 	reason := rs.Broken
 	switch {
 	case errors.Is(cut.cause, errShuttingDown):
@@ -87,8 +89,8 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 	g.metrics.resumes.WithLabelValues(ps.Name, "resumed").Inc()
 	x.resume = fmt.Sprintf("resumed on %s after %d deltas", x.rep.Name, rs.Offset)
 	x.end = endNormal // the client's stream was completed
-	if p.sawUsage {
-		g.recordUsage(x, ps, p.prompt, p.completion, p.usageModel, x.span)
+	if p.SawUsage {
+		g.recordUsage(x, ps, p.Prompt, p.Completion, p.UsageModel, x.span)
 	}
 	g.log.Warn("stream cut by replica; resumed on another replica", "request_id", x.id, "pool", ps.Name,
 		"replica", cut.rep.Name, "error", cut.err.Error())
@@ -115,7 +117,7 @@ func (c *continuation) Acquired(rep *pools.Replica) {
 func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Result {
 	x := c.x
 	g, ps, p := x.g, x.up.ps, &x.pump
-	rs := p.resume
+	rs := p.Resume
 	path, body, err := rs.Request(x.up.body)
 	if err != nil {
 		rs.Broken = err.Error()
@@ -158,15 +160,15 @@ func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Re
 	defer g.untrackStream(x)
 	rs.Begin()
 	// What an earlier attempt left in the pump: why it stopped, a [DONE].
-	p.refused, p.sawDone = nil, false
+	p.Refused, p.SawDone = nil, false
 	if span.IsRecording() {
 		span.AddEvent("switchyard.resume", trace.WithAttributes(attrSwitchyardReplica.String(rep.Name)))
 	}
-	err = p.run(resp.Body)
+	err = p.Run(resp.Body)
 	switch {
 	case err == nil:
 		return upstream.Result{Done: true, Outcome: pools.Success}
-	case ctx.Err() != nil || errors.Is(err, errClientGone):
+	case ctx.Err() != nil || errors.Is(err, pump.ErrClientGone):
 		g.clientLeft(ctx, x, err, span)
 		return upstream.Result{Done: true, Outcome: pools.Neutral}
 	}
@@ -179,7 +181,7 @@ func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Re
 	case errors.As(cause, &pt) && pt == ps.timeouts.TotalErr:
 		// A long answer, not a failing replica: not continued again.
 		rs.Broken = "max_stream_duration"
-		return upstream.Result{Outcome: pools.Neutral, Err: fmt.Errorf("%w: %s", errStreamCut, pt.Msg)}
+		return upstream.Result{Outcome: pools.Neutral, Err: fmt.Errorf("%w: %s", pump.ErrStreamCut, pt.Msg)}
 	case errors.Is(err, resume.ErrNotContinued):
 		// The gateway cannot carry what the continuation sent into the
 		// client's stream: not the replica's fault, and no other replica

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/pump"
+
 	"github.com/switchyard/switchyard/router/internal/resume"
 
 	"github.com/switchyard/switchyard/router/internal/upstream"
@@ -299,8 +301,8 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 	// handler returns, after the access line and metrics are recorded;
 	// flushing here would let the client see the end of its answer before
 	// they are.
-	p := pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std()}
-	_ = p.write(answer)
+	p := pump.Pump{W: w, RC: x.responseController(w), WriteTimeout: x.snap.Config.Server.WriteTimeout.Std()}
+	_ = p.Write(answer)
 	if resp.StatusCode == http.StatusOK && x.storedID == "" { // a stored response's tokens were counted when it was made
 		g.usage(x, ps, buf.Bytes(), span)
 		if span.IsRecording() {
@@ -331,29 +333,29 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 		sw = &spanWriter{w: w}
 		defer func() { setResponseAttrs(span, x.span, sw.resp.attrs()) }()
 	}
-	x.pump = pump{w: w, rc: x.responseController(w), writeTimeout: x.snap.Config.Server.WriteTimeout.Std(),
-		injected: x.up.injected, clock: clock, token: x, ep: x.ep, rewriteModel: x.clientModel, maxDepth: upstream.ReplicaDepth(x.snap.Config.Server.MaxJSONDepth)}
+	x.pump = pump.Pump{W: w, RC: x.responseController(w), WriteTimeout: x.snap.Config.Server.WriteTimeout.Std(),
+		Injected: x.up.injected, Clock: clock, Token: x, API: x.ep, RewriteModel: x.clientModel, MaxDepth: upstream.ReplicaDepth(x.snap.Config.Server.MaxJSONDepth)}
 	if x.ep == wire.Responses {
-		x.pump.idTag, x.pump.ids, x.pump.custom = replicaTag(rep), x.ids(), x.custom
+		x.pump.IDTag, x.pump.IDs, x.pump.Custom = replicaTag(rep), x.ids(), x.custom
 	}
 	if sw != nil {
-		x.pump.w = sw
+		x.pump.W = sw
 	}
 	if rc := ps.cfg.Resume; rc.Enabled {
-		x.pump.resume = resume.New(x.ep, x.body, int(rc.MaxBuffer), g.rand)
+		x.pump.Resume = resume.New(x.ep, x.body, int(rc.MaxBuffer), g.rand)
 	}
 	p := &x.pump
-	err := p.flush()
+	err := p.Flush()
 	if err == nil {
-		err = p.run(resp.Body)
+		err = p.Run(resp.Body)
 	}
 	if err == nil {
-		if p.sawUsage {
-			g.recordUsage(x, ps, p.prompt, p.completion, p.usageModel, span)
+		if p.SawUsage {
+			g.recordUsage(x, ps, p.Prompt, p.Completion, p.UsageModel, span)
 		}
 		return upstream.Result{Done: true, Outcome: pools.Success}
 	}
-	if ctx.Err() != nil || errors.Is(err, errClientGone) {
+	if ctx.Err() != nil || errors.Is(err, pump.ErrClientGone) {
 		g.clientLeft(ctx, x, err, span)
 		return upstream.Result{Done: true, Outcome: pools.Neutral}
 	}
@@ -366,7 +368,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	var pt *upstream.PhaseTimeout
 	switch {
 	case errors.As(cause, &pt):
-		err = fmt.Errorf("%w: %s", errStreamCut, pt.Msg)
+		err = fmt.Errorf("%w: %s", pump.ErrStreamCut, pt.Msg)
 		if pt == ps.timeouts.TotalErr {
 			outcome = pools.Neutral
 		}
@@ -374,7 +376,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 		err, outcome, x.end = errShuttingDown, pools.Neutral, endShutdown
 	}
 	setClientError(span, errTypeStreamCut, err)
-	if p.resume != nil {
+	if p.Resume != nil {
 		x.cut = &cutStream{rep: rep, err: err, cause: cause, span: span.SpanContext(), sw: sw, started: clock.StreamStart}
 	} else {
 		g.endCut(x, ps, rep, err)
@@ -406,16 +408,16 @@ func (g *Gateway) clientLeft(ctx context.Context, x *exchange, err error, span t
 	p := &x.pump
 	x.end = endClientLeft
 	x.errMsg = "client closed the stream"
-	if errors.Is(err, errClientGone) && ctx.Err() == nil {
+	if errors.Is(err, pump.ErrClientGone) && ctx.Err() == nil {
 		x.errMsg = "client stopped reading: " + err.Error()
 	}
 	switch {
-	case p.sawUsage && p.completion > 0:
-		g.recordUsage(x, x.up.ps, p.prompt, p.completion, p.usageModel, span)
-	case p.deltas > 0:
-		g.recordUsage(x, x.up.ps, p.prompt, p.deltas, p.usageModel, span)
-	case p.sawUsage:
-		g.recordUsage(x, x.up.ps, p.prompt, p.completion, p.usageModel, span)
+	case p.SawUsage && p.Completion > 0:
+		g.recordUsage(x, x.up.ps, p.Prompt, p.Completion, p.UsageModel, span)
+	case p.Deltas > 0:
+		g.recordUsage(x, x.up.ps, p.Prompt, p.Deltas, p.UsageModel, span)
+	case p.SawUsage:
+		g.recordUsage(x, x.up.ps, p.Prompt, p.Completion, p.UsageModel, span)
 	}
 }
 
@@ -423,11 +425,11 @@ func (g *Gateway) clientLeft(ctx context.Context, x *exchange, err error, span t
 // counts the tokens it did report.
 func (g *Gateway) endCut(x *exchange, ps *poolState, rep *pools.Replica, err error) {
 	p := &x.pump
-	if p.sawUsage {
-		g.recordUsage(x, ps, p.prompt, p.completion, p.usageModel, x.span)
+	if p.SawUsage {
+		g.recordUsage(x, ps, p.Prompt, p.Completion, p.UsageModel, x.span)
 	}
 	x.errMsg = err.Error()
-	p.fail(&wire.APIError{Type: "upstream_error", Code: "stream_interrupted",
+	p.Fail(&wire.APIError{Type: "upstream_error", Code: "stream_interrupted",
 		Message: fmt.Sprintf("the stream was interrupted (pool %q): %v", ps.Name, err)})
 	g.log.Warn("stream cut by replica; ended the client stream with an error event", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
 }

@@ -1,4 +1,4 @@
-package router
+package pump
 
 import (
 	"bytes"
@@ -64,7 +64,7 @@ func (cs *customStream) end(itemID string) {
 //	response.function_call_arguments.done        → response.custom_tool_call_input.done (a catch-up delta first when the deltas fell short)
 //	response.output_item.done (function_call)    → response.output_item.done (custom_tool_call)
 //	response.* with response.output              → its function_call items as custom_tool_call items
-func (p *pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]byte, []byte) {
+func (p *Pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]byte, []byte) {
 	cs := p.customs
 	if cs == nil {
 		cs = &customStream{}
@@ -74,7 +74,7 @@ func (p *pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]by
 	switch typ {
 	case "response.output_item.added", "response.output_item.done":
 		it := root.Get("item")
-		if it.Get("type").Str != "function_call" || !p.custom.Has(it.Get("name").Str) {
+		if it.Get("type").Str != "function_call" || !p.Custom.Has(it.Get("name").Str) {
 			break
 		}
 		input := ""
@@ -125,7 +125,7 @@ func (p *pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]by
 		return append(out, last...), d
 	case "response.created", "response.in_progress", "response.completed", "response.incomplete", "response.failed":
 		if bytes.Contains(data, []byte(`"function_call"`)) {
-			if nd := wire.CustomOutput(data, "response.output", p.custom); !bytes.Equal(nd, data) {
+			if nd := wire.CustomOutput(data, "response.output", p.Custom); !bytes.Equal(nd, data) {
 				ev, data = sse.RebuildData(ev, nd), nd
 			}
 		}
@@ -138,7 +138,7 @@ func (p *pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]by
 
 // renumber moves the sequence_number of the one event ev back by the
 // stream's shift; it returns the event and its data.
-func (p *pump) renumber(ev []byte) ([]byte, []byte) {
+func (p *Pump) renumber(ev []byte) ([]byte, []byte) {
 	data, _ := sse.EventData(ev)
 	shift := p.customs.shift
 	n := gjson.GetBytes(data, "sequence_number")

@@ -1,4 +1,4 @@
-package router
+package pump
 
 import (
 	"errors"
@@ -14,11 +14,11 @@ import (
 
 // runTyped pumps a Responses or Messages stream and returns what the
 // client got, the pump and its verdict.
-func runTyped(t *testing.T, ep wire.Endpoint, stream string) (string, *pump, error) {
+func runTyped(t *testing.T, ep wire.Endpoint, stream string) (string, *Pump, error) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	p := &pump{w: rec, rc: http.NewResponseController(rec), ep: ep, idTag: "0123456789ab", ids: wire.ResponseIDs{Secret: []byte("s")}}
-	err := p.run(strings.NewReader(stream))
+	p := &Pump{W: rec, RC: http.NewResponseController(rec), API: ep, IDTag: "0123456789ab", IDs: wire.ResponseIDs{Secret: []byte("s")}}
+	err := p.Run(strings.NewReader(stream))
 	return rec.Body.String(), p, err
 }
 
@@ -35,7 +35,7 @@ func TestDoneBeforeTerminalEvent(t *testing.T) {
 		{wire.Messages, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
 			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"},
 	} {
-		if _, _, err := runTyped(t, c.ep, c.head+"data: [DONE]\n\n"); !errors.Is(err, errStreamCut) {
+		if _, _, err := runTyped(t, c.ep, c.head+"data: [DONE]\n\n"); !errors.Is(err, ErrStreamCut) {
 			t.Errorf("%v: [DONE] without the terminal event: %v, want a cut stream", c.ep, err)
 		}
 		if out, _, err := runTyped(t, c.ep, c.head+c.ending+"data: [DONE]\n\n"); err != nil || strings.Contains(out, "[DONE]") {
@@ -58,7 +58,7 @@ func TestLargeTerminalEvent(t *testing.T) {
 	if err != nil || !p.complete {
 		t.Fatalf("run = %v, complete %t", err, p.complete)
 	}
-	want := p.ids.Encode("0123456789ab", "resp_1")
+	want := p.IDs.Encode("0123456789ab", "resp_1")
 	for _, ev := range sseEvents([]byte(out)) {
 		if id := gjson.Get(ev, "response.id").Str; id != want {
 			t.Errorf("%s: response.id %.40q, want %s", gjson.Get(ev, "type").Str, id, want)
@@ -66,7 +66,7 @@ func TestLargeTerminalEvent(t *testing.T) {
 	}
 	// One past the bound is refused, never passed through unread.
 	huge := "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"metadata\":\"" + strings.Repeat("m", maxTypedEvent) + "\"}}\n\n"
-	if _, _, err := runTyped(t, wire.Responses, huge); !errors.Is(err, errStreamCut) || !strings.Contains(err.Error(), "larger than") {
+	if _, _, err := runTyped(t, wire.Responses, huge); !errors.Is(err, ErrStreamCut) || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("an event over %d bytes: %v", maxTypedEvent, err)
 	}
 }
@@ -78,7 +78,7 @@ func TestDeepTypedEventRefused(t *testing.T) {
 	deep := strings.Repeat("[", 100_000) + strings.Repeat("]", 100_000)
 	for _, ep := range []wire.Endpoint{wire.Responses, wire.Messages} {
 		_, _, err := runTyped(t, ep, "event: x\ndata: {\"type\":\"message_delta\",\"usage\":"+deep+"}\n\n")
-		if !errors.Is(err, errStreamCut) || !strings.Contains(err.Error(), "deeper") {
+		if !errors.Is(err, ErrStreamCut) || !strings.Contains(err.Error(), "deeper") {
 			t.Errorf("%v: %v", ep, err)
 		}
 	}

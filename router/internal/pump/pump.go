@@ -1,4 +1,4 @@
-package router
+package pump
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,7 +43,7 @@ const (
 )
 
 // eventLimit is the largest event p holds whole.
-func (p *pump) eventLimit() int {
+func (p *Pump) eventLimit() int {
 	if p.typed() {
 		return maxTypedEvent
 	}
@@ -54,13 +55,13 @@ var (
 	doneValue = []byte("[DONE]")
 )
 
-// errStreamCut: the replica's stream ended without its final [DONE].
-var errStreamCut = errors.New("the replica ended the stream before it was complete")
+// ErrStreamCut: the replica's stream ended without its final [DONE].
+var ErrStreamCut = errors.New("the replica ended the stream before it was complete")
 
-// errClientGone: a write or flush to the client failed, so the client has
+// ErrClientGone: a write or flush to the client failed, so the client has
 // gone even if the request context does not say so yet. It is never held
 // against the replica.
-var errClientGone = errors.New("client went away")
+var ErrClientGone = errors.New("client went away")
 
 // pump copies one SSE stream from a replica to the client as it comes: the
 // complete events of each read are written and flushed at once; nothing
@@ -70,57 +71,57 @@ var errClientGone = errors.New("client went away")
 // except for the usage the gateway asked for on the client's behalf, which
 // is removed. It notes the first token, and reads usage wherever the
 // replica puts it.
-type pump struct {
-	w  io.Writer
-	rc *http.ResponseController
+type Pump struct {
+	W  io.Writer
+	RC *http.ResponseController
 	// writeTimeout, when positive, is the longest a write to the client
 	// may make no progress (server.write_timeout).
-	writeTimeout time.Duration
+	WriteTimeout time.Duration
 	deadline     time.Time
 	// injected: the client did not ask for usage; the gateway did.
-	injected bool
+	Injected bool
 	// clock, when set, is told of every read that brought data.
-	clock *upstream.Clock
+	Clock *upstream.Clock
 	// token, when set, is told once of the first content or tool-call
 	// delta.
-	token interface{ firstToken() }
+	Token interface{ FirstToken() }
 	// resume, when set, follows what the client was sent so that the
 	// stream can be continued on another replica (and, while relaying a
 	// continuation, rewrites its chunks).
-	resume *resume.State
+	Resume *resume.State
 
 	// ep is the API of the stream: the Responses and Messages APIs end
 	// with their own terminal event, not [DONE], and carry usage and
 	// tokens in their own events.
-	ep wire.Endpoint
+	API wire.Endpoint
 	// rewriteModel, when set, replaces the model named in the stream
 	// (models[].rewrite_response_model).
-	rewriteModel string
+	RewriteModel string
 
-	sawToken, sawDone, sawUsage bool
+	sawToken, SawDone, SawUsage bool
 	// complete: a Responses or Messages stream sent its terminal event
 	// (response.completed, .incomplete or .failed; message_stop), so its
 	// end is a normal end.
 	complete           bool
-	prompt, completion int64
-	usageModel         string
+	Prompt, Completion int64
+	UsageModel         string
 	// deltas counts the token-bearing events relayed (for chat, the
 	// chunks from the first token on): the completion tokens counted when
 	// a stream ends before its usage arrives.
-	deltas int64
+	Deltas int64
 	// seq is the last sequence_number of a Responses stream, so that an
 	// error event can follow it.
 	seq int64
 	// idTag, for a Responses stream, is the replica's tag for the
 	// response ids clients see, and ids signs them (see storedPrefix).
-	idTag string
-	ids   wire.ResponseIDs
+	IDTag string
+	IDs   wire.ResponseIDs
 	// maxDepth bounds how deeply replica data may nest before the pump
 	// parses it (server.max_json_depth; 0: the default).
-	maxDepth int
+	MaxDepth int
 	// refused, when set, is why an event from the replica could not be
 	// relayed safely; the stream ends as cut.
-	refused error
+	Refused error
 	// midEvent: the bytes written so far end inside an event (an event
 	// too long to parse was passed through), so an error event needs a
 	// blank line first.
@@ -129,17 +130,17 @@ type pump struct {
 	// names them: their function calls reach the client as custom tool
 	// calls (customEvent), followed in customs. Nil for every other
 	// stream, which is not looked at for them.
-	custom  wire.CustomTools
+	Custom  wire.CustomTools
 	customs *customStream
 }
 
 // run pumps body to the client until the stream ends. It returns nil once
 // the [DONE] event has been passed to the client (however the client or
-// the replica closes afterwards), errClientGone (wrapped) when writing to
-// the client failed, or errStreamCut (wrapped with the read error) when the
+// the replica closes afterwards), ErrClientGone (wrapped) when writing to
+// the client failed, or ErrStreamCut (wrapped with the read error) when the
 // stream ended without [DONE]. run writes no error event itself; see
 // (*pump).fail.
-func (p *pump) run(body io.Reader) error {
+func (p *Pump) Run(body io.Reader) error {
 	bp := streamBufPool.Get().(*[]byte)
 	defer streamBufPool.Put(bp)
 	buf := *bp
@@ -160,18 +161,18 @@ func (p *pump) run(body io.Reader) error {
 			} else if p.typed() {
 				// Their events carry ids to rewrite and the terminal
 				// event: one that cannot be read whole is refused.
-				return fmt.Errorf("%w: the replica sent an event larger than %d bytes", errStreamCut, p.eventLimit())
+				return fmt.Errorf("%w: the replica sent an event larger than %d bytes", ErrStreamCut, p.eventLimit())
 			} else {
 				// One event larger than maxEvent: pass it through as is.
 				// Its rest is passed through unread when its end comes.
-				if err := p.write(buf[:end]); err != nil {
+				if err := p.Write(buf[:end]); err != nil {
 					return err
 				}
 				p.midEvent = true
-				if p.resume != nil {
+				if p.Resume != nil {
 					// Unread, so not followed: a continuation would not
 					// know what the client was sent.
-					p.resume.Broken = "an event over the size limit was passed through unread"
+					p.Resume.Broken = "an event over the size limit was passed through unread"
 				}
 				start, end, scan = 0, 0, 0
 			}
@@ -189,48 +190,48 @@ func (p *pump) run(body io.Reader) error {
 			scan = 0
 			if p.midEvent {
 				// The end of an event too long to parse.
-				if err := p.write(ev); err != nil {
+				if err := p.Write(ev); err != nil {
 					return err
 				}
 				p.midEvent, wrote = false, true
 				continue
 			}
 			out, keep := p.event(ev)
-			if p.refused != nil {
+			if p.Refused != nil {
 				// Flush what came before: the client keeps every event
 				// that was whole.
 				if wrote {
-					if err := p.flush(); err != nil {
+					if err := p.Flush(); err != nil {
 						return err
 					}
 				}
-				return fmt.Errorf("%w: %w", errStreamCut, p.refused)
+				return fmt.Errorf("%w: %w", ErrStreamCut, p.Refused)
 			}
 			if !keep {
-				if p.sawDone {
+				if p.SawDone {
 					break // a [DONE] these APIs do not have: the end all the same
 				}
 				continue
 			}
-			if err := p.write(out); err != nil {
+			if err := p.Write(out); err != nil {
 				return err
 			}
 			wrote = true
-			if p.sawDone {
+			if p.SawDone {
 				break // anything after [DONE] is not for the client
 			}
 		}
 		if wrote {
-			if err := p.flush(); err != nil {
+			if err := p.Flush(); err != nil {
 				return err
 			}
 		}
-		if p.sawDone && p.typed() && !p.complete {
+		if p.SawDone && p.typed() && !p.complete {
 			// These APIs end with their own terminal event; a [DONE]
 			// before it ends an answer that is not whole.
-			return fmt.Errorf("%w: [DONE] came before the stream's terminal event", errStreamCut)
+			return fmt.Errorf("%w: [DONE] came before the stream's terminal event", ErrStreamCut)
 		}
-		if p.sawDone {
+		if p.SawDone {
 			// The answer is complete: how the replica or the client ends
 			// the connection now does not matter. The replica's own end
 			// of the response follows at once; reading it lets the
@@ -255,16 +256,16 @@ func (p *pump) run(body io.Reader) error {
 				if tail[len(tail)-1] == '\n' {
 					end = end[1:] // the line is ended; add the blank line
 				}
-				if err := p.write(tail); err != nil {
+				if err := p.Write(tail); err != nil {
 					return err
 				}
-				if err := p.write(end); err != nil {
+				if err := p.Write(end); err != nil {
 					return err
 				}
-				if err := p.flush(); err != nil {
+				if err := p.Flush(); err != nil {
 					return err
 				}
-				p.sawDone = true
+				p.SawDone = true
 				return nil
 			}
 		}
@@ -274,18 +275,18 @@ func (p *pump) run(body io.Reader) error {
 			return nil
 		}
 		if errors.Is(rerr, io.EOF) {
-			return errStreamCut
+			return ErrStreamCut
 		}
-		return fmt.Errorf("%w: %w", errStreamCut, rerr)
+		return fmt.Errorf("%w: %w", ErrStreamCut, rerr)
 	}
 }
 
 // drain reads what follows [DONE] to the end of the replica's response,
 // at most 64 KiB and, with a clock, for at most drainWait: nothing of it
 // goes to the client.
-func (p *pump) drain(body io.Reader, buf []byte) {
-	if p.clock != nil {
-		p.clock.DrainSoon()
+func (p *Pump) drain(body io.Reader, buf []byte) {
+	if p.Clock != nil {
+		p.Clock.DrainSoon()
 	}
 	for total := 0; total < 64<<10; {
 		n, err := body.Read(buf)
@@ -298,19 +299,19 @@ func (p *pump) drain(body io.Reader, buf []byte) {
 
 // event inspects one complete event and returns what to send the client,
 // or keep false to drop it.
-func (p *pump) event(ev []byte) (out []byte, keep bool) {
+func (p *Pump) event(ev []byte) (out []byte, keep bool) {
 	data, ok := sse.EventData(ev)
 	if !ok {
 		return ev, true // comments, id:, retry:, blank lines
 	}
-	if p.clock != nil {
-		p.clock.Event() // progress: only events with data count
+	if p.Clock != nil {
+		p.Clock.Event() // progress: only events with data count
 	}
-	if rs := p.resume; rs != nil && rs.Cont && rs.Typed != nil {
+	if rs := p.Resume; rs != nil && rs.Cont && rs.Typed != nil {
 		return p.translated(data)
 	}
 	if bytes.Equal(bytes.TrimSpace(data), doneValue) {
-		p.sawDone = true
+		p.SawDone = true
 		if p.typed() {
 			// Not part of these APIs (some vLLM versions add it after the
 			// terminal event); their SDKs would read it as an event.
@@ -322,10 +323,10 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 		out := p.typedEvent(ev, data)
 		return out, out != nil
 	}
-	if p.rewriteModel != "" {
+	if p.RewriteModel != "" {
 		ev, data = p.rewrite(ev, data, "model")
 	}
-	if rs := p.resume; rs != nil {
+	if rs := p.Resume; rs != nil {
 		if rs.Cont {
 			out, keep := rs.Continuation(data)
 			if !keep {
@@ -338,12 +339,12 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 	}
 	if !p.sawToken && hasToken(data) {
 		p.sawToken = true
-		if p.token != nil {
-			p.token.firstToken()
+		if p.Token != nil {
+			p.Token.FirstToken()
 		}
 	}
 	if p.sawToken {
-		p.deltas++ // an estimate: chunks from the first token on
+		p.Deltas++ // an estimate: chunks from the first token on
 	}
 	out = p.chatUsage(ev, data)
 	return out, out != nil
@@ -351,11 +352,11 @@ func (p *pump) event(ev []byte) (out []byte, keep bool) {
 
 // typed reports whether the stream's API names its events' types and ends
 // with a terminal event of its own (Responses, Messages).
-func (p *pump) typed() bool { return p.ep.Spec().Typed }
+func (p *Pump) typed() bool { return p.API.Spec().Typed }
 
-func (p *pump) depthBound() int {
-	if p.maxDepth > 0 {
-		return p.maxDepth
+func (p *Pump) depthBound() int {
+	if p.MaxDepth > 0 {
+		return p.MaxDepth
 	}
 	return upstream.ReplicaDepth(policy.DefaultMaxJSONDepth)
 }
@@ -368,7 +369,7 @@ func (p *pump) depthBound() int {
 // and a "usage" key nested inside another value is never touched. A chunk
 // that carries usage and no choice is the usage chunk the client did not
 // ask for, and is dropped whole (nil).
-func (p *pump) chatUsage(ev, data []byte) []byte {
+func (p *Pump) chatUsage(ev, data []byte) []byte {
 	k := bytes.Index(data, usageKey)
 	// A key can spell "usage" with \u escapes; without one, a chunk with
 	// no "usage" has no usage member.
@@ -382,7 +383,7 @@ func (p *pump) chatUsage(ev, data []byte) []byte {
 	if !escaped && bytes.LastIndex(data, usageKey) == k && objectDepth(data[:k]) == 1 {
 		if v := sse.SkipSpace(data[k+len(usageKey):]); len(v) > 0 && v[0] == ':' {
 			if v = sse.SkipSpace(v[1:]); bytes.HasPrefix(v, []byte("null")) {
-				if !p.injected {
+				if !p.Injected {
 					return ev
 				}
 				valueEnd := len(data) - len(v) + len("null")
@@ -392,7 +393,7 @@ func (p *pump) chatUsage(ev, data []byte) []byte {
 	}
 	if !wire.CheckDepth(data, p.depthBound()) {
 		// Too deep to parse safely, and it may carry usage.
-		p.refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
+		p.Refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
 		return nil
 	}
 	if !gjson.ValidBytes(data) {
@@ -405,13 +406,13 @@ func (p *pump) chatUsage(ev, data []byte) []byte {
 		return ev
 	}
 	if u := usage[len(usage)-1].val; u.IsObject() {
-		p.prompt, p.completion = u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
-		p.sawUsage = true
-		if p.usageModel == "" {
-			p.usageModel = gjson.GetBytes(data, "model").String()
+		p.Prompt, p.Completion = u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
+		p.SawUsage = true
+		if p.UsageModel == "" {
+			p.UsageModel = gjson.GetBytes(data, "model").String()
 		}
 	}
-	if !p.injected {
+	if !p.Injected {
 		return ev
 	}
 	object := slices.ContainsFunc(usage, func(m member) bool { return m.val.IsObject() })
@@ -433,30 +434,30 @@ func (p *pump) chatUsage(ev, data []byte) []byte {
 // names its type: the first token, usage, the terminal event. Events pass
 // through unchanged (but for rewriteModel, and the calls to custom tools
 // of a Responses stream); nil drops the event.
-func (p *pump) typedEvent(ev, data []byte) []byte {
+func (p *Pump) typedEvent(ev, data []byte) []byte {
 	if !wire.CheckDepth(data, p.depthBound()) {
-		p.refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
+		p.Refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
 		return nil
 	}
 	root := gjson.ParseBytes(data)
 	typ := root.Get("type").Str
-	if rs := p.resume; rs != nil && rs.Typed != nil && (rs.Broken == "" || rs.Cont) {
+	if rs := p.Resume; rs != nil && rs.Typed != nil && (rs.Broken == "" || rs.Cont) {
 		// While a continuation runs its translation keeps following what
 		// was sent, even once the answer cannot be resumed again.
 		rs.Typed.Observe(typ, root)
 	}
-	if p.ep == wire.Responses {
+	if p.API == wire.Responses {
 		switch typ {
 		case "response.output_text.delta", "response.function_call_arguments.delta", "response.refusal.delta":
 			p.noteToken()
 		case "response.completed", "response.incomplete", "response.failed":
 			p.complete = true
 			if u := root.Get("response.usage"); u.IsObject() {
-				p.prompt, p.completion, p.sawUsage = u.Get("input_tokens").Int(), u.Get("output_tokens").Int(), true
+				p.Prompt, p.Completion, p.SawUsage = u.Get("input_tokens").Int(), u.Get("output_tokens").Int(), true
 			}
-			p.usageModel = root.Get("response.model").Str
+			p.UsageModel = root.Get("response.model").Str
 		}
-		if p.custom != nil {
+		if p.Custom != nil {
 			nev, nd := p.customEvent(ev, data, root, typ)
 			if nev == nil {
 				return nil
@@ -475,15 +476,15 @@ func (p *pump) typedEvent(ev, data []byte) []byte {
 			// The response object: ids that name the replica, and usage
 			// without vLLM's per-turn arrays.
 			nd := wire.TrimUsage(data, "response.")
-			if p.idTag != "" {
-				nd = wire.EncodeResponseIDs(nd, p.idTag, p.ids)
+			if p.IDTag != "" {
+				nd = wire.EncodeResponseIDs(nd, p.IDTag, p.IDs)
 			}
 			if !bytes.Equal(nd, data) {
 				ev = sse.RebuildData(ev, nd)
 				data, _ = sse.EventData(ev)
 			}
 		}
-		if p.rewriteModel != "" && root.Get("response.model").Exists() {
+		if p.RewriteModel != "" && root.Get("response.model").Exists() {
 			ev, _ = p.rewrite(ev, data, "response.model")
 		}
 		return ev
@@ -491,9 +492,9 @@ func (p *pump) typedEvent(ev, data []byte) []byte {
 	switch typ {
 	case "message_start":
 		u := root.Get("message.usage")
-		p.prompt, p.completion, p.sawUsage = u.Get("input_tokens").Int(), u.Get("output_tokens").Int(), u.IsObject()
-		p.usageModel = root.Get("message.model").Str
-		if p.rewriteModel != "" {
+		p.Prompt, p.Completion, p.SawUsage = u.Get("input_tokens").Int(), u.Get("output_tokens").Int(), u.IsObject()
+		p.UsageModel = root.Get("message.model").Str
+		if p.RewriteModel != "" {
 			ev, _ = p.rewrite(ev, data, "message.model")
 		}
 	case "content_block_delta":
@@ -503,10 +504,10 @@ func (p *pump) typedEvent(ev, data []byte) []byte {
 		// tokens, when the server repeats them).
 		if u := root.Get("usage"); u.IsObject() {
 			if o := u.Get("output_tokens"); o.Exists() {
-				p.completion, p.sawUsage = o.Int(), true
+				p.Completion, p.SawUsage = o.Int(), true
 			}
 			if i := u.Get("input_tokens"); i.Exists() && i.Int() > 0 {
-				p.prompt = i.Int()
+				p.Prompt = i.Int()
 			}
 		}
 	case "message_stop":
@@ -515,23 +516,23 @@ func (p *pump) typedEvent(ev, data []byte) []byte {
 	return ev
 }
 
-func (p *pump) noteToken() {
-	p.deltas++
+func (p *Pump) noteToken() {
+	p.Deltas++
 	if !p.sawToken {
 		p.sawToken = true
-		if p.token != nil {
-			p.token.firstToken()
+		if p.Token != nil {
+			p.Token.FirstToken()
 		}
 	}
 }
 
 // rewrite sets the string at path of an event's data to rewriteModel,
 // rebuilding the event as one data line.
-func (p *pump) rewrite(ev, data []byte, path string) ([]byte, []byte) {
+func (p *Pump) rewrite(ev, data []byte, path string) ([]byte, []byte) {
 	if !gjson.GetBytes(data, path).Exists() {
 		return ev, data
 	}
-	nd, err := sjson.SetBytes(bytes.Clone(data), path, p.rewriteModel)
+	nd, err := sjson.SetBytes(bytes.Clone(data), path, p.RewriteModel)
 	if err != nil {
 		return ev, data
 	}
@@ -541,21 +542,21 @@ func (p *pump) rewrite(ev, data []byte, path string) ([]byte, []byte) {
 }
 
 // write sends b to the client, bounding how long it may block.
-func (p *pump) write(b []byte) error {
+func (p *Pump) Write(b []byte) error {
 	p.armWrite()
-	if _, err := p.w.Write(b); err != nil {
-		return fmt.Errorf("%w: %w", errClientGone, err)
+	if _, err := p.W.Write(b); err != nil {
+		return fmt.Errorf("%w: %w", ErrClientGone, err)
 	}
 	return nil
 }
 
-func (p *pump) flush() error {
-	if p.rc == nil {
+func (p *Pump) Flush() error {
+	if p.RC == nil {
 		return nil
 	}
 	p.armWrite()
-	if err := p.rc.Flush(); err != nil {
-		return fmt.Errorf("%w: %w", errClientGone, err)
+	if err := p.RC.Flush(); err != nil {
+		return fmt.Errorf("%w: %w", ErrClientGone, err)
 	}
 	return nil
 }
@@ -565,16 +566,16 @@ func (p *pump) flush() error {
 // after between 3/4 and all of write_timeout without progress. net/http
 // lifts the deadline once the handler returns, so a later request on the
 // same connection does not inherit it.
-func (p *pump) armWrite() {
-	if p.writeTimeout <= 0 || p.rc == nil {
+func (p *Pump) armWrite() {
+	if p.WriteTimeout <= 0 || p.RC == nil {
 		return
 	}
 	now := time.Now()
-	if p.deadline.Sub(now) > p.writeTimeout*3/4 {
+	if p.deadline.Sub(now) > p.WriteTimeout*3/4 {
 		return
 	}
-	p.deadline = now.Add(p.writeTimeout)
-	_ = p.rc.SetWriteDeadline(p.deadline)
+	p.deadline = now.Add(p.WriteTimeout)
+	_ = p.RC.SetWriteDeadline(p.deadline)
 }
 
 // fail ends a stream the replica cut with an error event, starting on a
@@ -584,24 +585,24 @@ func (p *pump) armWrite() {
 // test). Aborting
 // the connection instead, as a proxy without an error channel must, makes
 // the Vercel AI SDK report only "Failed to process successful response".
-func (p *pump) fail(ae *wire.APIError) {
+func (p *Pump) Fail(ae *wire.APIError) {
 	if p.midEvent {
-		_ = p.write([]byte("\n\n"))
+		_ = p.Write([]byte("\n\n"))
 	}
-	switch p.ep {
+	switch p.API {
 	case wire.Responses:
 		// The Responses API's error event, numbered after the last event.
-		_ = p.write([]byte("event: error\ndata: "))
-		_ = p.write(ae.ResponsesEvent(p.seq + 1))
+		_ = p.Write([]byte("event: error\ndata: "))
+		_ = p.Write(ae.ResponsesEvent(p.seq + 1))
 	case wire.Messages:
-		_ = p.write([]byte("event: error\ndata: "))
-		_ = p.write(ae.AnthropicBody())
+		_ = p.Write([]byte("event: error\ndata: "))
+		_ = p.Write(ae.AnthropicBody())
 	default:
-		_ = p.write([]byte("data: "))
-		_ = p.write(ae.Body())
+		_ = p.Write([]byte("data: "))
+		_ = p.Write(ae.Body())
 	}
-	_ = p.write([]byte("\n\n"))
-	_ = p.flush()
+	_ = p.Write([]byte("\n\n"))
+	_ = p.Flush()
 }
 
 // hasToken reports whether a chunk carries the first generated content: a
@@ -658,10 +659,10 @@ func objectDepth(prefix []byte) int {
 // chunk is translated into the client API's events, each then relayed as
 // one from the replica would be (ids rewritten, tokens, usage and the
 // terminal event noted).
-func (p *pump) translated(data []byte) ([]byte, bool) {
-	rs := p.resume
+func (p *Pump) translated(data []byte) ([]byte, bool) {
+	rs := p.Resume
 	if !wire.CheckDepth(data, p.depthBound()) {
-		p.refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
+		p.Refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
 		return nil, false
 	}
 	done := strings.TrimSpace(string(data)) == string(doneValue)
@@ -670,7 +671,7 @@ func (p *pump) translated(data []byte) ([]byte, bool) {
 		d = rs.ReadChatDelta(data)
 		if d.ToolCall {
 			rs.Broken = "the continuation called a tool"
-			p.refused = fmt.Errorf("%w: %s", resume.ErrNotContinued, rs.Broken)
+			p.Refused = fmt.Errorf("%w: %s", resume.ErrNotContinued, rs.Broken)
 			return nil, false
 		}
 		if d.Finish != "" {
@@ -682,11 +683,11 @@ func (p *pump) translated(data []byte) ([]byte, bool) {
 	}
 	evs, err := rs.Typed.Translate(p.seq, d, done)
 	if err != nil {
-		p.refused = err
+		p.Refused = err
 		return nil, false
 	}
 	if done {
-		p.sawDone = true
+		p.SawDone = true
 	}
 	var out []byte
 	for len(evs) > 0 {
@@ -697,9 +698,11 @@ func (p *pump) translated(data []byte) ([]byte, bool) {
 		evs = evs[n:]
 		d, _ := sse.EventData(ev)
 		out = append(out, p.typedEvent(ev, d)...)
-		if p.refused != nil {
+		if p.Refused != nil {
 			return nil, false
 		}
 	}
 	return out, len(out) > 0
 }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
