@@ -93,7 +93,7 @@ func (g *Gateway) ExplainAPI(ctx context.Context, header http.Header, body []byt
 	if !tgt.policy {
 		d = policy.Decision{Route: "direct", Pools: []string{tgt.pool.Name}, Matched: []string{"direct"}}
 	} else {
-		x.forceClass = class
+		x.classify.force = class
 		d = g.decide(ctx, r, x, true)
 	}
 	e := &Explanation{Route: d.Route, Pool: d.Pools[0], Fallback: d.Pools[1:], Matched: d.Matched, Skipped: d.Skipped,
@@ -116,7 +116,7 @@ func (g *Gateway) ExplainAPI(ctx context.Context, header http.Header, body []byt
 	if d.Classified {
 		e.Class = d.Class
 	}
-	if r := x.classRes; r.Outcome != "" {
+	if r := x.classify.res; r.Outcome != "" {
 		e.Classifier = &ClassifierOutcome{Result: r.Outcome, Fallback: r.Fallback()}
 		if r.Err != nil {
 			e.Classifier.Error = r.Err.Error()

@@ -51,78 +51,109 @@ type exchange struct {
 	status   int
 	retries  int
 	fallback string
-	ttft     time.Duration
-	prompt   int64
-	complete int64
+	tokens   tokenCounts
 	errMsg   string
 	// resume says what became of a stream its replica cut (access log).
 	resume string
-	span   trace.Span
+	tel    telemetry
 	// sent is the status line sent to the client (0: none), for the
 	// span; status is what the exchange came to.
 	sent int
-	// spanSettings caches the request's gen_ai.request.* attributes.
-	spanSettings []attribute.KeyValue
-	// session is the request's session id ("" without one), once
-	// sessionSet.
-	session    string
-	sessionSet bool
-	// sessionKey is the policy's key of the session's decision ("" without
-	// a session).
-	sessionKey string
-	// forceClass, for explain --class, stands in for the classifier.
-	forceClass string
+	sess sessionState
+	// classify is what the classifier said, or what explain --class
+	// says instead.
+	classify classifyState
 	// moreInChain: a pool follows the one being tried in the decision's
 	// chain (a context overflow moves on to it).
 	moreInChain bool
-	// classRes is the classifier's answer, when it was asked.
-	classRes classifier.Result
 	// clientModel, with models[].rewrite_response_model, is the model name
 	// written back into the answer.
 	clientModel string
-	// pinned is the one replica the exchange may use (a stored response's);
-	// storedID and storedSuffix make the upstream path of GET, DELETE and
-	// cancel of a stored response (method the client's).
-	pinned *pools.Replica
+	// stored is the replica a stored response's follow-up must reach.
+	stored storedTarget
 	// rep is the replica that took the last attempt (the status page's
 	// per-replica outcomes).
-	rep          *pools.Replica
-	storedID     string
-	storedSuffix string
-	// custom names the request's Responses custom tools, offered to vLLM
-	// as function tools: calls to them are turned back into custom tool
-	// calls in the answer (nil, and nothing looked at, without them).
-	custom wire.CustomTools
+	rep *pools.Replica
+	// attempt is the upstream state, kept here so that placing a request
+	// allocates nothing of its own; stream the state of a streamed answer.
+	attempt attemptState
+	stream  streamState
+}
 
-	// Upstream state, kept here so that placing a request allocates
-	// nothing of its own.
+// classifyState is the classifier's part of an exchange: force, for
+// explain --class, stands in for the classifier; res is its answer, when
+// it was asked.
+type classifyState struct {
+	force string
+	res   classifier.Result
+}
+
+// tokenCounts are the answer's time to first token and its usage.
+type tokenCounts struct {
+	ttft               time.Duration
+	prompt, completion int64
+}
+
+// telemetry is the exchange's server span and its cached attributes.
+type telemetry struct {
+	span trace.Span
+	// settings caches the request's gen_ai.request.* attributes.
+	settings []attribute.KeyValue
+}
+
+// sessionState is the request's session: its id ("" without one), once
+// set, and the policy's key of the session's decision ("" without a
+// session).
+type sessionState struct {
+	id  string
+	set bool
+	key string
+}
+
+// storedTarget, for a request about a stored response, is the one replica
+// the exchange may use (pinned) and the upstream path of GET, DELETE and
+// cancel (id and suffix; the method is the client's).
+type storedTarget struct {
+	pinned     *pools.Replica
+	id, suffix string
+}
+
+// attemptState is what one placement of the request on a pool needs: the
+// client attempt, the pool's request, the execution and its clock.
+type attemptState struct {
 	up    upstreamCall
 	preq  pools.Request
 	exec  upstream.Execution
 	clock upstream.Clock
-	// end is how a relayed answer ended when not as its status line said;
-	// finish maps it to the status counted (statusOf).
-	end ending
-	// cut is a stream its replica cut, left for resume; cont makes the
-	// continuation's attempts.
-	cut  *cutStream
-	cont continuation
-	pump pump.Pump
-	rc   *http.ResponseController
+}
+
+// streamState is the state of a streamed answer, owned by the attempt that
+// relays it: the pump, the Responses custom tools offered as function
+// tools (calls to them are turned back into custom tool calls; nil
+// without them), how the answer ended when not as its status line said
+// (finish maps it to the status counted, statusOf), a stream its replica
+// cut (left for resume) and the continuation's attempts.
+type streamState struct {
+	pump   pump.Pump
+	rc     *http.ResponseController
+	custom wire.CustomTools
+	end    ending
+	cut    *cutStream
+	cont   continuation
 }
 
 // responseController returns the exchange's one controller of w.
 func (x *exchange) responseController(w http.ResponseWriter) *http.ResponseController {
-	if x.rc == nil {
-		x.rc = http.NewResponseController(w)
+	if x.stream.rc == nil {
+		x.stream.rc = http.NewResponseController(w)
 	}
-	return x.rc
+	return x.stream.rc
 }
 
 // FirstToken records the time to the first token.
 func (x *exchange) FirstToken() {
-	x.ttft = time.Since(x.start)
-	x.g.metrics.ttft.WithLabelValues(x.pool).Observe(x.ttft.Seconds())
+	x.tokens.ttft = time.Since(x.start)
+	x.g.metrics.ttft.WithLabelValues(x.pool).Observe(x.tokens.ttft.Seconds())
 }
 
 func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) { g.serve(w, r, wire.Chat) }
@@ -155,9 +186,9 @@ func (g *Gateway) startExchange(r *http.Request, x *exchange) context.Context {
 	if g.tracing {
 		ctx = g.prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
 	}
-	ctx, x.span = g.startSpan(ctx, "switchyard.request", trace.WithSpanKind(trace.SpanKindServer))
-	if x.span.IsRecording() {
-		x.span.SetAttributes(serverRequestAttrs(r, x.ep)...)
+	ctx, x.tel.span = g.startSpan(ctx, "switchyard.request", trace.WithSpanKind(trace.SpanKindServer))
+	if x.tel.span.IsRecording() {
+		x.tel.span.SetAttributes(serverRequestAttrs(r, x.ep)...)
 	}
 	return ctx
 }
@@ -179,7 +210,7 @@ func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix
 	x := g.newExchange(w, r, wire.Responses)
 	ctx := g.startExchange(r, x)
 	defer g.finish(x)
-	x.storedSuffix = suffix
+	x.stored.suffix = suffix
 	s := x.snap
 	// bounded armed server.body_timeout for the body; it is lifted once
 	// the body is read.
@@ -235,7 +266,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return err
 	}
 	x.info = info
-	x.body, x.custom = wire.Adapt(x.ep, body)
+	x.body, x.stream.custom = wire.Adapt(x.ep, body)
 	if key != nil && key.limiter != nil {
 		if wait := key.wait(g.opts.Now()); wait > 0 {
 			return &retryAfter{err: fmt.Errorf("%w: API key %q is over its rate of %g requests/s", errRateLimited, key.name, key.rate.RPS), after: wait}
@@ -271,7 +302,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		// condition reads on_error's label; a session's decision is used
 		// as it stands and none is made).
 		if cl := s.Config.Classifier; cl != nil {
-			x.forceClass = cl.OnError
+			x.classify.force = cl.OnError
 		}
 		x.decision = g.decide(ctx, r, x, true)
 	case !x.ep.Generates():
@@ -280,7 +311,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		x.decision = g.decide(ctx, r, x, false)
 	}
 	x.route = x.decision.Route
-	if x.decision.Classified && x.forceClass == "" {
+	if x.decision.Classified && x.classify.force == "" {
 		x.class = x.decision.Class
 		w.Header().Set(headerClass, x.class)
 	}
@@ -324,7 +355,7 @@ const (
 // status line sent, unless it ended otherwise (ending), 200 when nothing
 // set one. It is decided here, once, at the edge.
 func (x *exchange) statusOf() int {
-	switch x.end {
+	switch x.stream.end {
 	case endClientLeft:
 		return statusClientClosed
 	case endCut:
@@ -350,7 +381,7 @@ func (g *Gateway) fail(w http.ResponseWriter, x *exchange, err error, detail str
 
 // sample is what the status page keeps of the finished exchange.
 func (x *exchange) sample() admin.Sample {
-	sm := admin.Sample{API: x.ep, Pool: x.pool, Replica: x.replica, Status: x.status, TTFT: x.ttft, Route: x.route, Class: x.class}
+	sm := admin.Sample{API: x.ep, Pool: x.pool, Replica: x.replica, Status: x.status, TTFT: x.tokens.ttft, Route: x.route, Class: x.class}
 	if x.rep != nil {
 		sm.Endpoint = x.rep.Endpoint
 	}
@@ -377,10 +408,10 @@ func (g *Gateway) finish(x *exchange) {
 		g.metrics.duration.WithLabelValues(x.pool).Observe(elapsed.Seconds())
 	}
 	g.status.Record(x.sample(), g.opts.Now(), elapsed)
-	if x.span.IsRecording() {
+	if x.tel.span.IsRecording() {
 		g.endServerSpan(x)
 	}
-	x.span.End()
+	x.tel.span.End()
 	if !g.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
@@ -396,11 +427,11 @@ func (g *Gateway) finish(x *exchange) {
 	if x.info != nil {
 		attrs = append(attrs, slog.String("model", wire.Clip(x.info.Model)), slog.Bool("stream", x.info.Stream))
 	}
-	if x.ttft > 0 {
-		attrs = append(attrs, slog.Float64("ttft_ms", float64(x.ttft.Microseconds())/1000))
+	if x.tokens.ttft > 0 {
+		attrs = append(attrs, slog.Float64("ttft_ms", float64(x.tokens.ttft.Microseconds())/1000))
 	}
-	if x.prompt+x.complete > 0 {
-		attrs = append(attrs, slog.Int64("prompt_tokens", x.prompt), slog.Int64("completion_tokens", x.complete))
+	if x.tokens.prompt+x.tokens.completion > 0 {
+		attrs = append(attrs, slog.Int64("prompt_tokens", x.tokens.prompt), slog.Int64("completion_tokens", x.tokens.completion))
 	}
 	if x.errMsg != "" {
 		attrs = append(attrs, slog.String("error", x.errMsg))

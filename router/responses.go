@@ -98,7 +98,7 @@ func (x *exchange) pinToStored(id, param string) error {
 	if found == nil {
 		return errResponseNotFound(id, param, "the replica that stored it is no longer configured")
 	}
-	x.pinned = found
+	x.stored.pinned = found
 	x.decision = policy.Decision{Route: "stored", Pools: []string{foundPool.Name}}
 	if x.info.PreviousResponse != "" {
 		b, err := sjson.SetBytes(x.body, "previous_response_id", orig)
@@ -107,7 +107,7 @@ func (x *exchange) pinToStored(id, param string) error {
 		}
 		x.body = b
 	} else {
-		x.storedID = orig
+		x.stored.id = orig
 	}
 	return nil
 }

@@ -27,9 +27,9 @@ import (
 // request. When no continuation completes the client's stream, it ends
 // with the API's error event.
 func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
-	cut := x.cut
-	x.cut = nil
-	p := &x.pump
+	cut := x.stream.cut
+	x.stream.cut = nil
+	p := &x.stream.pump
 	rs := p.Resume
 	reason := rs.Broken
 	switch {
@@ -46,7 +46,7 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 		// A request that cannot be continued is found before any replica
 		// is asked (the body is made again for each attempt, with what
 		// was sent by then).
-		if _, _, err := rs.Request(x.up.body); err != nil {
+		if _, _, err := rs.Request(x.attempt.up.body); err != nil {
 			reason = err.Error()
 		}
 	}
@@ -56,24 +56,24 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 		g.endCut(x, ps, cut.rep, cut.err)
 		return
 	}
-	x.cont = continuation{x: x, failed: cut.rep, cut: cut}
-	x.exec = upstream.Execution{Pool: ps.Pool, Req: &x.preq, Attempts: ps.cfg.Resume.MaxAttempts, Call: &x.cont}
-	x.exec.Avoid[0] = cut.rep
+	x.stream.cont = continuation{x: x, failed: cut.rep, cut: cut}
+	x.attempt.exec = upstream.Execution{Pool: ps.Pool, Req: &x.attempt.preq, Attempts: ps.cfg.Resume.MaxAttempts, Call: &x.stream.cont}
+	x.attempt.exec.Avoid[0] = cut.rep
 	var res upstream.Result
 	if ps.CanTake(func(r *pools.Replica) bool { return r.Endpoint == cut.rep.Endpoint }) {
-		res = g.exec.Execute(ctx, &x.exec)
-		x.retries += x.exec.Retries
+		res = g.exec.Execute(ctx, &x.attempt.exec)
+		x.retries += x.attempt.exec.Retries
 	} else {
 		res.Err = errors.New("no other replica of the pool can take it")
 	}
-	if !res.Done && ctx.Err() != nil && x.end != endClientLeft {
+	if !res.Done && ctx.Err() != nil && x.stream.end != endClientLeft {
 		// The client left while a continuation was asked for (in a queue,
 		// a backoff or before its answer): nothing more is written. One
 		// that hung up after the continuation's end (as soon as it had
 		// [DONE]) has its whole answer.
-		g.clientLeft(ctx, x, ctx.Err(), x.span)
+		g.clientLeft(ctx, x, ctx.Err(), x.tel.span)
 	}
-	if x.end == endClientLeft {
+	if x.stream.end == endClientLeft {
 		x.resume = "the client left during the resume"
 		return
 	}
@@ -88,9 +88,9 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 	}
 	g.metrics.resumes.WithLabelValues(ps.Name, "resumed").Inc()
 	x.resume = fmt.Sprintf("resumed on %s after %d deltas", x.rep.Name, rs.Offset)
-	x.end = endNormal // the client's stream was completed
+	x.stream.end = endNormal // the client's stream was completed
 	if p.SawUsage {
-		g.recordUsage(x, ps, p.Prompt, p.Completion, p.UsageModel, x.span)
+		g.recordUsage(x, ps, p.Prompt, p.Completion, p.UsageModel, x.tel.span)
 	}
 	g.log.Warn("stream cut by replica; resumed on another replica", "request_id", x.id, "pool", ps.Name,
 		"replica", cut.rep.Name, "error", cut.err.Error())
@@ -116,9 +116,9 @@ func (c *continuation) Acquired(rep *pools.Replica) {
 // (a status other than 200) is not: the others would refuse it too.
 func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Result {
 	x := c.x
-	g, ps, p := x.g, x.up.ps, &x.pump
+	g, ps, p := x.g, x.attempt.up.ps, &x.stream.pump
 	rs := p.Resume
-	path, body, err := rs.Request(x.up.body)
+	path, body, err := rs.Request(x.attempt.up.body)
 	if err != nil {
 		rs.Broken = err.Error()
 		return upstream.Result{Outcome: pools.Neutral, Err: err}
@@ -128,7 +128,7 @@ func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Re
 		trace.WithLinks(trace.Link{SpanContext: c.cut.span}))
 	defer span.End()
 	if sw := c.cut.sw; sw != nil {
-		defer func() { setResponseAttrs(span, x.span, sw.resp.attrs()) }()
+		defer func() { setResponseAttrs(span, x.tel.span, sw.resp.attrs()) }()
 	}
 	if span.IsRecording() {
 		span.SetAttributes(attrSwitchyardPool.String(ps.Name), attrSwitchyardReplica.String(rep.Name),
@@ -136,9 +136,9 @@ func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Re
 			attrGenAIOperation.String(x.ep.Operation()), attrGenAIProvider.String(genAIProvider))
 		span.SetAttributes(genAIRequestAttrs(body)...) // the model is the pool's
 	}
-	clock := &x.clock
+	clock := &x.attempt.clock
 	defer clock.Stop()
-	resp, hctx, res := g.send(ctx, span, sendSpec{ps: ps, rep: rep, clock: clock, ex: &x.exec, what: "resume: ", x: x, body: body, path: path})
+	resp, hctx, res := g.send(ctx, span, sendSpec{ps: ps, rep: rep, clock: clock, ex: &x.attempt.exec, what: "resume: ", x: x, body: body, path: path})
 	if resp == nil {
 		if ctx.Err() != nil {
 			g.clientLeft(ctx, x, ctx.Err(), span)
@@ -176,7 +176,7 @@ func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Re
 	var pt *upstream.PhaseTimeout
 	switch cause := context.Cause(hctx); {
 	case errors.Is(cause, errShuttingDown):
-		x.end = endShutdown
+		x.stream.end = endShutdown
 		return upstream.Result{Outcome: pools.Neutral, Err: errShuttingDown}
 	case errors.As(cause, &pt) && pt == ps.timeouts.TotalErr:
 		// A long answer, not a failing replica: not continued again.

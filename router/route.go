@@ -28,13 +28,13 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	}
 	var preq *policy.Request
 	var in classifier.Input
-	preq, in, x.session = policyRequest(s, r, key, info)
-	x.sessionSet, x.sessionKey = true, preq.Session
+	preq, in, x.sess.id = policyRequest(s, r, key, info)
+	x.sess.set, x.sess.key = true, preq.Session
 	d := s.Policy.Decide(preq, func() policy.Classification {
-		if x.forceClass != "" {
+		if x.classify.force != "" {
 			// explain --class: the class stands in for the classifier's
 			// answer; everything else is decided as serving decides.
-			return policy.Classification{Label: x.forceClass, Scores: map[string]float64{x.forceClass: 1}}
+			return policy.Classification{Label: x.classify.force, Scores: map[string]float64{x.classify.force: 1}}
 		}
 		return g.classify(ctx, x, in)
 	}, explain)
@@ -190,7 +190,7 @@ func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input
 			span.SetAttributes(attribute.String("switchyard.classifier.result", res.Outcome))
 		}
 	}
-	x.classRes = res
+	x.classify.res = res
 	if res.Err != nil {
 		span.SetStatus(codes.Error, res.Err.Error())
 		if res.Outcome != classifier.OutcomeCircuitOpen { // the breaker logs when it opens and closes
@@ -282,12 +282,12 @@ func contentText(c gjson.Result) string {
 // affinityKey groups requests sharing a prompt prefix: the session id when
 // there is one, else a hash of the leading depth messages.
 func affinityKey(x *exchange, r *http.Request, depth int) string {
-	if !x.sessionSet { // a request no policy decided (a pinned pool)
-		x.session, _, _ = sessionID(x.snap, r, x.info)
-		x.sessionSet = true
+	if !x.sess.set { // a request no policy decided (a pinned pool)
+		x.sess.id, _, _ = sessionID(x.snap, r, x.info)
+		x.sess.set = true
 	}
-	if x.session != "" {
-		return "s:" + x.session
+	if x.sess.id != "" {
+		return "s:" + x.sess.id
 	}
 	var h uint64 = 14695981039346656037
 	n := 0

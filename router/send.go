@@ -58,7 +58,7 @@ func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *
 	var req *http.Request
 	var err error
 	if a.x != nil {
-		req, err = g.upstreamRequest(ctx, hctx, a.x, a.x.up.r, a.ps, a.rep, a.body, a.path)
+		req, err = g.upstreamRequest(ctx, hctx, a.x, a.x.attempt.up.r, a.ps, a.rep, a.body, a.path)
 	} else {
 		req, err = a.build(hctx)
 	}
@@ -113,8 +113,8 @@ func (g *Gateway) upstreamRequest(ctx, hctx context.Context, x *exchange, r *htt
 	switch {
 	case path != "":
 		target = rep.Base() + path
-	case x.storedID != "":
-		method, target = r.Method, rep.Base()+"/v1/responses/"+url.PathEscape(x.storedID)+x.storedSuffix
+	case x.stored.id != "":
+		method, target = r.Method, rep.Base()+"/v1/responses/"+url.PathEscape(x.stored.id)+x.stored.suffix
 		if r.URL.RawQuery != "" {
 			target += "?" + r.URL.RawQuery // stream, starting_after, include
 		}
@@ -205,8 +205,8 @@ func (g *Gateway) countTokensLocally(w http.ResponseWriter, x *exchange, resp *h
 func (x *exchange) rewriteAnswer(answer []byte, rep *pools.Replica) []byte {
 	if x.ep == wire.Responses {
 		answer = wire.TrimUsage(wire.EncodeResponseIDs(answer, replicaTag(rep), x.ids()), "")
-		if x.custom != nil {
-			answer = wire.CustomOutput(answer, "output", x.custom)
+		if x.stream.custom != nil {
+			answer = wire.CustomOutput(answer, "output", x.stream.custom)
 		}
 	}
 	if x.clientModel != "" && gjson.GetBytes(answer, "model").Exists() {
@@ -226,17 +226,17 @@ func (g *Gateway) usage(x *exchange, ps *poolState, data []byte, span trace.Span
 
 // recordUsage counts one request's tokens, once.
 func (g *Gateway) recordUsage(x *exchange, ps *poolState, p, c int64, model string, span trace.Span) {
-	x.prompt, x.complete = p, c
+	x.tokens.prompt, x.tokens.completion = p, c
 	g.metrics.tokens.WithLabelValues(ps.Name, "prompt").Add(float64(p))
 	g.metrics.tokens.WithLabelValues(ps.Name, "completion").Add(float64(c))
 	g.metrics.keyTokens.WithLabelValues(x.keyName(), "prompt").Add(float64(p))
 	g.metrics.keyTokens.WithLabelValues(x.keyName(), "completion").Add(float64(c))
 	if span.IsRecording() {
 		if model != "" {
-			setResponseAttrs(span, x.span, []attribute.KeyValue{attrGenAIResponseModel.String(model)})
+			setResponseAttrs(span, x.tel.span, []attribute.KeyValue{attrGenAIResponseModel.String(model)})
 		}
 		setUsage(span, p, c)
-		setUsage(x.span, p, c)
+		setUsage(x.tel.span, p, c)
 	}
 }
 

@@ -94,7 +94,7 @@ func (g *Gateway) shadowDecide(ctx context.Context, x *exchange, live policy.Dec
 	// The shadow policy has no session store; the session id still
 	// picks its splits, as the live policy's.
 	req := *preq
-	if res := x.classRes; res.Outcome != "" || x.snap.classifier == nil {
+	if res := x.classify.res; res.Outcome != "" || x.snap.classifier == nil {
 		cls := policy.Classification{Label: res.Label, Scores: res.Scores, Fallback: res.Fallback()}
 		sh.record(g, live, sh.policy.Decide(&req, func() policy.Classification { return cls }, false))
 		return

@@ -171,13 +171,13 @@ func genAIRequestAttrs(body []byte) []attribute.KeyValue {
 // model excluded: the upstream spans name the pool's), read from the body
 // once.
 func (x *exchange) requestSettings() []attribute.KeyValue {
-	if x.spanSettings == nil {
-		x.spanSettings = genAIRequestAttrs(x.body)
-		if len(x.spanSettings) > 0 && x.spanSettings[0].Key == attrGenAIRequestModel {
-			x.spanSettings = x.spanSettings[1:]
+	if x.tel.settings == nil {
+		x.tel.settings = genAIRequestAttrs(x.body)
+		if len(x.tel.settings) > 0 && x.tel.settings[0].Key == attrGenAIRequestModel {
+			x.tel.settings = x.tel.settings[1:]
 		}
 	}
-	return x.spanSettings
+	return x.tel.settings
 }
 
 // The span helpers below do nothing on a span that does not record, so
@@ -339,9 +339,9 @@ func (g *Gateway) endServerSpan(x *exchange) {
 			et = errTypeStreamCut
 		}
 		kvs = append(kvs, attrErrorType.String(et))
-		x.span.SetStatus(codes.Error, x.errMsg)
+		x.tel.span.SetStatus(codes.Error, x.errMsg)
 	}
-	x.span.SetAttributes(kvs...)
+	x.tel.span.SetAttributes(kvs...)
 }
 
 // setResponseAttrs sets an answer's gen_ai.response.* attributes on the

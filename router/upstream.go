@@ -64,7 +64,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 			case errors.Is(lastErr, errContextLength):
 				reason = "context_length"
 				// The conversation only grows: its later turns start here.
-				s.Policy.Escalate(x.sessionKey, x.decision, chain[i:])
+				s.Policy.Escalate(x.sess.key, x.decision, chain[i:])
 			case !errors.Is(lastErr, upstream.ErrNoReplica):
 				reason = "upstream_error"
 			}
@@ -79,7 +79,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 		lastErr = err
 		if ctx.Err() != nil {
-			x.end = endClientLeft
+			x.stream.end = endClientLeft
 			return
 		}
 		// A timeout or an over-size answer is the request's own result,
@@ -153,21 +153,21 @@ func (g *Gateway) placeOn(ctx context.Context, w http.ResponseWriter, r *http.Re
 			body, injected = b, true
 		}
 	}
-	x.preq = pools.Request{}
+	x.attempt.preq = pools.Request{}
 	if x.key != nil {
 		// Waiting for a full replica, keys take turns by weight.
-		x.preq.Tenant, x.preq.Weight = x.key.name, x.key.weight
+		x.attempt.preq.Tenant, x.attempt.preq.Weight = x.key.name, x.key.weight
 	}
 	if ps.NeedsKey() {
-		x.preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
+		x.attempt.preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
 	}
 	// Until a replica is chosen, an error names this pool and no replica.
 	x.pool, x.replica = ps.Name, ""
-	x.up = upstreamCall{w: w, r: r, ps: ps, body: body, injected: injected}
-	x.exec = upstream.Execution{Pool: ps.Pool, Req: &x.preq, Attempts: 1 + ps.cfg.Retries, Call: x, Only: x.pinned}
-	res := g.exec.Execute(ctx, &x.exec)
-	x.retries += x.exec.Retries
-	if x.cut != nil {
+	x.attempt.up = upstreamCall{w: w, r: r, ps: ps, body: body, injected: injected}
+	x.attempt.exec = upstream.Execution{Pool: ps.Pool, Req: &x.attempt.preq, Attempts: 1 + ps.cfg.Retries, Call: x, Only: x.stored.pinned}
+	res := g.exec.Execute(ctx, &x.attempt.exec)
+	x.retries += x.attempt.exec.Retries
+	if x.stream.cut != nil {
 		// The stream was cut after its failed attempt was counted and its
 		// replica released: a new execution continues it.
 		g.resume(ctx, x, ps)
@@ -198,7 +198,7 @@ func (x *exchange) Send(ctx context.Context, rep *pools.Replica) upstream.Result
 // attempt sends a client request to rep and, if the replica answers
 // acceptably, passes the answer to the client.
 func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) upstream.Result {
-	u := &x.up
+	u := &x.attempt.up
 	ctx, span := g.startSpan(ctx, "switchyard.upstream", trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
 	if span.IsRecording() {
@@ -206,11 +206,11 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 			attrGenAIOperation.String(x.ep.Operation()), attrGenAIProvider.String(genAIProvider))
 		span.SetAttributes(appendString(x.requestSettings(), attrGenAIRequestModel, u.ps.Model)...)
 	}
-	defer x.clock.Stop()
-	resp, hctx, res := g.send(ctx, span, sendSpec{ps: u.ps, rep: rep, clock: &x.clock, ex: &x.exec, x: x, body: u.body, clientJudge: true})
+	defer x.attempt.clock.Stop()
+	resp, hctx, res := g.send(ctx, span, sendSpec{ps: u.ps, rep: rep, clock: &x.attempt.clock, ex: &x.attempt.exec, x: x, body: u.body, clientJudge: true})
 	if resp == nil {
 		if ctx.Err() != nil {
-			x.end = endClientLeft // cancelled by the client, not failed
+			x.stream.end = endClientLeft // cancelled by the client, not failed
 		}
 		return res
 	}
@@ -235,7 +235,7 @@ func (x *exchange) judge(resp *http.Response) (pools.Outcome, bool, string) {
 	if resp.StatusCode == http.StatusNotFound && !x.ep.Spec().MissingModel404 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
 		resp.Body = readCloser{bytes.NewReader(b), resp.Body}
-		if x.pinned != nil || !x.ep.Generates() || !bytes.Contains(bytes.ToLower(b), []byte("model")) {
+		if x.stored.pinned != nil || !x.ep.Generates() || !bytes.Contains(bytes.ToLower(b), []byte("model")) {
 			o, retry = pools.Neutral, false
 		}
 	}
@@ -251,10 +251,10 @@ type readCloser struct {
 // deliver passes a non-stream answer to the client, read whole first: a
 // replica's failure while reading it can still be retried elsewhere.
 func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Replica, resp *http.Response, span trace.Span) upstream.Result {
-	ps, w := x.up.ps, x.up.w
+	ps, w := x.attempt.up.ps, x.attempt.up.w
 	buf := getBuffer()
 	defer putBuffer(buf)
-	x.clock.Body()
+	x.attempt.clock.Body()
 	if n, err := buf.ReadFrom(io.LimitReader(resp.Body, maxResponseBytes+1)); err == nil && n > maxResponseBytes {
 		// Terminal: the answer is the request's, not the replica's
 		// fault; neither retried nor counted against the replica.
@@ -264,7 +264,7 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 		return upstream.Result{Outcome: pools.Neutral, Err: ue}
 	} else if err != nil {
 		if ctx.Err() != nil {
-			x.end = endClientLeft
+			x.stream.end = endClientLeft
 		}
 		var pt *upstream.PhaseTimeout
 		if errors.As(context.Cause(hctx), &pt) {
@@ -303,12 +303,12 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 	// they are.
 	p := pump.Pump{W: w, RC: x.responseController(w), WriteTimeout: x.snap.Config.Server.WriteTimeout.Std()}
 	_ = p.Write(answer)
-	if resp.StatusCode == http.StatusOK && x.storedID == "" { // a stored response's tokens were counted when it was made
+	if resp.StatusCode == http.StatusOK && x.stored.id == "" { // a stored response's tokens were counted when it was made
 		g.usage(x, ps, buf.Bytes(), span)
 		if span.IsRecording() {
 			var a genAIResponse
 			a.readAnswer(buf.Bytes())
-			setResponseAttrs(span, x.span, a.attrs())
+			setResponseAttrs(span, x.tel.span, a.attrs())
 		}
 	}
 	return upstream.Result{Done: true, Outcome: pools.Success}
@@ -319,7 +319,7 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 // counted and its replica released; otherwise it ends with the API's
 // error event.
 func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Replica, resp *http.Response, span trace.Span) upstream.Result {
-	ps, w, clock := x.up.ps, x.up.w, &x.clock
+	ps, w, clock := x.attempt.up.ps, x.attempt.up.w, &x.attempt.clock
 	g.writeHeaders(w, x, resp, -1)
 	w.WriteHeader(resp.StatusCode)
 	x.status, x.sent = resp.StatusCode, resp.StatusCode
@@ -331,20 +331,20 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 		// A continuation writes on through sw, and sets the attributes of
 		// the whole answer on its own span and the request's.
 		sw = &spanWriter{w: w}
-		defer func() { setResponseAttrs(span, x.span, sw.resp.attrs()) }()
+		defer func() { setResponseAttrs(span, x.tel.span, sw.resp.attrs()) }()
 	}
-	x.pump = pump.Pump{W: w, RC: x.responseController(w), WriteTimeout: x.snap.Config.Server.WriteTimeout.Std(),
-		Injected: x.up.injected, Clock: clock, Token: x, API: x.ep, RewriteModel: x.clientModel, MaxDepth: upstream.ReplicaDepth(x.snap.Config.Server.MaxJSONDepth)}
+	x.stream.pump = pump.Pump{W: w, RC: x.responseController(w), WriteTimeout: x.snap.Config.Server.WriteTimeout.Std(),
+		Injected: x.attempt.up.injected, Clock: clock, Token: x, API: x.ep, RewriteModel: x.clientModel, MaxDepth: upstream.ReplicaDepth(x.snap.Config.Server.MaxJSONDepth)}
 	if x.ep == wire.Responses {
-		x.pump.IDTag, x.pump.IDs, x.pump.Custom = replicaTag(rep), x.ids(), x.custom
+		x.stream.pump.IDTag, x.stream.pump.IDs, x.stream.pump.Custom = replicaTag(rep), x.ids(), x.stream.custom
 	}
 	if sw != nil {
-		x.pump.W = sw
+		x.stream.pump.W = sw
 	}
 	if rc := ps.cfg.Resume; rc.Enabled {
-		x.pump.Resume = resume.New(x.ep, x.body, int(rc.MaxBuffer), g.rand)
+		x.stream.pump.Resume = resume.New(x.ep, x.body, int(rc.MaxBuffer), g.rand)
 	}
-	p := &x.pump
+	p := &x.stream.pump
 	err := p.Flush()
 	if err == nil {
 		err = p.Run(resp.Body)
@@ -363,7 +363,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	// or stream_idle_timeout, failed; one that ran into
 	// max_stream_duration just produced a long answer.
 	outcome := pools.Status5xx
-	x.end = endCut // counted as failed although 200 was sent
+	x.stream.end = endCut // counted as failed although 200 was sent
 	cause := context.Cause(hctx)
 	var pt *upstream.PhaseTimeout
 	switch {
@@ -373,11 +373,11 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 			outcome = pools.Neutral
 		}
 	case errors.Is(cause, errShuttingDown):
-		err, outcome, x.end = errShuttingDown, pools.Neutral, endShutdown
+		err, outcome, x.stream.end = errShuttingDown, pools.Neutral, endShutdown
 	}
 	setClientError(span, errTypeStreamCut, err)
 	if p.Resume != nil {
-		x.cut = &cutStream{rep: rep, err: err, cause: cause, span: span.SpanContext(), sw: sw, started: clock.StreamStart}
+		x.stream.cut = &cutStream{rep: rep, err: err, cause: cause, span: span.SpanContext(), sw: sw, started: clock.StreamStart}
 	} else {
 		g.endCut(x, ps, rep, err)
 	}
@@ -405,28 +405,28 @@ type cutStream struct {
 // attempt's context (vLLM then frees the KV cache), and the tokens
 // streamed so far are counted when the usage never came.
 func (g *Gateway) clientLeft(ctx context.Context, x *exchange, err error, span trace.Span) {
-	p := &x.pump
-	x.end = endClientLeft
+	p := &x.stream.pump
+	x.stream.end = endClientLeft
 	x.errMsg = "client closed the stream"
 	if errors.Is(err, pump.ErrClientGone) && ctx.Err() == nil {
 		x.errMsg = "client stopped reading: " + err.Error()
 	}
 	switch {
 	case p.SawUsage && p.Completion > 0:
-		g.recordUsage(x, x.up.ps, p.Prompt, p.Completion, p.UsageModel, span)
+		g.recordUsage(x, x.attempt.up.ps, p.Prompt, p.Completion, p.UsageModel, span)
 	case p.Deltas > 0:
-		g.recordUsage(x, x.up.ps, p.Prompt, p.Deltas, p.UsageModel, span)
+		g.recordUsage(x, x.attempt.up.ps, p.Prompt, p.Deltas, p.UsageModel, span)
 	case p.SawUsage:
-		g.recordUsage(x, x.up.ps, p.Prompt, p.Completion, p.UsageModel, span)
+		g.recordUsage(x, x.attempt.up.ps, p.Prompt, p.Completion, p.UsageModel, span)
 	}
 }
 
 // endCut ends a stream its replica cut with the API's error event, and
 // counts the tokens it did report.
 func (g *Gateway) endCut(x *exchange, ps *poolState, rep *pools.Replica, err error) {
-	p := &x.pump
+	p := &x.stream.pump
 	if p.SawUsage {
-		g.recordUsage(x, ps, p.Prompt, p.Completion, p.UsageModel, x.span)
+		g.recordUsage(x, ps, p.Prompt, p.Completion, p.UsageModel, x.tel.span)
 	}
 	x.errMsg = err.Error()
 	p.Fail(&wire.APIError{Type: "upstream_error", Code: "stream_interrupted",
