@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/spans"
+
 	"github.com/switchyard/switchyard/router/internal/pump"
 
 	"github.com/switchyard/switchyard/router/internal/upstream"
@@ -188,7 +190,7 @@ func (g *Gateway) startExchange(r *http.Request, x *exchange) context.Context {
 	}
 	ctx, x.tel.span = g.startSpan(ctx, "switchyard.request", trace.WithSpanKind(trace.SpanKindServer))
 	if x.tel.span.IsRecording() {
-		x.tel.span.SetAttributes(serverRequestAttrs(r, x.ep)...)
+		x.tel.span.SetAttributes(spans.ServerRequest(r, x.ep)...)
 	}
 	return ctx
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/switchyard/switchyard/router/internal/spans"
+
 	"github.com/switchyard/switchyard/router/internal/pump"
 
 	"github.com/switchyard/switchyard/router/internal/resume"
@@ -128,13 +130,13 @@ func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Re
 		trace.WithLinks(trace.Link{SpanContext: c.cut.span}))
 	defer span.End()
 	if sw := c.cut.sw; sw != nil {
-		defer func() { setResponseAttrs(span, x.tel.span, sw.resp.attrs()) }()
+		defer func() { spans.SetResponseAttrs(span, x.tel.span, sw.Resp.Attrs()) }()
 	}
 	if span.IsRecording() {
-		span.SetAttributes(attrSwitchyardPool.String(ps.Name), attrSwitchyardReplica.String(rep.Name),
-			attrSwitchyardResume.Bool(true), attrSwitchyardResumeLen.Int64(rs.Offset),
-			attrGenAIOperation.String(x.ep.Operation()), attrGenAIProvider.String(genAIProvider))
-		span.SetAttributes(genAIRequestAttrs(body)...) // the model is the pool's
+		span.SetAttributes(spans.Pool.String(ps.Name), spans.Replica.String(rep.Name),
+			spans.Resume.Bool(true), spans.ResumeDeltas.Int64(rs.Offset),
+			spans.GenAIOperation.String(x.ep.Operation()), spans.GenAIProvider.String(spans.Provider))
+		span.SetAttributes(spans.GenAIRequest(body)...) // the model is the pool's
 	}
 	clock := &x.attempt.clock
 	defer clock.Stop()
@@ -149,7 +151,7 @@ func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Re
 	if !upstream.IsEventStream(resp) {
 		msg := wire.ReadErrorMessage(resp.Body)
 		if resp.StatusCode == http.StatusOK {
-			setClientError(span, errTypeNotStream, errors.New("the continuation is not an event stream"))
+			spans.SetClientError(span, spans.ErrTypeNotStream, errors.New("the continuation is not an event stream"))
 		}
 		o, _, _ := upstream.JudgeStatus(resp.StatusCode)
 		err := fmt.Errorf("replica %q answered %d: %s", rep.Name, resp.StatusCode, msg)
@@ -162,7 +164,7 @@ func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Re
 	// What an earlier attempt left in the pump: why it stopped, a [DONE].
 	p.Refused, p.SawDone = nil, false
 	if span.IsRecording() {
-		span.AddEvent("switchyard.resume", trace.WithAttributes(attrSwitchyardReplica.String(rep.Name)))
+		span.AddEvent("switchyard.resume", trace.WithAttributes(spans.Replica.String(rep.Name)))
 	}
 	err = p.Run(resp.Body)
 	switch {
@@ -172,7 +174,7 @@ func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Re
 		g.clientLeft(ctx, x, err, span)
 		return upstream.Result{Done: true, Outcome: pools.Neutral}
 	}
-	setClientError(span, errTypeStreamCut, err)
+	spans.SetClientError(span, spans.ErrTypeStreamCut, err)
 	var pt *upstream.PhaseTimeout
 	switch cause := context.Cause(hctx); {
 	case errors.Is(cause, errShuttingDown):

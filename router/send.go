@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/switchyard/switchyard/router/internal/spans"
+
 	"github.com/switchyard/switchyard/router/internal/upstream"
 
 	"github.com/switchyard/switchyard/router/internal/wire"
@@ -66,13 +68,13 @@ func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *
 		return nil, hctx, upstream.Result{Err: fmt.Errorf("%w: %v", upstream.ErrUpstream, err)}
 	}
 	if span.IsRecording() {
-		span.SetAttributes(clientRequestAttrs(req)...)
+		span.SetAttributes(spans.ClientRequest(req)...)
 	}
 	resp, err = a.rep.Client().Do(req)
 	resp, err = a.clock.Headers(hctx, resp, err)
 	if err != nil {
 		if ctx.Err() == nil {
-			setClientError(span, transportErrorType(err), err)
+			spans.SetClientError(span, spans.TransportErrorType(err), err)
 		}
 		return nil, hctx, upstream.JudgeError(ctx, a.ps.Name, a.rep, err, "")
 	}
@@ -88,12 +90,12 @@ func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *
 		o, retry, reason = upstream.JudgeStatus(resp.StatusCode)
 	}
 	if !retry {
-		setClientStatus(span, resp.StatusCode, "")
+		spans.SetClientStatus(span, resp.StatusCode, "")
 		return resp, hctx, upstream.Result{}
 	}
 	defer resp.Body.Close()
 	msg := wire.ReadErrorMessage(resp.Body)
-	setClientStatus(span, resp.StatusCode, msg)
+	spans.SetClientStatus(span, resp.StatusCode, msg)
 	uf := &upstream.Failure{Status: resp.StatusCode, Msg: msg}
 	if resp.StatusCode == http.StatusTooManyRequests {
 		uf.RetryAfter = upstream.ParseRetryAfter(resp.Header.Get("Retry-After"), g.opts.Now())
@@ -233,10 +235,10 @@ func (g *Gateway) recordUsage(x *exchange, ps *poolState, p, c int64, model stri
 	g.metrics.keyTokens.WithLabelValues(x.keyName(), "completion").Add(float64(c))
 	if span.IsRecording() {
 		if model != "" {
-			setResponseAttrs(span, x.tel.span, []attribute.KeyValue{attrGenAIResponseModel.String(model)})
+			spans.SetResponseAttrs(span, x.tel.span, []attribute.KeyValue{spans.GenAIResponseModel.String(model)})
 		}
-		setUsage(span, p, c)
-		setUsage(x.tel.span, p, c)
+		spans.SetUsage(span, p, c)
+		spans.SetUsage(x.tel.span, p, c)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/switchyard/switchyard/router/internal/spans"
+
 	"github.com/switchyard/switchyard/router/internal/upstream"
 
 	"github.com/switchyard/switchyard/router/internal/wire"
@@ -82,9 +84,9 @@ func (t *poolTransport) once(ctx context.Context, ex *upstream.Execution, ps *po
 	ctx, span := t.g.startSpan(ctx, "switchyard.classify.upstream", trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
 	if span.IsRecording() {
-		span.SetAttributes(attrSwitchyardPool.String(ps.Name), attrSwitchyardReplica.String(rep.Name),
-			attrGenAIOperation.String(wire.Chat.Operation()), attrGenAIProvider.String(genAIProvider))
-		span.SetAttributes(genAIRequestAttrs(body)...)
+		span.SetAttributes(spans.Pool.String(ps.Name), spans.Replica.String(rep.Name),
+			spans.GenAIOperation.String(wire.Chat.Operation()), spans.GenAIProvider.String(spans.Provider))
+		span.SetAttributes(spans.GenAIRequest(body)...)
 	}
 	var clock upstream.Clock
 	defer clock.Stop()
@@ -113,7 +115,7 @@ func (t *poolTransport) once(ctx context.Context, ex *upstream.Execution, ps *po
 	out, err := io.ReadAll(io.LimitReader(resp.Body, maxClassifierAnswer))
 	if err != nil {
 		if ctx.Err() == nil {
-			setClientError(span, transportErrorType(err), err)
+			spans.SetClientError(span, spans.TransportErrorType(err), err)
 		}
 		return nil, upstream.JudgeError(ctx, ps.Name, rep, err, "reading answer")
 	}
@@ -134,11 +136,11 @@ func (t *poolTransport) once(ctx context.Context, ex *upstream.Execution, ps *po
 		t.g.metrics.classifierTokens.WithLabelValues("completion").Add(float64(c))
 	}
 	if span.IsRecording() {
-		var a genAIResponse
-		a.readAnswer(out)
-		span.SetAttributes(a.attrs()...)
+		var a spans.GenAIResponse
+		a.ReadAnswer(out)
+		span.SetAttributes(a.Attrs()...)
 		if ok {
-			setUsage(span, p, c)
+			spans.SetUsage(span, p, c)
 		}
 	}
 	return out, upstream.Result{Done: true, Outcome: pools.Success}

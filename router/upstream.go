@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/spans"
+
 	"github.com/switchyard/switchyard/router/internal/pump"
 
 	"github.com/switchyard/switchyard/router/internal/resume"
@@ -202,9 +204,9 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 	ctx, span := g.startSpan(ctx, "switchyard.upstream", trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
 	if span.IsRecording() {
-		span.SetAttributes(attrSwitchyardPool.String(u.ps.Name), attrSwitchyardReplica.String(rep.Name),
-			attrGenAIOperation.String(x.ep.Operation()), attrGenAIProvider.String(genAIProvider))
-		span.SetAttributes(appendString(x.requestSettings(), attrGenAIRequestModel, u.ps.Model)...)
+		span.SetAttributes(spans.Pool.String(u.ps.Name), spans.Replica.String(rep.Name),
+			spans.GenAIOperation.String(x.ep.Operation()), spans.GenAIProvider.String(spans.Provider))
+		span.SetAttributes(spans.AppendString(x.requestSettings(), spans.GenAIRequestModel, u.ps.Model)...)
 	}
 	defer x.attempt.clock.Stop()
 	resp, hctx, res := g.send(ctx, span, sendSpec{ps: u.ps, rep: rep, clock: &x.attempt.clock, ex: &x.attempt.exec, x: x, body: u.body, clientJudge: true})
@@ -260,7 +262,7 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 		// fault; neither retried nor counted against the replica.
 		ue := &upstream.Error{Pool: ps.Name, Replica: rep.Name,
 			Err: fmt.Errorf("%w: non-stream answer larger than %d bytes", errAnswerTooLarge, maxResponseBytes)}
-		setClientError(span, errTypeTooLarge, ue)
+		spans.SetClientError(span, spans.ErrTypeTooLarge, ue)
 		return upstream.Result{Outcome: pools.Neutral, Err: ue}
 	} else if err != nil {
 		if ctx.Err() != nil {
@@ -271,7 +273,7 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 			err = pt // the answer stalled (stream_idle_timeout)
 		}
 		if ctx.Err() == nil {
-			setClientError(span, transportErrorType(err), err)
+			spans.SetClientError(span, spans.TransportErrorType(err), err)
 		}
 		// Nothing has reached the client yet: safe to retry, unless it
 		// was a timeout.
@@ -306,9 +308,9 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 	if resp.StatusCode == http.StatusOK && x.stored.id == "" { // a stored response's tokens were counted when it was made
 		g.usage(x, ps, buf.Bytes(), span)
 		if span.IsRecording() {
-			var a genAIResponse
-			a.readAnswer(buf.Bytes())
-			setResponseAttrs(span, x.tel.span, a.attrs())
+			var a spans.GenAIResponse
+			a.ReadAnswer(buf.Bytes())
+			spans.SetResponseAttrs(span, x.tel.span, a.Attrs())
 		}
 	}
 	return upstream.Result{Done: true, Outcome: pools.Success}
@@ -326,12 +328,12 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	clock.Streaming()
 	g.trackStream(x, clock.Cancel)
 	defer g.untrackStream(x)
-	var sw *spanWriter
+	var sw *spans.SpanWriter
 	if span.IsRecording() {
 		// A continuation writes on through sw, and sets the attributes of
 		// the whole answer on its own span and the request's.
-		sw = &spanWriter{w: w}
-		defer func() { setResponseAttrs(span, x.tel.span, sw.resp.attrs()) }()
+		sw = &spans.SpanWriter{W: w}
+		defer func() { spans.SetResponseAttrs(span, x.tel.span, sw.Resp.Attrs()) }()
 	}
 	x.stream.pump = pump.Pump{W: w, RC: x.responseController(w), WriteTimeout: x.snap.Config.Server.WriteTimeout.Std(),
 		Injected: x.attempt.up.injected, Clock: clock, Token: x, API: x.ep, RewriteModel: x.clientModel, MaxDepth: upstream.ReplicaDepth(x.snap.Config.Server.MaxJSONDepth)}
@@ -375,7 +377,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	case errors.Is(cause, errShuttingDown):
 		err, outcome, x.stream.end = errShuttingDown, pools.Neutral, endShutdown
 	}
-	setClientError(span, errTypeStreamCut, err)
+	spans.SetClientError(span, spans.ErrTypeStreamCut, err)
 	if p.Resume != nil {
 		x.stream.cut = &cutStream{rep: rep, err: err, cause: cause, span: span.SpanContext(), sw: sw, started: clock.StreamStart}
 	} else {
@@ -394,7 +396,7 @@ type cutStream struct {
 	// span is the cut attempt's, which a continuation's span links to;
 	// sw, when tracing, reads the whole answer for the spans.
 	span trace.SpanContext
-	sw   *spanWriter
+	sw   *spans.SpanWriter
 	// started is when the stream began: max_stream_duration counts from
 	// then across continuations.
 	started time.Time
