@@ -164,50 +164,9 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 			s.models[m.Name] = t
 		}
 	}
-	n := cfg.Server.Instances
-	for _, k := range cfg.Server.APIKeys {
-		ak := &apiKey{name: k.Name, sum: sha256.Sum256([]byte(k.Secret)), models: k.Models, weight: k.Weight, rate: k.Rate, instances: n}
-		if k.Rate != nil {
-			if old := prev.key(k.Name); old != nil && reflect.DeepEqual(old.rate, k.Rate) && old.instances == n {
-				ak.limiter = old.limiter
-			} else {
-				// rps and burst are cluster-wide: each of n instances takes
-				// its share (a burst of at least 1).
-				ak.limiter = rate.NewLimiter(rate.Limit(k.Rate.RPS/float64(n)), max(1, k.Rate.Burst/n))
-			}
-		}
-		s.keys = append(s.keys, ak)
-	}
+	s.keys = buildKeys(cfg, prev)
 	s.idSecret = responseIDSecret(&cfg.Server)
-	var popts []policy.Option
-	if se := cfg.Session; se != nil {
-		if prev != nil && prev.sessions != nil && reflect.DeepEqual(prev.Config.Session, se) {
-			s.sessions = prev.sessions
-		} else {
-			s.sessions = policy.NewSessions(se.Size, se.TTL.Std(), g.opts.Now)
-		}
-		popts = append(popts, policy.WithSessions(s.sessions))
-	}
-	if g.opts.Rand != nil {
-		popts = append(popts, policy.WithRand(g.opts.Rand))
-	}
-	if ctl := cfg.Control; ctl != nil && ctl.Share != nil {
-		// The controller (its threshold and measurements) outlives a
-		// reload that keeps its settings.
-		var c *policy.Controller
-		if prev != nil && prev.Policy != nil && prev.Config.Control != nil && reflect.DeepEqual(prev.Config.Control.Share, ctl.Share) {
-			c = prev.Policy.Controller()
-		}
-		if c == nil {
-			o := ctl.Share.Options()
-			o.Now = g.opts.Now
-			pool := ctl.Share.Pool
-			o.Load = func() float64 { return g.utilization(pool) }
-			c = policy.NewController(o)
-		}
-		popts = append(popts, policy.WithController(c))
-	}
-	s.Policy = policy.New(cfg, popts...)
+	s.Policy = policy.New(cfg, g.policyOptions(cfg, prev, s)...)
 	if r := cfg.Server.Readiness; r != nil {
 		s.required = r.RequirePools
 	}
@@ -350,6 +309,62 @@ func (k *apiKey) allows(model string) bool {
 		}
 	}
 	return false
+}
+
+// buildKeys makes the API keys of cfg; a key whose rate limit is unchanged
+// keeps its limiter (and so its tokens) from prev.
+func buildKeys(cfg *policy.Config, prev *Snapshot) []*apiKey {
+	var keys []*apiKey
+	n := cfg.Server.Instances
+	for _, k := range cfg.Server.APIKeys {
+		ak := &apiKey{name: k.Name, sum: sha256.Sum256([]byte(k.Secret)), models: k.Models, weight: k.Weight, rate: k.Rate, instances: n}
+		if k.Rate != nil {
+			if old := prev.key(k.Name); old != nil && reflect.DeepEqual(old.rate, k.Rate) && old.instances == n {
+				ak.limiter = old.limiter
+			} else {
+				// rps and burst are cluster-wide: each of n instances takes
+				// its share (a burst of at least 1).
+				ak.limiter = rate.NewLimiter(rate.Limit(k.Rate.RPS/float64(n)), max(1, k.Rate.Burst/n))
+			}
+		}
+		keys = append(keys, ak)
+	}
+	return keys
+}
+
+// policyOptions are the policy's session store, random source and share
+// controller; the store and the controller outlive a reload that keeps
+// their settings.
+func (g *Gateway) policyOptions(cfg *policy.Config, prev *Snapshot, s *Snapshot) []policy.Option {
+	var popts []policy.Option
+	if se := cfg.Session; se != nil {
+		if prev != nil && prev.sessions != nil && reflect.DeepEqual(prev.Config.Session, se) {
+			s.sessions = prev.sessions
+		} else {
+			s.sessions = policy.NewSessions(se.Size, se.TTL.Std(), g.opts.Now)
+		}
+		popts = append(popts, policy.WithSessions(s.sessions))
+	}
+	if g.opts.Rand != nil {
+		popts = append(popts, policy.WithRand(g.opts.Rand))
+	}
+	if ctl := cfg.Control; ctl != nil && ctl.Share != nil {
+		// The controller (its threshold and measurements) outlives a
+		// reload that keeps its settings.
+		var c *policy.Controller
+		if prev != nil && prev.Policy != nil && prev.Config.Control != nil && reflect.DeepEqual(prev.Config.Control.Share, ctl.Share) {
+			c = prev.Policy.Controller()
+		}
+		if c == nil {
+			o := ctl.Share.Options()
+			o.Now = g.opts.Now
+			pool := ctl.Share.Pool
+			o.Load = func() float64 { return g.utilization(pool) }
+			c = policy.NewController(o)
+		}
+		popts = append(popts, policy.WithController(c))
+	}
+	return popts
 }
 
 func (g *Gateway) buildClassifier(cl *policy.Classifier, s *Snapshot) (*classifier.Classifier, error) {

@@ -151,76 +151,18 @@ func (p *Pump) Run(body io.Reader) error {
 	scan := 0
 	for {
 		if end == len(buf) {
-			if start > 0 {
-				end = copy(buf, buf[start:end])
-				start = 0
-			} else if len(buf) < p.eventLimit() {
-				nb := make([]byte, min(2*len(buf), p.eventLimit()))
-				end = copy(nb, buf[:end])
-				buf = nb
-			} else if p.typed() {
-				// Their events carry ids to rewrite and the terminal
-				// event: one that cannot be read whole is refused.
-				return fmt.Errorf("%w: the replica sent an event larger than %d bytes", ErrStreamCut, p.eventLimit())
-			} else {
-				// One event larger than maxEvent: pass it through as is.
-				// Its rest is passed through unread when its end comes.
-				if err := p.Write(buf[:end]); err != nil {
-					return err
-				}
-				p.midEvent = true
-				if p.Resume != nil {
-					// Unread, so not followed: a continuation would not
-					// know what the client was sent.
-					p.Resume.Broken = "an event over the size limit was passed through unread"
-				}
-				start, end, scan = 0, 0, 0
+			var err error
+			if buf, start, end, scan, err = p.room(buf, start, end, scan); err != nil {
+				return err
 			}
 		}
 		n, rerr := body.Read(buf[end:])
 		end += n
-		wrote := false
-		for {
-			ev, next, resume := sse.NextEvent(buf[start:end], scan)
-			if ev == nil {
-				scan = resume
-				break
-			}
-			start += next
-			scan = 0
-			if p.midEvent {
-				// The end of an event too long to parse.
-				if err := p.Write(ev); err != nil {
-					return err
-				}
-				p.midEvent, wrote = false, true
-				continue
-			}
-			out, keep := p.event(ev)
-			if p.Refused != nil {
-				// Flush what came before: the client keeps every event
-				// that was whole.
-				if wrote {
-					if err := p.Flush(); err != nil {
-						return err
-					}
-				}
-				return fmt.Errorf("%w: %w", ErrStreamCut, p.Refused)
-			}
-			if !keep {
-				if p.SawDone {
-					break // a [DONE] these APIs do not have: the end all the same
-				}
-				continue
-			}
-			if err := p.Write(out); err != nil {
-				return err
-			}
-			wrote = true
-			if p.SawDone {
-				break // anything after [DONE] is not for the client
-			}
+		next, wrote, err := p.events(buf[:end], start, scan)
+		if err != nil {
+			return err
 		}
+		start, scan = next.start, next.scan
 		if wrote {
 			if err := p.Flush(); err != nil {
 				return err
@@ -247,38 +189,125 @@ func (p *Pump) Run(body io.Reader) error {
 		if rerr == nil {
 			continue
 		}
-		if tail := buf[start:end]; len(tail) > 0 && !p.midEvent {
-			// The stream ended inside an event. A client parser drops an
-			// incomplete event, so it is not passed on; a [DONE] whose
-			// blank line is missing still completes the stream.
-			if data, ok := sse.EventData(tail); ok && bytes.Equal(bytes.TrimSpace(data), doneValue) && !p.typed() {
-				end := []byte("\n\n")
-				if tail[len(tail)-1] == '\n' {
-					end = end[1:] // the line is ended; add the blank line
-				}
-				if err := p.Write(tail); err != nil {
-					return err
-				}
-				if err := p.Write(end); err != nil {
-					return err
-				}
-				if err := p.Flush(); err != nil {
-					return err
-				}
-				p.SawDone = true
-				return nil
-			}
+		return p.ended(buf[start:end], rerr)
+	}
+}
+
+// room makes room in a full buf: it moves the pending event to the front,
+// grows buf up to the event limit, or, for an event over it, refuses it
+// (typed APIs) or passes what was read of it through unread.
+func (p *Pump) room(buf []byte, start, end, scan int) ([]byte, int, int, int, error) {
+	switch {
+	case start > 0:
+		end = copy(buf, buf[start:end])
+		return buf, 0, end, scan, nil
+	case len(buf) < p.eventLimit():
+		nb := make([]byte, min(2*len(buf), p.eventLimit()))
+		end = copy(nb, buf[:end])
+		return nb, start, end, scan, nil
+	case p.typed():
+		// Their events carry ids to rewrite and the terminal
+		// event: one that cannot be read whole is refused.
+		return buf, start, end, scan, fmt.Errorf("%w: the replica sent an event larger than %d bytes", ErrStreamCut, p.eventLimit())
+	}
+	// One event larger than maxEvent: pass it through as is.
+	// Its rest is passed through unread when its end comes.
+	if err := p.Write(buf[:end]); err != nil {
+		return buf, start, end, scan, err
+	}
+	p.midEvent = true
+	if p.Resume != nil {
+		// Unread, so not followed: a continuation would not
+		// know what the client was sent.
+		p.Resume.Broken = "an event over the size limit was passed through unread"
+	}
+	return buf, 0, 0, 0, nil
+}
+
+// position is where events resumes: the start of the pending bytes and
+// where the search for their event's end resumes.
+type position struct{ start, scan int }
+
+// events writes the complete events of b[start:], returning where the
+// pending bytes start and whether anything was written (to be flushed).
+// It stops after [DONE] and at an event it refuses.
+func (p *Pump) events(b []byte, start, scan int) (position, bool, error) {
+	wrote := false
+	for {
+		ev, next, resume := sse.NextEvent(b[start:], scan)
+		if ev == nil {
+			return position{start, resume}, wrote, nil
 		}
-		if p.complete {
-			// The terminal event was sent: however the replica ends the
-			// connection now, the client has its whole answer.
+		start += next
+		scan = 0
+		if p.midEvent {
+			// The end of an event too long to parse.
+			if err := p.Write(ev); err != nil {
+				return position{}, wrote, err
+			}
+			p.midEvent, wrote = false, true
+			continue
+		}
+		out, keep := p.event(ev)
+		if p.Refused != nil {
+			// Flush what came before: the client keeps every event
+			// that was whole.
+			if wrote {
+				if err := p.Flush(); err != nil {
+					return position{}, wrote, err
+				}
+			}
+			return position{}, false, fmt.Errorf("%w: %w", ErrStreamCut, p.Refused)
+		}
+		if !keep {
+			if p.SawDone {
+				return position{start, 0}, wrote, nil // a [DONE] these APIs do not have: the end all the same
+			}
+			continue
+		}
+		if err := p.Write(out); err != nil {
+			return position{}, wrote, err
+		}
+		wrote = true
+		if p.SawDone {
+			return position{start, 0}, wrote, nil // anything after [DONE] is not for the client
+		}
+	}
+}
+
+// ended is the verdict on a body that ended (rerr) with tail unread.
+func (p *Pump) ended(tail []byte, rerr error) error {
+	if len(tail) > 0 && !p.midEvent {
+		// The stream ended inside an event. A client parser drops an
+		// incomplete event, so it is not passed on; a [DONE] whose
+		// blank line is missing still completes the stream.
+		if data, ok := sse.EventData(tail); ok && bytes.Equal(bytes.TrimSpace(data), doneValue) && !p.typed() {
+			end := []byte("\n\n")
+			if tail[len(tail)-1] == '\n' {
+				end = end[1:] // the line is ended; add the blank line
+			}
+			if err := p.Write(tail); err != nil {
+				return err
+			}
+			if err := p.Write(end); err != nil {
+				return err
+			}
+			if err := p.Flush(); err != nil {
+				return err
+			}
+			p.SawDone = true
 			return nil
 		}
-		if errors.Is(rerr, io.EOF) {
-			return ErrStreamCut
-		}
-		return fmt.Errorf("%w: %w", ErrStreamCut, rerr)
 	}
+	if p.complete {
+		// The terminal event was sent: however the replica ends the
+		// connection now, the client has its whole answer.
+		return nil
+	}
+	if errors.Is(rerr, io.EOF) {
+		return ErrStreamCut
+	}
+	return fmt.Errorf("%w: %w", ErrStreamCut, rerr)
 }
 
 // drain reads what follows [DONE] to the end of the replica's response,

@@ -58,115 +58,13 @@ func adaptChat(body []byte) []byte {
 // adaptResponses: Responses API requests (Codex, the OpenAI Agents SDK).
 func adaptResponses(body []byte) ([]byte, CustomTools) {
 	root := gjson.ParseBytes(body)
-	out := body
-	set := func(path string, v any) {
-		if b, err := sjson.SetBytes(out, path, v); err == nil {
-			out = b
-		}
-	}
-	setRaw := func(path, raw string) {
-		if b, err := sjson.SetRawBytes(out, path, []byte(raw)); err == nil {
-			out = b
-		}
-	}
+	e := bodyEdit{out: body}
 	// reasoning.effort beyond vLLM's low/medium/high.
-	if e, ok := vllmEffort(root.Get("reasoning.effort").Str); ok {
-		set("reasoning.effort", e)
+	if eff, ok := vllmEffort(root.Get("reasoning.effort").Str); ok {
+		e.set("reasoning.effort", eff)
 	}
-	// Input items: input items of type additional_tools bring their tools
-	// to tools; custom tool calls and their outputs, sent back, become
-	// the function calls the custom tools were offered as.
-	var extra []gjson.Result
-	var update string // a configuration_update item's reasoning effort
-	input := root.Get("input")
-	if input.IsArray() {
-		var items []string
-		changed := false
-		input.ForEach(func(_, it gjson.Result) bool {
-			switch it.Get("type").Str {
-			case "additional_tools":
-				extra = append(extra, it.Get("tools").Array()...)
-				changed = true
-				return true
-			case "configuration_update":
-				// Codex's settings for the turns that follow (its reasoning
-				// effort); not an item vLLM knows. The last one's effort
-				// stands in for a request that names none.
-				if e := it.Get("reasoning.effort"); e.Type == gjson.String {
-					update = e.Str
-				}
-				changed = true
-				return true
-			case "reasoning":
-				if it.Get("encrypted_content").Exists() {
-					// vLLM refuses encrypted reasoning (400); the summary
-					// and content it keeps.
-					b, _ := sjson.DeleteBytes([]byte(it.Raw), "encrypted_content")
-					items = append(items, string(b))
-					changed = true
-					return true
-				}
-			case "custom_tool_call":
-				items = append(items, customCallItem(it))
-				changed = true
-				return true
-			case "custom_tool_call_output":
-				items = append(items, customOutputItem(it))
-				changed = true
-				return true
-			}
-			items = append(items, it.Raw)
-			return true
-		})
-		if changed {
-			setRaw("input", "["+strings.Join(items, ",")+"]")
-		}
-		if update != "" && !root.Get("reasoning.effort").Exists() {
-			if e, ok := vllmEffort(update); ok {
-				update = e
-			}
-			set("reasoning.effort", update)
-		}
-	}
-	// Tools: namespace groups are flattened into their tools; custom
-	// tools become function tools; tools vLLM cannot run (web_search,
-	// local_shell, ...) are dropped.
-	var custom CustomTools
-	tools := root.Get("tools")
-	if tools.IsArray() || len(extra) > 0 {
-		var kept []string
-		changed := len(extra) > 0
-		var add func(t gjson.Result)
-		add = func(t gjson.Result) {
-			switch t.Get("type").Str {
-			case "function":
-				kept = append(kept, t.Raw)
-			case "custom":
-				if name := t.Get("name"); name.Type == gjson.String && name.Str != "" {
-					kept = append(kept, customFunction(t))
-					custom = append(custom, name.Str)
-				}
-				changed = true
-			case "namespace":
-				changed = true
-				t.Get("tools").ForEach(func(_, in gjson.Result) bool { add(in); return true })
-			default:
-				changed = true // dropped
-			}
-		}
-		for _, t := range append(tools.Array(), extra...) {
-			add(t)
-		}
-		if changed {
-			if len(kept) == 0 {
-				if b, err := sjson.DeleteBytes(out, "tools"); err == nil {
-					out = b
-				}
-			} else {
-				setRaw("tools", "["+strings.Join(kept, ",")+"]")
-			}
-		}
-	}
+	extra := e.responsesInput(root)
+	custom := e.responsesTools(root, extra)
 	// tool_choice naming a custom tool names its function; so do the
 	// tools of an allowed_tools choice. (Without custom tools there is
 	// nothing to name, and the body is not read again.)
@@ -174,17 +72,137 @@ func adaptResponses(body []byte) ([]byte, CustomTools) {
 		tc := root.Get("tool_choice")
 		switch tc.Get("type").Str {
 		case "custom":
-			set("tool_choice.type", "function")
+			e.set("tool_choice.type", "function")
 		case "allowed_tools":
 			tc.Get("tools").ForEach(func(k, t gjson.Result) bool {
 				if t.Get("type").Str == "custom" {
-					set("tool_choice.tools."+itoa(k.Int())+".type", "function")
+					e.set("tool_choice.tools."+itoa(k.Int())+".type", "function")
 				}
 				return true
 			})
 		}
 	}
-	return out, custom
+	return e.out, custom
+}
+
+// bodyEdit is a body being edited; a failed edit leaves it as it was.
+type bodyEdit struct{ out []byte }
+
+func (e *bodyEdit) set(path string, v any) {
+	if b, err := sjson.SetBytes(e.out, path, v); err == nil {
+		e.out = b
+	}
+}
+
+func (e *bodyEdit) setRaw(path, raw string) {
+	if b, err := sjson.SetRawBytes(e.out, path, []byte(raw)); err == nil {
+		e.out = b
+	}
+}
+
+// responsesInput adapts a Responses request's input items: items of type
+// additional_tools bring their tools (returned, for tools); custom tool
+// calls and their outputs, sent back, become the function calls the custom
+// tools were offered as.
+func (e *bodyEdit) responsesInput(root gjson.Result) (extra []gjson.Result) {
+	var update string // a configuration_update item's reasoning effort
+	input := root.Get("input")
+	if !input.IsArray() {
+		return nil
+	}
+	var items []string
+	changed := false
+	input.ForEach(func(_, it gjson.Result) bool {
+		switch it.Get("type").Str {
+		case "additional_tools":
+			extra = append(extra, it.Get("tools").Array()...)
+			changed = true
+			return true
+		case "configuration_update":
+			// Codex's settings for the turns that follow (its reasoning
+			// effort); not an item vLLM knows. The last one's effort
+			// stands in for a request that names none.
+			if eff := it.Get("reasoning.effort"); eff.Type == gjson.String {
+				update = eff.Str
+			}
+			changed = true
+			return true
+		case "reasoning":
+			if it.Get("encrypted_content").Exists() {
+				// vLLM refuses encrypted reasoning (400); the summary
+				// and content it keeps.
+				b, _ := sjson.DeleteBytes([]byte(it.Raw), "encrypted_content")
+				items = append(items, string(b))
+				changed = true
+				return true
+			}
+		case "custom_tool_call":
+			items = append(items, customCallItem(it))
+			changed = true
+			return true
+		case "custom_tool_call_output":
+			items = append(items, customOutputItem(it))
+			changed = true
+			return true
+		}
+		items = append(items, it.Raw)
+		return true
+	})
+	if changed {
+		e.setRaw("input", "["+strings.Join(items, ",")+"]")
+	}
+	if update != "" && !root.Get("reasoning.effort").Exists() {
+		if eff, ok := vllmEffort(update); ok {
+			update = eff
+		}
+		e.set("reasoning.effort", update)
+	}
+	return extra
+}
+
+// responsesTools adapts the tools (with extra, those of additional_tools
+// items): namespace groups are flattened into their tools; custom tools
+// become function tools, whose names it returns; tools vLLM cannot run
+// (web_search, local_shell, ...) are dropped.
+func (e *bodyEdit) responsesTools(root gjson.Result, extra []gjson.Result) CustomTools {
+	var custom CustomTools
+	tools := root.Get("tools")
+	if !tools.IsArray() && len(extra) == 0 {
+		return nil
+	}
+	var kept []string
+	changed := len(extra) > 0
+	var add func(t gjson.Result)
+	add = func(t gjson.Result) {
+		switch t.Get("type").Str {
+		case "function":
+			kept = append(kept, t.Raw)
+		case "custom":
+			if name := t.Get("name"); name.Type == gjson.String && name.Str != "" {
+				kept = append(kept, customFunction(t))
+				custom = append(custom, name.Str)
+			}
+			changed = true
+		case "namespace":
+			changed = true
+			t.Get("tools").ForEach(func(_, in gjson.Result) bool { add(in); return true })
+		default:
+			changed = true // dropped
+		}
+	}
+	for _, t := range append(tools.Array(), extra...) {
+		add(t)
+	}
+	if changed {
+		if len(kept) == 0 {
+			if b, err := sjson.DeleteBytes(e.out, "tools"); err == nil {
+				e.out = b
+			}
+		} else {
+			e.setRaw("tools", "["+strings.Join(kept, ",")+"]")
+		}
+	}
+	return custom
 }
 
 // CustomTools are the names of the custom tools of a Responses request,
