@@ -29,11 +29,18 @@ func (v *validator) topology() {
 		}
 		return
 	}
+	index, partOf := v.topologyNodes(t)
+	v.topologyReplicas(t, index, partOf)
+}
+
+// topologyNodes checks the topology's own section and returns each node's
+// ring position and partition.
+func (v *validator) topologyNodes(t *Topology) (index map[string]int, partOf map[string]string) {
 	at := p("topology")
 	if !slices.Contains(Fabrics, t.Fabric) {
 		v.errf(appendCopy(at, "fabric"), "topology: unknown fabric %q (known: %s)", t.Fabric, strings.Join(Fabrics, ", "))
 	}
-	index := map[string]int{}
+	index = map[string]int{}
 	for i, n := range t.Nodes {
 		if _, dup := index[n]; dup {
 			v.errf(p("topology", "nodes", i), "topology: duplicate node %q", n)
@@ -46,7 +53,7 @@ func (v *validator) topology() {
 	if t.MemoryUtilization <= 0 || t.MemoryUtilization > 1 {
 		v.errf(appendCopy(at, "memory_utilization"), "topology: memory_utilization must be within (0, 1]")
 	}
-	partOf := map[string]string{}
+	partOf = map[string]string{}
 	if t.Fabric == "ring" && len(t.Partitions) > 0 {
 		v.errf(appendCopy(at, keyOf("partitions")), "topology: a ring cannot be split into independent partitions; use fabric: switch")
 	}
@@ -61,6 +68,12 @@ func (v *validator) topology() {
 			partOf[n] = part.Name
 		}
 	}
+	return index, partOf
+}
+
+// topologyReplicas checks each replica's nodes: declared, not shared unless
+// allowed, enough memory, and placed as the fabric needs.
+func (v *validator) topologyReplicas(t *Topology, index map[string]int, partOf map[string]string) {
 	owner := map[string]string{}
 	// load is the model memory each node holds (a replica's need shared
 	// equally over its nodes), checked against node_memory when nodes are
@@ -107,29 +120,34 @@ func (v *validator) topology() {
 					fits = false
 				}
 			}
-			if len(r.Nodes) < 2 {
-				continue
+			if len(r.Nodes) >= 2 {
+				v.replicaFabric(t, pool.Name, r.Name, r.Nodes, rat, index, partOf)
 			}
-			switch t.Fabric {
-			case "ring":
-				if !contiguousOnRing(r.Nodes, index, len(t.Nodes)) {
-					v.errf(rat, "pool %q: replica %q: nodes %v are not contiguous on the ring (ring order: %s)", pool.Name, r.Name, r.Nodes, strings.Join(t.Nodes, " → "))
-				}
-			case "switch":
-				if len(t.Partitions) == 0 {
-					continue
-				}
-				first := partOf[r.Nodes[0]]
-				if first == "" {
-					v.errf(rat, "pool %q: replica %q: node %q is in no partition; with partitions declared, a replica's nodes must sit in one", pool.Name, r.Name, r.Nodes[0])
-					continue
-				}
-				for _, n := range r.Nodes[1:] {
-					if partOf[n] != first {
-						v.errf(rat, "pool %q: replica %q: nodes %v span partitions (%q and %q); a replica's nodes must sit in one partition", pool.Name, r.Name, r.Nodes, first, partOf[n])
-						break
-					}
-				}
+		}
+	}
+}
+
+// replicaFabric checks that a replica's nodes sit where the fabric needs
+// them: contiguous on a ring, in one partition of a partitioned switch.
+func (v *validator) replicaFabric(t *Topology, pool, name string, nodes []string, rat []any, index map[string]int, partOf map[string]string) {
+	switch t.Fabric {
+	case "ring":
+		if !contiguousOnRing(nodes, index, len(t.Nodes)) {
+			v.errf(rat, "pool %q: replica %q: nodes %v are not contiguous on the ring (ring order: %s)", pool, name, nodes, strings.Join(t.Nodes, " → "))
+		}
+	case "switch":
+		if len(t.Partitions) == 0 {
+			return
+		}
+		first := partOf[nodes[0]]
+		if first == "" {
+			v.errf(rat, "pool %q: replica %q: node %q is in no partition; with partitions declared, a replica's nodes must sit in one", pool, name, nodes[0])
+			return
+		}
+		for _, n := range nodes[1:] {
+			if partOf[n] != first {
+				v.errf(rat, "pool %q: replica %q: nodes %v span partitions (%q and %q); a replica's nodes must sit in one partition", pool, name, nodes, first, partOf[n])
+				break
 			}
 		}
 	}
