@@ -214,6 +214,15 @@ func (r *responsesResume) Translate(seq int64, d ChatDelta, done bool) ([]byte, 
 		if it := e.open; it != nil && it.textDone && d.reasoning+d.content != "" {
 			return nil, fmt.Errorf("%w: the output item's text had ended", ErrNotContinued)
 		}
+		// What the terminal event repeats (the items done, the open
+		// item's text) is bounded like the text sent before a cut.
+		held := r.kept + len(d.reasoning) + len(d.content)
+		if e.open != nil {
+			held += len(e.open.text)
+		}
+		if held > rs.maxBuffer {
+			return nil, fmt.Errorf("%w: the continued answer outgrew resume.max_buffer (%d bytes)", ErrNotContinued, rs.maxBuffer)
+		}
 		if d.reasoning != "" && e.open != nil && e.open.kind == "message" {
 			// A message item was opened: what follows is its text.
 			d.content, d.reasoning = d.reasoning+d.content, ""
