@@ -585,3 +585,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.requests, m.duration, m.confidence, m.circuit)
 	return m
 }
+
+// CacheHitRate is the share of classifications that asked the cache and
+// found their answer there: cache_hit over every result but sticky (a
+// sticky session reuses its class without asking the cache). results are
+// switchyard_classifier_requests_total by result, or their increase over a
+// window; ok is false when no classification asked the cache. The status
+// page, the demo and the Grafana panel "Classifier cache hit rate" use this
+// one definition.
+func CacheHitRate(results map[string]float64) (rate float64, ok bool) {
+	var asked float64
+	for r, n := range results {
+		if r != OutcomeSticky {
+			asked += n
+		}
+	}
+	if asked <= 0 {
+		return 0, false
+	}
+	return results[OutcomeCacheHit] / asked, true
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchyard/switchyard/classifier"
 )
 
 // Recorder collects load results for the live table and the summary.
@@ -185,34 +186,31 @@ func pct(sorted []time.Duration, q float64) string {
 	return fmt.Sprintf("%.2fs", d.Seconds())
 }
 
-// cacheHitRate reads the classifier counters from the registry.
+// cacheHitRate reads the classifier counters from the registry: the share
+// of classifications that asked the cache and found their answer there
+// (classifier.CacheHitRate, the status page's and the dashboard's
+// definition).
 func cacheHitRate(reg prometheus.Gatherer) string {
 	fams, err := reg.Gather()
 	if err != nil {
 		return "-"
 	}
-	var hits, all float64
+	results := map[string]float64{}
 	for _, f := range fams {
 		if f.GetName() != "switchyard_classifier_requests_total" {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			v := m.GetCounter().GetValue()
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "result" {
-					switch l.GetValue() {
-					case "cache_hit":
-						hits += v
-						all += v
-					case "ok", "timeout", "error":
-						all += v
-					}
+					results[l.GetValue()] += m.GetCounter().GetValue()
 				}
 			}
 		}
 	}
-	if all == 0 {
+	rate, ok := classifier.CacheHitRate(results)
+	if !ok {
 		return "-"
 	}
-	return fmt.Sprintf("%.0f%%", 100*hits/all)
+	return fmt.Sprintf("%.0f%%", 100*rate)
 }

@@ -147,7 +147,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 		return nil
 	}))
 	g.ctx, g.stop = context.WithCancel(context.Background())
-	g.status, g.started = &admin.Ring{}, o.Now()
+	g.status, g.started = &admin.Ring{Gather: o.Registry}, o.Now()
 	now := o.Now().Unix()
 	g.status.Prepare(now)
 	g.status.Prepare(now + 1)

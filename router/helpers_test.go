@@ -254,3 +254,33 @@ func metricValue(t testing.TB, gw *gateway, name string, labels map[string]strin
 	}
 	return 0
 }
+
+// metricSum is the sum of the counters or gauges of name over every series
+// whose labels include labels (as PromQL's sum over a selector).
+func metricSum(t testing.TB, gw *gateway, name string, labels map[string]string) float64 {
+	t.Helper()
+	fams, err := gw.Reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue series
+				}
+			}
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}

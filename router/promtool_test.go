@@ -108,7 +108,7 @@ var panelWant = map[string]map[string]string{
 	`histogram_quantile(0.99, sum by (le) (rate(switchyard_classifier_duration_seconds_bucket[1m])))`:                                                   {`{}`: "0.099"},
 	`sum by (result) (rate(switchyard_classifier_requests_total[1m]))`:                                                                                  {`{result="ok"}`: "1", `{result="cache_hit"}`: "0.5", `{result="circuit_open"}`: "0.5"},
 	`sum by (label) (rate(switchyard_classifier_requests_total[1m]))`:                                                                                   {`{label="simple"}`: "1", `{label="complex"}`: "1"},
-	`sum(rate(switchyard_classifier_requests_total{result="cache_hit"}[1m])) / sum(rate(switchyard_classifier_requests_total[1m]))`:                     {`{}`: "0.25"},
+	`sum(rate(switchyard_classifier_requests_total{result="cache_hit"}[1m])) / sum(rate(switchyard_classifier_requests_total{result!="sticky"}[1m]))`:   {`{}`: "0.25"},
 	`sum(rate(switchyard_classifier_requests_total{result=~"timeout|error|circuit_open"}[1m])) / sum(rate(switchyard_classifier_requests_total[1m]))`:   {`{}`: "0.25"},
 	// Down when any instance sees it down (one line per replica, not per
 	// instance).

@@ -2,7 +2,9 @@ package router_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -47,7 +49,16 @@ pools:
     model: mb
     health: {interval: 50ms, timeout: 1s, unhealthy_after: 2}
     replicas: [{name: b1, url: "{{b1}}"}]
+classifier:
+  kind: heuristic
+  labels: [simple, complex]
+  on_error: complex
+models:
+  - {name: auto, route: policy}
 routes:
+  - name: complex
+    when: {class: complex}
+    to: pb
   - name: default
     to: pa
 `
@@ -78,6 +89,11 @@ func TestStatusPage(t *testing.T) {
 	send("pa", 10, true)
 	send("pb", 20, false)
 	post(t, gw.API.URL+"/v1/messages", `{"model":"pb","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`, nil)
+	// Classified requests: 3 distinct prompts asked 4 times each, so the
+	// classifier's cache answers 9 of 12.
+	for range 4 {
+		send("auto", 3, false)
+	}
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,
 		chromedp.WindowSize(1440, 900), chromedp.Flag("headless", true), chromedp.DisableGPU)
@@ -121,11 +137,69 @@ func TestStatusPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	all := 0.0
 	for _, pool := range []string{"pa", "pb"} {
-		want := metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": pool})
+		want := metricSum(t, gw, "switchyard_requests_total", map[string]string{"pool": pool})
+		all += want
 		if got, _ := strconv.ParseFloat(totals[pool], 64); got != want {
 			t.Errorf("pool %s: the page counts %v requests, /metrics %v", pool, totals[pool], want)
 		}
+	}
+	// Each number has one definition, the metric's (docs/observability.md):
+	// a pool's share is its switchyard_requests_total over all pools'
+	// (every request here falls in the page's window, the uptime), its
+	// req/s that count over the window the page names.
+	var doc struct {
+		Figures struct {
+			WindowSeconds float64 `json:"window_seconds"`
+		} `json:"figures"`
+	}
+	getAdmin(t, gw, "/admin/status", tok, &doc)
+	shown, err := chromedp.Run(ctx, chromedp.Evaluate[map[string][]string](`Object.fromEntries([...document.querySelectorAll("#split tbody tr")].map(r => [r.dataset.pool, [r.dataset.share, r.dataset.rate, r.cells[1].textContent]]))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pool := range []string{"pa", "pb"} {
+		n := metricSum(t, gw, "switchyard_requests_total", map[string]string{"pool": pool})
+		share, _ := strconv.ParseFloat(shown[pool][0], 64)
+		if want := n / all; math.Abs(share-want) > 0.0001 {
+			t.Errorf("pool %s: the page's share %v, /metrics %v of %v = %.4f", pool, share, n, all, want)
+		}
+		if want := fmt.Sprintf("%.0f%%", 100*n/all); shown[pool][2] != want {
+			t.Errorf("pool %s: the page shows a share of %q, want %q", pool, shown[pool][2], want)
+		}
+		// The rate's window moves on between the two reads: it may only
+		// have grown, so the page's rate is at most the count over the
+		// window read after it, and the window is the uptime (< 60 s).
+		rate, _ := strconv.ParseFloat(shown[pool][1], 64)
+		if doc.Figures.WindowSeconds >= 60 || rate < n/doc.Figures.WindowSeconds-0.0001 || rate > n {
+			t.Errorf("pool %s: the page's rate %v req/s; /metrics counts %v over a window of %vs", pool, rate, n, doc.Figures.WindowSeconds)
+		}
+	}
+	// The classifier's cache hit rate: cache hits over the classifications
+	// that asked the cache, the metric's and the demo's definition.
+	hits := metricSum(t, gw, "switchyard_classifier_requests_total", map[string]string{"result": "cache_hit"})
+	asked := hits + metricSum(t, gw, "switchyard_classifier_requests_total", map[string]string{"result": "ok"})
+	if hits != 9 || asked != 12 {
+		t.Fatalf("the classifier counted %v cache hits of %v; the test meant 9 of 12", hits, asked)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("figure-cache-hit-rate"))); err != nil {
+		t.Fatal(err)
+	}
+	hitRate, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("figure-cache-hit-rate").textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%.0f%%", 100*hits/asked); hitRate != want {
+		t.Errorf("the page's cache hit rate %q, /metrics %v of %v = %s", hitRate, hits, asked, want)
+	}
+	// Numeric columns are right-aligned under right-aligned headings.
+	misaligned, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#split, #replicas, #decisions")].flatMap(t => { const h = [...t.tHead.rows[0].cells]; return [...t.tBodies[0].rows].flatMap(r => [...r.cells].filter((c, i) => h[i] && getComputedStyle(c).textAlign !== getComputedStyle(h[i]).textAlign).map(c => t.id + ": " + h[[...r.cells].indexOf(c)].textContent)); })`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(misaligned) > 0 {
+		t.Errorf("cells aligned unlike their heading: %v", misaligned)
 	}
 	if path := os.Getenv("SWITCHYARD_STATUS_SCREENSHOT"); path != "" {
 		if err := chromedp.Do(ctx, chromedp.Sleep(1500*time.Millisecond)); err != nil {
@@ -170,5 +244,21 @@ func TestStatusPage(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("/admin/status without the token: %d", resp.StatusCode)
+	}
+}
+
+// getAdmin decodes the admin API's JSON answer at path into v, with the
+// admin token tok.
+func getAdmin(t *testing.T, gw *gateway, path, tok string, v any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, gw.Admin.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: status %d: %v", path, resp.StatusCode, err)
 	}
 }

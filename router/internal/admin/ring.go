@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchyard/switchyard/pools"
 	"github.com/switchyard/switchyard/router/internal/wire"
 )
@@ -85,6 +86,40 @@ type Ring struct {
 	decisions [statusDecisions]atomic.Pointer[Decision]
 	nDecided  atomic.Uint64
 	replicas  sync.Map // *pools.Endpoint → *replicaRing
+	// Gather, when set, is read once a second for the classifier's
+	// counters, so that its rates cover the same window as the split's.
+	Gather    prometheus.Gatherer
+	counters  [counterSamples]atomic.Pointer[ClassifierCounters]
+	nCounters atomic.Uint64
+}
+
+// counterSamples is how many seconds of classifier counters are kept: a
+// minute and a spare.
+const counterSamples = 64
+
+// SampleClassifier keeps the classifier's counters at now.
+func (r *Ring) SampleClassifier(now time.Time) {
+	if r.Gather == nil {
+		return
+	}
+	c := gatherClassifier(r.Gather)
+	c.At = now
+	r.counters[(r.nCounters.Add(1)-1)%counterSamples].Store(&c)
+}
+
+// classifierSince is the oldest counter sample taken at or after since,
+// nil when there is none.
+func (r *Ring) classifierSince(since time.Time) *ClassifierCounters {
+	n := r.nCounters.Load()
+	var oldest *ClassifierCounters
+	for i := uint64(0); i < min(n, counterSamples); i++ {
+		c := r.counters[(n-1-i)%counterSamples].Load()
+		if c == nil || c.At.Before(since) {
+			break
+		}
+		oldest = c
+	}
+	return oldest
 }
 
 // pool returns the index of a pool name, allocating one on first sight;
@@ -143,6 +178,7 @@ func (r *Ring) Run(ctx context.Context, now func() time.Time) {
 			}
 			return true
 		})
+		r.SampleClassifier(now())
 		select {
 		case <-ctx.Done():
 			return

@@ -55,6 +55,8 @@ type statusDoc struct {
 	Classifier    *classifierStat `json:"classifier,omitempty"`
 	Shadow        *ShadowSummary  `json:"shadow,omitempty"`
 	Decisions     []*Decision     `json:"decisions"`
+	// Figures are the page's numbers, each with one definition.
+	Figures Figures `json:"figures"`
 }
 
 // classifierStat is the classifier's cumulative counters; the page turns
@@ -88,6 +90,7 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request) {
 	if cl := cfg.Classifier; cl != nil {
 		doc.Classifier = classifierStats(h.Registry, cl.Kind)
 	}
+	doc.Figures = h.figures(now, cfg.Classifier != nil)
 	// Compact: the page polls it every second (900 counts a series).
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -96,27 +99,49 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request) {
 	_ = enc.Encode(doc)
 }
 
-// classifierStats reads the classifier's counters from reg.
-func classifierStats(reg prometheus.Gatherer, kind string) *classifierStat {
-	st := &classifierStat{Kind: kind, Results: map[string]float64{}}
+// ClassifierCounters are the classifier's cumulative counters at one
+// moment: classifications by result, and the calls to its pool (those
+// that missed the cache) with their summed duration.
+type ClassifierCounters struct {
+	At          time.Time
+	Results     map[string]float64
+	DurationSum float64
+	Calls       float64
+}
+
+// gatherClassifier reads the classifier's counters from reg.
+func gatherClassifier(reg prometheus.Gatherer) ClassifierCounters {
+	c := ClassifierCounters{Results: map[string]float64{}}
 	fams, err := reg.Gather()
 	if err != nil {
-		return st
+		return c
 	}
 	for _, f := range fams {
 		switch f.GetName() {
 		case "switchyard_classifier_requests_total":
 			for _, m := range f.GetMetric() {
-				st.Results[label(m.GetLabel(), "result")] += m.GetCounter().GetValue()
+				c.Results[label(m.GetLabel(), "result")] += m.GetCounter().GetValue()
 			}
 		case "switchyard_classifier_duration_seconds":
 			for _, m := range f.GetMetric() {
-				st.DurationSum += m.GetHistogram().GetSampleSum()
-				st.Calls += float64(m.GetHistogram().GetSampleCount())
+				c.DurationSum += m.GetHistogram().GetSampleSum()
+				c.Calls += float64(m.GetHistogram().GetSampleCount())
 			}
-		case "switchyard_classifier_circuit_open":
-			for _, m := range f.GetMetric() {
-				st.BreakerOpen = m.GetGauge().GetValue() == 1
+		}
+	}
+	return c
+}
+
+// classifierStats reads the classifier's counters from reg.
+func classifierStats(reg prometheus.Gatherer, kind string) *classifierStat {
+	c := gatherClassifier(reg)
+	st := &classifierStat{Kind: kind, Results: c.Results, DurationSum: c.DurationSum, Calls: c.Calls}
+	if fams, err := reg.Gather(); err == nil {
+		for _, f := range fams {
+			if f.GetName() == "switchyard_classifier_circuit_open" {
+				for _, m := range f.GetMetric() {
+					st.BreakerOpen = m.GetGauge().GetValue() == 1
+				}
 			}
 		}
 	}

@@ -6,8 +6,9 @@
 
 const COLORS = ["#4c9be8", "#3fb96b", "#e0a82e", "#b07ce8", "#e5534b", "#4cc7c7", "#d97ab0", "#9aa5b1"];
 const $ = (id) => document.getElementById(id);
-let prevClassifier = null;
 let poolColors = {};
+// The grey of a pool that is no longer in the config (its past traffic).
+const GONE = "#6b7480";
 let failures = 0;
 
 function token() { return sessionStorage.getItem("switchyard-admin-token") || ""; }
@@ -71,12 +72,13 @@ function draw(d) {
   else { text(reload, "last reload FAILED at " + new Date(r.at).toLocaleTimeString() + ": " + r.error); reload.className = "bad"; }
   text($("uptime"), "up " + dur(new Date(d.now) - new Date(d.started)));
   const pools = Object.keys(d.split.pools).sort();
-  for (const p of d.pools.map((p) => p.name).concat(pools)) {
-    if (!(p in poolColors)) poolColors[p] = COLORS[Object.keys(poolColors).length % COLORS.length];
-  }
+  // A pool's colour is fixed by its place in the config's pool list.
+  poolColors = {};
+  for (const p of pools) poolColors[p] = GONE;
+  d.pools.forEach((p, i) => { poolColors[p.name] = COLORS[i % COLORS.length]; });
   drawChart(d.split, pools);
   drawSplit(d, pools);
-  drawReplicas(d.pools);
+  drawReplicas(d);
   drawClassifier(d);
   drawDecisions(d.decisions);
 }
@@ -137,46 +139,44 @@ function drawChart(split, pools) {
   }
 }
 
+// drawSplit shows the split over d.figures.window_seconds (the last
+// minute, or the uptime while the gateway is younger): the numbers are
+// the gateway's (docs/observability.md defines each), not the page's.
 function drawSplit(d, pools) {
-  const split = d.split, last = 60;
-  const apis = ["chat", "completions", "responses", "messages", "other"];
-  const byPool = {}, byAPI = {};
-  let all = 0;
+  const f = d.figures, apis = ["chat", "completions", "responses", "messages", "other"];
+  const byAPI = {};
   for (const p of pools) {
-    byPool[p] = { total: 0, recent: 0, errors: 0, apis: {} };
-    for (const a of apis) {
-      const vals = split.pools[p][a] || [];
-      const recent = vals.slice(-last).reduce((s, v) => s + v, 0);
-      byPool[p].recent += recent;
-      byPool[p].total += vals.reduce((s, v) => s + v, 0);
-      byPool[p].apis[a] = recent;
-      byAPI[a] = (byAPI[a] || 0) + recent;
-    }
-    byPool[p].errors = (split.errors[p] || []).slice(-last).reduce((s, v) => s + v, 0);
-    all += byPool[p].recent;
+    const pf = f.pools[p];
+    if (!pf) continue;
+    for (const a of apis) byAPI[a] = (byAPI[a] || 0) + (pf.apis[a] || 0);
   }
+  const shown = apis.filter((a) => byAPI[a] > 0);
   const t = $("split");
   const head = document.createElement("tr");
-  for (const s of ["pool", "share", "req/s", "errors"].concat(apis.filter((a) => byAPI[a] > 0))) {
+  ["pool", "share", "req/s", "errors"].concat(shown).forEach((s, i) => {
     const th = document.createElement("th");
     th.textContent = s;
+    if (i > 0) th.className = "num";
     head.appendChild(th);
-  }
+  });
   t.tHead.replaceChildren(head);
+  $("split-window").textContent = f.window_seconds >= 60 ? "last minute" : "last " + Math.round(f.window_seconds) + "s (uptime)";
   const body = t.tBodies[0];
   body.replaceChildren();
   for (const p of pools) {
+    const pf = f.pools[p] || { requests: 0, requests_per_second: 0, share: 0, errors: 0, apis: {} };
     const row = document.createElement("tr");
     row.id = "share-" + p;
     row.dataset.pool = p;
-    row.dataset.share = all ? (byPool[p].recent / all).toFixed(4) : "0";
-    row.dataset.total = String(byPool[p].total);
+    row.dataset.share = pf.share.toFixed(4);
+    row.dataset.rate = pf.requests_per_second.toFixed(4);
+    row.dataset.total = String(Object.values(d.split.pools[p]).flat().reduce((s, v) => s + v, 0));
     cell(row, p).style.color = poolColors[p];
-    cell(row, all ? pct(byPool[p].recent / all) : "–", "num");
-    cell(row, (byPool[p].recent / last).toFixed(1), "num");
-    cell(row, String(byPool[p].errors), byPool[p].errors ? "num bad" : "num");
-    for (const a of apis.filter((a) => byAPI[a] > 0)) {
-      cell(row, byAPI[a] ? pct(byPool[p].apis[a] / byAPI[a]) : "–", "num").title = "share of " + a + " requests";
+    cell(row, pf.requests ? pct(pf.share) : "–", "num");
+    cell(row, pf.requests_per_second.toFixed(1), "num");
+    cell(row, String(pf.errors), pf.errors ? "num bad" : "num");
+    for (const a of shown) {
+      cell(row, byAPI[a] ? pct((pf.apis[a] || 0) / byAPI[a]) : "–", "num").title = "share of " + a + " requests";
     }
     body.appendChild(row);
   }
@@ -184,8 +184,8 @@ function drawSplit(d, pools) {
   ctl.replaceChildren();
   const share = d.control && d.control.share;
   if (share) {
-    const mine = byPool[share.pool] ? byPool[share.pool].recent / Math.max(all, 1) : 0;
-    text(ctl, "control.share: " + share.pool + " at " + pct(mine) + " of the last minute, target " +
+    const mine = f.pools[share.pool] ? f.pools[share.pool].share : 0;
+    text(ctl, "control.share: " + share.pool + " at " + pct(mine) + " of the window, target " +
       (typeof share.target === "number" ? pct(share.target) : share.target) + " (controller measures " + pct(share.share || 0) + ")");
   }
 }
@@ -193,7 +193,8 @@ function drawSplit(d, pools) {
 const DOWN = { unhealthy: 1, ejected: 1, misconfigured: 1 };
 const WARN = { probing: 1, draining: 1 };
 
-function drawReplicas(pools) {
+function drawReplicas(d) {
+  const pools = d.pools;
   const body = $("replicas").tBodies[0];
   body.replaceChildren();
   for (const p of pools) {
@@ -206,7 +207,7 @@ function drawReplicas(pools) {
       cell(row, p.name).style.color = poolColors[p.name];
       cell(row, r.name + (r.source && r.source !== "config" ? " (" + r.source + ")" : "")).title = r.url;
       let state = r.state;
-      if (r.state === "ejected" && r.ejected_until) state += " (" + dur(new Date(r.ejected_until) - Date.now()) + " left)";
+      if (r.state === "ejected" && r.ejected_until) state += " (" + dur(Math.max(0, new Date(r.ejected_until) - new Date(d.now))) + " left)";
       cell(row, state, "state");
       cell(row, String(r.inflight), "num");
       cell(row, String(r.waiting), "num");
@@ -225,32 +226,27 @@ function drawReplicas(pools) {
 function drawClassifier(d) {
   const dl = $("classifier");
   dl.replaceChildren();
-  const add = (el, k, v, cls) => {
+  const add = (el, k, v, cls, id) => {
     const dt = document.createElement("dt"), dd = document.createElement("dd");
     dt.textContent = k; dd.textContent = v;
     if (cls) dd.className = cls;
+    if (id) dd.id = "figure-" + id;
     el.append(dt, dd);
   };
-  const c = d.classifier;
+  const c = d.classifier, f = d.figures.classifier;
   if (!c) add(dl, "kind", "none configured");
   else {
-    const now = new Date(d.now).getTime();
     const total = Object.values(c.results).reduce((s, v) => s + v, 0);
     add(dl, "kind", c.kind);
     add(dl, "breaker", c.breaker_open ? "OPEN: every request gets on_error's label" : "closed", c.breaker_open ? "bad" : "good");
-    if (prevClassifier && now > prevClassifier.at) {
-      const secs = (now - prevClassifier.at) / 1000;
-      const calls = c.calls - prevClassifier.calls;
-      const all = total - prevClassifier.total;
-      const hits = (c.results.cache_hit || 0) - prevClassifier.hits;
-      add(dl, "classifications/s", (all / secs).toFixed(1));
-      add(dl, "calls to its pool/s", (calls / secs).toFixed(1));
-      add(dl, "cache hit rate", all > 0 ? pct(hits / all) : "–");
-      add(dl, "latency (mean)", calls > 0 ? fmtMS(1000 * (c.duration_seconds_sum - prevClassifier.sum) / calls) : "–");
+    if (f) {
+      add(dl, "classifications/s", f.classifications_per_second.toFixed(1), "num", "classifications-per-second");
+      add(dl, "calls to its pool/s", f.calls_per_second.toFixed(1), "num", "calls-per-second");
+      add(dl, "cache hit rate", f.cache_hit_rate === null ? "–" : pct(f.cache_hit_rate), "num", "cache-hit-rate");
+      add(dl, "latency (mean)", fmtMS(f.latency_mean_ms), "num", "latency-mean");
     }
     const fallbacks = ["timeout", "error", "circuit_open", "refused"].map((k) => c.results[k] || 0).reduce((s, v) => s + v, 0);
     add(dl, "fell back (all time)", total ? pct(fallbacks / total) : "–", fallbacks ? "bad" : "");
-    prevClassifier = { at: now, calls: c.calls, total, hits: c.results.cache_hit || 0, sum: c.duration_seconds_sum };
   }
   const sh = $("shadow");
   sh.replaceChildren();
