@@ -56,14 +56,16 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 func policyRequest(s *Snapshot, r *http.Request, key string, info *reqInfo) (*policy.Request, classifier.Input, string) {
 	preq := &policy.Request{
 		Model: info.Model, Stream: info.Stream, Tools: info.Tools, Messages: info.Messages,
-		PromptTokens: info.PromptTokens, Header: r.Header, Key: key,
+		PromptTokens: info.PromptTokens, MaxTokens: info.MaxTokens, Header: r.Header, Key: key,
 	}
 	id, open, in := sessionID(s, r, info)
 	if id == "" {
-		return preq, classifierInput(info), ""
+		in = classifierInput(info)
+		preq.System = in.System
+		return preq, in, ""
 	}
 	preq.Session = id + key + "\x00" + info.Model
-	preq.Messages, preq.PromptTokens = open.messages, open.promptTokens
+	preq.Messages, preq.PromptTokens, preq.System = open.messages, open.promptTokens, in.System
 	return preq, in, id
 }
 
