@@ -286,7 +286,7 @@ func (s *Server) parseMessages(body []byte, count bool) (*plan, *apiError) {
 		return nil, badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
 			limit, p.promptTokens+maxTokens, p.promptTokens, maxTokens)
 	}
-	p.steps, p.finish, p.engineFinish = s.defaultMaxTokens, "stop", "stop"
+	p.steps, p.finish, p.engineFinish = s.answerLength(root.Get("messages").Raw), "stop", "stop"
 	if maxTokens < p.steps {
 		p.steps, p.finish, p.engineFinish = maxTokens, "length", "length"
 	}

@@ -283,8 +283,8 @@ func (s *Server) parseResponses(body []byte) (*plan, wire, *apiError) {
 	if explicit && (limit == 0 || maxOutput < limit) {
 		limit = maxOutput
 	}
-	p.steps, p.finish, p.engineFinish = s.defaultMaxTokens, "stop", "stop"
-	rw.maxOutput = s.defaultMaxTokens
+	p.steps, p.finish, p.engineFinish = s.answerLength(root.Get("input").Raw), "stop", "stop"
+	rw.maxOutput = p.steps
 	if limit > 0 {
 		rw.maxOutput = limit
 		if limit < p.steps {

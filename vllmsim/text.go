@@ -2,6 +2,7 @@ package vllmsim
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 )
 
@@ -100,4 +101,52 @@ func findPrefix(prefix string) (start, k int, ok bool) {
 		}
 	}
 	return 0, 0, false
+}
+
+// The natural length of an answer (Profile.NaturalLengths) is log-normal:
+// median naturalMedian tokens and shape naturalSigma, so half the answers
+// are within about 100 to 370 tokens, one in ten is longer than about
+// 640, and one in a hundred longer than about 1,600; an answer the last
+// user message asks to be long (a word starting "long", "detailed",
+// "essay", "thorough", "comprehensive" or "in depth") has median
+// naturalLongMedian. Lengths are at least naturalMin and at most
+// naturalMax tokens. These are this package's assumptions of a chat
+// model's answers, not measured figures.
+const (
+	naturalMedian     = 200
+	naturalLongMedian = 1500
+	naturalSigma      = 0.9
+	naturalMin        = 8
+	naturalMax        = 16384
+)
+
+// longMarkers are the words asking for a long answer.
+var longMarkers = []string{"long", "detailed", "essay", "thorough", "comprehensive", "in depth"}
+
+// NaturalLength is the natural length in tokens of the answer to the
+// conversation keyed by key, under seed; long: the user asked for a long
+// answer.
+func NaturalLength(seed, key uint64, long bool) int {
+	r := rand.New(rand.NewPCG(seed, key))
+	median := float64(naturalMedian)
+	if long {
+		median = naturalLongMedian
+	}
+	n := int(math.Round(median * math.Exp(naturalSigma*r.NormFloat64())))
+	return min(max(n, naturalMin), naturalMax)
+}
+
+// asksLong reports whether text asks for a long answer (a longMarkers word
+// at the start of a word).
+func asksLong(text string) bool { return containsWord(text, longMarkers) }
+
+// answerLength is the own length of a Responses or Messages answer to
+// conversation (its input or messages, as sent): DefaultMaxTokens, or
+// with NaturalLengths its natural length (these APIs' answers are never
+// taken to ask for a long answer).
+func (s *Server) answerLength(conversation string) int {
+	if !s.profile.NaturalLengths {
+		return s.defaultMaxTokens
+	}
+	return NaturalLength(s.profile.LengthSeed, fnvAdd(fnvOffset, conversation), false)
 }
