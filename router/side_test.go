@@ -127,6 +127,9 @@ func TestTitleRequestDoesNotDecideSession(t *testing.T) {
 						t.Errorf("small model after turn %d: %s/%s, want side/small", n, r, p)
 					}
 				}
+				if strings.HasPrefix(c.name, "classifier") && !small.received("Last message: a tool result, 2 assistant steps after the user's last message") {
+					t.Errorf("the classifier was not told of the third turn")
+				}
 				if c.side == "" {
 					return
 				}
@@ -140,4 +143,18 @@ func TestTitleRequestDoesNotDecideSession(t *testing.T) {
 			})
 		}
 	}
+}
+
+// received reports whether a request body the replica received holds s
+// (JSON-escaped as a string would be).
+func (r *replica) received(s string) bool {
+	esc, _ := json.Marshal(s)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, b := range r.bodies {
+		if strings.Contains(string(b), string(esc[1:len(esc)-1])) {
+			return true
+		}
+	}
+	return false
 }
