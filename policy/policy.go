@@ -247,7 +247,7 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 			// Not a stronger route (sticky: false never moves a session).
 			if explain {
 				d.Matched = append(d.Matched, r.name)
-				d.Why = st.heldList()
+				d.Route = r.name
 			}
 			break
 		}
@@ -292,11 +292,20 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 	}
 	kept.Sticky, kept.Session = true, SessionKept
 	if explain {
-		kept.Matched, kept.Skipped, kept.Why = d.Matched, d.Skipped, d.Why
+		kept.Matched, kept.Skipped = d.Matched, d.Skipped
+		switch {
+		case d.Route == "":
+			kept.SessionReason = fmt.Sprintf("the session keeps route %q: no route above it matched", kept.Route)
+		case d.Route == kept.Route:
+			kept.SessionReason = fmt.Sprintf("the session keeps route %q: the request matches it again", kept.Route)
+		case p.routeIndex(d.Route) < keptAt:
+			kept.SessionReason = fmt.Sprintf("the session keeps route %q: route %q matched, but it is sticky: false", kept.Route, d.Route)
+		default:
+			kept.SessionReason = fmt.Sprintf("the session keeps route %q: route %q matched, below it", kept.Route, d.Route)
+		}
 		if kept.Matched == nil || kept.Matched[len(kept.Matched)-1] != kept.Route {
 			kept.Matched = append(kept.Matched, kept.Route)
 		}
-		kept.SessionReason = fmt.Sprintf("the session keeps route %q: no route above it matched", kept.Route)
 	} else if p.ctrl != nil {
 		p.ctrl.observeDecision(kept.Pools[0] == p.ctrl.Pool(), false)
 	}

@@ -654,3 +654,30 @@ routes:
 		t.Errorf("explain stored a decision: the next one is %q", d.Session)
 	}
 }
+
+// TestDecideExplainsKept: explaining a request of a session with a kept
+// decision says why the session keeps it.
+func TestDecideExplainsKept(t *testing.T) {
+	cfg := load(t, header+`session: {header: X-Session-Id, ttl: 1m}
+routes:
+  - {name: experiment, when: {header: {X-Experiment: b}}, to: c, sticky: false}
+  - {name: tools, when: {tools: {gte: 4}}, to: c}
+  - {name: complex, when: {class: complex}, to: b}
+  - {name: default, to: a}
+`)
+	pol := policy.New(cfg, policy.WithSessions(policy.NewSessions(100, time.Minute, nil)))
+	pol.Decide(&policy.Request{Session: "s"}, label("complex").classify, false)
+	for _, tc := range []struct {
+		name string
+		req  policy.Request
+		want string
+	}{
+		{"nothing above", policy.Request{Session: "s"}, `the session keeps route "complex": no route above it matched`},
+		{"sticky false above", policy.Request{Session: "s", Header: headers("X-Experiment", "b")}, `the session keeps route "complex": route "experiment" matched, but it is sticky: false`},
+	} {
+		d := pol.Decide(&tc.req, label("simple").classify, true)
+		if d.Route != "complex" || d.Session != policy.SessionKept || d.SessionReason != tc.want || d.Why != nil {
+			t.Errorf("%s: %+v, want reason %q", tc.name, d, tc.want)
+		}
+	}
+}

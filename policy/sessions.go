@@ -63,17 +63,6 @@ func (s *Sessions) Replace(id string, d Decision) {
 	s.cache.Add(id, sessionEntry{d: d, expires: s.now().Add(s.ttl)})
 }
 
-// Put keeps d for id unless a live decision is already kept (the first
-// decision wins).
-func (s *Sessions) Put(id string, d Decision) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e, ok := s.cache.Peek(id); ok && s.now().Before(e.expires) {
-		return
-	}
-	s.cache.Add(id, sessionEntry{d: d, expires: s.now().Add(s.ttl)})
-}
-
 // raise keeps d for id unless a live decision is kept that weaker(kept)
 // does not call weaker: the store moves a session up, never down, however
 // its turns interleave.
