@@ -67,10 +67,12 @@
 // Answer lengths: by default a text answer is DefaultMaxTokens long, or
 // max_tokens long when the request sets it (finish_reason "length"). With
 // Profile.NaturalLengths (what `switchyard sim` runs with) it ends by itself
-// as a model's answer does: its natural length is drawn, per conversation
-// and Profile.LengthSeed, from a log-normal distribution (median 200 tokens;
-// 1,500 when the last user message asks for a long answer; see
-// NaturalLength), and only a smaller budget cuts it (finish_reason
+// as a model's answer does: its natural length is drawn from a log-normal
+// distribution (median 200 tokens; 1,500 when the first user message asks
+// for a long answer; see NaturalLength), keyed by Profile.LengthSeed, the
+// first user message's text and the number of assistant answers before it
+// (so the same answer has the same length on every API and when the
+// gateway continues it as a chat request), and only a smaller budget cuts it (finish_reason
 // "length"): max_tokens, or without it the room left in max_model_len, as
 // vLLM gives. An agent's max_tokens of 32000 is then a budget, not a length.
 //

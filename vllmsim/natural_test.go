@@ -121,3 +121,30 @@ func TestNaturalLengthDistribution(t *testing.T) {
 		t.Errorf("long answers: median %d, want about 1500", med)
 	}
 }
+
+// TestNaturalLengthsContinueAcrossAPIs: a Responses or Messages answer
+// continued as the gateway resumes it (a chat request with the answer so
+// far as the final assistant message) ends where the uncut answer did.
+func TestNaturalLengthsContinueAcrossAPIs(t *testing.T) {
+	_, ts := start(t, vllmsim.Profile{NaturalLengths: true, LengthSeed: 3})
+	for _, tc := range []struct{ name, path, body, text, tokens string }{
+		{"responses", "/v1/responses", `{"max_output_tokens":32000,"input":[{"role":"user","content":[{"type":"input_text","text":"Describe  the harbor."}]}]}`, "output.0.content.0.text", "usage.output_tokens"},
+		{"messages", "/v1/messages", `{"model":"` + testModel + `","max_tokens":32000,"messages":[{"role":"user","content":[{"type":"text","text":"Describe the harbor."}]}]}`, "content.0.text", "usage.output_tokens"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, b := post(t, ts, tc.path, tc.body)
+			whole, total := gjson.GetBytes(b, tc.text).String(), gjson.GetBytes(b, tc.tokens).Int()
+			if total < 8 || whole == "" {
+				t.Fatalf("uncut answer: %s", b)
+			}
+			prefix := strings.TrimSuffix(strings.Join(strings.SplitAfter(whole, " ")[:3], ""), " ")
+			_, b = post(t, ts, "/v1/chat/completions", `{"max_tokens":31997,"continue_final_message":true,"add_generation_prompt":false,"messages":[{"role":"user","content":"Describe the harbor."},{"role":"assistant","content":`+strconv.Quote(prefix)+`}]}`)
+			if cont := gjson.GetBytes(b, "choices.0.message.content").String(); prefix+cont != whole {
+				t.Errorf("prefix %q + continuation %q\n!= uncut answer %q", prefix, cont, whole)
+			}
+			if n := gjson.GetBytes(b, "usage.completion_tokens").Int(); n != total-3 {
+				t.Errorf("continuation of %d tokens, want the %d left", n, total-3)
+			}
+		})
+	}
+}

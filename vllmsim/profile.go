@@ -85,8 +85,9 @@ type Profile struct {
 	PromptTokensDetails bool
 	// NaturalLengths makes unscripted text answers end by themselves, as
 	// a model's do, instead of at a fixed length: each answer has a
-	// natural length drawn from NaturalLength's distribution (seeded by
-	// LengthSeed and the conversation), and the answer is that long unless
+	// natural length drawn from NaturalLength's distribution (keyed by
+	// LengthSeed, the first user message and the assistant answers before
+	// it), and the answer is that long unless
 	// its budget is smaller: max_tokens (max_completion_tokens,
 	// max_output_tokens), or without one the room the context leaves, as
 	// vLLM gives the rest of max_model_len. finish_reason is "length" only

@@ -259,10 +259,6 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 		lastContent  gjson.Result
 		messages     []Message // collected only for a Chooser
 		h            history
-		// key and keyBefore hash the messages, and all but the last:
-		// the conversation a natural length is drawn for.
-		key, keyBefore uint64 = fnvOffset, fnvOffset
-		lastUser       string
 	)
 	// The prefix cache's view of the prompt: tools first, as chat
 	// templates render them into the system turn, then the messages.
@@ -295,11 +291,8 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 		if role.Str == "assistant" {
 			h.assistant(len(m.Get("tool_calls").Array()) > 0)
 		}
-		if s.profile.NaturalLengths {
-			keyBefore, key = key, fnvAdd(key, m.Raw)
-			if role.Str == "user" {
-				lastUser = text
-			}
+		if role.Str == "user" {
+			h.user(userText(m.Get("content")))
 		}
 		lastRole, lastContent = role.Str, m.Get("content")
 		count++
@@ -332,7 +325,7 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 		budget = s.profile.MaxModelLen - p.promptTokens
 	}
 	if s.profile.NaturalLengths {
-		p.natural(NaturalLength(s.profile.LengthSeed, key, asksLong(lastUser)), budget)
+		p.natural(s.naturalLength(h, h.turns), budget)
 	}
 
 	think := s.profile.ReasoningTokens
@@ -357,9 +350,10 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 			rest := max(1, s.defaultMaxTokens-k)
 			switch {
 			case s.profile.NaturalLengths:
-				// The same conversation without the prefix: the same
-				// natural length, of which k tokens are written.
-				p.natural(max(1, NaturalLength(s.profile.LengthSeed, keyBefore, asksLong(lastUser))-k), budget)
+				// The answer the prefix starts (the final assistant
+				// message is not an answer before it): the same natural
+				// length, of which k tokens are written.
+				p.natural(max(1, s.naturalLength(h, h.turns-1)-k), budget)
 			case !explicit:
 				p.steps = max(1, p.steps-k)
 			case rest < p.steps:
