@@ -15,8 +15,13 @@
 // to show what prefix affinity is worth: throughput, TTFT and the cache's
 // hit rate.
 //
+// With --workload replay, the request sequences captured from real agents
+// (--sessions, testdata/agents/sessions) go through the reference policy,
+// and each agent's split per pool and route is printed (replay.go).
+//
 //	go run ./bench/capacity [--json] [--duration 4s] [--speedup 10]
 //	go run ./bench/capacity --workload agents [--balancers affinity,round_robin] [--duration 12s] [--workers 64]
+//	go run ./bench/capacity --workload replay [--sessions testdata/agents/sessions] [--json]
 package main
 
 import (
