@@ -148,7 +148,7 @@ func (p *Profile) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&p.DecodeTPS, "decode-tps", p.DecodeTPS, "output tokens per second per running request (0 = instant)")
 	fs.IntVar(&p.MaxBatch, "max-batch", p.MaxBatch, "max requests running at once; more wait in a FIFO queue (0 = unlimited)")
 	fs.Float64Var(&p.SpeedUp, "speedup", p.SpeedUp, "divide every simulated duration by this (0 = 1, real time)")
-	fs.IntVar(&p.DefaultMaxTokens, "max-tokens", p.DefaultMaxTokens, "completion length when a request sets no max_tokens (0 = 16)")
+	fs.IntVar(&p.DefaultMaxTokens, "max-tokens", p.DefaultMaxTokens, "completion length when a request sets no max_tokens (0 = 16); unused with --natural-lengths")
 	fs.IntVar(&p.MaxModelLen, "max-model-len", p.MaxModelLen, "context length in tokens (0 = no limit)")
 	fs.IntVar(&p.KVCacheTokens, "kv-cache-tokens", p.KVCacheTokens, "KV-cache capacity in tokens for vllm:kv_cache_usage_perc (0 = report 0)")
 	fs.BoolVar(&p.LegacyMetrics, "legacy-metrics", p.LegacyMetrics, "expose vllm:gpu_cache_usage_perc instead of vllm:kv_cache_usage_perc")
