@@ -178,7 +178,7 @@ func TestClaudeCodeReplicaKilledMidStream(t *testing.T) {
   - {}
   - text: "I wrote hello.txt."
 `, file, content)
-	c := startCluster(t, scenario, "--decode-tps", "20", "--max-tokens", fmt.Sprint(answer+1))
+	c := startCluster(t, scenario, "--decode-tps", "20", "--max-tokens", fmt.Sprint(answer+1), "--natural-lengths=false")
 	killed := c.killAfter(file, time.Minute)
 	r := claude(t, c, work, "Write hello.txt saying hello.", 2*time.Minute, []string{"CLAUDE_CODE_MAX_OUTPUT_TOKENS=" + fmt.Sprint(answer)})
 	victim := <-killed

@@ -313,7 +313,7 @@ func TestCodexReplicaKilledMidStream(t *testing.T) {
         arguments: {cmd: "printf 'hello from codex\n' > hello.txt"}
   - {}
 `
-	c := startCluster(t, scenario, "--decode-tps", "20", "--max-tokens", fmt.Sprint(answer))
+	c := startCluster(t, scenario, "--decode-tps", "20", "--max-tokens", fmt.Sprint(answer), "--natural-lengths=false")
 	killed := c.killAfter(file, time.Minute)
 	r := codex(t, c, work, "Write hello.txt saying hello.", 2*time.Minute)
 	victim := <-killed

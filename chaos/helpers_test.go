@@ -132,7 +132,7 @@ func startWith(t *testing.T, env []string, args ...string) *proc {
 // sim starts a simulated vLLM replica serving model m.
 func sim(t *testing.T, extra ...string) *proc {
 	t.Helper()
-	return start(t, append([]string{"sim", "--listen", "127.0.0.1:0", "--model", "m", "--decode-tps", "400", "--max-tokens", "8"}, extra...)...)
+	return start(t, append([]string{"sim", "--listen", "127.0.0.1:0", "--model", "m", "--decode-tps", "400", "--max-tokens", "8", "--natural-lengths=false"}, extra...)...)
 }
 
 // gateway writes cfg to a file and serves it.

@@ -29,6 +29,48 @@ type Input struct {
 	Turns int
 	// Prompt is the prompt of a /v1/completions request.
 	Prompt string
+	// Last says what the conversation's last message is: LastInstruction
+	// (a user message with text), LastToolResult, or "" (unknown: a
+	// completions prompt, an assistant prefill). With it, the summary
+	// describes the turn: Last, Steps, PromptTokens and MaxTokens.
+	Last string
+	// Steps is the number of assistant turns since the last user message
+	// with text (0 when the last message is that message).
+	Steps int
+	// PromptTokens is the request's prompt size estimate; MaxTokens the
+	// answer length it asks for (0: none). The summary shows both in
+	// bands (bands), so nearby sizes read, hash and cache alike.
+	PromptTokens, MaxTokens int
+}
+
+// What Input.Last says of the last message.
+const (
+	LastInstruction = "instruction"
+	LastToolResult  = "tool_result"
+)
+
+// answerBand is band for an answer length, "not set" for none.
+func answerBand(n int) string {
+	if n <= 0 {
+		return "not set"
+	}
+	return band(n)
+}
+
+// band writes n tokens as the band it falls in: under 1k, then doubling
+// bands (1k-2k, 2k-4k, ...) up to 128k and more.
+func band(n int) string {
+	if n < 1024 {
+		return "under 1k"
+	}
+	lo := 1
+	for lo*2*1024 <= n && lo < 128 {
+		lo *= 2
+	}
+	if lo >= 128 {
+		return "128k or more"
+	}
+	return fmt.Sprintf("%dk-%dk", lo, lo*2)
 }
 
 // Result is one classification.
@@ -484,6 +526,12 @@ func (in *Input) hash(seed maphash.Seed) uint64 {
 		writeStr(t)
 	}
 	writeInt(in.Turns)
+	writeStr(in.Last)
+	if in.Last != "" {
+		writeInt(in.Steps)
+		writeStr(band(in.PromptTokens))
+		writeStr(answerBand(in.MaxTokens))
+	}
 	return h.Sum64()
 }
 

@@ -110,6 +110,14 @@ func (b *modelBackend) Request(in *Input) ([]byte, error) {
 	return json.Marshal(req)
 }
 
+// answerBandText is answerBand with its unit.
+func answerBandText(n int) string {
+	if n <= 0 {
+		return "not set"
+	}
+	return band(n) + " tokens"
+}
+
 // summary is the user turn the classifier reads.
 func summary(in *Input) string {
 	var sb strings.Builder
@@ -119,6 +127,15 @@ func summary(in *Input) string {
 		return sb.String()
 	}
 	fmt.Fprintf(&sb, "Turns: %d\n", in.Turns)
+	switch in.Last {
+	case LastInstruction:
+		sb.WriteString("Last message: a new instruction from the user\n")
+	case LastToolResult:
+		fmt.Fprintf(&sb, "Last message: a tool result, %d assistant steps after the user's last message\n", in.Steps)
+	}
+	if in.Last != "" {
+		fmt.Fprintf(&sb, "Prompt: %s tokens\nAnswer budget: %s\n", band(in.PromptTokens), answerBandText(in.MaxTokens))
+	}
 	if len(in.Tools) > 0 {
 		fmt.Fprintf(&sb, "Tools (%d): %s\n", len(in.Tools), strings.Join(in.Tools, ", "))
 	} else {

@@ -32,7 +32,7 @@ func TestDemoHeadless(t *testing.T) {
 	if s.ByPool["minicpm"] <= s.ByPool["qwen"] {
 		t.Errorf("the small pool should take most traffic: %v", s.ByPool)
 	}
-	for _, route := range []string{"default", "complex", "tool-heavy"} {
+	for _, route := range []string{"side", "default", "complex"} {
 		if s.ByRoute[route] == 0 {
 			t.Errorf("no traffic on route %q: %v", route, s.ByRoute)
 		}

@@ -101,8 +101,8 @@ const maxFailed = 10
 
 // ClassLegend explains the "-" among the classes: the gateway sets
 // X-Switchyard-Class only when the classifier decided the route, so a request
-// that matched a rule before any class condition (tool-heavy: four tools or
-// more) or that named a pool has no class.
+// that matched a rule before any class condition (side: a client's own
+// small model) or that named a pool has no class.
 const ClassLegend = `In "classes:", - counts requests that needed no classifier call (a rule matched before any class condition, or the model named a pool).`
 
 // PrintSummary writes the end-of-run summary.

@@ -17,17 +17,20 @@ type route struct {
 	spill    *Spill
 	// sticky is false for sticky: false (the decision is not kept).
 	sticky bool
+	// side: the route's requests are side requests (Route.Side).
+	side bool
 }
 
 // cond is a compiled When.
 type cond struct {
-	class, model, key             StringList
-	tools, messages, promptTokens *NumCmp
-	stream                        *bool
-	score                         []scoreCond // by label
-	header                        []headerCond
-	any                           []*cond
-	not                           *cond
+	class, model, key                        StringList
+	tools, messages, promptTokens, maxTokens *NumCmp
+	stream, smallModel                       *bool
+	systemContains                           StringList
+	score                                    []scoreCond // by label
+	header                                   []headerCond
+	any                                      []*cond
+	not                                      *cond
 	// classify: this condition or one under it reads the classifier.
 	classify bool
 }
@@ -46,7 +49,7 @@ func compileRoute(r *Route) *route {
 	out := &route{
 		name: r.Name, when: compileWhen(r.When), to: r.To,
 		split: slices.Clone(r.Split), fallback: slices.Clone(r.Fallback),
-		sticky: r.Sticky,
+		sticky: r.Sticky, side: r.Side,
 	}
 	if r.Spill != nil {
 		s := *r.Spill
@@ -63,11 +66,16 @@ func compileWhen(w *When) *cond {
 	c := &cond{
 		class: slices.Clone(w.Class), model: slices.Clone(w.Model), key: slices.Clone(w.Key),
 		tools: cloneCmp(w.Tools), messages: cloneCmp(w.Messages), promptTokens: cloneCmp(w.PromptTokens),
+		maxTokens: cloneCmp(w.MaxTokens), systemContains: slices.Clone(w.SystemContains),
 		not: compileWhen(w.Not),
 	}
 	if w.Stream != nil {
 		s := *w.Stream
 		c.stream = &s
+	}
+	if w.SmallModel != nil {
+		s := *w.SmallModel
+		c.smallModel = &s
 	}
 	for _, label := range sortedKeys(w.Score) {
 		c.score = append(c.score, scoreCond{label: label, cmp: cloneCmp(w.Score[label])})

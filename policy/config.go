@@ -442,6 +442,11 @@ type Model struct {
 	// answer's model field (some agents check it). Default false: the
 	// answer names the model the replica served.
 	RewriteResponseModel bool `yaml:"rewrite_response_model,omitempty"`
+	// Small marks the name (or every name the pattern matches) as a
+	// client's own small model: the name an agent sends for its quick
+	// work (Claude Code's haiku-class calls, OpenCode's small_model).
+	// Routes match it with small_model: true. Default false.
+	Small bool `yaml:"small,omitempty"`
 }
 
 // IsPattern reports whether the name is a glob pattern.
@@ -530,6 +535,11 @@ type Route struct {
 	// Sticky=false keeps this rule's choice out of the session store
 	// (DefaultRoute has true).
 	Sticky bool `yaml:"sticky"`
+	// Side marks the requests this route matches as side requests (an
+	// agent's title, summary or quick call): they are routed by this
+	// route on their own, and neither read nor change their session's
+	// kept decision. Default false.
+	Side bool `yaml:"side,omitempty"`
 }
 
 // Split is a weighted choice among pools, in file order.
@@ -550,15 +560,26 @@ type Spill struct {
 
 // When is a route condition; all given fields must hold.
 type When struct {
-	Class        StringList            `yaml:"class,omitempty"`
-	Score        map[string]*NumCmp    `yaml:"score,omitempty"`
-	Model        StringList            `yaml:"model,omitempty"`
-	Tools        *NumCmp               `yaml:"tools,omitempty"`
-	Messages     *NumCmp               `yaml:"messages,omitempty"`
-	PromptTokens *NumCmp               `yaml:"prompt_tokens,omitempty"`
-	Stream       *bool                 `yaml:"stream,omitempty"`
-	Header       map[string]StringList `yaml:"header,omitempty"`
-	Key          StringList            `yaml:"key,omitempty"`
-	Any          []*When               `yaml:"any,omitempty"`
-	Not          *When                 `yaml:"not,omitempty"`
+	Class        StringList         `yaml:"class,omitempty"`
+	Score        map[string]*NumCmp `yaml:"score,omitempty"`
+	Model        StringList         `yaml:"model,omitempty"`
+	Tools        *NumCmp            `yaml:"tools,omitempty"`
+	Messages     *NumCmp            `yaml:"messages,omitempty"`
+	PromptTokens *NumCmp            `yaml:"prompt_tokens,omitempty"`
+	Stream       *bool              `yaml:"stream,omitempty"`
+	// MaxTokens compares the answer length the request asks for
+	// (max_tokens, max_completion_tokens, max_output_tokens); a request
+	// that sets none asks for no bound: only gt and gte bounds hold.
+	MaxTokens *NumCmp `yaml:"max_tokens,omitempty"`
+	// SmallModel holds when the request's model name is (true) or is not
+	// (false) one of the models: entries marked small: true.
+	SmallModel *bool `yaml:"small_model,omitempty"`
+	// SystemContains holds when the system prompt contains one of the
+	// strings (case-sensitive): an operator's fingerprint of a known side
+	// request's instructions.
+	SystemContains StringList            `yaml:"system_contains,omitempty"`
+	Header         map[string]StringList `yaml:"header,omitempty"`
+	Key            StringList            `yaml:"key,omitempty"`
+	Any            []*When               `yaml:"any,omitempty"`
+	Not            *When                 `yaml:"not,omitempty"`
 }

@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -239,4 +240,80 @@ func TestControllerSheds1(t *testing.T) {
 	if thr := ctrl.Threshold(); thr <= 1 {
 		t.Errorf("threshold %v with every score 1 and a target of 0.05, want above 1", thr)
 	}
+}
+
+// TestShareControllerSessions: on agent traffic, where each session's
+// turns are decided against the auto bound until one passes it and the
+// session then stays on the pool, the controller still holds the pool's
+// share of requests at the target: it steers the sessions that have not
+// moved up yet.
+func TestShareControllerSessions(t *testing.T) {
+	cfg := load(t, header+`control:
+  share: {pool: a, target: 0.25, window: 2m}
+session: {header: X-Session-Id, ttl: 1m}
+routes:
+  - name: hard
+    when: {score: {complex: {gte: auto}}}
+    to: a
+  - name: default
+    to: b
+`)
+	clk := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	sc := cfg.Control.Share.Options()
+	sc.Now = clk.Now
+	ctrl := policy.NewController(sc)
+	pol := policy.New(cfg, policy.WithController(ctrl), policy.WithSessions(policy.NewSessions(10000, time.Minute, clk.Now)))
+	rng := rand.New(rand.NewPCG(5, 8))
+	const (
+		rate     = 100 // turns per second
+		live     = 40  // sessions in progress
+		turns    = 8   // per session
+		duration = 12 * time.Minute
+	)
+	type session struct {
+		id        string
+		hard      bool
+		turnsLeft int
+	}
+	next := 0
+	fresh := func() *session {
+		next++
+		return &session{id: fmt.Sprint("s", next), hard: rng.Float64() < 0.3, turnsLeft: turns}
+	}
+	var ss []*session
+	for range live {
+		ss = append(ss, fresh())
+	}
+	step := time.Second / rate
+	var perSecond []float64
+	toA, n := 0, 0
+	for t := time.Duration(0); t < duration; t += step {
+		i := rng.IntN(live)
+		s := ss[i]
+		score := 0.05 + 0.5*rng.Float64()
+		if s.hard {
+			score = 0.4 + 0.55*rng.Float64()
+		}
+		cls := func() policy.Classification {
+			return policy.Classification{Label: "complex", Scores: map[string]float64{"complex": score, "simple": 1 - score}}
+		}
+		if pol.Decide(&policy.Request{Session: s.id}, cls, false).Pools[0] == "a" {
+			toA++
+		}
+		if s.turnsLeft--; s.turnsLeft == 0 {
+			ss[i] = fresh()
+		}
+		n++
+		clk.Advance(step)
+		if n == rate {
+			perSecond = append(perSecond, float64(toA)/float64(n))
+			toA, n = 0, 0
+		}
+	}
+	r := rolling(perSecond, 60)
+	at := settled(r, 0.25, 0.03)
+	if at < 0 || at+60 > 420 {
+		t.Fatalf("the share over the last minute ends at %.3f (within 0.25 ± 0.03 from %d s), want it settled within 420 s", r[len(r)-1], at+60)
+	}
+	t.Logf("agent sessions: within 0.25 ± 0.03 from %d s on, final %.3f, threshold %.3f", at+60, r[len(r)-1], ctrl.Threshold())
 }

@@ -185,13 +185,19 @@ var badFixtures = []struct {
 		`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas, discovery)`,
 	}},
 	{"unknown-route-key", []string{
-		`../testdata/unknown-route-key.bad.yaml:10:5: routes[0] "default": unknown key "fallbacks" (known: name, when, to, split, fallback, spill, sticky)`,
+		`../testdata/unknown-route-key.bad.yaml:10:5: routes[0] "default": unknown key "fallbacks" (known: name, when, to, split, fallback, spill, sticky, side)`,
 	}},
 	{"unknown-top-level-key", []string{
 		`../testdata/unknown-top-level-key.bad.yaml:7:1: unknown key "routez" (known: version, server, topology, pools, classifier, models, session, control, routes; x-* keys are ignored)`,
 	}},
 	{"unknown-when-key", []string{
-		`../testdata/unknown-when-key.bad.yaml:14:7: routes[0] "tools": when: unknown key "tool_count" (known: class, score, model, tools, messages, prompt_tokens, stream, header, key, any, not)`,
+		`../testdata/unknown-when-key.bad.yaml:14:7: routes[0] "tools": when: unknown key "tool_count" (known: class, score, model, tools, messages, prompt_tokens, stream, max_tokens, small_model, system_contains, header, key, any, not)`,
+	}},
+	{"side-conditions", []string{
+		`../testdata/side-conditions.bad.yaml:10:25: routes[0] "side": small_model needs a models entry with small: true`,
+		`../testdata/side-conditions.bad.yaml:10:44: routes[0] "side": auto bounds are for score conditions only`,
+		`../testdata/side-conditions.bad.yaml:14:50: routes[1] "titles": system_contains: an empty string matches every request`,
+		`../testdata/side-conditions.bad.yaml:16:11: routes[1] "titles": side: expected true or false, got "maybe"`,
 	}},
 	{"version", []string{
 		`../testdata/version.bad.yaml:1:10: version must be 1, got 2`,

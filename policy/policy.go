@@ -3,8 +3,10 @@ package policy
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"net/http"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,7 +21,11 @@ type Request struct {
 	Tools        int
 	Messages     int
 	PromptTokens int
-	Header       http.Header
+	// MaxTokens is the answer length the request asks for; 0: none set.
+	MaxTokens int
+	// System is the system prompt's text (system_contains reads it).
+	System string
+	Header http.Header
 	// Key is the authenticated API key's name ("" without auth).
 	Key string
 	// Session is the session id (configured header, else the `user` field).
@@ -48,10 +54,41 @@ type Decision struct {
 	Scores     map[string]float64
 	// Sticky is true when the decision was reused from the session store.
 	Sticky bool
-	// Matched and Skipped are filled only when explaining.
-	Matched []string `json:"matched"`
-	Skipped []Skip   `json:"skipped"`
+	// Side is true when a side route (side: true) decided the request: it
+	// was routed on its own and the session store was neither read nor
+	// changed.
+	Side bool
+	// Session says what the session store did: "" (no session id, or no
+	// store), or one of the Session* outcomes.
+	Session string
+	// Matched and Skipped are filled only when explaining; so are Why
+	// (the conditions of the matched route that held, with the request's
+	// values) and SessionReason (Session in words).
+	Matched       []string `json:"matched"`
+	Skipped       []Skip   `json:"skipped"`
+	Why           []string `json:"why,omitempty"`
+	SessionReason string   `json:"session_reason,omitempty"`
 }
+
+// What the session store did for a request (Decision.Session). A session
+// moves up, never down: a request whose own decision is a stronger route
+// than the kept one replaces it, where stronger means written earlier in
+// routes: (first match wins, so the rules that must catch a request come
+// first: the reference policy's hard rules come before its default).
+// Side routes and sticky: false routes never move a session.
+const (
+	// SessionNew: nothing was kept; this decision now is.
+	SessionNew = "new"
+	// SessionKept: the kept decision was reused (no stronger route matched).
+	SessionKept = "kept"
+	// SessionMovedUp: a stronger route matched; it replaced the kept one.
+	SessionMovedUp = "moved_up"
+	// SessionSide: a side route matched; the kept decision, if any, stays.
+	SessionSide = "side"
+	// SessionNotKept: a sticky: false route matched with nothing kept; the
+	// decision is not kept.
+	SessionNotKept = "not_kept"
+)
 
 // Skip records why a route did not match (explain only).
 type Skip struct {
@@ -66,8 +103,12 @@ type ClassifyFunc func() Classification
 
 // Policy is the compiled, immutable routes section.
 type Policy struct {
-	routes   []*route
-	pools    map[string]bool
+	routes []*route
+	pools  map[string]bool
+	// small are the models: names and patterns marked small: true.
+	small []string
+	// sideFrom[i]: a side route is at index i or later.
+	sideFrom []bool
 	sessions *Sessions
 	rand     func() uint64
 	// ctrl moves the auto score bounds (control.share); nil without one.
@@ -99,6 +140,15 @@ func New(cfg *Config, opts ...Option) *Policy {
 	for _, pool := range cfg.Pools {
 		p.pools[pool.Name] = true
 	}
+	for _, m := range cfg.Models {
+		if m.Small {
+			p.small = append(p.small, m.Name)
+		}
+	}
+	p.sideFrom = make([]bool, len(p.routes)+1)
+	for i := len(p.routes) - 1; i >= 0; i-- {
+		p.sideFrom[i] = p.sideFrom[i+1] || p.routes[i].side
+	}
 	for _, o := range opts {
 		o(p)
 	}
@@ -118,7 +168,10 @@ func (p *Policy) Routes() []string {
 }
 
 type evalState struct {
-	req      *Request
+	req   *Request
+	small []string
+	// held are the conditions that held so far (explain only).
+	held     []string
 	classify ClassifyFunc
 	done     bool
 	cls      Classification
@@ -140,42 +193,49 @@ func (s *evalState) class() Classification {
 // its chain from the pool that took the request): a conversation that
 // outgrew a pool's context stays on the larger pool for its later turns
 // and never moves back down. Without sessions it does nothing.
+//
+// A side request's decision is never kept: it does nothing then.
 func (p *Policy) Escalate(session string, d Decision, pools []string) {
-	if p.sessions == nil || session == "" || len(pools) == 0 {
+	if p.sessions == nil || session == "" || len(pools) == 0 || d.Side {
 		return
 	}
 	d.Pools = append([]string(nil), pools...)
-	d.Matched, d.Skipped, d.Sticky = nil, nil, false
+	d.Matched, d.Skipped, d.Sticky, d.Why, d.SessionReason = nil, nil, false, nil, ""
 	p.sessions.Replace(session, d)
 }
 
 // Decide evaluates the routes in order for req; the first match wins. With
-// explain, Matched and Skipped record the reasons. A session's earlier
-// decision is reused while it lives.
+// explain, Matched, Skipped and Why record the reasons, and nothing is
+// stored.
+//
+// A session's kept decision is reused while it lives unless the request's
+// own decision is stronger (see SessionMovedUp), which then replaces it,
+// or a side route decides the request, which is then routed on its own.
+// To know that, only the routes above the kept one, and side routes, are
+// evaluated: the routes below it are not (nor their classifier conditions).
 func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decision {
-	if p.sessions != nil && req.Session != "" {
+	keptAt := -1 // the kept decision's route index, -1 for none
+	var kept Decision
+	hasSession := p.sessions != nil && req.Session != ""
+	if hasSession {
 		// The store outlives reloads: a kept decision counts only while its
 		// route and every pool it names still exist.
 		if d, ok := p.sessions.Get(req.Session); ok {
-			if p.stillValid(d) {
-				d.Sticky = true
-				if explain {
-					d.Matched = []string{d.Route}
-					d.Skipped = nil
-				} else if p.ctrl != nil {
-					p.ctrl.observeDecision(d.Pools[0] == p.ctrl.Pool(), false)
-				}
-				return d
-			}
-			if !explain {
+			if i := p.routeIndex(d.Route); i >= 0 && p.stillValid(d) {
+				keptAt, kept = i, d
+			} else if !explain {
 				p.sessions.Delete(req.Session) // decide afresh, and keep that
 			}
 		}
 	}
-	st := evalState{req: req, classify: classify, explain: explain, ctrl: p.ctrl}
+	st := evalState{req: req, classify: classify, explain: explain, ctrl: p.ctrl, small: p.small}
 	var d Decision
-	for _, r := range p.routes {
+	for i, r := range p.routes {
+		if keptAt >= 0 && i >= keptAt && !p.sideFrom[i] {
+			break // nothing below can be stronger, or a side route
+		}
 		st.autoPassed = false
+		st.held = st.held[:0]
 		ok, reason := st.match(r.when)
 		if !ok {
 			if explain {
@@ -183,14 +243,23 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 			}
 			continue
 		}
+		if keptAt >= 0 && !r.side && (!r.sticky || i >= keptAt) {
+			// Not a stronger route (sticky: false never moves a session).
+			if explain {
+				d.Matched = append(d.Matched, r.name)
+				d.Route = r.name
+			}
+			break
+		}
 		d.Route = r.name
 		if explain {
 			d.Matched = append(d.Matched, r.name)
+			d.Why = st.heldList()
 		}
 		target := r.to
 		if len(r.split) > 0 {
 			key := req.Session
-			if !r.sticky {
+			if !r.sticky || r.side {
 				key = "" // decided afresh per request: drawn at random
 			}
 			target = p.pick(r.split, key)
@@ -204,33 +273,104 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 			}
 		}
 		d.Spill = r.spill
+		d.Side = r.side
 		if st.done {
 			d.Classified, d.Class, d.Scores = true, st.cls.Label, st.cls.Scores
 		}
 		if p.ctrl != nil && !explain {
 			p.ctrl.observeDecision(target == p.ctrl.Pool(), st.autoPassed)
 		}
-		// Explaining never stores: it must not change what later requests get.
-		if p.sessions != nil && req.Session != "" && !explain && r.sticky {
-			keep := d
-			keep.Matched, keep.Skipped = nil, nil
-			p.sessions.Put(req.Session, keep)
+		if hasSession {
+			p.noteSession(req.Session, &d, r, kept, keptAt >= 0, explain)
 		}
 		return d
 	}
-	// Validation guarantees a catch-all last route; reaching here means the
-	// policy was built from an unvalidated config.
-	panic("policy: no route matched; the config was not validated")
+	if keptAt < 0 {
+		// Validation guarantees a catch-all last route; reaching here means
+		// the policy was built from an unvalidated config.
+		panic("policy: no route matched; the config was not validated")
+	}
+	kept.Sticky, kept.Session = true, SessionKept
+	if explain {
+		kept.Matched, kept.Skipped = d.Matched, d.Skipped
+		switch {
+		case d.Route == "":
+			kept.SessionReason = fmt.Sprintf("the session keeps route %q: no route above it matched", kept.Route)
+		case d.Route == kept.Route:
+			kept.SessionReason = fmt.Sprintf("the session keeps route %q: the request matches it again", kept.Route)
+		case p.routeIndex(d.Route) < keptAt:
+			kept.SessionReason = fmt.Sprintf("the session keeps route %q: route %q matched, but it is sticky: false", kept.Route, d.Route)
+		default:
+			kept.SessionReason = fmt.Sprintf("the session keeps route %q: route %q matched, below it", kept.Route, d.Route)
+		}
+		if kept.Matched == nil || kept.Matched[len(kept.Matched)-1] != kept.Route {
+			kept.Matched = append(kept.Matched, kept.Route)
+		}
+	} else if p.ctrl != nil {
+		p.ctrl.observeDecision(kept.Pools[0] == p.ctrl.Pool(), false)
+	}
+	return kept
 }
 
+// noteSession records what d, decided by r, does to the session's kept
+// decision (had says one was kept), and stores it unless explaining.
+func (p *Policy) noteSession(session string, d *Decision, r *route, kept Decision, had, explain bool) {
+	switch {
+	case r.side:
+		d.Session = SessionSide
+		if explain {
+			d.SessionReason = fmt.Sprintf("route %q is a side route: the request is routed on its own", r.name)
+			if had {
+				d.SessionReason += fmt.Sprintf(" and the session keeps route %q", kept.Route)
+			} else {
+				d.SessionReason += " and the session keeps no decision"
+			}
+		}
+		return
+	case had:
+		d.Session = SessionMovedUp
+		if explain {
+			d.SessionReason = fmt.Sprintf("route %q is above the session's kept route %q: the session moves up to it", r.name, kept.Route)
+		}
+	case !r.sticky:
+		d.Session = SessionNotKept
+		if explain {
+			d.SessionReason = fmt.Sprintf("route %q is sticky: false: its decision is not kept", r.name)
+		}
+		return
+	default:
+		d.Session = SessionNew
+		if explain {
+			d.SessionReason = fmt.Sprintf("the session's first decision: route %q is kept", r.name)
+		}
+	}
+	// Explaining never stores: it must not change what later requests get.
+	if explain {
+		return
+	}
+	keep := *d
+	keep.Matched, keep.Skipped, keep.Why, keep.SessionReason = nil, nil, nil, ""
+	at := p.routeIndex(r.name)
+	// Concurrent turns of one session race here; the store keeps the
+	// stronger of what they decided, never the later one.
+	p.sessions.raise(session, keep, func(k Decision) bool {
+		i := p.routeIndex(k.Route)
+		return i < 0 || i > at || !p.stillValid(k)
+	})
+}
+
+// routeIndex is the index of the route called name, -1 when there is none.
+func (p *Policy) routeIndex(name string) int {
+	for i, r := range p.routes {
+		if r.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// stillValid reports whether every pool d names still exists.
 func (p *Policy) stillValid(d Decision) bool {
-	found := false
-	for _, r := range p.routes {
-		found = found || r.name == d.Route
-	}
-	if !found {
-		return false
-	}
 	for _, name := range d.Pools {
 		if !p.pools[name] {
 			return false
@@ -269,27 +409,112 @@ func (s *evalState) match(w *cond) (bool, string) {
 	if w == nil {
 		return true, ""
 	}
+	mark := len(s.held)
+	ok, reason := s.matchAll(w)
+	if !ok {
+		s.held = s.held[:mark] // an alternative that failed explains nothing
+	}
+	return ok, reason
+}
+
+// heldList is a copy of held, nil when empty.
+func (s *evalState) heldList() []string {
+	if len(s.held) == 0 {
+		return nil
+	}
+	return slices.Clone(s.held)
+}
+
+// hold records a condition that held (explain only).
+func (s *evalState) hold(what func() string) {
+	if s.explain {
+		s.held = append(s.held, what())
+	}
+}
+
+// small reports whether model is one of the models: entries marked small.
+func (s *evalState) isSmall(model string) (bool, string) {
+	for _, pat := range s.small {
+		if ok, _ := path.Match(pat, model); ok || pat == model {
+			return true, pat
+		}
+	}
+	return false, ""
+}
+
+func (s *evalState) matchAll(w *cond) (bool, string) {
 	req := s.req
 	if len(w.model) > 0 && !w.model.Has(req.Model) {
 		return false, s.why(func() string { return fmt.Sprintf("model %q not in %v", req.Model, []string(w.model)) })
+	} else if len(w.model) > 0 {
+		s.hold(func() string { return fmt.Sprintf("model %q", req.Model) })
 	}
 	if w.stream != nil && *w.stream != req.Stream {
 		return false, s.why(func() string { return fmt.Sprintf("stream is %t", req.Stream) })
+	} else if w.stream != nil {
+		s.hold(func() string { return fmt.Sprintf("stream is %t", req.Stream) })
 	}
 	if w.tools != nil && !w.tools.Match(float64(req.Tools)) {
 		return false, s.why(func() string { return fmt.Sprintf("tools %d not %s", req.Tools, w.tools) })
+	} else if w.tools != nil {
+		s.hold(func() string { return fmt.Sprintf("tools %d %s", req.Tools, w.tools) })
 	}
 	if w.messages != nil && !w.messages.Match(float64(req.Messages)) {
 		return false, s.why(func() string { return fmt.Sprintf("messages %d not %s", req.Messages, w.messages) })
+	} else if w.messages != nil {
+		s.hold(func() string { return fmt.Sprintf("messages %d %s", req.Messages, w.messages) })
 	}
 	if w.promptTokens != nil && !w.promptTokens.Match(float64(req.PromptTokens)) {
 		return false, s.why(func() string { return fmt.Sprintf("prompt_tokens %d not %s", req.PromptTokens, w.promptTokens) })
+	} else if w.promptTokens != nil {
+		s.hold(func() string { return fmt.Sprintf("prompt_tokens %d %s", req.PromptTokens, w.promptTokens) })
+	}
+	if w.maxTokens != nil {
+		v, shown := math.Inf(1), "unset"
+		if req.MaxTokens > 0 {
+			v, shown = float64(req.MaxTokens), strconv.Itoa(req.MaxTokens)
+		}
+		if !w.maxTokens.Match(v) {
+			return false, s.why(func() string { return fmt.Sprintf("max_tokens %s not %s", shown, w.maxTokens) })
+		}
+		s.hold(func() string { return fmt.Sprintf("max_tokens %s %s", shown, w.maxTokens) })
+	}
+	if w.smallModel != nil {
+		small, pat := s.isSmall(req.Model)
+		if small != *w.smallModel {
+			if small {
+				return false, s.why(func() string { return fmt.Sprintf("model %q is a small model (%q)", req.Model, pat) })
+			}
+			return false, s.why(func() string { return fmt.Sprintf("model %q is not a small model", req.Model) })
+		}
+		s.hold(func() string {
+			if small {
+				return fmt.Sprintf("model %q is the client's small model (models: %q)", req.Model, pat)
+			}
+			return fmt.Sprintf("model %q is not a small model", req.Model)
+		})
+	}
+	if len(w.systemContains) > 0 {
+		found := ""
+		for _, f := range w.systemContains {
+			if strings.Contains(req.System, f) {
+				found = f
+				break
+			}
+		}
+		if found == "" {
+			return false, s.why(func() string {
+				return fmt.Sprintf("system prompt (%d bytes) contains none of system_contains", len(req.System))
+			})
+		}
+		s.hold(func() string { return fmt.Sprintf("system prompt contains %q", found) })
 	}
 	for _, h := range w.header {
 		got := req.Header.Get(h.name)
 		if !h.values.Has(got) {
 			return false, s.why(func() string { return fmt.Sprintf("header %s is %q, want %v", h.name, got, []string(h.values)) })
 		}
+		s.hold(func() string { return fmt.Sprintf("header %s is %q", h.name, got) })
 	}
 	if len(w.key) > 0 && !w.key.Has(req.Key) {
 		return false, s.why(func() string { return fmt.Sprintf("key %q not in %v", req.Key, []string(w.key)) })
@@ -335,6 +560,7 @@ func (s *evalState) match(w *cond) (bool, string) {
 		if !w.class.Has(c.Label) {
 			return false, s.why(func() string { return fmt.Sprintf("class is %q, want %v", c.Label, []string(w.class)) })
 		}
+		s.hold(func() string { return fmt.Sprintf("class is %q", c.Label) })
 	}
 	if len(w.score) > 0 {
 		c := s.class()
@@ -361,6 +587,12 @@ func (s *evalState) match(w *cond) (bool, string) {
 			if cmp.Auto != "" {
 				s.autoPassed = true
 			}
+			s.hold(func() string {
+				if cmp.Auto != "" {
+					return fmt.Sprintf("score[%s] %s %s (auto = %s)", label, strconv.FormatFloat(v, 'f', 3, 64), cmp, strconv.FormatFloat(auto, 'f', 3, 64))
+				}
+				return fmt.Sprintf("score[%s] %s %s", label, strconv.FormatFloat(v, 'f', 3, 64), cmp)
+			})
 		}
 	}
 	return true, ""

@@ -432,7 +432,9 @@ routes:
 			t.Errorf("classifier called %d times, want 1", cls.calls)
 		}
 		want := first
-		want.Sticky, want.Matched = true, []string{"complex"}
+		want.Sticky, want.Matched, want.Session = true, []string{"complex"}, policy.SessionKept
+		want.Skipped = []policy.Skip{{Route: "experiment", Reason: `header X-Experiment is "", want [b]`}}
+		want.SessionReason = `the session keeps route "complex": no route above it matched`
 		if diff := cmp.Diff(want, d); diff != "" {
 			t.Errorf("sticky explained decision (-want +got):\n%s", diff)
 		}
@@ -532,5 +534,150 @@ func TestWithListen(t *testing.T) {
 	}
 	if cfg.Server.Listen != policy.DefaultListen {
 		t.Errorf("WithListen changed the original: listen %s", cfg.Server.Listen)
+	}
+}
+
+// TestDecideSessionMovesUp: a session's kept decision is replaced by a
+// later request's decision of a route written above it, never by one
+// below it; side routes are routed on their own and neither read nor
+// change what is kept; sticky: false routes never move a session.
+func TestDecideSessionMovesUp(t *testing.T) {
+	cfg := load(t, header+`models:
+  - {name: auto, route: policy}
+  - {name: "*-haiku-*", route: policy, small: true}
+session: {header: X-Session-Id, ttl: 1m}
+routes:
+  - name: side
+    when: {any: [{tools: 0, max_tokens: {lte: 4096}}, {small_model: true}, {system_contains: "You are a title generator"}]}
+    to: a
+    side: true
+  - {name: tools, when: {tools: {gte: 4}}, to: c}
+  - {name: complex, when: {class: complex}, to: b}
+  - {name: experiment, when: {header: {X-Experiment: b}}, to: c, sticky: false}
+  - {name: default, to: a, fallback: [b]}
+`)
+	simple, complex := label("simple"), label("complex")
+	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	pol := policy.New(cfg, policy.WithSessions(policy.NewSessions(100, time.Minute, clk.Now)))
+	type step struct {
+		req           policy.Request
+		cls           *classifier
+		route, pool   string
+		session       string
+		classifyCalls int
+	}
+	title := policy.Request{Model: "auto", Session: "s1", MaxTokens: 1024}
+	turn := policy.Request{Model: "auto", Session: "s1", Tools: 1, MaxTokens: 32000}
+	bigTools := policy.Request{Model: "auto", Session: "s1", Tools: 10}
+	haiku := policy.Request{Model: "claude-haiku-4-5", Session: "s1", Tools: 10}
+	exp := turn
+	exp.Header = headers("X-Experiment", "b")
+	for _, st := range []step{
+		{req: title, cls: complex, route: "side", pool: "a", session: policy.SessionSide},
+		// The side request kept nothing: the first turn decides afresh.
+		{req: turn, cls: simple, route: "default", pool: "a", session: policy.SessionNew, classifyCalls: 1},
+		{req: turn, cls: simple, route: "default", pool: "a", session: policy.SessionKept, classifyCalls: 1},
+		// A sticky: false route above the kept one does not move it.
+		{req: exp, cls: simple, route: "default", pool: "a", session: policy.SessionKept, classifyCalls: 1},
+		{req: turn, cls: complex, route: "complex", pool: "b", session: policy.SessionMovedUp, classifyCalls: 1},
+		// Never down: a simple turn keeps complex, without asking the
+		// classifier (only the routes above complex are evaluated).
+		{req: turn, cls: simple, route: "complex", pool: "b", session: policy.SessionKept},
+		{req: title, cls: simple, route: "side", pool: "a", session: policy.SessionSide},
+		{req: haiku, cls: simple, route: "side", pool: "a", session: policy.SessionSide},
+		{req: bigTools, cls: simple, route: "tools", pool: "c", session: policy.SessionMovedUp},
+		{req: turn, cls: complex, route: "tools", pool: "c", session: policy.SessionKept},
+		{req: title, cls: simple, route: "side", pool: "a", session: policy.SessionSide},
+	} {
+		d := pol.Decide(&st.req, st.cls.classify, false)
+		if d.Route != st.route || d.Pools[0] != st.pool || d.Session != st.session || d.Side != (st.route == "side") {
+			t.Fatalf("%+v: decision %+v, want route %s pool %s session %s", st.req, d, st.route, st.pool, st.session)
+		}
+		if st.cls.calls != st.classifyCalls {
+			t.Errorf("%+v: classifier called %d times, want %d", st.req, st.cls.calls, st.classifyCalls)
+		}
+		st.cls.calls = 0
+	}
+	// A side request's context overflow is not kept either.
+	side := pol.Decide(&title, simple.classify, false)
+	pol.Escalate("s1", side, []string{"b"})
+	if d := pol.Decide(&turn, simple.classify, false); d.Route != "tools" || d.Pools[0] != "c" {
+		t.Errorf("after a side request's escalation: %+v, want the kept tools decision", d)
+	}
+}
+
+// TestDecideExplainsSession: explain names why a request is a side
+// request, which conditions held, and what the session store would do,
+// and stores nothing.
+func TestDecideExplainsSession(t *testing.T) {
+	cfg := load(t, header+`models:
+  - {name: auto, route: policy}
+  - {name: "*-haiku-*", route: policy, small: true}
+session: {header: X-Session-Id, ttl: 1m}
+routes:
+  - name: side
+    when: {any: [{tools: 0, max_tokens: {lte: 4096}}, {small_model: true}, {system_contains: ["title generator", "summarize"]}]}
+    to: a
+    side: true
+  - {name: complex, when: {class: complex}, to: b}
+  - {name: default, to: a}
+`)
+	pol := policy.New(cfg, policy.WithSessions(policy.NewSessions(100, time.Minute, nil)))
+	for _, tc := range []struct {
+		name string
+		req  policy.Request
+		why  []string
+	}{
+		{"no tools, short budget", policy.Request{Model: "auto", Session: "s", MaxTokens: 1024}, []string{"tools 0 == 0", "max_tokens 1024 <= 4096"}},
+		{"small model", policy.Request{Model: "claude-haiku-4-5", Session: "s", Tools: 3}, []string{`model "claude-haiku-4-5" is the client's small model (models: "*-haiku-*")`}},
+		{"fingerprint", policy.Request{Model: "auto", Session: "s", Tools: 2, System: "You are a title generator. Answer"}, []string{`system prompt contains "title generator"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := pol.Decide(&tc.req, label("complex").classify, true)
+			if diff := cmp.Diff(tc.why, d.Why); diff != "" || d.Route != "side" || d.Session != policy.SessionSide {
+				t.Errorf("decision %+v; why (-want +got):\n%s", d, diff)
+			}
+			if want := `route "side" is a side route: the request is routed on its own and the session keeps no decision`; d.SessionReason != want {
+				t.Errorf("session reason %q, want %q", d.SessionReason, want)
+			}
+		})
+	}
+	// No max_tokens is no bound: not a short answer budget.
+	d := pol.Decide(&policy.Request{Model: "auto", Session: "s"}, label("simple").classify, true)
+	if d.Route != "default" || d.Skipped[0].Reason != "none of any matched (max_tokens unset not <= 4096; model \"auto\" is not a small model; system prompt (0 bytes) contains none of system_contains)" {
+		t.Errorf("no max_tokens: %+v", d)
+	}
+	if d.Session != policy.SessionNew {
+		t.Errorf("explained first decision: session %q, want new", d.Session)
+	}
+	if d := pol.Decide(&policy.Request{Model: "auto", Session: "s"}, label("complex").classify, true); d.Session != policy.SessionNew {
+		t.Errorf("explain stored a decision: the next one is %q", d.Session)
+	}
+}
+
+// TestDecideExplainsKept: explaining a request of a session with a kept
+// decision says why the session keeps it.
+func TestDecideExplainsKept(t *testing.T) {
+	cfg := load(t, header+`session: {header: X-Session-Id, ttl: 1m}
+routes:
+  - {name: experiment, when: {header: {X-Experiment: b}}, to: c, sticky: false}
+  - {name: tools, when: {tools: {gte: 4}}, to: c}
+  - {name: complex, when: {class: complex}, to: b}
+  - {name: default, to: a}
+`)
+	pol := policy.New(cfg, policy.WithSessions(policy.NewSessions(100, time.Minute, nil)))
+	pol.Decide(&policy.Request{Session: "s"}, label("complex").classify, false)
+	for _, tc := range []struct {
+		name string
+		req  policy.Request
+		want string
+	}{
+		{"nothing above", policy.Request{Session: "s"}, `the session keeps route "complex": no route above it matched`},
+		{"sticky false above", policy.Request{Session: "s", Header: headers("X-Experiment", "b")}, `the session keeps route "complex": route "experiment" matched, but it is sticky: false`},
+	} {
+		d := pol.Decide(&tc.req, label("simple").classify, true)
+		if d.Route != "complex" || d.Session != policy.SessionKept || d.SessionReason != tc.want || d.Why != nil {
+			t.Errorf("%s: %+v, want reason %q", tc.name, d, tc.want)
+		}
 	}
 }

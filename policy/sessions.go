@@ -8,8 +8,10 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 )
 
-// Sessions keeps the first routing decision of each session for a TTL, so an
-// agent's multi-step task stays on one model. Safe for concurrent use; it
+// Sessions keeps the routing decision of each session for a TTL, so an
+// agent's multi-step task stays on one model: its first decision, moved up
+// by a later request that decides a stronger route (Policy.Decide) or that
+// outgrew its pool's context (Policy.Escalate), never down. Safe for concurrent use; it
 // outlives config reloads (a reused decision whose route is gone is ignored).
 type Sessions struct {
 	ttl   time.Duration
@@ -61,12 +63,13 @@ func (s *Sessions) Replace(id string, d Decision) {
 	s.cache.Add(id, sessionEntry{d: d, expires: s.now().Add(s.ttl)})
 }
 
-// Put keeps d for id unless a live decision is already kept (the first
-// decision wins).
-func (s *Sessions) Put(id string, d Decision) {
+// raise keeps d for id unless a live decision is kept that weaker(kept)
+// does not call weaker: the store moves a session up, never down, however
+// its turns interleave.
+func (s *Sessions) raise(id string, d Decision, weaker func(kept Decision) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.cache.Peek(id); ok && s.now().Before(e.expires) {
+	if e, ok := s.cache.Peek(id); ok && s.now().Before(e.expires) && !weaker(e.d) {
 		return
 	}
 	s.cache.Add(id, sessionEntry{d: d, expires: s.now().Add(s.ttl)})

@@ -571,6 +571,7 @@ func (v *validator) routes() {
 func (w *When) empty() bool {
 	return w == nil || (len(w.Class) == 0 && len(w.Score) == 0 && len(w.Model) == 0 && w.Tools == nil &&
 		w.Messages == nil && w.PromptTokens == nil && w.Stream == nil && len(w.Header) == 0 &&
+		w.MaxTokens == nil && w.SmallModel == nil && len(w.SystemContains) == 0 &&
 		len(w.Key) == 0 && len(w.Any) == 0 && w.Not == nil)
 }
 
@@ -593,7 +594,7 @@ func (v *validator) when(at []any, what string, w *When) {
 		}
 		labelOK(path, c)
 	}
-	for name, c := range map[string]*NumCmp{"tools": w.Tools, "messages": w.Messages, "prompt_tokens": w.PromptTokens} {
+	for name, c := range map[string]*NumCmp{"tools": w.Tools, "messages": w.Messages, "prompt_tokens": w.PromptTokens, "max_tokens": w.MaxTokens} {
 		if c != nil && c.Auto != "" {
 			v.errf(appendCopy(at, name), "%s: auto bounds are for score conditions only", what)
 		}
@@ -612,6 +613,18 @@ func (v *validator) when(at []any, what string, w *When) {
 				v.errf(appendCopy(at, "score", label), "%s: score %q: bounds are probabilities between 0 and 1, got %s", what, label, cmp)
 				break
 			}
+		}
+	}
+	if w.SmallModel != nil && !v.broken["models"] && !slices.ContainsFunc(v.cfg.Models, func(m Model) bool { return m.Small }) {
+		v.errf(appendCopy(at, "small_model"), "%s: small_model needs a models entry with small: true", what)
+	}
+	for i, s := range w.SystemContains {
+		if s == "" {
+			path := appendCopy(at, "system_contains")
+			if len(w.SystemContains) > 1 {
+				path = appendCopy(path, i)
+			}
+			v.errf(path, "%s: system_contains: an empty string matches every request", what)
 		}
 	}
 	for name, values := range w.Header {

@@ -58,15 +58,56 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 func policyRequest(s *Snapshot, r *http.Request, key string, info *wire.Info) (*policy.Request, classifier.Input, string) {
 	preq := &policy.Request{
 		Model: info.Model, Stream: info.Stream, Tools: info.Tools, Messages: info.Messages,
-		PromptTokens: info.PromptTokens, Header: r.Header, Key: key,
+		PromptTokens: info.PromptTokens, MaxTokens: info.MaxTokens, Header: r.Header, Key: key,
 	}
 	id, open, in := sessionID(s, r, info)
 	if id == "" {
-		return preq, classifierInput(info), ""
+		in = classifierInput(info)
+	}
+	preq.System = in.System
+	// The classifier reads the turn itself, a session's too: what its
+	// last message is, how far into the loop, its sizes.
+	if in.Last, in.Steps = turnOf(info); in.Last != "" {
+		in.PromptTokens, in.MaxTokens = info.PromptTokens, info.MaxTokens
+	}
+	if id == "" {
+		return preq, in, ""
 	}
 	preq.Session = id + key + "\x00" + info.Model
 	preq.Messages, preq.PromptTokens = open.messages, open.promptTokens
 	return preq, in, id
+}
+
+// turnOf says what the conversation's last message is (a user message
+// with text, or a tool result: a tool message, a user message of
+// tool_result blocks only, a function_call_output item) and how many
+// assistant turns followed the last user message with text (consecutive
+// assistant items, such as a Responses answer's reasoning and calls, are
+// one turn). "" for a request without messages.
+func turnOf(info *wire.Info) (last string, steps int) {
+	inAssistant := false
+	info.RawMessages.ForEach(func(_, m gjson.Result) bool {
+		role, typ := m.Get("role").Str, m.Get("type").Str
+		switch {
+		case role == "assistant" || typ == "function_call" || typ == "custom_tool_call" || typ == "reasoning":
+			if !inAssistant {
+				steps++
+			}
+			inAssistant, last = true, ""
+			return true
+		case role == "tool" || typ == "function_call_output" || typ == "custom_tool_call_output":
+			last = classifier.LastToolResult
+		case role == "user" && contentText(m.Get("content")) != "":
+			last, steps = classifier.LastInstruction, 0
+		case role == "user" && m.Get(`content.#(type=="tool_result")`).Exists():
+			last = classifier.LastToolResult // tool_result blocks only
+		case role == "user":
+			last, steps = classifier.LastInstruction, 0
+		}
+		inAssistant = false
+		return true
+	})
+	return last, steps
 }
 
 // sessionHeaders are the session ids real agents send without being

@@ -26,6 +26,17 @@ type Explanation struct {
 	Fallback []string           `json:"fallback"`
 	Spill    *policy.Spill      `json:"spill,omitempty"`
 	Sticky   bool               `json:"sticky,omitempty"`
+	// Why are the matched route's conditions that held, with the
+	// request's values.
+	Why []string `json:"why,omitempty"`
+	// Side: a side route decided the request (routed on its own, the
+	// session's decision unchanged).
+	Side bool `json:"side,omitempty"`
+	// Session is what the session store would do (new, kept, moved_up,
+	// side, not_kept) and SessionReason says it in words; both absent
+	// without a session id.
+	Session       string `json:"session,omitempty"`
+	SessionReason string `json:"session_reason,omitempty"`
 	// ContextSkips are the pools of the chain the request would skip
 	// because its prompt estimate and a minimal answer cannot fit their
 	// max_model_len (the last pool of the chain is never skipped).
@@ -97,7 +108,7 @@ func (g *Gateway) ExplainAPI(ctx context.Context, header http.Header, body []byt
 		d = g.decide(ctx, r, x, true)
 	}
 	e := &Explanation{Route: d.Route, Pool: d.Pools[0], Fallback: d.Pools[1:], Matched: d.Matched, Skipped: d.Skipped,
-		Spill: d.Spill, Sticky: d.Sticky, Scores: d.Scores}
+		Spill: d.Spill, Sticky: d.Sticky, Scores: d.Scores, Why: d.Why, Side: d.Side, Session: d.Session, SessionReason: d.SessionReason}
 	for i, p := range d.Pools[:len(d.Pools)-1] {
 		if ps := s.pools[p]; ps != nil && !fitsContext(ps, x) {
 			e.ContextSkips = append(e.ContextSkips, d.Pools[i])

@@ -322,7 +322,7 @@ func TestExplain(t *testing.T) {
 	}
 	want := router.Explanation{
 		Route: "complex", Pool: "qwen", Replica: "qwen-a", Class: "complex", Scores: map[string]float64{"complex": 1},
-		Matched: []string{"complex"}, Fallback: []string{"minicpm"},
+		Matched: []string{"complex"}, Fallback: []string{"minicpm"}, Why: []string{`class is "complex"`},
 	}
 	skipped := e.Skipped
 	e.Skipped = nil

@@ -31,6 +31,17 @@ type history struct {
 	turns      int  // assistant answers in the conversation
 	rounds     int  // those that called tools
 	toolResult bool // the last message is a tool result
+	// firstUser is the first user message's text, once one is seen
+	// (seenUser): with turns it keys an answer's natural length.
+	firstUser string
+	seenUser  bool
+}
+
+// user notes a user message's text: the first one keys natural lengths.
+func (h *history) user(text string) {
+	if !h.seenUser {
+		h.firstUser, h.seenUser = text, true
+	}
 }
 
 // assistant counts an assistant answer: one that called tools when calls.

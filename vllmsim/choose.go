@@ -106,12 +106,16 @@ func hasReasoningMarker(req ChoiceRequest) bool {
 	return containsMarker(req.Prompt)
 }
 
-func containsMarker(text string) bool {
+func containsMarker(text string) bool { return containsWord(text, reasoningMarkers) }
+
+// containsWord reports whether text holds one of markers (lower case) at
+// the start of a word, ignoring case.
+func containsWord(text string, markers []string) bool {
 	if text == "" {
 		return false
 	}
 	lower := strings.ToLower(text)
-	for _, marker := range reasoningMarkers {
+	for _, marker := range markers {
 		for from := 0; ; {
 			i := strings.Index(lower[from:], marker)
 			if i < 0 {

@@ -64,11 +64,24 @@
 // With Profile.ReasoningTokens a chat text answer begins with reasoning, sent
 // in the "reasoning" field as vLLM's reasoning parsers do (message or delta).
 //
+// Answer lengths: by default a text answer is DefaultMaxTokens long, or
+// max_tokens long when the request sets it (finish_reason "length"). With
+// Profile.NaturalLengths (what `switchyard sim` runs with) it ends by itself
+// as a model's answer does: its natural length is drawn from a log-normal
+// distribution (median 200 tokens; 1,500 when the first user message asks
+// for a long answer; see NaturalLength), keyed by Profile.LengthSeed, the
+// first user message's text and the number of assistant answers before it
+// (so the same answer has the same length on every API and when the
+// gateway continues it as a chat request), and only a smaller budget cuts it (finish_reason
+// "length"): max_tokens, or without it the room left in max_model_len, as
+// vLLM gives. An agent's max_tokens of 32000 is then a budget, not a length.
+//
 // continue_final_message continues a final assistant message that holds the
 // start of an answer this simulator wrote, so prefix and continuation read as
 // one answer, ending where the uncut answer would: its natural length is
-// DefaultMaxTokens in all, or less when max_tokens says so (a chat answer
-// that asked for more than the default is continued to the default only).
+// DefaultMaxTokens in all (with NaturalLengths, the conversation's natural
+// length), or less when max_tokens says so (a chat answer that asked for
+// more than the default is continued to the default only).
 // Reasoning in such a message is written as reasoning models' chat
 // templates render it: "<think>" + reasoning, and once the reasoning has
 // ended "</think>" + the content so far.
@@ -146,8 +159,8 @@
 // schema (several with parallel calls, see Agent loops); a last input item
 // that is a function_call_output or custom_tool_call_output gets text. With
 // Profile.ReasoningTokens a reasoning item comes first. The answer's length
-// is DefaultMaxTokens, cut by max_output_tokens or the context left (status
-// "incomplete"). The response object carries vLLM's fields in vLLM's order,
+// is DefaultMaxTokens (with NaturalLengths, its natural length), cut by
+// max_output_tokens or the context left (status "incomplete"). The response object carries vLLM's fields in vLLM's order,
 // echoing the request's instructions, tools, tool_choice, temperature,
 // top_p, text, reasoning, metadata and the like.
 //
@@ -180,7 +193,8 @@
 // messages), content blocks (text, tool_use, tool_result; images and
 // thinking accepted and not counted), tools with input_schema,
 // tool_choice, max_tokens (required). The answer's length is
-// DefaultMaxTokens, cut by a smaller max_tokens (stop_reason
+// DefaultMaxTokens (with NaturalLengths, its natural length), cut by a
+// smaller max_tokens (stop_reason
 // "max_tokens"); a tool call is a tool_use block (stop_reason "tool_use");
 // with Profile.ReasoningTokens a thinking block with a signature comes
 // first. The message id is the chat id ("chatcmpl-…"), tool_use ids are

@@ -200,6 +200,9 @@ func (s *Server) parseMessages(body []byte, count bool) (*plan, *apiError) {
 			return false
 		}
 		c := m.Get("content")
+		if role == "user" {
+			h.user(userText(c))
+		}
 		switch {
 		case c.Type == gjson.String:
 			chars += len(c.Str)
@@ -286,7 +289,7 @@ func (s *Server) parseMessages(body []byte, count bool) (*plan, *apiError) {
 		return nil, badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
 			limit, p.promptTokens+maxTokens, p.promptTokens, maxTokens)
 	}
-	p.steps, p.finish, p.engineFinish = s.defaultMaxTokens, "stop", "stop"
+	p.steps, p.finish, p.engineFinish = s.answerLength(h), "stop", "stop"
 	if maxTokens < p.steps {
 		p.steps, p.finish, p.engineFinish = maxTokens, "length", "length"
 	}

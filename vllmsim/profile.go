@@ -83,6 +83,24 @@ type Profile struct {
 	// reports them in usage.input_tokens_details.cached_tokens regardless,
 	// as vLLM does.
 	PromptTokensDetails bool
+	// NaturalLengths makes unscripted text answers end by themselves, as
+	// a model's do, instead of at a fixed length: each answer has a
+	// natural length drawn from NaturalLength's distribution (keyed by
+	// LengthSeed, the first user message and the assistant answers before
+	// it), and the answer is that long unless
+	// its budget is smaller: max_tokens (max_completion_tokens,
+	// max_output_tokens), or without one the room the context leaves, as
+	// vLLM gives the rest of max_model_len. finish_reason is "length" only
+	// when the budget cuts the answer. A continued answer
+	// (continue_final_message) ends where the uncut one would have.
+	// DefaultMaxTokens is then unused. Off (the default of a Profile
+	// literal): an answer is DefaultMaxTokens long, or max_tokens when
+	// set (finish_reason "length"). `switchyard sim` turns it on unless
+	// --natural-lengths=false.
+	NaturalLengths bool
+	// LengthSeed seeds the natural lengths: the same seed and the same
+	// conversation give the same length, on every Server.
+	LengthSeed uint64
 }
 
 // blockSize is BlockSize with its default applied.
@@ -123,14 +141,14 @@ func (p Profile) Validate() error {
 // the defaults: --model --prefill-tps --decode-tps --max-batch --speedup
 // --max-tokens --max-model-len --kv-cache-tokens --legacy-metrics
 // --reasoning-tokens --prefix-cache-blocks --block-size --serial-prefill
-// --enable-prompt-tokens-details.
+// --enable-prompt-tokens-details --natural-lengths --length-seed.
 func (p *Profile) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&p.Model, "model", p.Model, "served model name")
 	fs.Float64Var(&p.PrefillTPS, "prefill-tps", p.PrefillTPS, "prompt tokens per second per request (0 = instant)")
 	fs.Float64Var(&p.DecodeTPS, "decode-tps", p.DecodeTPS, "output tokens per second per running request (0 = instant)")
 	fs.IntVar(&p.MaxBatch, "max-batch", p.MaxBatch, "max requests running at once; more wait in a FIFO queue (0 = unlimited)")
 	fs.Float64Var(&p.SpeedUp, "speedup", p.SpeedUp, "divide every simulated duration by this (0 = 1, real time)")
-	fs.IntVar(&p.DefaultMaxTokens, "max-tokens", p.DefaultMaxTokens, "completion length when a request sets no max_tokens (0 = 16)")
+	fs.IntVar(&p.DefaultMaxTokens, "max-tokens", p.DefaultMaxTokens, "completion length when a request sets no max_tokens (0 = 16); unused with --natural-lengths")
 	fs.IntVar(&p.MaxModelLen, "max-model-len", p.MaxModelLen, "context length in tokens (0 = no limit)")
 	fs.IntVar(&p.KVCacheTokens, "kv-cache-tokens", p.KVCacheTokens, "KV-cache capacity in tokens for vllm:kv_cache_usage_perc (0 = report 0)")
 	fs.BoolVar(&p.LegacyMetrics, "legacy-metrics", p.LegacyMetrics, "expose vllm:gpu_cache_usage_perc instead of vllm:kv_cache_usage_perc")
@@ -138,6 +156,8 @@ func (p *Profile) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&p.PrefixCacheBlocks, "prefix-cache-blocks", p.PrefixCacheBlocks, "automatic prefix cache capacity in blocks, LRU (0 = no prefix cache)")
 	fs.IntVar(&p.BlockSize, "block-size", p.BlockSize, "KV-cache block size in tokens, the prefix cache's unit (0 = 16)")
 	fs.BoolVar(&p.SerialPrefill, "serial-prefill", p.SerialPrefill, "prefill one request at a time at --prefill-tps (compute-bound), instead of each request at that rate")
+	fs.BoolVar(&p.NaturalLengths, "natural-lengths", p.NaturalLengths, "unscripted answers end by themselves at a drawn natural length, cut only by max_tokens or the context left (as vLLM); false: --max-tokens long, or max_tokens")
+	fs.Uint64Var(&p.LengthSeed, "length-seed", p.LengthSeed, "seed of the natural answer lengths")
 	fs.BoolVar(&p.PromptTokensDetails, "enable-prompt-tokens-details", p.PromptTokensDetails, "report cached prompt tokens in usage.prompt_tokens_details (chat, completions)")
 }
 

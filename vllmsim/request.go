@@ -291,6 +291,9 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 		if role.Str == "assistant" {
 			h.assistant(len(m.Get("tool_calls").Array()) > 0)
 		}
+		if role.Str == "user" {
+			h.user(userText(m.Get("content")))
+		}
 		lastRole, lastContent = role.Str, m.Get("content")
 		count++
 		return true
@@ -312,6 +315,18 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 		return nil, e
 	}
 	p.cacheable(bh, p.promptTokens)
+	// budget is what may cut a natural length: max_tokens, else the room
+	// the context leaves.
+	budget := math.MaxInt32
+	switch {
+	case explicit:
+		budget = maxTokens
+	case s.profile.MaxModelLen > 0:
+		budget = s.profile.MaxModelLen - p.promptTokens
+	}
+	if s.profile.NaturalLengths {
+		p.natural(s.naturalLength(h, h.turns), budget)
+	}
 
 	think := s.profile.ReasoningTokens
 	if root.Get("chat_template_kwargs.enable_thinking").Type == gjson.False {
@@ -334,6 +349,11 @@ func (s *Server) parseChat(body []byte) (*plan, *apiError) {
 			// than the default is continued to the default only.
 			rest := max(1, s.defaultMaxTokens-k)
 			switch {
+			case s.profile.NaturalLengths:
+				// The answer the prefix starts (the final assistant
+				// message is not an answer before it): the same natural
+				// length, of which k tokens are written.
+				p.natural(max(1, s.naturalLength(h, h.turns-1)-k), budget)
 			case !explicit:
 				p.steps = max(1, p.steps-k)
 			case rest < p.steps:
@@ -520,6 +540,24 @@ func (s *Server) fitContext(p *plan, maxPrompt, maxTokens int, explicit bool) *a
 	p.steps = limit - maxPrompt
 	p.finish, p.engineFinish = "length", "length"
 	return nil
+}
+
+// natural sets p's length to an answer of natural length n under budget:
+// n tokens ending with "stop", or budget tokens ending with "length" when
+// the budget is smaller.
+func (p *plan) natural(n, budget int) {
+	p.steps, p.finish, p.engineFinish = n, "stop", "stop"
+	if budget < n {
+		p.steps, p.finish, p.engineFinish = max(budget, 1), "length", "length"
+	}
+}
+
+// fnvAdd hashes s and a separator into h.
+func fnvAdd(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * fnvPrime
+	}
+	return (h ^ 0xff) * fnvPrime
 }
 
 // setChoice turns p into a constrained-choice answer: one token, the label.

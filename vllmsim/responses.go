@@ -231,6 +231,7 @@ func (s *Server) parseResponses(body []byte) (*plan, wire, *apiError) {
 	case input.Type == gjson.String:
 		chars += len(input.Str)
 		bh.write(input.Str)
+		rw.history.user(input.Str)
 	case input.IsArray():
 		n, role, e := responsesInput(input, bh, &rw.history)
 		if e != nil {
@@ -262,6 +263,9 @@ func (s *Server) parseResponses(body []byte) (*plan, wire, *apiError) {
 		chars += prev.conversation
 		rw.history.turns += prev.history.turns
 		rw.history.rounds += prev.history.rounds
+		if prev.history.seenUser {
+			rw.history.firstUser, rw.history.seenUser = prev.history.firstUser, true
+		}
 	}
 	rw.conversation = chars
 	p.promptTokens = estimateTokens(chars + tools.chars)
@@ -283,8 +287,8 @@ func (s *Server) parseResponses(body []byte) (*plan, wire, *apiError) {
 	if explicit && (limit == 0 || maxOutput < limit) {
 		limit = maxOutput
 	}
-	p.steps, p.finish, p.engineFinish = s.defaultMaxTokens, "stop", "stop"
-	rw.maxOutput = s.defaultMaxTokens
+	p.steps, p.finish, p.engineFinish = s.answerLength(rw.history), "stop", "stop"
+	rw.maxOutput = p.steps
 	if limit > 0 {
 		rw.maxOutput = limit
 		if limit < p.steps {
@@ -391,6 +395,9 @@ func responsesInput(input gjson.Result, bh *blockHasher, h *history) (chars int,
 			chars += n
 			bh.writeContent(item.Get("content"))
 			lastRole = role
+			if role == "user" {
+				h.user(userText(item.Get("content")))
+			}
 			if role == "assistant" {
 				assistant(false)
 			} else {

@@ -2,7 +2,11 @@ package vllmsim
 
 import (
 	"math"
+	"math/rand/v2"
+	"strconv"
 	"strings"
+
+	"github.com/tidwall/gjson"
 )
 
 // passage is the text the simulator "generates", cyclically, one token per
@@ -100,4 +104,78 @@ func findPrefix(prefix string) (start, k int, ok bool) {
 		}
 	}
 	return 0, 0, false
+}
+
+// The natural length of an answer (Profile.NaturalLengths) is log-normal:
+// median naturalMedian tokens and shape naturalSigma, so half the answers
+// are within about 100 to 370 tokens, one in ten is longer than about
+// 640, and one in a hundred longer than about 1,600; an answer the first
+// user message asks to be long (a word starting "long", "detailed",
+// "essay", "thorough", "comprehensive" or "in depth") has median
+// naturalLongMedian. Lengths are at least naturalMin and at most
+// naturalMax tokens. These are this package's assumptions of a chat
+// model's answers, not measured figures.
+const (
+	naturalMedian     = 200
+	naturalLongMedian = 1500
+	naturalSigma      = 0.9
+	naturalMin        = 8
+	naturalMax        = 16384
+)
+
+// longMarkers are the words asking for a long answer.
+var longMarkers = []string{"long", "detailed", "essay", "thorough", "comprehensive", "in depth"}
+
+// NaturalLength is the natural length in tokens of the answer keyed by
+// key, under seed; long: the user asked for a long answer.
+func NaturalLength(seed, key uint64, long bool) int {
+	r := rand.New(rand.NewPCG(seed, key))
+	median := float64(naturalMedian)
+	if long {
+		median = naturalLongMedian
+	}
+	n := int(math.Round(median * math.Exp(naturalSigma*r.NormFloat64())))
+	return min(max(n, naturalMin), naturalMax)
+}
+
+// asksLong reports whether text asks for a long answer (a longMarkers word
+// at the start of a word).
+func asksLong(text string) bool { return containsWord(text, longMarkers) }
+
+// answerLength is the own length of a Responses or Messages answer after
+// the conversation h: DefaultMaxTokens, or with NaturalLengths its
+// natural length.
+func (s *Server) answerLength(h history) int {
+	if !s.profile.NaturalLengths {
+		return s.defaultMaxTokens
+	}
+	return s.naturalLength(h, h.turns)
+}
+
+// naturalLength is the natural length of the answer that follows turns
+// assistant answers in the conversation h. It is keyed by the first user
+// message's text without its white space and by turns, which read the
+// same on every API and after the gateway translates a Responses or
+// Messages conversation to chat to continue it; a long answer is one
+// that first message asks for.
+func (s *Server) naturalLength(h history, turns int) int {
+	key := fnvAdd(fnvOffset, strings.Join(strings.Fields(h.firstUser), ""))
+	key = fnvAdd(key, strconv.Itoa(turns))
+	return NaturalLength(s.profile.LengthSeed, key, asksLong(h.firstUser))
+}
+
+// userText is a message content's text: the string, or its parts' text
+// fields one after another.
+func userText(c gjson.Result) string {
+	if c.Type == gjson.String {
+		return c.Str
+	}
+	var b strings.Builder
+	c.ForEach(func(_, part gjson.Result) bool {
+		if t := part.Get("text"); t.Type == gjson.String {
+			b.WriteString(t.Str)
+		}
+		return true
+	})
+	return b.String()
 }

@@ -196,7 +196,7 @@ func exampleString(name, format string) string {
 	case strings.Contains(n, "lang"):
 		return "en"
 	case strings.Contains(n, "path"), strings.Contains(n, "file"):
-		return "/tmp/report.txt"
+		return "report.txt" // relative: agents keep the model inside their work folder
 	case strings.Contains(n, "query"), strings.Contains(n, "search"), n == "q":
 		return "weather in Paris"
 	case strings.Contains(n, "name"):

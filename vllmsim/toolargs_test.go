@@ -17,7 +17,7 @@ func TestExampleArguments(t *testing.T) {
 		{"no schema", ``, `{}`},
 		{"not an object", `"string"`, `{}`},
 		{"paths and commands", `{"type":"object","properties":{"file_path":{"type":"string"},"filename":{"type":"string"},"path":{"type":"string"},"command":{"type":"string"},"cmd":{"type":"string"},"pattern":{"type":"string"}}}`,
-			`{"file_path":"/tmp/report.txt","filename":"/tmp/report.txt","path":"/tmp/report.txt","command":"ls -la","cmd":"ls -la","pattern":"**/*.go"}`},
+			`{"file_path":"report.txt","filename":"report.txt","path":"report.txt","command":"ls -la","cmd":"ls -la","pattern":"**/*.go"}`},
 		{"required only, in their order", `{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"},"c":{"type":"boolean"}},"required":["c","a"]}`,
 			`{"c":true,"a":"example"}`},
 		{"numbers within bounds", `{"type":"object","properties":{"n":{"type":"integer","minimum":5},"m":{"type":"integer","maximum":0},"x":{"type":"number","minimum":0.25},"y":{"type":"number"}}}`,

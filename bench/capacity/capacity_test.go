@@ -79,3 +79,28 @@ func TestAffinityKeepsConversationsCached(t *testing.T) {
 		t.Errorf("prefix-cache hit rate: affinity %.1f%%, round_robin %.1f%%; want affinity ahead by 5 points or more", 100*aff, 100*rr)
 	}
 }
+
+// TestReplayCapturedSessions: every captured request of every agent is
+// answered through the reference policy and counted once.
+func TestReplayCapturedSessions(t *testing.T) {
+	rs, err := Replay(context.Background(), "../../testdata/agents/sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		pools := 0
+		for _, n := range r.ByPool {
+			pools += n
+		}
+		if r.Requests == 0 || pools != r.Requests || len(r.Routes) != r.Requests || r.Bound <= 0 {
+			t.Errorf("%+v", r)
+		}
+		t.Logf("%s: %d requests, by pool %v, by route %v, bound %.2fx", r.Agent, r.Requests, r.ByPool, r.ByRoute, r.Bound)
+	}
+	if len(rs) < 2 {
+		t.Errorf("%d agents replayed, want Claude Code and Codex at least", len(rs))
+	}
+	if _, err := Replay(context.Background(), t.TempDir()); err == nil {
+		t.Error("an empty directory replayed without an error")
+	}
+}

@@ -15,8 +15,13 @@
 // to show what prefix affinity is worth: throughput, TTFT and the cache's
 // hit rate.
 //
+// With --workload replay, the request sequences captured from real agents
+// (--sessions, testdata/agents/sessions) go through the reference policy,
+// and each agent's split per pool and route is printed (replay.go).
+//
 //	go run ./bench/capacity [--json] [--duration 4s] [--speedup 10]
 //	go run ./bench/capacity --workload agents [--balancers affinity,round_robin] [--duration 12s] [--workers 64]
+//	go run ./bench/capacity --workload replay [--sessions testdata/agents/sessions] [--json]
 package main
 
 import (
@@ -42,7 +47,8 @@ func main() {
 	workers := fs.Int("workers", 192, "closed-loop clients (enough to saturate Qwen at every share, few enough that the Qwen queue settles quickly)")
 	sharesFlag := fs.String("shares", "1.0,0.75,0.5,0.25,0.1", "shares of traffic sent to Qwen")
 	noBalance := fs.Bool("skip-balancers", false, "skip the round_robin comparison")
-	workload := fs.String("workload", "classes", "classes: the routed cluster against Qwen-only; agents: multi-turn agents on one Qwen pool, one run per balancer (--duration defaults to 12s and --workers to 64)")
+	workload := fs.String("workload", "classes", "classes: the routed cluster against Qwen-only; agents: multi-turn agents on one Qwen pool, one run per balancer (--duration defaults to 12s and --workers to 64); replay: the captured agent sessions (--sessions) through the reference policy")
+	sessionsFlag := fs.String("sessions", "testdata/agents/sessions", "with --workload replay: the directory of captured sessions (*.jsonl)")
 	balancersFlag := fs.String("balancers", strings.Join(AgentBalancers, ","), "with --workload agents: the pool balancers compared")
 	poolFlag := fs.String("pool", "qwen", "with --workload agents: the pool the agents run on: qwen (3 replicas) or minicpm (2), with the reference cluster's timing")
 	prefillFlag := fs.String("prefill", "request,serial", "with --workload agents: the prefill models compared: request (each request at the prefill rate, the simulator's default) and serial (one prefill at a time per replica, compute-bound)")
@@ -55,6 +61,12 @@ func main() {
 	defer stop()
 	switch *workload {
 	case "classes":
+	case "replay":
+		if err := runReplay(ctx, os.Stdout, *sessionsFlag, *asJSON); err != nil {
+			fmt.Fprintln(os.Stderr, "capacity:", err)
+			os.Exit(1)
+		}
+		return
 	case "agents":
 		if *poolFlag != "qwen" && *poolFlag != "minicpm" {
 			fmt.Fprintf(os.Stderr, "capacity: unknown --pool %q (known: qwen, minicpm)\n", *poolFlag)
@@ -91,7 +103,7 @@ func main() {
 		}
 		return
 	default:
-		fmt.Fprintf(os.Stderr, "capacity: unknown workload %q (known: agents, classes)\n", *workload)
+		fmt.Fprintf(os.Stderr, "capacity: unknown workload %q (known: agents, classes, replay)\n", *workload)
 		os.Exit(2)
 	}
 	var shares []float64

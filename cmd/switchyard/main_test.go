@@ -63,8 +63,14 @@ func TestExplainCLI(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	if e.Route != "complex" || e.Pool != "qwen" || e.Class != "complex" || len(e.Fallback) != 1 || e.Fallback[0] != "minicpm" ||
-		len(e.Skipped) != 1 || e.Skipped[0].Route != "tool-heavy" {
+		len(e.Skipped) != 1 || e.Skipped[0].Route != "side" {
 		t.Errorf("explain: %s", out)
+	}
+	// A title request (no tools, a short answer budget) is a side request.
+	code, out, _ = runCLI(t, "explain", "--config", "../../examples/policies/dgx-spark-8node.yaml", "--class", "simple",
+		`{"model":"auto","max_tokens":1024,"messages":[{"role":"system","content":"You are a title generator."},{"role":"user","content":"hi"}]}`)
+	if code != exitOK || !strings.Contains(out, `"route": "side"`) || !strings.Contains(out, `"side": true`) || !strings.Contains(out, `"max_tokens 1024 <= 4096"`) {
+		t.Errorf("explain a title request: %d %s", code, out)
 	}
 	code, out, _ = runCLI(t, "explain", "--config", "../../examples/policies/dgx-spark-8node.yaml", "--class", "simple",
 		"--header", "X-Experiment: b", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`)

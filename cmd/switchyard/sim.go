@@ -31,6 +31,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "switchyard sim: unknown --preset %q (known: qwen, minicpm)\n", preset)
 		return exitUsage
 	}
+	// Answers end by themselves as vLLM's do unless --natural-lengths=false.
+	p.NaturalLengths = true
 	var f vllmsim.Faults
 	p.RegisterFlags(fs)
 	f.RegisterFlags(fs)

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -20,6 +21,10 @@ type Info struct {
 	User         string
 	// CacheKey is prompt_cache_key, which Codex sets to its session id.
 	CacheKey string
+	// MaxTokens is the answer length asked for (max_completion_tokens,
+	// else max_tokens; max_output_tokens), 0 when none is a positive
+	// integer: what the policy's max_tokens conditions read.
+	MaxTokens int
 	// PreviousResponse is a Responses request's previous_response_id.
 	PreviousResponse string
 	// messages and prompt are the raw fields, kept for the classifier and
@@ -197,6 +202,15 @@ func readFields(root gjson.Result, ep Endpoint) (*Info, gjson.Result, error) {
 			}
 		case "previous_response_id":
 			info.PreviousResponse = v.Str
+		case "max_completion_tokens", "max_output_tokens":
+			// vLLM takes max_completion_tokens over max_tokens.
+			if n := v.Int(); v.Type == gjson.Number && n > 0 {
+				info.MaxTokens = int(min(n, math.MaxInt32))
+			}
+		case "max_tokens":
+			if n := v.Int(); v.Type == gjson.Number && n > 0 && !root.Get("max_completion_tokens").Exists() {
+				info.MaxTokens = int(min(n, math.MaxInt32))
+			}
 		}
 		return true
 	})
