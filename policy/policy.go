@@ -443,6 +443,19 @@ func (s *evalState) isSmall(model string) (bool, string) {
 }
 
 func (s *evalState) matchAll(w *cond) (bool, string) {
+	if ok, why := s.matchFeatures(w); !ok {
+		return false, why
+	}
+	if ok, why := s.matchLogic(w); !ok {
+		return false, why
+	}
+	return s.matchClass(w)
+}
+
+// matchFeatures checks the conditions on what the request says of itself:
+// model, stream, tools, messages, prompt and answer sizes, the client's
+// small model and the system prompt.
+func (s *evalState) matchFeatures(w *cond) (bool, string) {
 	req := s.req
 	if len(w.model) > 0 && !w.model.Has(req.Model) {
 		return false, s.why(func() string { return fmt.Sprintf("model %q not in %v", req.Model, []string(w.model)) })
@@ -509,6 +522,13 @@ func (s *evalState) matchAll(w *cond) (bool, string) {
 		}
 		s.hold(func() string { return fmt.Sprintf("system prompt contains %q", found) })
 	}
+	return true, ""
+}
+
+// matchLogic checks headers, keys and the conditions made of others (not,
+// any), the classifier's parts of which run after the cheap ones.
+func (s *evalState) matchLogic(w *cond) (bool, string) {
+	req := s.req
 	for _, h := range w.header {
 		got := req.Header.Get(h.name)
 		if !h.values.Has(got) {
@@ -553,8 +573,12 @@ func (s *evalState) matchAll(w *cond) (bool, string) {
 			return false, s.why(func() string { return "not: the negated condition matched" })
 		}
 	}
-	// Classifier conditions last, so a rule that fails on a cheap condition
-	// never triggers a classifier call.
+	return true, ""
+}
+
+// matchClass checks the classifier's conditions, last, so a rule that fails
+// on a cheap condition never triggers a classifier call.
+func (s *evalState) matchClass(w *cond) (bool, string) {
 	if len(w.class) > 0 {
 		c := s.class()
 		if !w.class.Has(c.Label) {
