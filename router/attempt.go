@@ -99,7 +99,7 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 		ue := &upstream.Error{Pool: ps.Name, Replica: rep.Name,
 			Err: fmt.Errorf("%w: non-stream answer larger than %d bytes", errAnswerTooLarge, maxResponseBytes)}
 		spans.SetClientError(span, spans.ErrTypeTooLarge, ue)
-		return upstream.Result{Outcome: pools.Neutral, Err: ue}
+		return upstream.Failed(pools.Neutral, "", ue)
 	} else if err != nil {
 		if ctx.Err() != nil {
 			x.stream.end = endClientLeft
@@ -119,12 +119,12 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 	if x.moreInChain && contextOverflow(resp.StatusCode, answer) {
 		// Nothing reached the client: the next, larger pool of the
 		// chain takes the request. Not the replica's fault.
-		return upstream.Result{Outcome: pools.Neutral, Err: fmt.Errorf("%w: replica %q: %s", errContextLength, rep.Name, wire.ReadErrorMessage(bytes.NewReader(answer)))}
+		return upstream.Failed(pools.Neutral, "", fmt.Errorf("%w: replica %q: %s", errContextLength, rep.Name, wire.ReadErrorMessage(bytes.NewReader(answer))))
 	}
 	if d := upstream.ReplicaDepth(x.snap.Config.Server.MaxJSONDepth); resp.StatusCode == http.StatusOK && !wire.CheckDepth(answer, d) {
 		// Read as untrusted as a client's body: never parsed.
 		ue := &upstream.Error{Pool: ps.Name, Replica: rep.Name, Err: fmt.Errorf("the answer nests JSON deeper than %d levels", d)}
-		return upstream.Result{Retry: true, Outcome: pools.Status5xx, Reason: "status_5xx", Detail: ue.Err.Error(), Err: ue}
+		return upstream.Retryable(pools.Status5xx, "status_5xx", ue.Err.Error(), ue)
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
@@ -149,7 +149,7 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 			spans.SetResponseAttrs(span, x.tel.span, a.Attrs())
 		}
 	}
-	return upstream.Result{Done: true, Outcome: pools.Success}
+	return upstream.Answered(pools.Success, "")
 }
 
 // relay pumps a stream to the client. A stream the replica cuts is, with
@@ -191,11 +191,11 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 		if p.SawUsage {
 			g.recordUsage(x, ps, p.Prompt, p.Completion, p.UsageModel, span)
 		}
-		return upstream.Result{Done: true, Outcome: pools.Success}
+		return upstream.Answered(pools.Success, "")
 	}
 	if ctx.Err() != nil || errors.Is(err, pump.ErrClientGone) {
 		g.clientLeft(ctx, x, err, span)
-		return upstream.Result{Done: true, Outcome: pools.Neutral}
+		return upstream.Answered(pools.Neutral, "")
 	}
 	// A replica that cut its stream, or stalled it past first_token_timeout
 	// or stream_idle_timeout, failed; one that ran into
@@ -219,7 +219,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	} else {
 		g.endCut(x, ps, rep, err)
 	}
-	return upstream.Result{Done: true, Outcome: outcome, Detail: "stream: " + err.Error()}
+	return upstream.Answered(outcome, "stream: "+err.Error())
 }
 
 // cutStream is a stream whose replica failed mid-way, left for resume.

@@ -165,10 +165,10 @@ func (g *Gateway) placeOn(ctx context.Context, w http.ResponseWriter, r *http.Re
 		// replica released: a new execution continues it.
 		g.resume(ctx, x, ps)
 	}
-	if res.Done {
+	if res.Done() {
 		return true, nil
 	}
-	return false, res.Err
+	return false, res.Err()
 }
 
 var _ upstream.Attempt = (*exchange)(nil)

@@ -66,9 +66,9 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 		res = g.exec.Execute(ctx, &x.attempt.exec)
 		x.retries += x.attempt.exec.Retries
 	} else {
-		res.Err = errors.New("no other replica of the pool can take it")
+		res = upstream.NotSent(errors.New("no other replica of the pool can take it"))
 	}
-	if !res.Done && ctx.Err() != nil && x.stream.end != endClientLeft {
+	if !res.Done() && ctx.Err() != nil && x.stream.end != endClientLeft {
 		// The client left while a continuation was asked for (in a queue,
 		// a backoff or before its answer): nothing more is written. One
 		// that hung up after the continuation's end (as soon as it had
@@ -79,11 +79,11 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 		x.resume = "the client left during the resume"
 		return
 	}
-	if !res.Done {
+	if !res.Done() {
 		g.metrics.resumes.WithLabelValues(ps.Name, "failed").Inc()
 		x.resume = "resume failed"
-		if res.Err != nil {
-			x.resume += ": " + wire.Clip(res.Err.Error())
+		if res.Err() != nil {
+			x.resume += ": " + wire.Clip(res.Err().Error())
 		}
 		g.endCut(x, ps, cut.rep, cut.err)
 		return
@@ -123,7 +123,7 @@ func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Re
 	path, body, err := rs.Request(x.attempt.up.body)
 	if err != nil {
 		rs.Broken = err.Error()
-		return upstream.Result{Outcome: pools.Neutral, Err: err}
+		return upstream.Failed(pools.Neutral, "", err)
 	}
 	// Its own attempt, linked to the one that was cut.
 	ctx, span := g.startSpan(ctx, "switchyard.upstream", trace.WithSpanKind(trace.SpanKindClient),
@@ -155,7 +155,7 @@ func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Re
 		}
 		o, _, _ := upstream.JudgeStatus(resp.StatusCode)
 		err := fmt.Errorf("replica %q answered %d: %s", rep.Name, resp.StatusCode, msg)
-		return upstream.Result{Outcome: o, Detail: "resume: " + err.Error(), Err: err}
+		return upstream.Failed(o, "resume: "+err.Error(), err)
 	}
 	clock.StreamingSince(c.cut.started)
 	g.trackStream(x, clock.Cancel) // shutdown ends the continuation too
@@ -169,28 +169,31 @@ func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Re
 	err = p.Run(resp.Body)
 	switch {
 	case err == nil:
-		return upstream.Result{Done: true, Outcome: pools.Success}
+		return upstream.Answered(pools.Success, "")
 	case ctx.Err() != nil || errors.Is(err, pump.ErrClientGone):
 		g.clientLeft(ctx, x, err, span)
-		return upstream.Result{Done: true, Outcome: pools.Neutral}
+		return upstream.Answered(pools.Neutral, "")
 	}
 	spans.SetClientError(span, spans.ErrTypeStreamCut, err)
 	var pt *upstream.PhaseTimeout
 	switch cause := context.Cause(hctx); {
 	case errors.Is(cause, errShuttingDown):
 		x.stream.end = endShutdown
-		return upstream.Result{Outcome: pools.Neutral, Err: errShuttingDown}
+		return upstream.Failed(pools.Neutral, "", errShuttingDown)
 	case errors.As(cause, &pt) && pt == ps.timeouts.TotalErr:
 		// A long answer, not a failing replica: not continued again.
 		rs.Broken = "max_stream_duration"
-		return upstream.Result{Outcome: pools.Neutral, Err: fmt.Errorf("%w: %s", pump.ErrStreamCut, pt.Msg)}
+		return upstream.Failed(pools.Neutral, "", fmt.Errorf("%w: %s", pump.ErrStreamCut, pt.Msg))
 	case errors.Is(err, resume.ErrNotContinued):
 		// The gateway cannot carry what the continuation sent into the
 		// client's stream: not the replica's fault, and no other replica
 		// would do better.
 		rs.Broken = err.Error()
-		return upstream.Result{Outcome: pools.Neutral, Err: err}
+		return upstream.Failed(pools.Neutral, "", err)
 	}
 	g.log.Warn("stream resume failed", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
-	return upstream.Result{Retry: rs.Broken == "", Outcome: pools.Status5xx, Reason: "stream_cut", Detail: "stream: " + err.Error(), Err: err}
+	if rs.Broken != "" {
+		return upstream.Failed(pools.Status5xx, "stream: "+err.Error(), err)
+	}
+	return upstream.Retryable(pools.Status5xx, "stream_cut", "stream: "+err.Error(), err)
 }

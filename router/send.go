@@ -65,7 +65,7 @@ func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *
 		req, err = a.build(hctx)
 	}
 	if err != nil {
-		return nil, hctx, upstream.Result{Err: fmt.Errorf("%w: %v", upstream.ErrUpstream, err)}
+		return nil, hctx, upstream.NotSent(fmt.Errorf("%w: %v", upstream.ErrUpstream, err))
 	}
 	if span.IsRecording() {
 		span.SetAttributes(spans.ClientRequest(req)...)
@@ -100,8 +100,7 @@ func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *
 	if resp.StatusCode == http.StatusTooManyRequests {
 		uf.RetryAfter = upstream.ParseRetryAfter(resp.Header.Get("Retry-After"), g.opts.Now())
 	}
-	return nil, hctx, upstream.Result{Retry: true, Outcome: o, Reason: reason,
-		Detail: fmt.Sprintf("%sstatus %d: %s", a.what, resp.StatusCode, msg), Err: uf}
+	return nil, hctx, upstream.Retryable(o, reason, fmt.Sprintf("%sstatus %d: %s", a.what, resp.StatusCode, msg), uf)
 }
 
 // upstreamRequest builds the request to rep for client request r: body,
@@ -198,7 +197,7 @@ func (g *Gateway) countTokensLocally(w http.ResponseWriter, x *exchange, resp *h
 	w.WriteHeader(http.StatusOK)
 	x.status, x.sent = http.StatusOK, http.StatusOK
 	_, _ = w.Write(answer)
-	return upstream.Result{Done: true, Outcome: pools.Neutral}
+	return upstream.Answered(pools.Neutral, "")
 }
 
 // rewriteAnswer applies to a non-stream answer what the gateway changes:

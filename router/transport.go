@@ -47,16 +47,16 @@ func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte
 	ex := &upstream.Execution{Pool: ps.Pool, Req: &pools.Request{Tenant: "(classifier)"}, Attempts: 2, Call: call}
 	call.ex = ex
 	res := t.g.exec.Execute(ctx, ex)
-	if res.Err != nil {
+	if res.Err() != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if res.Poison {
+		if res.Poison() {
 			// The same 500 from two replicas: this request's input, not
 			// the pool; the breaker must not hear of it.
-			return nil, fmt.Errorf("classifier pool %q: %w (%w)", t.pool, classifier.ErrRefused, res.Err)
+			return nil, fmt.Errorf("classifier pool %q: %w (%w)", t.pool, classifier.ErrRefused, res.Err())
 		}
-		return nil, fmt.Errorf("classifier pool %q: %w", t.pool, res.Err)
+		return nil, fmt.Errorf("classifier pool %q: %w", t.pool, res.Err())
 	}
 	return call.out, nil
 }
@@ -106,8 +106,8 @@ func (t *poolTransport) once(ctx context.Context, ex *upstream.Execution, ps *po
 			return req, nil
 		}})
 	if resp == nil {
-		if res.Err != nil && !res.Done {
-			res.Err = fmt.Errorf("replica %q: %w", rep.Name, res.Err)
+		if res.Err() != nil && !res.Done() {
+			res = res.WithErr(fmt.Errorf("replica %q: %w", rep.Name, res.Err()))
 		}
 		return nil, res
 	}
@@ -123,12 +123,12 @@ func (t *poolTransport) once(ctx context.Context, ex *upstream.Execution, ps *po
 		// Never parsed: a recursive parser on hostile nesting costs
 		// memory without bound. The replica's fault.
 		err := fmt.Errorf("replica %q: the classifier's answer nests JSON too deeply", rep.Name)
-		return nil, upstream.Result{Retry: true, Outcome: pools.Status5xx, Reason: "status_5xx", Detail: err.Error(), Err: err}
+		return nil, upstream.Retryable(pools.Status5xx, "status_5xx", err.Error(), err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		// A 4xx other than the ones send retries: the classifier's own
 		// request was refused. Not the replica's fault, not retried.
-		return nil, upstream.Result{Outcome: pools.Neutral, Err: fmt.Errorf("replica %q: status %d: %s: %w", rep.Name, resp.StatusCode, wire.ReadErrorMessage(bytes.NewReader(out)), classifier.ErrRefused)}
+		return nil, upstream.Failed(pools.Neutral, "", fmt.Errorf("replica %q: status %d: %s: %w", rep.Name, resp.StatusCode, wire.ReadErrorMessage(bytes.NewReader(out)), classifier.ErrRefused))
 	}
 	p, c, ok := wire.ReadUsage(out)
 	if ok {
@@ -143,5 +143,5 @@ func (t *poolTransport) once(ctx context.Context, ex *upstream.Execution, ps *po
 			spans.SetUsage(span, p, c)
 		}
 	}
-	return out, upstream.Result{Done: true, Outcome: pools.Success}
+	return out, upstream.Answered(pools.Success, "")
 }

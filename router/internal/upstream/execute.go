@@ -47,23 +47,70 @@ func (u *Failure) Error() string {
 	return fmt.Sprintf("replica answered %d: %s", u.Status, u.Msg)
 }
 
-// result is the outcome of one upstream attempt, as the executor needs it.
+// Result is the verdict on one attempt, as the executor reads it once:
+// whether the exchange is over, whether another replica may be asked, what
+// the attempt says of its replica (for passive health) and what the client
+// is told. Each constructor below makes one kind of verdict.
 type Result struct {
 	// done: the exchange is over (an answer reached the client, or the
 	// client went away); nothing is retried.
-	Done bool
+	done bool
 	// retry: nothing reached the client and another replica may take the
 	// request (only with !done).
-	Retry bool
+	retry bool
 	// outcome and detail feed passive health; reason labels the retry
 	// metric if this attempt is retried.
-	Outcome pools.Outcome
-	Detail  string
-	Reason  string
-	Err     error
+	outcome pools.Outcome
+	detail  string
+	reason  string
+	err     error
 	// poison: two replicas gave the same 500 for the request (see
 	// execute); the request, not the pool, is at fault.
-	Poison bool
+	poison bool
+}
+
+// Answered: the answer reached the client, whole or cut (or the client
+// left while it was relayed), so the exchange is over; o and detail are
+// what it says of the replica.
+func Answered(o pools.Outcome, detail string) Result {
+	return Result{done: true, outcome: o, detail: detail}
+}
+
+// ClientLeft: the client went away (err says how); nothing is retried and
+// the replica is not blamed.
+func ClientLeft(err error) Result { return Result{done: true, outcome: pools.Neutral, err: err} }
+
+// Failed: the attempt failed and no other replica is asked (none would do
+// better, or the failure may be slowness rather than loss); err is what the
+// client is told.
+func Failed(o pools.Outcome, detail string, err error) Result {
+	return Result{outcome: o, detail: detail, err: err}
+}
+
+// Retryable: nothing reached the client and another replica may take the
+// request; reason labels the retry metric.
+func Retryable(o pools.Outcome, reason, detail string, err error) Result {
+	return Result{retry: true, outcome: o, reason: reason, detail: detail, err: err}
+}
+
+// NotSent: no request reached a replica (none could be built, or no
+// replica could take it); the replica, if one was chosen, is not blamed.
+func NotSent(err error) Result { return Result{err: err} }
+
+// Done reports whether the exchange is over.
+func (r Result) Done() bool { return r.done }
+
+// Err is what went wrong, nil for an answer passed on.
+func (r Result) Err() error { return r.err }
+
+// Poison reports that the request, not the pool, made two replicas fail
+// alike.
+func (r Result) Poison() bool { return r.poison }
+
+// WithErr is r with err in place of its error (err wraps it, usually).
+func (r Result) WithErr(err error) Result {
+	r.err = err
+	return r
 }
 
 // caller makes the attempts of one execution.
@@ -151,13 +198,13 @@ func (e *Executor) Execute(ctx context.Context, ex *Execution) Result {
 		same := false
 		if a > 0 {
 			if !ps.CanTake(exclude) {
-				if last.Outcome != pools.ConnectFailure || !ps.CanTake(answered) {
+				if last.outcome != pools.ConnectFailure || !ps.CanTake(answered) {
 					break
 				}
 				same = true
 			}
 			if err := backoff(ctx, a, e.Rand); err != nil {
-				return Result{Err: err}
+				return NotSent(err)
 			}
 		}
 		waitStart := time.Now()
@@ -171,18 +218,18 @@ func (e *Executor) Execute(ctx context.Context, ex *Execution) Result {
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
-				return Result{Err: ctx.Err()}
+				return NotSent(ctx.Err())
 			case a > 0:
 				return last
 			case errors.Is(err, pools.ErrSaturated):
-				return Result{Err: fmt.Errorf("%w: pool %q: every replica is at max_inflight %d", ErrNoReplica, ps.Name, ps.MaxInflight())}
+				return NotSent(fmt.Errorf("%w: pool %q: every replica is at max_inflight %d", ErrNoReplica, ps.Name, ps.MaxInflight()))
 			}
-			return Result{Err: fmt.Errorf("%w: pool %q has no healthy replica", ErrNoReplica, ps.Name)}
+			return NotSent(fmt.Errorf("%w: pool %q has no healthy replica", ErrNoReplica, ps.Name))
 		}
 		e.QueueWait.WithLabelValues(ps.Name).Observe(time.Since(waitStart).Seconds())
 		if a > 0 {
 			ex.Retries++
-			e.Retries.WithLabelValues(ps.Name, last.Reason).Inc()
+			e.Retries.WithLabelValues(ps.Name, last.reason).Inc()
 		}
 		tried = append(tried, rep)
 		ex.Call.Acquired(rep)
@@ -193,26 +240,26 @@ func (e *Executor) Execute(ctx context.Context, ex *Execution) Result {
 			ex.held = nil
 			ps.Release(rep)
 			e.Poison.WithLabelValues(ps.Name).Inc()
-			res.Retry, res.Poison = false, true
+			res.retry, res.poison = false, true
 			return res
 		}
 		ex.Settle(ps, status)
-		if poisonStatus(status) && res.Retry && !res.Done && ctx.Err() == nil && a+1 < ex.Attempts {
-			ex.held = &heldFailure{rep: rep, outcome: res.Outcome, detail: res.Detail, status: status}
+		if poisonStatus(status) && res.retry && !res.done && ctx.Err() == nil && a+1 < ex.Attempts {
+			ex.held = &heldFailure{rep: rep, outcome: res.outcome, detail: res.detail, status: status}
 		} else {
-			ps.Observe(rep, res.Outcome, res.Detail)
+			ps.Observe(rep, res.outcome, res.detail)
 		}
 		ps.Release(rep)
-		if res.Done || !res.Retry || ctx.Err() != nil {
+		if res.done || !res.retry || ctx.Err() != nil {
 			return res
 		}
 		var uf *Failure
-		if errors.As(res.Err, &uf) && uf.Status == http.StatusTooManyRequests {
+		if errors.As(res.err, &uf) && uf.Status == http.StatusTooManyRequests {
 			// The client is told the longest wait any replica asked for.
 			ex.retryAfter = max(ex.retryAfter, uf.RetryAfter)
 			uf.RetryAfter = ex.retryAfter
 		}
-		if res.Outcome == pools.ConnectFailure && !hasEndpoint(refused, rep) {
+		if res.outcome == pools.ConnectFailure && !hasEndpoint(refused, rep) {
 			refused = append(refused, rep)
 		}
 		last = res
@@ -278,7 +325,7 @@ func hasEndpoint(rs []*pools.Replica, r *pools.Replica) bool {
 // attempt got none, or succeeded).
 func failedStatus(res Result) int {
 	var uf *Failure
-	if res.Done || !errors.As(res.Err, &uf) {
+	if res.done || !errors.As(res.err, &uf) {
 		return 0
 	}
 	return uf.Status
@@ -316,7 +363,7 @@ func JudgeStatus(status int) (o pools.Outcome, retry bool, reason string) {
 // going away, a timeout (never retried), or a connection failure.
 func JudgeError(ctx context.Context, pool string, rep *pools.Replica, err error, what string) Result {
 	if ctx.Err() != nil {
-		return Result{Done: true, Outcome: pools.Neutral, Err: ctx.Err()}
+		return ClientLeft(ctx.Err())
 	}
 	ue := &Error{Pool: pool, Replica: rep.Name, Err: err}
 	if what != "" {
@@ -325,9 +372,9 @@ func JudgeError(ctx context.Context, pool string, rep *pools.Replica, err error,
 	if IsTimeout(err) && !isConnectTimeout(err) {
 		// Not replayed: the request may be slow rather than lost, and a
 		// replay doubles the load. Answers 504.
-		return Result{Outcome: pools.Timeout, Detail: ue.Err.Error(), Err: ue}
+		return Failed(pools.Timeout, ue.Err.Error(), ue)
 	}
-	return Result{Retry: true, Outcome: pools.ConnectFailure, Detail: ue.Err.Error(), Reason: "connect", Err: ue}
+	return Retryable(pools.ConnectFailure, "connect", ue.Err.Error(), ue)
 }
 
 // backoff waits a jittered, growing delay before retry number a (≥1),
