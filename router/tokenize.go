@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/spans"
 	"github.com/switchyard/switchyard/router/internal/upstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard/switchyard/router/internal/wire"
 
@@ -141,17 +143,23 @@ func (g *Gateway) countPrompt(ctx context.Context, ps *poolState, x *exchange) (
 	}
 	ctx, cancel := context.WithTimeout(ctx, tokenizeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rep.Base()+wire.Tokenize.Path(), bytes.NewReader(body))
-	if err != nil {
-		return 0, err
+	// One HTTP exchange like every other: its span, the pool's header
+	// timeout, the status judged. Not counted in flight and not told to
+	// passive health: a tokenization is CPU work on the server, and a
+	// failure only leaves the estimate to decide.
+	ctx, span := g.startSpan(ctx, "switchyard.tokenize", trace.WithSpanKind(trace.SpanKindClient))
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(spans.Pool.String(ps.Name), spans.Replica.String(rep.Name))
 	}
-	req.Header.Set("Content-Type", "application/json")
-	if k := ps.cfg.APIKey; k != "" {
-		req.Header.Set("Authorization", "Bearer "+string(k))
-	}
-	resp, err := rep.Client().Do(req)
-	if err != nil {
-		return 0, err
+	var clock upstream.Clock
+	defer clock.Stop()
+	resp, _, res := g.send(ctx, span, sendSpec{ps: ps, rep: rep, clock: &clock, what: "tokenize ",
+		build: func(hctx context.Context) (*http.Request, error) {
+			return g.gatewayRequest(ctx, hctx, ps, rep, wire.Tokenize.Path(), body)
+		}})
+	if resp == nil {
+		return 0, res.Err()
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxTokenizeAnswer))

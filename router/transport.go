@@ -92,18 +92,7 @@ func (t *poolTransport) once(ctx context.Context, ex *upstream.Execution, ps *po
 	defer clock.Stop()
 	resp, _, res := t.g.send(ctx, span, sendSpec{ps: ps, rep: rep, clock: &clock, ex: ex, what: "classifier ",
 		build: func(hctx context.Context) (*http.Request, error) {
-			req, err := http.NewRequestWithContext(hctx, http.MethodPost, rep.Base()+"/v1/chat/completions", bytes.NewReader(body))
-			if err != nil {
-				return nil, err
-			}
-			req.Header.Set("Content-Type", "application/json")
-			if k := ps.cfg.APIKey; k != "" {
-				req.Header.Set("Authorization", "Bearer "+string(k))
-			}
-			if t.g.tracing {
-				t.g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
-			}
-			return req, nil
+			return t.g.gatewayRequest(ctx, hctx, ps, rep, wire.Chat.Path(), body)
 		}})
 	if resp == nil {
 		if res.Err() != nil && !res.Done() {
@@ -144,4 +133,22 @@ func (t *poolTransport) once(ctx context.Context, ex *upstream.Execution, ps *po
 		}
 	}
 	return out, upstream.Answered(pools.Success, "")
+}
+
+// gatewayRequest is a request the gateway makes of its own (a classifier
+// call, a tokenization): a JSON POST of body to path on rep, with the
+// pool's key and ctx's trace context, under the attempt's context hctx.
+func (g *Gateway) gatewayRequest(ctx, hctx context.Context, ps *poolState, rep *pools.Replica, path string, body []byte) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(hctx, http.MethodPost, rep.Base()+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header["Content-Type"] = jsonContentType
+	if k := ps.cfg.APIKey; k != "" {
+		req.Header.Set("Authorization", "Bearer "+string(k))
+	}
+	if g.tracing {
+		g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	}
+	return req, nil
 }
