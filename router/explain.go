@@ -16,16 +16,19 @@ import (
 
 // Explanation is the answer of explain.
 type Explanation struct {
-	Route    string             `json:"route"`
-	Pool     string             `json:"pool"`
-	Replica  string             `json:"replica,omitempty"`
-	Class    string             `json:"class,omitempty"`
-	Scores   map[string]float64 `json:"scores"`
-	Matched  []string           `json:"matched"`
-	Skipped  []policy.Skip      `json:"skipped"`
-	Fallback []string           `json:"fallback"`
-	Spill    *policy.Spill      `json:"spill,omitempty"`
-	Sticky   bool               `json:"sticky,omitempty"`
+	Route   string `json:"route"`
+	Pool    string `json:"pool"`
+	Replica string `json:"replica,omitempty"`
+	// Replicas is each replica of the pool as the balancer saw it: left
+	// out by the filter (why), or its score and whether it was picked.
+	Replicas []pools.ReplicaScore `json:"replicas,omitempty"`
+	Class    string               `json:"class,omitempty"`
+	Scores   map[string]float64   `json:"scores"`
+	Matched  []string             `json:"matched"`
+	Skipped  []policy.Skip        `json:"skipped"`
+	Fallback []string             `json:"fallback"`
+	Spill    *policy.Spill        `json:"spill,omitempty"`
+	Sticky   bool                 `json:"sticky,omitempty"`
 	// Why are the matched route's conditions that held, with the
 	// request's values.
 	Why []string `json:"why,omitempty"`
@@ -138,9 +141,11 @@ func (g *Gateway) ExplainAPI(ctx context.Context, header http.Header, body []byt
 		if ps.NeedsKey() {
 			preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
 		}
-		if rep := ps.Pick(preq); rep != nil {
+		rep, scores := ps.Explain(preq)
+		if rep != nil {
 			e.Replica = rep.Name
 		}
+		e.Replicas = scores
 	}
 	return e, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/pools"
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
 )
@@ -323,6 +324,9 @@ func TestExplain(t *testing.T) {
 	want := router.Explanation{
 		Route: "complex", Pool: "qwen", Replica: "qwen-a", Class: "complex", Scores: map[string]float64{"complex": 1},
 		Matched: []string{"complex"}, Fallback: []string{"minicpm"}, Why: []string{`class is "complex"`},
+		// The balancer's stages for the one replica: a candidate, its
+		// score, picked.
+		Replicas: []pools.ReplicaScore{{Replica: "qwen-a", Score: new(0.0), Why: "requests in flight; fewest wins, ties at random", Picked: true}},
 	}
 	skipped := e.Skipped
 	e.Skipped = nil
