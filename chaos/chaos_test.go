@@ -273,7 +273,18 @@ func TestMisbehavingReplicas(t *testing.T) {
 	var pools strings.Builder
 	kinds := []string{"garbage", "partial", "hugeline", "endless", "noheaders", "reset", "busy"}
 	for _, k := range kinds {
-		fmt.Fprintf(&pools, "  %s: {model: %s, retries: 0, response_header_timeout: 500ms, max_stream_duration: 1s, health: {disabled: true}, replicas: [{name: r, url: %q}]}\n", k, k, up.URL)
+		// The timeouts a kind is about are short, so its test ends soon; the
+		// others are long, the slack a loaded machine gets to relay an answer
+		// that does come (a 500 ms header timeout once turned a slow but
+		// good answer into a 504).
+		header, stream := "10s", "30s"
+		switch k {
+		case "noheaders":
+			header = "500ms"
+		case "endless":
+			stream = "1s"
+		}
+		fmt.Fprintf(&pools, "  %s: {model: %s, retries: 0, response_header_timeout: %s, max_stream_duration: %s, health: {disabled: true}, replicas: [{name: r, url: %q}]}\n", k, k, header, stream, up.URL)
 	}
 	good := sim(t)
 	fmt.Fprintf(&pools, "  good: {model: m, health: {disabled: true}, replicas: [{name: g, url: %q}]}\n", "http://"+good.addr)
@@ -317,7 +328,9 @@ func TestMisbehavingReplicas(t *testing.T) {
 // TestDrainWithOpenStreams: SIGTERM with streams open: the gateway keeps
 // serving them to their end within the grace, then exits 0.
 func TestDrainWithOpenStreams(t *testing.T) {
-	a, b, c := sim(t, "--decode-tps", "20", "--max-tokens", "30"), sim(t, "--decode-tps", "20", "--max-tokens", "30"), sim(t, "--decode-tps", "20", "--max-tokens", "30")
+	// Streams of 4 s (80 tokens at 20 a second): all six must be open at
+	// once, and a loaded machine may start them a second or more apart.
+	a, b, c := sim(t, "--decode-tps", "20", "--max-tokens", "80"), sim(t, "--decode-tps", "20", "--max-tokens", "80"), sim(t, "--decode-tps", "20", "--max-tokens", "80")
 	gw, _ := gateway(t, threeReplicaConfig(a.addr, b.addr, c.addr, ""))
 	hc := &http.Client{Timeout: 30 * time.Second}
 	results := make(chan outcome, 6)
@@ -355,7 +368,7 @@ func TestKillReplicaMidStreamResumes(t *testing.T) {
 	apis := []api{
 		{"/v1/chat/completions", `{"model":"auto","stream":true,"messages":[{"role":"user","content":"hello there"}]}`},
 		{"/v1/responses", `{"model":"auto","stream":true,"input":"hello there"}`},
-		{"/v1/messages", `{"model":"auto","stream":true,"max_tokens":30,"messages":[{"role":"user","content":"hello there"}]}`},
+		{"/v1/messages", `{"model":"auto","stream":true,"max_tokens":150,"messages":[{"role":"user","content":"hello there"}]}`},
 	}
 	type res struct {
 		text string
@@ -424,7 +437,11 @@ func TestKillReplicaMidStreamResumes(t *testing.T) {
 	}
 	for _, x := range apis {
 		t.Run(x.path, func(t *testing.T) {
-			slow := []string{"--decode-tps", "100", "--max-tokens", "30"}
+			// Streams of 3 s (150 tokens at 50 a second): all nine must be
+			// open at once and still running at the kill, and a loaded
+			// machine may start them a second or more apart (at 0.3 s a
+			// stream, the first could end before the last began).
+			slow := []string{"--decode-tps", "50", "--max-tokens", "150"}
 			a, b, c := sim(t, slow...), sim(t, slow...), sim(t, slow...)
 			gw, _ := gateway(t, threeReplicaConfig(a.addr, b.addr, c.addr, "    resume: {enabled: true}\n"))
 			want := read(gw, x)

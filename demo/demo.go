@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchyard/switchyard/examples"
@@ -24,6 +25,10 @@ type Options struct {
 	AdminListen string // default 127.0.0.1:9090
 	// Duration ends the run; 0 runs until ctx ends.
 	Duration time.Duration
+	// Requests, when positive, ends the run once that many requests have
+	// ended (with Duration, whichever comes first): a run of a known size
+	// however fast the machine is.
+	Requests int
 	// NoLoad starts the cluster and gateway only.
 	NoLoad bool
 	// SpeedUp divides simulated model time (default 10).
@@ -130,9 +135,22 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		until = "stopping after " + o.Duration.String()
 	}
 	rec := NewRecorder()
+	onResult := rec.Add
+	if o.Requests > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithCancel(runCtx)
+		defer cancel()
+		var n atomic.Int64
+		onResult = func(r Result) {
+			rec.Add(r)
+			if n.Add(1) == int64(o.Requests) {
+				cancel()
+			}
+		}
+	}
 	done := make(chan struct{})
 	if !o.NoLoad {
-		load := &Load{BaseURL: base, Workers: o.Workers, OnResult: rec.Add, Seed: 1}
+		load := &Load{BaseURL: base, Workers: o.Workers, OnResult: onResult, Seed: 1}
 		if load.Workers <= 0 {
 			load.Workers = 16
 		}

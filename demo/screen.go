@@ -81,7 +81,9 @@ func (s *screen) tick(now time.Time) {
 	}
 	table := fitWidth(s.table(elapsed, recent, span), s.width)
 	if s.drawn > 0 {
-		fmt.Fprintf(s.w, "\x1b[%dA\x1b[J", s.drawn) // back to the table's first line; clear below
+		// Back to the table's first line, first column (the tty may have
+		// echoed "^C" under the table, moving the cursor right); clear below.
+		fmt.Fprintf(s.w, "\r\x1b[%dA\x1b[J", s.drawn)
 	}
 	fmt.Fprint(s.w, table)
 	s.drawn = strings.Count(table, "\n")

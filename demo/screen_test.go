@@ -2,6 +2,7 @@ package demo
 
 import (
 	"bytes"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,9 +58,88 @@ func TestScreenRedrawsInPlace(t *testing.T) {
 	}
 	out.Reset()
 	s.tick(now.Add(time.Second))
-	if want := "\x1b[" + strconv.Itoa(lines) + "A\x1b[J"; !strings.HasPrefix(out.String(), want) {
+	if want := "\r\x1b[" + strconv.Itoa(lines) + "A\x1b[J"; !strings.HasPrefix(out.String(), want) {
 		t.Errorf("the redraw starts %q, want %q", out.String()[:min(12, out.Len())], want)
 	}
+}
+
+// TestScreenRedrawAfterCtrlC: the terminal echoes "^C" where the cursor
+// is, under the table, before the last redraw; the redraw still starts at
+// the table's first column and leaves no trace of the echo (it once began
+// "t=t=1m21s", the cursor up from column 3).
+func TestScreenRedrawAfterCtrlC(t *testing.T) {
+	var term vt
+	rec := NewRecorder()
+	s := &screen{w: &term, terminal: true, width: 80, rec: rec, g: testGateway(t)}
+	now := rec.started.Add(81 * time.Second)
+	rec.Add(Result{API: "chat", Kind: "short", Pool: "p", Status: 200, At: now.Add(-time.Second), Latency: time.Millisecond})
+	s.tick(now)
+	want := term.String()
+	term.Write([]byte("^C")) // the tty's echo of the interrupt
+	s.tick(now)
+	if got := term.String(); got != want {
+		t.Errorf("after ^C the screen reads\n%s\nwant\n%s", got, want)
+	}
+}
+
+// vt is the little of a terminal the live view uses: printable text,
+// \r, \n, cursor up (CSI n A) and clear to the end of the screen (CSI J).
+type vt struct {
+	rows     [][]rune
+	row, col int
+}
+
+func (v *vt) Write(p []byte) (int, error) {
+	rs := []rune(string(p))
+	for i := 0; i < len(rs); i++ {
+		switch r := rs[i]; {
+		case r == '\r':
+			v.col = 0
+		case r == '\n':
+			v.row, v.col = v.row+1, 0
+		case r == '\x1b' && i+1 < len(rs) && rs[i+1] == '[':
+			j, n := i+2, 0
+			for ; j < len(rs) && rs[j] >= '0' && rs[j] <= '9'; j++ {
+				n = n*10 + int(rs[j]-'0')
+			}
+			if j == len(rs) {
+				return 0, fmt.Errorf("unfinished escape %q", string(rs[i:]))
+			}
+			switch rs[j] {
+			case 'A':
+				v.row = max(0, v.row-max(n, 1))
+			case 'J':
+				if v.row < len(v.rows) {
+					v.rows[v.row] = v.rows[v.row][:min(v.col, len(v.rows[v.row]))]
+					v.rows = v.rows[:v.row+1]
+				}
+			default:
+				return 0, fmt.Errorf("escape %q not handled", string(rs[i:j+1]))
+			}
+			i = j
+		default:
+			for len(v.rows) <= v.row {
+				v.rows = append(v.rows, nil)
+			}
+			line := v.rows[v.row]
+			for len(line) <= v.col {
+				line = append(line, ' ')
+			}
+			line[v.col] = r
+			v.rows[v.row], v.col = line, v.col+1
+		}
+	}
+	return len(p), nil
+}
+
+// String is the screen's text, one line a row, trailing blanks dropped.
+func (v *vt) String() string {
+	var b strings.Builder
+	for _, l := range v.rows {
+		b.WriteString(strings.TrimRight(string(l), " "))
+		b.WriteByte('\n')
+	}
+	return strings.TrimRight(b.String(), "\n")
 }
 
 // TestScreenWithoutTerminal: without a terminal there is no cursor

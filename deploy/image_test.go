@@ -319,7 +319,9 @@ var (
 )
 
 // TestMain removes the binary staticBinary built, and says which tests
-// -short skipped (a t.Skip message shows only with -v).
+// -short skipped. (go test shows this line, like a t.Skip message, only
+// with -v, on a failure, or run in this directory without package
+// arguments: `go test -short ./...` prints only "ok" for a passing package.)
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if binDir != "" {

@@ -93,6 +93,11 @@ func (c *collector) decodeErr(err error, fallback ast.Node, context string) {
 			// the mistake is the indentation of the line holding the ':'.
 			tk = tk.Next
 			msg += " (check the indentation of this line)"
+		} else if errors.As(err, &se) && tk != nil && tk.Position != nil && strings.Contains(msg, "not allowed in this context") &&
+			(tk.Prev == nil || tk.Prev.Position == nil || tk.Prev.Position.Line < tk.Position.Line) {
+			// The first thing on its line cannot go where its indentation
+			// puts it (a list item or a key indented past its siblings).
+			msg += " (check the indentation of this line: is it indented too far?)"
 		}
 		switch {
 		case strings.Contains(msg, "'\t'"):

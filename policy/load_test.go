@@ -115,6 +115,24 @@ var badFixtures = []struct {
 	{"indentation", []string{
 		`../testdata/indentation.bad.yaml:5:14: mapping value is not allowed in this context (check the indentation of this line)`,
 	}},
+	{"indented-too-far", []string{
+		`../testdata/indented-too-far.bad.yaml:7:9: value is not allowed in this context (check the indentation of this line: is it indented too far?)`,
+	}},
+	{"key-indented-too-far", []string{
+		`../testdata/key-indented-too-far.bad.yaml:8:6: value is not allowed in this context (check the indentation of this line: is it indented too far?)`,
+	}},
+	{"listen-addresses", []string{
+		`../testdata/listen-addresses.bad.yaml:6:11: server: listen "127.0.0.1:99999" has port 99999, over 65535`,
+		`../testdata/listen-addresses.bad.yaml:7:17: server: admin_listen "bad host:9090" has host "bad host", which is neither an IP address nor a host name`,
+		`../testdata/listen-addresses.bad.yaml:9:43: pool "p": replica "a": url "http://10.0.0.1:99999" has port 99999, outside 1..65535`,
+	}},
+	{"listen-same-port", []string{
+		`../testdata/listen-same-port.bad.yaml:5:17: server: admin_listen "127.0.0.1:8080" takes the port of listen ":8080": give the admin API a port of its own`,
+	}},
+	{"duration-overflow", []string{
+		`../testdata/duration-overflow.bad.yaml:5:19: server: shutdown_grace: duration "9999999999999h" is out of range (at most 876000h, 100 years)`,
+		`../testdata/duration-overflow.bad.yaml:9:29: pool "p": outlier: max_ejection: duration "2562047h" is over 876000h (100 years), the longest accepted (the gateway keeps deadlines as nanoseconds since 1970, which end in 2262)`,
+	}},
 	{"last-route-when", []string{
 		`../testdata/last-route-when.bad.yaml:12:5: routes[1] "default": the last route must match every request (remove its when, or add a catch-all route after it)`,
 	}},

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -25,15 +26,29 @@ func (d *Duration) UnmarshalYAML(node ast.Node) error {
 		return nodeErrorf(node, "expected a duration such as 250ms or 5m, got %s", describe(node))
 	}
 	v, err := time.ParseDuration(s)
-	if err != nil {
+	switch {
+	case err != nil && durationSyntax.MatchString(s):
+		return nodeErrorf(node, "duration %q is out of range (at most 876000h, 100 years)", s)
+	case err != nil:
 		return nodeErrorf(node, "invalid duration %q (use Go durations such as 250ms, 30s, 5m)", s)
-	}
-	if v < 0 {
+	case v < 0:
 		return nodeErrorf(node, "duration %q must not be negative", s)
+	case v > MaxDuration:
+		return nodeErrorf(node, "duration %q is over 876000h (100 years), the longest accepted (the gateway keeps deadlines as nanoseconds since 1970, which end in 2262)", s)
 	}
 	*d = Duration(v)
 	return nil
 }
+
+// MaxDuration is the longest duration a config may give: 100 years. The
+// runtime keeps deadlines (an ejection's end, a session's expiry) as
+// nanoseconds since 1970 in an int64, which ends in 2262; now plus a
+// longer duration would wrap to the past.
+const MaxDuration = 876000 * time.Hour
+
+// durationSyntax is what time.ParseDuration reads; a string that matches
+// it and still does not parse is out of range, not misspelt.
+var durationSyntax = regexp.MustCompile(`^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`)
 
 // MarshalYAML writes the duration back as a string.
 func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -117,10 +118,15 @@ func (v *validator) atLeast(path []any, what string, n, min int) {
 
 func (v *validator) server() {
 	s := &v.cfg.Server
+	listenOK := true
 	for _, l := range []struct{ key, addr string }{{"listen", s.Listen}, {"admin_listen", s.AdminListen}} {
-		if _, port, err := net.SplitHostPort(l.addr); err != nil || port == "" {
-			v.errf(p("server", l.key), "server: %s %q must be HOST:PORT (e.g. 0.0.0.0:8080 or :8080)", l.key, l.addr)
+		if msg := listenAddrErr(l.addr); msg != "" {
+			v.errf(p("server", l.key), "server: %s %q %s", l.key, l.addr, msg)
+			listenOK = false
 		}
+	}
+	if listenOK && sameListener(s.Listen, s.AdminListen) {
+		v.errf(p("server", "admin_listen"), "server: admin_listen %q takes the port of listen %q: give the admin API a port of its own", s.AdminListen, s.Listen)
 	}
 	if s.MaxJSONDepth < 1 {
 		v.errf(p("server", "max_json_depth"), "server: max_json_depth must be at least 1")
@@ -141,6 +147,53 @@ func (v *validator) server() {
 	v.positive(p("server", "read_header_timeout"), "server: read_header_timeout", s.ReadHeaderTimeout, "it bounds a client that never sends its headers")
 	v.positive(p("server", "idle_timeout"), "server: idle_timeout", s.IdleTimeout, "it closes idle keep-alive connections")
 	v.positive(p("server", "body_timeout"), "server: body_timeout", s.BodyTimeout, "it bounds a request body that never arrives")
+}
+
+// listenAddrErr says what is wrong with an address serve listens on
+// (net.Listen "tcp"), or "" when nothing is: HOST:PORT, where HOST is empty
+// (every interface), an IP address or a host name, and PORT a number from
+// 0 (any free port) to 65535 or a service name of /etc/services.
+func listenAddrErr(addr string) string {
+	const form = "must be HOST:PORT (e.g. 0.0.0.0:8080 or :8080)"
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return form
+	}
+	if host != "" && net.ParseIP(host) == nil && !validDNSName(host) {
+		return fmt.Sprintf("has host %q, which is neither an IP address nor a host name", host)
+	}
+	if n, err := strconv.ParseUint(port, 10, 64); err == nil {
+		if n > 65535 {
+			return fmt.Sprintf("has port %s, over 65535", port)
+		}
+	} else if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Sprintf("has port %q, which is neither a number (0 to 65535) nor a known service name", port)
+	}
+	return ""
+}
+
+// sameListener reports whether two valid listen addresses would ask for
+// the same socket, so that the second listen fails: the same non-zero
+// port, on the same host or where one of them is every interface ("" and
+// "::" cover IPv4 and IPv6, "0.0.0.0" IPv4).
+func sameListener(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	na, erra := net.LookupPort("tcp", pa)
+	nb, errb := net.LookupPort("tcp", pb)
+	if erra != nil || errb != nil || na == 0 || na != nb {
+		return false
+	}
+	ipv4 := func(h string) bool { ip := net.ParseIP(h); return ip != nil && ip.To4() != nil }
+	switch {
+	case strings.EqualFold(ha, hb), ha == "" || hb == "", ha == "::" || hb == "::":
+		return true
+	case ha == "0.0.0.0":
+		return ipv4(hb)
+	case hb == "0.0.0.0":
+		return ipv4(ha)
+	}
+	return false
 }
 
 // apiKeys checks server.api_keys (their secrets are the secrets step's).
@@ -324,6 +377,11 @@ func replicaURL(raw string) (*url.URL, error) {
 	}
 	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return nil, errors.New("must be a base URL without query, fragment or credentials (use api_key_env for a key)")
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("has port %s, outside 1..65535", port)
+		}
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.Host = strings.ToLower(u.Host)

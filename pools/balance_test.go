@@ -2,13 +2,11 @@ package pools_test
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"net/http"
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,67 +22,70 @@ const chatBody = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 const longBody = `{"model":"m","max_tokens":100000,"messages":[{"role":"user","content":"tell a long story"}]}`
 
 // closedLoop runs n requests through p with w workers, each of which sends
-// its next request as soon as the last one ends (Acquire → HTTP → Release),
-// and returns how many each replica served.
-func closedLoop(t *testing.T, p *pools.Pool, w, n int) map[string]int {
+// its next request as soon as the last one ends (Acquire, serve, Release),
+// and returns how many each replica served. Time is virtual: a request to
+// replica r takes service[r.Name], and the worker whose request ends first
+// (the lowest-numbered on a tie) releases it and acquires its next one. The
+// balancers see exactly the in-flight counts a real closed loop of that
+// speed would give them, and the counts depend on neither the machine's
+// speed nor its load (a real loop on a starved CPU measures the
+// scheduler's delays, not the replicas' speeds).
+func closedLoop(t *testing.T, p *pools.Pool, service map[string]time.Duration, w, n int) map[string]int {
 	t.Helper()
-	var (
-		mu     sync.Mutex
-		counts = map[string]int{}
-		left   atomic.Int64
-		wg     sync.WaitGroup
-		errs   = make(chan error, w)
-	)
-	left.Store(int64(n))
-	ctx := context.Background()
-	for range w {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for left.Add(-1) >= 0 {
-				r, err := p.Acquire(ctx, &pools.Request{}, nil)
-				if err != nil {
-					errs <- fmt.Errorf("acquire: %w", err)
-					return
-				}
-				err = complete(ctx, p, r, chatBody)
-				p.Release(r)
-				if err != nil {
-					errs <- fmt.Errorf("replica %s: %w", r.Name, err)
-					return
-				}
-				mu.Lock()
-				counts[r.Name]++
-				mu.Unlock()
-			}
-		}()
+	type busy struct {
+		r    *pools.Replica
+		ends time.Duration
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
+	counts := map[string]int{}
+	workers := make([]busy, w)
+	sent := 0
+	acquire := func(i int, now time.Duration) {
+		r, err := p.Acquire(context.Background(), &pools.Request{}, nil)
+		if err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		d, ok := service[r.Name]
+		if !ok {
+			t.Fatalf("replica %s has no service time", r.Name)
+		}
+		workers[i] = busy{r, now + d}
+		sent++
+	}
+	for i := range workers {
+		acquire(i, 0)
+	}
+	for done := 0; done < n; done++ {
+		i := 0
+		for j := range workers {
+			if workers[j].r != nil && (workers[i].r == nil || workers[j].ends < workers[i].ends) {
+				i = j
+			}
+		}
+		now := workers[i].ends
+		p.Release(workers[i].r)
+		counts[workers[i].r.Name]++
+		workers[i].r = nil
+		if sent < n {
+			acquire(i, now)
+		}
 	}
 	return counts
 }
 
-// TestBalancersUnderHeterogeneousSpeed: of three replicas, r2 decodes five
-// times slower. Round robin gives it a third of the requests regardless;
-// least_outstanding and p2c see its requests pile up in flight and send it
-// clearly less.
+// TestBalancersUnderHeterogeneousSpeed: of three replicas, r2 serves a
+// request in 50 ms, the others in 10 ms. Round robin gives it a third of
+// the requests regardless; least_outstanding and p2c see its requests pile
+// up in flight and send it clearly less.
 func TestBalancersUnderHeterogeneousSpeed(t *testing.T) {
 	const (
 		workers  = 6
 		requests = 180
 	)
-	fast := vllmsim.Profile{Model: "m", DecodeTPS: 800, DefaultMaxTokens: 8} // 10ms a request
-	slow := fast
-	slow.DecodeTPS /= 5 // 50ms a request
-	sims := []*sim{startSim(t, fast), startSim(t, fast), startSim(t, slow)}
-
+	service := map[string]time.Duration{"r0": 10 * time.Millisecond, "r1": 10 * time.Millisecond, "r2": 50 * time.Millisecond}
 	share := map[string]float64{}
 	for _, bal := range []string{"round_robin", "least_outstanding", "p2c"} {
-		p := newPool(t, pools.Options{Balance: bal, Replicas: simSpecs(sims...), Rand: seeded(1)})
-		counts := closedLoop(t, p, workers, requests)
+		p := newPool(t, pools.Options{Balance: bal, Replicas: specs(3), Rand: seeded(1)})
+		counts := closedLoop(t, p, service, workers, requests)
 		share[bal] = float64(counts["r2"]) / requests
 		t.Logf("%-17s %v (slow share %.3f)", bal, counts, share[bal])
 		for _, r := range p.Replicas() {

@@ -60,14 +60,14 @@ func TestBatchLimitQueues(t *testing.T) {
 	if err := <-second; !errors.Is(err, context.Canceled) {
 		t.Errorf("second request: %v, want context.Canceled", err)
 	}
-	eventually(t, time.Second, "the queue to empty", func() bool { return sim.Waiting() == 0 })
-	eventually(t, time.Second, "the queued request counted cancelled", func() bool { return sim.Stats().Cancelled == 1 })
+	eventually(t, settle, "the queue to empty", func() bool { return sim.Waiting() == 0 })
+	eventually(t, settle, "the queued request counted cancelled", func() bool { return sim.Stats().Cancelled == 1 })
 	if got := sim.Running(); got != 1 {
 		t.Errorf("Running() = %d after the queued request left, want 1", got)
 	}
 	cancel()
 	<-first
-	eventually(t, time.Second, "the slot to be released", func() bool { return sim.Running() == 0 })
+	eventually(t, settle, "the slot to be released", func() bool { return sim.Running() == 0 })
 }
 
 func TestBatchFIFO(t *testing.T) {
@@ -100,10 +100,10 @@ func TestDisconnectMidStream(t *testing.T) {
 	if _, err := resp.Body.Read(buf); err != nil {
 		t.Fatalf("reading the first byte: %v", err)
 	}
-	eventually(t, time.Second, "the stream running", func() bool { return sim.Running() == 1 })
+	eventually(t, settle, "the stream running", func() bool { return sim.Running() == 1 })
 	cancel()
-	eventually(t, time.Second, "the slot released after the disconnect", func() bool { return sim.Running() == 0 })
-	eventually(t, time.Second, "the request counted cancelled", func() bool { return sim.Stats().Cancelled == 1 })
+	eventually(t, settle, "the slot released after the disconnect", func() bool { return sim.Running() == 0 })
+	eventually(t, settle, "the request counted cancelled", func() bool { return sim.Stats().Cancelled == 1 })
 	st := sim.Stats()
 	if st.Completed != 0 || st.Failed != 0 || st.CompletionTokens >= 500 {
 		t.Errorf("stats %+v: want only a cancelled, unfinished request", st)
@@ -242,7 +242,7 @@ func TestCutAfterChunks(t *testing.T) {
 		t.Errorf("short stream: %d events, done %v, err %v", len(events), done, err)
 	}
 
-	eventually(t, time.Second, "the cut requests counted failed", func() bool { return sim.Stats().Failed == 2 })
+	eventually(t, settle, "the cut requests counted failed", func() bool { return sim.Stats().Failed == 2 })
 	if st := sim.Stats(); st.Completed != 1 || sim.Running() != 0 {
 		t.Errorf("stats %+v, running %d", st, sim.Running())
 	}

@@ -107,6 +107,11 @@ func readSSE(r io.Reader) (events []string, done bool, err error) {
 	return events, done, sc.Err()
 }
 
+// settle is how long a test waits for something that follows at once
+// (a slot released, a failure counted): the slack a loaded machine may
+// take to schedule it, not a speed asked for.
+const settle = 10 * time.Second
+
 // eventually polls cond until it holds or a deadline passes.
 func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()

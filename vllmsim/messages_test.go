@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/tidwall/gjson"
@@ -360,7 +359,7 @@ func TestMessagesFaults(t *testing.T) {
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("cut body: read error %v, want unexpected EOF", err)
 	}
-	eventually(t, time.Second, "the failures counted", func() bool { return sim.Stats().Failed == 8 })
+	eventually(t, settle, "the failures counted", func() bool { return sim.Stats().Failed == 8 })
 }
 
 // TestMessagesTiming: the Messages stream keeps the profile's schedule, on

@@ -114,7 +114,7 @@ func TestKVCacheUsage(t *testing.T) {
 	}
 	cancel()
 	<-done
-	eventually(t, time.Second, "the request to end", func() bool { return sim.Running() == 0 })
+	eventually(t, settle, "the request to end", func() bool { return sim.Running() == 0 })
 	_, m = get(t, ts, "/metrics")
 	if got := sample(t, m, `vllm:kv_cache_usage_perc{model_name="sim/test-model"}`); got != 0 {
 		t.Errorf("kv usage %v after the request ended, want 0", got)

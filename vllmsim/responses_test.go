@@ -538,7 +538,7 @@ func TestResponsesFaults(t *testing.T) {
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("cut body: read error %v, want unexpected EOF", err)
 	}
-	eventually(t, time.Second, "the failures counted", func() bool { return sim.Stats().Failed == 4 })
+	eventually(t, settle, "the failures counted", func() bool { return sim.Stats().Failed == 4 })
 }
 
 // TestResponsesTiming: the Responses stream keeps the profile's schedule,
@@ -577,7 +577,7 @@ func TestResponsesBatchQueue(t *testing.T) {
 	cancel()
 	<-done
 	<-done
-	eventually(t, time.Second, "both cancelled", func() bool { return sim.Stats().Cancelled == 2 && sim.Running() == 0 })
+	eventually(t, settle, "both cancelled", func() bool { return sim.Stats().Cancelled == 2 && sim.Running() == 0 })
 }
 
 // TestResponsesOpenAIClient drives the Responses API with the official

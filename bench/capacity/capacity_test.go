@@ -9,13 +9,18 @@ import (
 // TestRoutedBeatsQwenOnly is a short, time-scaled capacity run: at a
 // quarter of the traffic on Qwen the routed cluster must clearly beat the
 // Qwen-only one (published: about 3x; the full table is `go run
-// ./bench/capacity`). The cluster is scaled down (batch ÷4) so the race
-// detector on two shared cores keeps up; ratios do not depend on it.
+// ./bench/capacity`). The cluster is scaled down to a sixteenth of its
+// batch slots (one on each Qwen replica, four on each MiniCPM one), so that
+// the simulated model time, not the CPU, limits both runs even on a loaded
+// machine: the routed run at the bound asks the gateway for about 65 req/s.
+// (At a quarter of the slots it asked for 260 req/s, the race detector on a
+// starved CPU could not serve them, and the ratio fell to 1.10.) Ratios do
+// not depend on the scale.
 func TestRoutedBeatsQwenOnly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("capacity run skipped in -short mode")
 	}
-	o := Options{Duration: 2 * time.Second, SpeedUp: 4, Workers: 64, MaxTokens: 16, BatchScale: 0.25}
+	o := Options{Duration: 2 * time.Second, SpeedUp: 4, Workers: 16, MaxTokens: 16, BatchScale: 1.0 / 16}
 	base, err := Measure(context.Background(), o, QwenOnly, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -26,14 +31,11 @@ func TestRoutedBeatsQwenOnly(t *testing.T) {
 	}
 	ratio := routed.RPS / base.RPS
 	t.Logf("Qwen-only %.1f req/s, routed at share 0.25 %.1f req/s: ratio %.2f (bound %.2f)", base.RPS, routed.RPS, ratio, Bound(o, 0.25))
-	// The published figure (about 3x at share 0.25) is the benchmark's to
-	// reproduce (go run ./bench/capacity, docs/benchmarks.md). This test
-	// runs beside other packages' builds and tests under -race on a
-	// 2-core machine, where CPU starvation compresses the ratio (1.96 was
-	// seen against a bound of 2.0), so it asserts only a win no loaded
-	// machine erases.
-	if ratio < 1.25 {
-		t.Errorf("routed/Qwen-only ratio %.2f at share 0.25, want a clear win (≥ 1.25 under any load; published ≈ 3.0)", ratio)
+	// Measured 2.85, 3.14 and 3.52 beside two busy loops on a shared
+	// 2-core machine (load average 15); the margin below is the noise of a
+	// 2 s window of about 45 Qwen-only requests.
+	if ratio < 2 {
+		t.Errorf("routed/Qwen-only ratio %.2f at share 0.25, want at least 2 (bound %.2f; published ≈ 3.0)", ratio, Bound(o, 0.25))
 	}
 }
 
