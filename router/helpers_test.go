@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/router"
@@ -223,10 +224,27 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 // in the gateway's registry (0 when absent).
 func metricValue(t testing.TB, gw *gateway, name string, labels map[string]string) float64 {
 	t.Helper()
+	for _, m := range matchingSeries(t, gw, name, labels) {
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return 0
+}
+
+// matchingSeries are the series of name whose labels include labels.
+func matchingSeries(t testing.TB, gw *gateway, name string, labels map[string]string) []*dto.Metric {
+	t.Helper()
 	fams, err := gw.Reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []*dto.Metric
 	for _, f := range fams {
 		if f.GetName() != name {
 			continue
@@ -242,45 +260,19 @@ func metricValue(t testing.TB, gw *gateway, name string, labels map[string]strin
 					continue series
 				}
 			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
-			}
+			out = append(out, m)
 		}
 	}
-	return 0
+	return out
 }
 
 // metricSum is the sum of the counters or gauges of name over every series
 // whose labels include labels (as PromQL's sum over a selector).
 func metricSum(t testing.TB, gw *gateway, name string, labels map[string]string) float64 {
 	t.Helper()
-	fams, err := gw.Reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	sum := 0.0
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range f.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue series
-				}
-			}
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
+	for _, m := range matchingSeries(t, gw, name, labels) {
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 	}
 	return sum
 }
