@@ -174,7 +174,7 @@ pools:
     model: m
     balance: round_robin
     retries: 2
-    response_header_timeout: 200ms
+    response_header_timeout: 1s
     health: {disabled: true}
     outlier: {consecutive_5xx: 5, max_ejection_percent: 34}
     replicas: [{name: a, url: "{{a}}"}, {name: b, url: "{{b}}"}, {name: c, url: "{{c}}"}]
@@ -260,7 +260,7 @@ pools:
   p:
     model: m
     balance: round_robin
-    health: {interval: 20ms, timeout: 500ms, unhealthy_after: 1, healthy_after: 1}
+    health: {interval: 20ms, timeout: 2s, unhealthy_after: 1, healthy_after: 1}
     replicas: [{name: good, url: "{{good}}"}, {name: wrong, url: "{{wrong}}"}]
 routes:
   - name: default
@@ -301,7 +301,7 @@ version: 1
 pools:
   p:
     model: %s
-    health: {interval: 20ms, timeout: 500ms, unhealthy_after: 1, healthy_after: 1, check_models: true}
+    health: {interval: 20ms, timeout: 2s, unhealthy_after: 1, healthy_after: 1, check_models: true}
     replicas: [{name: r, url: "{{r}}"}]
 routes:
   - name: default

@@ -131,7 +131,7 @@ pools:
   main:
     model: openbmb/MiniCPM5-2B
     balance: round_robin
-    health: {interval: 20ms, timeout: 200ms, unhealthy_after: 2, healthy_after: 1}
+    health: {interval: 20ms, timeout: 1s, unhealthy_after: 2, healthy_after: 1}
     outlier: {base_ejection: 1m}
     replicas:
       - {name: a, url: "{{a}}"}

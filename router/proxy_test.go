@@ -497,11 +497,11 @@ server: {{readiness}}
 pools:
   small:
     model: openbmb/MiniCPM5-2B
-    health: {interval: 20ms, timeout: 200ms, unhealthy_after: 1, healthy_after: 1}
+    health: {interval: 20ms, timeout: 2s, unhealthy_after: 1, healthy_after: 1}
     replicas: [{name: s, url: "{{m}}"}]
   gone:
     model: gone/model
-    health: {interval: 20ms, timeout: 200ms, unhealthy_after: 1, healthy_after: 1}
+    health: {interval: 20ms, timeout: 2s, unhealthy_after: 1, healthy_after: 1}
     replicas: [{name: g, url: "{{gone}}"}]
 classifier: {kind: model, pool: gone, labels: [simple, complex]}
 routes:

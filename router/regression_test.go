@@ -231,7 +231,7 @@ pools:
   p:
     model: m
     retries: %d
-    health: {interval: 20ms, timeout: 200ms, unhealthy_after: 1, healthy_after: 1000}
+    health: {interval: 20ms, timeout: 2s, unhealthy_after: 1, healthy_after: 1000}
     replicas: [{name: live, url: "%s"}, {name: dead, url: "%s"}]
 routes:
   - name: default
