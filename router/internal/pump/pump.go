@@ -63,7 +63,7 @@ var ErrStreamCut = errors.New("the replica ended the stream before it was comple
 // against the replica.
 var ErrClientGone = errors.New("client went away")
 
-// pump copies one SSE stream from a replica to the client as it comes: the
+// Pump copies one SSE stream from a replica to the client as it comes: the
 // complete events of each read are written and flushed at once; nothing
 // waits for more data. Events are found as the SSE specification defines
 // them (lines end in CR, LF or CRLF; a blank line ends an event) and pass
@@ -74,27 +74,27 @@ var ErrClientGone = errors.New("client went away")
 type Pump struct {
 	W  io.Writer
 	RC *http.ResponseController
-	// writeTimeout, when positive, is the longest a write to the client
+	// WriteTimeout, when positive, is the longest a write to the client
 	// may make no progress (server.write_timeout).
 	WriteTimeout time.Duration
 	deadline     time.Time
-	// injected: the client did not ask for usage; the gateway did.
+	// Injected: the client did not ask for usage; the gateway did.
 	Injected bool
-	// clock, when set, is told of every read that brought data.
+	// Clock, when set, is told of every read that brought data.
 	Clock *upstream.Clock
-	// token, when set, is told once of the first content or tool-call
+	// Token, when set, is told once of the first content or tool-call
 	// delta.
 	Token interface{ FirstToken() }
-	// resume, when set, follows what the client was sent so that the
+	// Resume, when set, follows what the client was sent so that the
 	// stream can be continued on another replica (and, while relaying a
 	// continuation, rewrites its chunks).
 	Resume *resume.State
 
-	// ep is the API of the stream: the Responses and Messages APIs end
+	// API is the API of the stream: the Responses and Messages APIs end
 	// with their own terminal event, not [DONE], and carry usage and
 	// tokens in their own events.
 	API wire.Endpoint
-	// rewriteModel, when set, replaces the model named in the stream
+	// RewriteModel, when set, replaces the model named in the stream
 	// (models[].rewrite_response_model).
 	RewriteModel string
 
@@ -105,28 +105,28 @@ type Pump struct {
 	complete           bool
 	Prompt, Completion int64
 	UsageModel         string
-	// deltas counts the token-bearing events relayed (for chat, the
+	// Deltas counts the token-bearing events relayed (for chat, the
 	// chunks from the first token on): the completion tokens counted when
 	// a stream ends before its usage arrives.
 	Deltas int64
 	// seq is the last sequence_number of a Responses stream, so that an
 	// error event can follow it.
 	seq int64
-	// idTag, for a Responses stream, is the replica's tag for the
-	// response ids clients see, and ids signs them (see storedPrefix).
+	// IDTag, for a Responses stream, is the replica's tag for the
+	// response ids clients see, and IDs signs them (see storedPrefix).
 	IDTag string
 	IDs   wire.ResponseIDs
-	// maxDepth bounds how deeply replica data may nest before the pump
+	// MaxDepth bounds how deeply replica data may nest before the pump
 	// parses it (server.max_json_depth; 0: the default).
 	MaxDepth int
-	// refused, when set, is why an event from the replica could not be
+	// Refused, when set, is why an event from the replica could not be
 	// relayed safely; the stream ends as cut.
 	Refused error
 	// midEvent: the bytes written so far end inside an event (an event
 	// too long to parse was passed through), so an error event needs a
 	// blank line first.
 	midEvent bool
-	// custom, for a Responses stream whose request offered custom tools,
+	// Custom, for a Responses stream whose request offered custom tools,
 	// names them: their function calls reach the client as custom tool
 	// calls (customEvent), followed in customs. Nil for every other
 	// stream, which is not looked at for them.
@@ -134,12 +134,12 @@ type Pump struct {
 	customs *customStream
 }
 
-// run pumps body to the client until the stream ends. It returns nil once
+// Run pumps body to the client until the stream ends. It returns nil once
 // the [DONE] event has been passed to the client (however the client or
 // the replica closes afterwards), ErrClientGone (wrapped) when writing to
 // the client failed, or ErrStreamCut (wrapped with the read error) when the
-// stream ended without [DONE]. run writes no error event itself; see
-// (*pump).fail.
+// stream ended without [DONE]. Run writes no error event itself; see
+// (*Pump).Fail.
 func (p *Pump) Run(body io.Reader) error {
 	bp := streamBufPool.Get().(*[]byte)
 	defer streamBufPool.Put(bp)
@@ -348,35 +348,9 @@ func (p *Pump) event(ev []byte) (out []byte, keep bool) {
 		}
 		return ev, true
 	}
-	if p.typed() {
-		out := p.typedEvent(ev, data)
-		return out, out != nil
-	}
-	if p.RewriteModel != "" {
-		ev, data = p.rewrite(ev, data, "model")
-	}
-	if rs := p.Resume; rs != nil {
-		if rs.Cont {
-			out, keep := rs.Continuation(data)
-			if !keep {
-				return nil, false
-			}
-			ev = append(append(append(make([]byte, 0, len(out)+8), "data: "...), out...), '\n', '\n')
-			data = ev[len("data: ") : len(ev)-2]
-		}
-		rs.Observe(data) // before any in-place edit of the event
-	}
-	if !p.sawToken && hasToken(data) {
-		p.sawToken = true
-		if p.Token != nil {
-			p.Token.FirstToken()
-		}
-	}
-	if p.sawToken {
-		p.Deltas++ // an estimate: chunks from the first token on
-	}
-	out = p.chatUsage(ev, data)
-	return out, out != nil
+	e := event{ev: ev, data: data}
+	p.filter(&e)
+	return e.ev, e.ev != nil
 }
 
 // typed reports whether the stream's API names its events' types and ends
@@ -457,92 +431,6 @@ func (p *Pump) chatUsage(ev, data []byte) []byte {
 		nd = sse.RemoveSpan(nd, nd, m.start, m.val.Index+len(m.val.Raw))
 	}
 	return sse.RebuildData(ev, nd)
-}
-
-// typedEvent reads an event of the Responses or Messages API, whose data
-// names its type: the first token, usage, the terminal event. Events pass
-// through unchanged (but for rewriteModel, and the calls to custom tools
-// of a Responses stream); nil drops the event.
-func (p *Pump) typedEvent(ev, data []byte) []byte {
-	if !wire.CheckDepth(data, p.depthBound()) {
-		p.Refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
-		return nil
-	}
-	root := gjson.ParseBytes(data)
-	typ := root.Get("type").Str
-	if rs := p.Resume; rs != nil && rs.Typed != nil && (rs.Broken == "" || rs.Cont) {
-		// While a continuation runs its translation keeps following what
-		// was sent, even once the answer cannot be resumed again.
-		rs.Typed.Observe(typ, root)
-	}
-	if p.API == wire.Responses {
-		switch typ {
-		case "response.output_text.delta", "response.function_call_arguments.delta", "response.refusal.delta":
-			p.noteToken()
-		case "response.completed", "response.incomplete", "response.failed":
-			p.complete = true
-			if u := root.Get("response.usage"); u.IsObject() {
-				p.Prompt, p.Completion, p.SawUsage = u.Get("input_tokens").Int(), u.Get("output_tokens").Int(), true
-			}
-			p.UsageModel = root.Get("response.model").Str
-		}
-		if p.Custom != nil {
-			nev, nd := p.customEvent(ev, data, root, typ)
-			if nev == nil {
-				return nil
-			}
-			if !bytes.Equal(nd, data) {
-				// The event's data is new (its last event's, when it
-				// became two): numbered for the client, ids to rewrite.
-				ev, data, root = nev, nd, gjson.ParseBytes(nd)
-			}
-			ev = nev
-		}
-		if n := root.Get("sequence_number"); n.Exists() {
-			p.seq = n.Int()
-		}
-		if root.Get("response.id").Exists() {
-			// The response object: ids that name the replica, and usage
-			// without vLLM's per-turn arrays.
-			nd := wire.TrimUsage(data, "response.")
-			if p.IDTag != "" {
-				nd = wire.EncodeResponseIDs(nd, p.IDTag, p.IDs)
-			}
-			if !bytes.Equal(nd, data) {
-				ev = sse.RebuildData(ev, nd)
-				data, _ = sse.EventData(ev)
-			}
-		}
-		if p.RewriteModel != "" && root.Get("response.model").Exists() {
-			ev, _ = p.rewrite(ev, data, "response.model")
-		}
-		return ev
-	}
-	switch typ {
-	case "message_start":
-		u := root.Get("message.usage")
-		p.Prompt, p.Completion, p.SawUsage = u.Get("input_tokens").Int(), u.Get("output_tokens").Int(), u.IsObject()
-		p.UsageModel = root.Get("message.model").Str
-		if p.RewriteModel != "" {
-			ev, _ = p.rewrite(ev, data, "message.model")
-		}
-	case "content_block_delta":
-		p.noteToken()
-	case "message_delta":
-		// Its usage is cumulative: the final output_tokens (and input
-		// tokens, when the server repeats them).
-		if u := root.Get("usage"); u.IsObject() {
-			if o := u.Get("output_tokens"); o.Exists() {
-				p.Completion, p.SawUsage = o.Int(), true
-			}
-			if i := u.Get("input_tokens"); i.Exists() && i.Int() > 0 {
-				p.Prompt = i.Int()
-			}
-		}
-	case "message_stop":
-		p.complete = true
-	}
-	return ev
 }
 
 func (p *Pump) noteToken() {
@@ -726,7 +614,9 @@ func (p *Pump) translated(data []byte) ([]byte, bool) {
 		}
 		evs = evs[n:]
 		d, _ := sse.EventData(ev)
-		out = append(out, p.typedEvent(ev, d)...)
+		e := event{ev: ev, data: d}
+		p.filter(&e)
+		out = append(out, e.ev...)
 		if p.Refused != nil {
 			return nil, false
 		}
