@@ -3,8 +3,8 @@ package policy
 // ControllerObserve is one request's work for the controller: its score,
 // the threshold, and the decision.
 func ControllerObserve(c *Controller, v float64) bool {
-	c.observeScore(v)
+	c.ObserveScore(v)
 	pass := v >= c.Threshold()
-	c.observeDecision(pass, pass)
+	c.ObserveDecision(pass, pass)
 	return pass
 }

@@ -278,7 +278,7 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 			d.Classified, d.Class, d.Scores = true, st.cls.Label, st.cls.Scores
 		}
 		if p.ctrl != nil && !explain {
-			p.ctrl.observeDecision(target == p.ctrl.Pool(), st.autoPassed)
+			p.ctrl.ObserveDecision(target == p.ctrl.Pool(), st.autoPassed)
 		}
 		if hasSession {
 			p.noteSession(req.Session, &d, r, kept, keptAt >= 0, explain)
@@ -307,7 +307,7 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 			kept.Matched = append(kept.Matched, kept.Route)
 		}
 	} else if p.ctrl != nil {
-		p.ctrl.observeDecision(kept.Pools[0] == p.ctrl.Pool(), false)
+		p.ctrl.ObserveDecision(kept.Pools[0] == p.ctrl.Pool(), false)
 	}
 	return kept
 }
@@ -596,7 +596,7 @@ func (s *evalState) matchClass(w *cond) (bool, string) {
 				auto = s.ctrl.Threshold()
 				// A fallback label's score says nothing of the traffic.
 				if !s.observed && !s.explain && !c.Fallback {
-					s.ctrl.observeScore(v)
+					s.ctrl.ObserveScore(v)
 					s.observed = true
 				}
 			}
