@@ -353,7 +353,7 @@ func (p *Policy) noteSession(session string, d *Decision, r *route, kept Decisio
 	at := p.routeIndex(r.name)
 	// Concurrent turns of one session race here; the store keeps the
 	// stronger of what they decided, never the later one.
-	p.sessions.raise(session, keep, func(k Decision) bool {
+	p.sessions.Raise(session, keep, func(k Decision) bool {
 		i := p.routeIndex(k.Route)
 		return i < 0 || i > at || !p.stillValid(k)
 	})
