@@ -125,33 +125,9 @@ func (g *Endpoints) Endpoints() []*Endpoint {
 func (g *Endpoints) Apply(opts []Options) ([]*Pool, error) {
 	g.applyMu.Lock()
 	defer g.applyMu.Unlock()
-	want := map[string]EndpointOptions{}
-	urls := map[string]*url.URL{}
-	models := map[string][]string{}
-	for _, o := range opts {
-		if err := o.check(); err != nil {
-			return nil, err
-		}
-		for _, rs := range o.Replicas {
-			key := rs.URL.String()
-			eo, seen := want[key]
-			if !seen {
-				eo = EndpointOptions{URL: key, APIKey: o.APIKey, ConnectTimeout: o.ConnectTimeout, Health: o.Health, Scrape: o.Scrape}
-				urls[key] = rs.URL
-			} else if o.Scrape.Enabled && !eo.Scrape.Enabled {
-				eo.Scrape = o.Scrape
-			}
-			if !slices.Contains(models[key], o.Model) {
-				models[key] = append(models[key], o.Model)
-			}
-			want[key] = eo
-		}
-	}
-	for key, ms := range models {
-		eo := want[key]
-		sort.Strings(ms)
-		eo.Models = strings.Join(ms, "\n")
-		want[key] = eo
+	want, urls, err := wantedEndpoints(opts)
+	if err != nil {
+		return nil, err
 	}
 
 	g.mu.Lock()
@@ -173,31 +149,8 @@ func (g *Endpoints) Apply(opts []Options) ([]*Pool, error) {
 			start = append(start, e)
 			continue
 		}
-		e.mu.Lock()
-		old := e.opts
-		e.opts = eo
-		e.mu.Unlock()
-		if old == eo {
+		if !e.reconfigure(g, eo) {
 			continue
-		}
-		if old.APIKey != eo.APIKey || old.Models != eo.Models || old.Health != eo.Health {
-			// What made it misconfigured or unhealthy may be fixed, and
-			// with probes off nothing else would clear the marks: let
-			// requests and probes judge it afresh.
-			e.misconfigured.Store(false)
-			if eo.Health.Disabled {
-				// No probe will run: neither a verdict nor a first probe
-				// can keep it out any longer.
-				e.healthy.Store(true)
-				e.probing.Store(false)
-			}
-			e.mu.Lock()
-			e.why, e.probeOK, e.probeFail = "", 0, 0
-			e.mu.Unlock()
-		}
-		if old.ConnectTimeout != eo.ConnectTimeout {
-			e.retireClient(e.client.Swap(g.newClient(eo)))
-			e.retireClient(e.control.Swap(g.newControlClient(eo)))
 		}
 		start = append(start, e)
 	}
@@ -226,6 +179,77 @@ func (g *Endpoints) Apply(opts []Options) ([]*Pool, error) {
 	}
 	g.broadcast()
 	return pools, nil
+}
+
+// wantedEndpoints is the endpoint options each server of opts gets: the
+// first pool listing it sets them, it is scraped when any pool scrapes
+// it, and its models are every listing pool's. It fails if a pool's
+// options are invalid.
+func wantedEndpoints(opts []Options) (map[string]EndpointOptions, map[string]*url.URL, error) {
+	want := map[string]EndpointOptions{}
+	urls := map[string]*url.URL{}
+	models := map[string][]string{}
+	for _, o := range opts {
+		if err := o.check(); err != nil {
+			return nil, nil, err
+		}
+		for _, rs := range o.Replicas {
+			key := rs.URL.String()
+			eo, seen := want[key]
+			if !seen {
+				eo = EndpointOptions{URL: key, APIKey: o.APIKey, ConnectTimeout: o.ConnectTimeout, Health: o.Health, Scrape: o.Scrape}
+				urls[key] = rs.URL
+			} else if o.Scrape.Enabled && !eo.Scrape.Enabled {
+				eo.Scrape = o.Scrape
+			}
+			if !slices.Contains(models[key], o.Model) {
+				models[key] = append(models[key], o.Model)
+			}
+			want[key] = eo
+		}
+	}
+	for key, ms := range models {
+		eo := want[key]
+		sort.Strings(ms)
+		eo.Models = strings.Join(ms, "\n")
+		want[key] = eo
+	}
+
+	return want, urls, nil
+}
+
+// reconfigure gives a kept endpoint its new options eo; false when they
+// are the same (nothing to restart). What made it misconfigured or
+// unhealthy may be fixed by the change, so it is judged afresh, and a new
+// connect timeout gets new transports.
+func (e *Endpoint) reconfigure(g *Endpoints, eo EndpointOptions) bool {
+	e.mu.Lock()
+	old := e.opts
+	e.opts = eo
+	e.mu.Unlock()
+	if old == eo {
+		return false
+	}
+	if old.APIKey != eo.APIKey || old.Models != eo.Models || old.Health != eo.Health {
+		// What made it misconfigured or unhealthy may be fixed, and
+		// with probes off nothing else would clear the marks: let
+		// requests and probes judge it afresh.
+		e.misconfigured.Store(false)
+		if eo.Health.Disabled {
+			// No probe will run: neither a verdict nor a first probe
+			// can keep it out any longer.
+			e.healthy.Store(true)
+			e.probing.Store(false)
+		}
+		e.mu.Lock()
+		e.why, e.probeOK, e.probeFail = "", 0, 0
+		e.mu.Unlock()
+	}
+	if old.ConnectTimeout != eo.ConnectTimeout {
+		e.retireClient(e.client.Swap(g.newClient(eo)))
+		e.retireClient(e.control.Swap(g.newControlClient(eo)))
+	}
+	return true
 }
 
 // current returns the view of the last Apply with p's name: p itself
