@@ -103,8 +103,10 @@ type Server struct {
 	// Client is a clientset for the server.
 	Client kubernetes.Interface
 
-	apiserver  string
-	args       []string
+	apiserver string
+	args      []string
+	// started is how long the last start of the kube-apiserver took.
+	started    time.Duration
 	etcd, kube *exec.Cmd
 }
 
@@ -123,6 +125,7 @@ func Start(t testing.TB) *Server {
 		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
 		"--initial-cluster=default="+peerURL, "--logger=zap", "--log-level=warn")
+	began := time.Now()
 	s.waitFor("etcd", "etcd.log", func() error {
 		resp, err := http.Get(etcdURL + "/health")
 		if err != nil {
@@ -165,7 +168,9 @@ func Start(t testing.TB) *Server {
 		"--service-account-signing-key-file=" + filepath.Join(dir, "sa.key"),
 		"--enable-priority-and-fairness=false",
 	}
+	etcdReady := time.Since(began)
 	s.startAPIServer()
+	t.Logf("etcd ready in %s, kube-apiserver in %s", etcdReady.Round(time.Millisecond), s.started.Round(time.Millisecond))
 	s.Config = &rest.Config{Host: s.URL, BearerToken: s.Token,
 		TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(dir, "certs", "apiserver.crt")}}
 	s.Kubeconfig = filepath.Join(dir, "kubeconfig")
@@ -192,6 +197,8 @@ current-context: test
 // startAPIServer starts the kube-apiserver and waits for /readyz.
 func (s *Server) startAPIServer() {
 	s.t.Helper()
+	began := time.Now()
+	defer func() { s.started = time.Since(began) }()
 	s.kube = s.run(s.apiserver, "kube-apiserver.log", s.args...)
 	ca := filepath.Join(s.dir, "certs", "apiserver.crt")
 	s.waitFor("kube-apiserver", "kube-apiserver.log", func() error {
@@ -221,14 +228,18 @@ func (s *Server) startAPIServer() {
 func (s *Server) Restart() {
 	s.t.Helper()
 	stop(s.kube)
-	s.startAPIServer()
+	s.StartAPIServer()
 }
 
 // StopAPIServer stops the kube-apiserver until StartAPIServer.
 func (s *Server) StopAPIServer() { stop(s.kube) }
 
 // StartAPIServer starts the kube-apiserver StopAPIServer stopped.
-func (s *Server) StartAPIServer() { s.t.Helper(); s.startAPIServer() }
+func (s *Server) StartAPIServer() {
+	s.t.Helper()
+	s.startAPIServer()
+	s.t.Logf("kube-apiserver ready again in %s", s.started.Round(time.Millisecond))
+}
 
 // run starts a process of the test, logging to dir/log; it is stopped
 // when the test ends.
