@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,8 +109,9 @@ func ptrTo[T any](v T) *T { return &v }
 // gone), a slice removed and written again, and the API server stopped
 // and started again. No request fails; a pod takes traffic only once
 // ready and after its first passing probe; a terminating pod takes no new
-// request once /admin/pools shows the update; the lost watch keeps the
-// set and is logged once.
+// request once /admin/pools shows the update; a reload keeps the informer
+// unless the section changed; the lost watch keeps the set and is logged
+// once.
 func TestKubernetesDiscoveryUnderLoad(t *testing.T) {
 	srv := kubetest.Start(t)
 	port, counts := loopbackSims(t, 5) // 127.0.0.2 … 127.0.0.6
@@ -120,20 +122,28 @@ func TestKubernetesDiscoveryUnderLoad(t *testing.T) {
 	es := &endpointSlices{t: t, srv: srv, ns: ns, port: int32(port)}
 	es.put("vllm-abcde", map[int]podState{2: ready, 3: ready})
 
-	cfg := loadConfig(t, `
+	config := func(port string) string {
+		return `
 version: 1
 pools:
   small:
     model: org/small
     health: {interval: 20ms, timeout: 500ms, healthy_after: 1}
     discovery:
-      kubernetes: {service: vllm, namespace: inference, port: http, kubeconfig: {{kubeconfig}}}
+      kubernetes: {service: vllm, namespace: inference, port: ` + port + `, kubeconfig: ` + strconv.Quote(srv.Kubeconfig) + `}
 routes:
   - {name: default, to: small}
-`, map[string]string{"kubeconfig": strconv.Quote(srv.Kubeconfig)}, nil)
+`
+	}
+	path := filepath.Join(t.TempDir(), "switchyard.yaml")
+	writeFile(t, path, config("http"))
+	cfg, err := router.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tr := pools.NewTransport(2 * time.Second)
 	tr.DialContext = testNetDialer()
-	gw := startGateway(t, cfg, func(o *router.Options) { o.Transport = tr })
+	gw := startGateway(t, cfg, func(o *router.Options) { o.Transport = tr; o.ConfigPath = path })
 
 	name := func(n int) string { return "192.0.2." + strconv.Itoa(n) + ":" + strconv.Itoa(port) }
 	want := func(what string, ns ...int) {
@@ -201,6 +211,28 @@ routes:
 	gone3 := counts[sim(3)].Load()
 	es.put("vllm-abcde", map[int]podState{4: ready, 5: ready})
 	want("the rolling update done", 4, 5)
+
+	// A reload that keeps the section keeps the informer (no new list:
+	// the updates counted stay); one that changes it (the port by number)
+	// starts another, and the set carries over either way.
+	okCount := func() float64 {
+		return metricValue(t, gw, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "ok"})
+	}
+	before := okCount()
+	if _, err := gw.G.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := okCount(); got != before {
+		t.Errorf("a reload with the same discovery section listed again (%g updates, were %g)", got, before)
+	}
+	writeFile(t, path, config(strconv.Itoa(port)))
+	if _, err := gw.G.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := okCount(); got <= before {
+		t.Errorf("a reload with a changed discovery section did not list again (%g updates, were %g)", got, before)
+	}
+	want("the set kept across reloads", 4, 5)
 
 	// A second slice joins; the first is deleted (its pods leave) and
 	// written again (they come back, probed first).
