@@ -27,6 +27,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -57,24 +58,28 @@ const (
 // one object each.
 var gatewayKinds = []string{
 	"ConfigMap", "Deployment", "HorizontalPodAutoscaler", "NetworkPolicy",
-	"PodDisruptionBudget", "PodMonitor", "PrometheusRule", "Secret", "Service",
+	"PodDisruptionBudget", "PodMonitor", "PrometheusRule", "Role", "RoleBinding",
+	"Secret", "Service", "ServiceAccount",
 }
 
 // types maps apiVersion/kind to the Go type a rendered document must decode
 // into strictly. A kind missing here fails the test: a new object needs its
 // type (and its checks) added.
 var types = map[string]func() metav1.Object{
-	"v1/ConfigMap":                            func() metav1.Object { return new(corev1.ConfigMap) },
-	"v1/Namespace":                            func() metav1.Object { return new(corev1.Namespace) },
-	"v1/Secret":                               func() metav1.Object { return new(corev1.Secret) },
-	"v1/Service":                              func() metav1.Object { return new(corev1.Service) },
-	"apps/v1/Deployment":                      func() metav1.Object { return new(appsv1.Deployment) },
-	"autoscaling/v2/HorizontalPodAutoscaler":  func() metav1.Object { return new(autoscalingv2.HorizontalPodAutoscaler) },
-	"discovery.k8s.io/v1/EndpointSlice":       func() metav1.Object { return new(discoveryv1.EndpointSlice) },
-	"networking.k8s.io/v1/NetworkPolicy":      func() metav1.Object { return new(networkingv1.NetworkPolicy) },
-	"policy/v1/PodDisruptionBudget":           func() metav1.Object { return new(policyv1.PodDisruptionBudget) },
-	"monitoring.coreos.com/v1/PodMonitor":     func() metav1.Object { return new(monitoringv1.PodMonitor) },
-	"monitoring.coreos.com/v1/PrometheusRule": func() metav1.Object { return new(monitoringv1.PrometheusRule) },
+	"v1/ConfigMap":                      func() metav1.Object { return new(corev1.ConfigMap) },
+	"v1/Namespace":                      func() metav1.Object { return new(corev1.Namespace) },
+	"v1/Secret":                         func() metav1.Object { return new(corev1.Secret) },
+	"v1/Service":                        func() metav1.Object { return new(corev1.Service) },
+	"v1/ServiceAccount":                 func() metav1.Object { return new(corev1.ServiceAccount) },
+	"rbac.authorization.k8s.io/v1/Role": func() metav1.Object { return new(rbacv1.Role) },
+	"rbac.authorization.k8s.io/v1/RoleBinding": func() metav1.Object { return new(rbacv1.RoleBinding) },
+	"apps/v1/Deployment":                       func() metav1.Object { return new(appsv1.Deployment) },
+	"autoscaling/v2/HorizontalPodAutoscaler":   func() metav1.Object { return new(autoscalingv2.HorizontalPodAutoscaler) },
+	"discovery.k8s.io/v1/EndpointSlice":        func() metav1.Object { return new(discoveryv1.EndpointSlice) },
+	"networking.k8s.io/v1/NetworkPolicy":       func() metav1.Object { return new(networkingv1.NetworkPolicy) },
+	"policy/v1/PodDisruptionBudget":            func() metav1.Object { return new(policyv1.PodDisruptionBudget) },
+	"monitoring.coreos.com/v1/PodMonitor":      func() metav1.Object { return new(monitoringv1.PodMonitor) },
+	"monitoring.coreos.com/v1/PrometheusRule":  func() metav1.Object { return new(monitoringv1.PrometheusRule) },
 }
 
 // object is one decoded document of a rendering.
@@ -437,6 +442,20 @@ func checkGateway(t *testing.T, r *rendering) *gateway {
 	for _, pr := range all[*monitoringv1.PrometheusRule](r) {
 		checkRules(t, r.source, pr)
 	}
+	// RBAC: the pods run as a ServiceAccount of the rendering, with its
+	// token mounted, that may read EndpointSlices and nothing else.
+	sa := pod.Spec.ServiceAccountName
+	if _, ok := named[*corev1.ServiceAccount](r, sa); !ok || sa == "" {
+		t.Errorf("%s: the pods' service account %q is not a ServiceAccount of the rendering", r.source, sa)
+	}
+	// Without a Role (the chart's rbac.enabled=false), no token either.
+	apiAccess := len(all[*rbacv1.Role](r)) > 0
+	if a := pod.Spec.AutomountServiceAccountToken; a == nil || *a != apiAccess {
+		t.Errorf("%s: automountServiceAccountToken %s, want %t (discovery.kubernetes reads the API with it, when a Role allows)", r.source, fmtPtr(a), apiAccess)
+	}
+	if apiAccess {
+		checkEndpointSliceReader(t, r, sa, d.Namespace)
+	}
 	return g
 }
 
@@ -796,6 +815,14 @@ func TestHelmChart(t *testing.T) {
 			t.Errorf("Deployment replicas %s, want replicaCount 2", fmtPtr(g.deploy.Spec.Replicas))
 		}
 	})
+	t.Run("rbac off", func(t *testing.T) {
+		r := renderHelm(t, "adminToken.value="+helmTestToken, "rbac.enabled=false")
+		want := slices.DeleteFunc(slices.Clone(gatewayKinds), func(k string) bool {
+			return k == "PodMonitor" || k == "PrometheusRule" || k == "Role" || k == "RoleBinding"
+		})
+		checkKinds(t, r, want)
+		checkGateway(t, r)
+	})
 	t.Run("no token", func(t *testing.T) {
 		_, err := helmTemplate(t)
 		if err == nil || !strings.Contains(err.Error(), "set adminToken.value") {
@@ -869,5 +896,39 @@ func TestPolicies(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("overlay policy differs from %s beyond the documented changes (-want +got):\n%s", referencePath, diff)
+	}
+}
+
+// checkEndpointSliceReader: r's Roles grant exactly get, list and watch on
+// EndpointSlices, and a RoleBinding of r binds one to the ServiceAccount
+// sa of namespace ns (empty: the binding's own).
+func checkEndpointSliceReader(t *testing.T, r *rendering, sa, ns string) {
+	t.Helper()
+	roles := map[string]*rbacv1.Role{}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}}}
+	for _, role := range all[*rbacv1.Role](r) {
+		roles[role.Name] = role
+		if diff := cmp.Diff(want, role.Rules); diff != "" {
+			t.Errorf("%s: Role %s: rules (-want +got):\n%s", r.source, role.Name, diff)
+		}
+	}
+	bound := false
+	for _, b := range all[*rbacv1.RoleBinding](r) {
+		if b.RoleRef.APIGroup != rbacv1.GroupName || b.RoleRef.Kind != "Role" || roles[b.RoleRef.Name] == nil {
+			t.Errorf("%s: RoleBinding %s binds %s %s, not a Role of the rendering", r.source, b.Name, b.RoleRef.Kind, b.RoleRef.Name)
+			continue
+		}
+		for _, s := range b.Subjects {
+			sns := s.Namespace
+			if sns == "" {
+				sns = b.Namespace
+			}
+			if s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && (ns == "" || sns == ns) {
+				bound = true
+			}
+		}
+	}
+	if !bound {
+		t.Errorf("%s: no RoleBinding binds the EndpointSlice reader to ServiceAccount %s (namespace %q)", r.source, sa, ns)
 	}
 }

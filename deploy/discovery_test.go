@@ -17,11 +17,13 @@ const discoveryExample = "kustomize/examples/vllm-discovery"
 
 // TestKustomizeDiscoveryExample: the discovery example renders and decodes
 // strictly; its vLLM Services are headless with a selector; and its policy
-// loads, every discovered pool naming one of those Services by its cluster
-// DNS name (A records: its port; SRV records: its port's name).
+// loads, every discovered pool naming one of those Services (by name and
+// port name through the API, by its cluster DNS name for SRV records); and
+// its Role lets the gateway's service account read their EndpointSlices.
 func TestKustomizeDiscoveryExample(t *testing.T) {
 	r := renderKustomize(t, discoveryExample)
-	checkKinds(t, r, []string{"Deployment", "Service"})
+	checkKinds(t, r, []string{"Deployment", "Role", "RoleBinding", "Service"})
+	checkEndpointSliceReader(t, r, "switchyard", "switchyard")
 	if n := r.count()["Service"]; n != 2 {
 		t.Errorf("%d Services, want 2 (the Deployment's and the LeaderWorkerSet leaders')", n)
 	}
@@ -57,6 +59,18 @@ func TestKustomizeDiscoveryExample(t *testing.T) {
 			continue
 		}
 		pools++
+		if d.IsKubernetes() {
+			k := d.Kubernetes
+			s := services[k.Service+"."+k.Namespace+".svc.cluster.local"]
+			if s == nil {
+				t.Errorf("pool %s: %s names no Service of the example", p.Name, d.Name())
+				continue
+			}
+			if s.Spec.Ports[0].Name != k.Port.Name {
+				t.Errorf("pool %s: port %s, Service %s's port is named %q", p.Name, k.Port, s.Name, s.Spec.Ports[0].Name)
+			}
+			continue
+		}
 		name := d.DNS
 		if d.SRV != "" {
 			rest, ok := strings.CutPrefix(d.SRV, "_http._tcp.")
@@ -78,6 +92,6 @@ func TestKustomizeDiscoveryExample(t *testing.T) {
 		}
 	}
 	if pools != 2 {
-		t.Errorf("%d discovered pools, want 2 (dns and srv)", pools)
+		t.Errorf("%d discovered pools, want 2 (kubernetes and srv)", pools)
 	}
 }

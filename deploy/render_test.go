@@ -33,6 +33,12 @@ var rendererModules = []string{"sigs.k8s.io/kustomize/api", "helm.sh/helm/v3"}
 // output in the legacy order (Namespaces first).
 func renderKustomize(t *testing.T, dir string) *rendering {
 	t.Helper()
+	return decode(t, "kustomize build "+dir, kustomizeYAML(t, dir))
+}
+
+// kustomizeYAML is the output of `kustomize build dir`.
+func kustomizeYAML(t *testing.T, dir string) []byte {
+	t.Helper()
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +53,7 @@ func renderKustomize(t *testing.T, dir string) *rendering {
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
-	return decode(t, "kustomize build "+dir, out)
+	return out
 }
 
 // helmTemplate renders the chart as `helm template switchyard CHART

@@ -28,6 +28,20 @@ func TestDiscoveryBad(t *testing.T) {
 		{"dns-without-port", []string{
 			`../testdata/discovery/dns-without-port.bad.yaml:6:7: pool "small": discovery: port is required with dns (the replicas' port)`,
 		}},
+		{"kubernetes", []string{
+			`../testdata/discovery/kubernetes.bad.yaml:6:19: pool "a": discovery: kubernetes: service (the name of the Service whose EndpointSlices list the replicas) is required`,
+			`../testdata/discovery/kubernetes.bad.yaml:6:19: pool "a": discovery: kubernetes: port is required (the EndpointSlices' port: its name, such as http, or the pods' port number)`,
+			`../testdata/discovery/kubernetes.bad.yaml:10:7: pool "b": discovery: dns is for dns and srv, not used with kubernetes (its EndpointSlices give the replicas, and the API server tells every change); remove it`,
+			`../testdata/discovery/kubernetes.bad.yaml:11:7: pool "b": discovery: port is for dns and srv, not used with kubernetes (its EndpointSlices give the replicas, and the API server tells every change); remove it`,
+			`../testdata/discovery/kubernetes.bad.yaml:17:18: pool "c": discovery: kubernetes: service "9vllm" is not a Service name (lower-case letters, digits and '-', starting with a letter, at most 63)`,
+			`../testdata/discovery/kubernetes.bad.yaml:18:20: pool "c": discovery: kubernetes: namespace "Inference" is not a namespace name (lower-case letters, digits and '-', at most 63)`,
+			`../testdata/discovery/kubernetes.bad.yaml:19:15: pool "c": discovery: kubernetes: port "http--api" is neither a number nor a port name (lower-case letters, digits and '-', at most 15, with a letter)`,
+			`../testdata/discovery/kubernetes.bad.yaml:20:21: pool "c": discovery: kubernetes: kubeconfig is empty (give a file, or remove the key to use the pod's service account)`,
+			`../testdata/discovery/kubernetes.bad.yaml:24:41: pool "d": discovery: kubernetes: port must be within 1..65535`,
+			`../testdata/discovery/kubernetes.bad.yaml:25:7: pool "d": discovery: interval is for dns and srv, not used with kubernetes (its EndpointSlices give the replicas, and the API server tells every change); remove it`,
+			`../testdata/discovery/kubernetes.bad.yaml:29:41: pool "e": discovery: kubernetes: port: expected a port name or number, got a list`,
+			`../testdata/discovery/kubernetes.bad.yaml:33:47: pool "f": discovery: kubernetes: unknown key "kubeconfg" (known: service, namespace, port, kubeconfig)`,
+		}},
 		{"neither-name", []string{
 			`../testdata/discovery/neither-name.bad.yaml:5:17: pool "small": discovery: dns (a name whose A/AAAA records are the replicas) or srv (a name whose SRV records are) is required`,
 		}},
@@ -35,7 +49,7 @@ func TestDiscoveryBad(t *testing.T) {
 			`../testdata/discovery/srv-with-port.bad.yaml:7:13: pool "small": discovery: port is not used with srv (the SRV records give each replica's port); remove it`,
 		}},
 		{"unknown-key", []string{
-			`../testdata/discovery/unknown-key.bad.yaml:8:7: pool "small": discovery: unknown key "intervall" (known: dns, port, srv, interval, resolver)`,
+			`../testdata/discovery/unknown-key.bad.yaml:8:7: pool "small": discovery: unknown key "intervall" (known: dns, port, srv, interval, resolver, kubernetes)`,
 			`../testdata/discovery/unknown-key.bad.yaml:13:13: pool "other": discovery: port: expected an integer, got "eighty"`,
 			`../testdata/discovery/unknown-key.bad.yaml:14:17: pool "other": discovery: interval: invalid duration "soon" (use Go durations such as 250ms, 30s, 5m)`,
 		}},
@@ -86,7 +100,11 @@ func TestDiscoveryGood(t *testing.T) {
 	want := map[string]*policy.Discovery{
 		"qwen":    {DNS: "vllm-qwen.inference.svc.cluster.local", Port: 8000, Interval: policy.Duration(10 * time.Second), Resolver: "10.96.0.10:53"},
 		"minicpm": {SRV: "_http._tcp.vllm-minicpm.inference.svc.cluster.local.", Interval: policy.Duration(policy.DefaultDiscoveryInterval)},
-		"static":  nil,
+		"gemma": {Interval: policy.Duration(policy.DefaultDiscoveryInterval),
+			Kubernetes: policy.KubernetesDiscovery{Service: "vllm-gemma", Port: policy.PortRef{Name: "http"}}},
+		"gemma-big": {Interval: policy.Duration(policy.DefaultDiscoveryInterval),
+			Kubernetes: policy.KubernetesDiscovery{Service: "vllm-gemma-big", Namespace: "inference", Port: policy.PortRef{Number: 8000}, Kubeconfig: "/etc/switchyard/kubeconfig"}},
+		"static": nil,
 	}
 	for name, w := range want {
 		p := cfg.Pools.Get(name)
@@ -102,5 +120,11 @@ func TestDiscoveryGood(t *testing.T) {
 	}
 	if d := cfg.Pools.Get("qwen").Discovery; d.Kind() != "dns" || d.Name() != d.DNS {
 		t.Errorf("qwen: Kind, Name = %s, %s", d.Kind(), d.Name())
+	}
+	if d := cfg.Pools.Get("gemma").Discovery; d.Kind() != "kubernetes" || d.Name() != "/vllm-gemma" || d.Kubernetes.Port.String() != "http" {
+		t.Errorf("gemma: Kind, Name, Port = %s, %s, %s", d.Kind(), d.Name(), d.Kubernetes.Port)
+	}
+	if d := cfg.Pools.Get("gemma-big").Discovery; d.Name() != "inference/vllm-gemma-big" || d.Kubernetes.Port.String() != "8000" {
+		t.Errorf("gemma-big: Name, Port = %s, %s", d.Name(), d.Kubernetes.Port)
 	}
 }

@@ -38,6 +38,16 @@ type Lookup interface {
 	Lookup(ctx context.Context, kind, name string, port int) (addrs []string, ttl time.Duration, err error)
 }
 
+// Watcher is a source that tells every change of its set instead of being
+// asked again each interval (Kubernetes EndpointSlices).
+type Watcher interface {
+	// Watch follows the source until ctx ends, calling update, one call
+	// at a time, with the whole set after each change, or with an error
+	// when the source is lost or empty (ErrNoRecords), after which the
+	// last good set is kept.
+	Watch(ctx context.Context, update func(addrs []string, err error))
+}
+
 // DiscoveryOptions configures one pool's Discovery. The config loader
 // fills in every default but MinRefresh, Timeout, Now and After.
 type DiscoveryOptions struct {
@@ -51,6 +61,9 @@ type DiscoveryOptions struct {
 	Interval time.Duration
 	// Lookup answers the queries (NewDNSLookup in production).
 	Lookup Lookup
+	// Watcher, when set, follows the source after the first Resolve
+	// instead of resolving again each interval (NewKubernetes).
+	Watcher Watcher
 	// MinRefresh floors a TTL-driven re-resolution and is the first retry
 	// after a failure (doubling up to Interval). Default 1s.
 	MinRefresh time.Duration
@@ -169,6 +182,12 @@ func (d *Discovery) Resolve(ctx context.Context) (changed bool) {
 	ctx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
 	defer cancel()
 	addrs, ttl, err := d.opts.Lookup.Lookup(ctx, d.opts.Kind, d.opts.Name, d.opts.Port)
+	return d.record(addrs, ttl, err)
+}
+
+// record takes one answer (a resolution's, or a watcher's update) and
+// reports whether it changed the set in use.
+func (d *Discovery) record(addrs []string, ttl time.Duration, err error) (changed bool) {
 	if err == nil && len(addrs) == 0 {
 		err = ErrNoRecords
 	}
@@ -245,8 +264,18 @@ func (d *Discovery) next() time.Duration {
 
 // Run re-resolves until ctx ends, calling onChange (from Run's goroutine)
 // after each resolution that changed the set in use. It waits first: the
-// caller has run the first Resolve.
+// caller has run the first Resolve. With a Watcher, it follows the
+// watcher's updates instead, calling onChange from the watcher's
+// goroutines (one at a time).
 func (d *Discovery) Run(ctx context.Context, onChange func()) {
+	if w := d.opts.Watcher; w != nil {
+		w.Watch(ctx, func(addrs []string, err error) {
+			if d.record(addrs, -1, err) && ctx.Err() == nil {
+				onChange()
+			}
+		})
+		return
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -287,7 +316,7 @@ type DiscoveryMetrics struct {
 func NewDiscoveryMetrics(reg prometheus.Registerer) *DiscoveryMetrics {
 	m := &DiscoveryMetrics{
 		resolutions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_discovery_resolutions_total",
-			Help: "DNS resolutions of a discovered pool's name, by result: ok, empty (no records: the last good set is kept) or error (no answer: kept)."},
+			Help: "Resolutions of a discovered pool's name (DNS), or updates of its Service's EndpointSlices (kubernetes), by result: ok, empty (no records, no ready endpoint: the last good set is kept) or error (no answer, a lost watch: kept)."},
 			[]string{"pool", "result"}),
 		replicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "switchyard_discovery_replicas",
 			Help: "Replicas of a discovered pool: the addresses of its last good resolution."}, []string{"pool"}),

@@ -38,8 +38,13 @@ func (g *Gateway) discoveries(cfg *policy.Config) map[string]*discoveredPool {
 			continue
 		}
 		var lookup pools.Lookup
-		l, err := pools.NewDNSLookup(dc.Resolver, resolvConf)
-		if err != nil {
+		var watcher pools.Watcher
+		name := dc.Name()
+		if dc.IsKubernetes() {
+			k := pools.NewKubernetes(pools.KubernetesOptions{Service: dc.Kubernetes.Service, Namespace: dc.Kubernetes.Namespace,
+				PortName: dc.Kubernetes.Port.Name, PortNumber: dc.Kubernetes.Port.Number, Kubeconfig: dc.Kubernetes.Kubeconfig})
+			lookup, watcher, name = k, k, k.Name()
+		} else if l, err := pools.NewDNSLookup(dc.Resolver, resolvConf); err != nil {
 			// No resolv.conf to read servers from: the standard
 			// library's resolver still works, without TTLs.
 			g.log.Warn("discovery: using the system resolver without TTLs; re-resolving every interval", "pool", pc.Name, "error", err.Error())
@@ -47,8 +52,8 @@ func (g *Gateway) discoveries(cfg *policy.Config) map[string]*discoveredPool {
 		} else {
 			lookup = l
 		}
-		d := pools.NewDiscovery(pools.DiscoveryOptions{Pool: pc.Name, Kind: dc.Kind(), Name: dc.Name(), Port: dc.Port,
-			Interval: dc.Interval.Std(), Lookup: lookup, Now: g.opts.Now, Metrics: g.discMetrics, OnEvent: g.onDiscovery})
+		d := pools.NewDiscovery(pools.DiscoveryOptions{Pool: pc.Name, Kind: dc.Kind(), Name: name, Port: dc.Port,
+			Interval: dc.Interval.Std(), Lookup: lookup, Watcher: watcher, Now: g.opts.Now, Metrics: g.discMetrics, OnEvent: g.onDiscovery})
 		if !g.opts.Passive {
 			d.Resolve(g.ctx)
 		}
@@ -132,6 +137,9 @@ func (s *Snapshot) discoveryView(pool string) *admin.DiscoveryView {
 	st := dp.d.Status()
 	v := &admin.DiscoveryView{Kind: st.Kind, Name: st.Name, Resolver: dp.cfg.Resolver, Interval: dp.cfg.Interval.Std().String(),
 		Addresses: st.Addrs, Result: st.Result, Error: st.Err}
+	if dp.cfg.IsKubernetes() {
+		v.Interval = "" // the informer tells every change
+	}
 	if v.Addresses == nil {
 		v.Addresses = []string{}
 	}
@@ -147,7 +155,8 @@ func (s *Snapshot) discoveryView(pool string) *admin.DiscoveryView {
 	return v
 }
 
-// replicaSource is where a pool's replicas come from: config, dns or srv.
+// replicaSource is where a pool's replicas come from: config, dns, srv or
+// kubernetes.
 func replicaSource(pc *policy.Pool) string {
 	if pc.Discovery != nil {
 		return pc.Discovery.Kind()

@@ -78,7 +78,7 @@ type DiscoveryView struct {
 	Kind        string   `json:"kind"`
 	Name        string   `json:"name"`
 	Resolver    string   `json:"resolver,omitempty"`
-	Interval    string   `json:"interval"`
+	Interval    string   `json:"interval,omitempty"`
 	Addresses   []string `json:"addresses"`
 	LastResolve string   `json:"last_resolved,omitempty"`
 	LastAttempt string   `json:"last_attempt,omitempty"`

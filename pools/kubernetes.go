@@ -1,0 +1,295 @@
+package pools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// KubernetesOptions names a Service whose EndpointSlices are a pool's
+// replicas.
+type KubernetesOptions struct {
+	// Service and Namespace name the Service; an empty Namespace is the
+	// gateway's own (see NewKubernetes).
+	Service, Namespace string
+	// PortName or PortNumber selects the EndpointSlices' port: by its
+	// name, else by its number (the pods' port).
+	PortName   string
+	PortNumber int
+	// Kubeconfig is a kubeconfig file (its current context); empty means
+	// the pod's service account (in-cluster).
+	Kubeconfig string
+}
+
+// serviceAccountNamespace is the file holding a pod's namespace.
+var serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// ErrNoReadyEndpoints is a Service whose EndpointSlices list no ready (nor
+// serving) endpoint on the port: the last good set is kept, as with a DNS
+// name without records.
+var ErrNoReadyEndpoints = fmt.Errorf("%w: the Service's EndpointSlices list no ready endpoint on the port", ErrNoRecords)
+
+// Kubernetes follows a Service's discovery.k8s.io/v1 EndpointSlices (those
+// labelled kubernetes.io/service-name=SERVICE) with a client-go informer.
+// It is a Lookup (one List, for a discovery's first set) and a Watcher
+// (the informer, for every change after). The set in use is the ready
+// endpoints that are not terminating; when there is none, the serving
+// terminating ones (kube-proxy's fallback, so a Service whose every pod is
+// terminating still serves while they drain).
+type Kubernetes struct {
+	o         KubernetesOptions
+	namespace string
+	client    kubernetes.Interface
+	// err is why no client could be made (no kubeconfig, not in a pod):
+	// every lookup and the watch report it.
+	err error
+}
+
+// NewKubernetes returns the source for o. It does not reach the API
+// server; a configuration that cannot make a client (an unreadable
+// kubeconfig, no service account) is reported by every Lookup and Watch.
+func NewKubernetes(o KubernetesOptions) *Kubernetes {
+	k := &Kubernetes{o: o, namespace: o.Namespace}
+	cfg, ns, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		k.err = err
+	} else {
+		cfg.UserAgent = "switchyard"
+		k.client, k.err = kubernetes.NewForConfig(cfg)
+	}
+	if k.namespace == "" {
+		k.namespace = ns
+	}
+	if k.namespace == "" {
+		k.namespace = "default"
+	}
+	return k
+}
+
+// restConfig reads the kubeconfig file, or the pod's service account when
+// path is empty, and returns the namespace it implies.
+func restConfig(path string) (*rest.Config, string, error) {
+	if path == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, "", fmt.Errorf("no kubeconfig given and not in a pod with a service account: %w", err)
+		}
+		ns, _ := os.ReadFile(serviceAccountNamespace)
+		return cfg, strings.TrimSpace(string(ns)), nil
+	}
+	raw, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+	}
+	cc := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	ns, _, _ := cc.Namespace()
+	return cfg, ns, nil
+}
+
+// Name is the Service as NAMESPACE/SERVICE.
+func (k *Kubernetes) Name() string { return k.namespace + "/" + k.o.Service }
+
+func (k *Kubernetes) selector() string {
+	return discoveryv1.LabelServiceName + "=" + k.o.Service
+}
+
+// Lookup lists the Service's EndpointSlices once and returns the set in
+// use (kind, name and port are the options'). It implements Lookup.
+func (k *Kubernetes) Lookup(ctx context.Context, _, _ string, _ int) ([]string, time.Duration, error) {
+	if k.err != nil {
+		return nil, -1, k.err
+	}
+	list, err := k.client.DiscoveryV1().EndpointSlices(k.namespace).List(ctx, metav1.ListOptions{LabelSelector: k.selector()})
+	if err != nil {
+		return nil, -1, fmt.Errorf("listing the EndpointSlices of %s: %w", k.Name(), err)
+	}
+	eps := make([]*discoveryv1.EndpointSlice, len(list.Items))
+	for i := range list.Items {
+		eps[i] = &list.Items[i]
+	}
+	addrs := k.addresses(eps)
+	if len(addrs) == 0 {
+		return nil, -1, ErrNoReadyEndpoints
+	}
+	return addrs, -1, nil
+}
+
+// Watch runs an informer on the Service's EndpointSlices until ctx ends.
+// After its first sync, every change the informer tells is the whole set
+// again; a failed list or watch is the error (the informer retries with
+// its own backoff), and the next successful list or watch the set again.
+// It implements Watcher.
+func (k *Kubernetes) Watch(ctx context.Context, update func(addrs []string, err error)) {
+	if k.err != nil {
+		update(nil, k.err)
+		<-ctx.Done()
+		return
+	}
+	var (
+		mu sync.Mutex // serialises updates: handlers and the reflector run apart
+		// synced: the first sync is done; before it, the store is partial.
+		synced bool
+		inf    cache.SharedIndexInformer
+	)
+	current := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !synced {
+			return
+		}
+		objs := inf.GetStore().List()
+		eps := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+		for _, o := range objs {
+			if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+				eps = append(eps, s)
+			}
+		}
+		addrs := k.addresses(eps)
+		if len(addrs) == 0 {
+			update(nil, ErrNoReadyEndpoints)
+			return
+		}
+		update(addrs, nil)
+	}
+	failed := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		update(nil, fmt.Errorf("watching the EndpointSlices of %s: %w", k.Name(), err))
+	}
+	api := k.client.DiscoveryV1().EndpointSlices(k.namespace)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = k.selector()
+			return api.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = k.selector()
+			w, err := api.Watch(ctx, o)
+			switch {
+			case err == nil:
+				// The API server answers again: the set is the store's
+				// (a relist after a lost watch tells its changes too).
+				current()
+			case ctx.Err() == nil:
+				// The reflector retries a refused watch quietly, with
+				// its backoff, without telling the error handler.
+				failed(err)
+			}
+			return w, err
+		},
+	}
+	inf = cache.NewSharedIndexInformerWithOptions(lw, &discoveryv1.EndpointSlice{}, cache.SharedIndexInformerOptions{
+		ObjectDescription: "EndpointSlices of " + k.Name()})
+	// The handler replaces client-go's default one, which logs every
+	// retry: the discovery logs once per change instead.
+	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		if !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+			failed(err)
+		}
+	})
+	changed := func() {
+		if ctx.Err() == nil {
+			current()
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { changed() },
+		UpdateFunc: func(_, _ any) { changed() },
+		DeleteFunc: func(any) { changed() },
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		inf.RunWithContext(ctx)
+	}()
+	if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		mu.Lock()
+		synced = true
+		mu.Unlock()
+		current()
+	}
+	<-done
+}
+
+// addresses returns the set in use from a Service's EndpointSlices: the
+// HOST:PORT of each ready, not terminating endpoint on the port (or, with
+// none, of each serving terminating one), sorted, without duplicates (an
+// endpoint may show in two slices while the controller moves it). Slices
+// of FQDN addresses, other protocols and unparsable addresses are skipped.
+func (k *Kubernetes) addresses(eps []*discoveryv1.EndpointSlice) []string {
+	var ready, serving []string
+	for _, s := range eps {
+		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
+			continue
+		}
+		port, ok := k.port(s.Ports)
+		if !ok {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			c := ep.Conditions
+			isReady := c.Ready == nil || *c.Ready
+			isServing := isReady
+			if c.Serving != nil {
+				isServing = *c.Serving
+			}
+			terminating := c.Terminating != nil && *c.Terminating
+			for _, a := range ep.Addresses {
+				ip, err := netip.ParseAddr(a)
+				if err != nil || ip.Zone() != "" {
+					continue
+				}
+				hp := net.JoinHostPort(ip.String(), strconv.Itoa(port))
+				switch {
+				case isReady && !terminating:
+					ready = append(ready, hp)
+				case isServing && terminating:
+					serving = append(serving, hp)
+				}
+			}
+		}
+	}
+	set := ready
+	if len(set) == 0 {
+		set = serving
+	}
+	return slices.Compact(slices.Sorted(slices.Values(set)))
+}
+
+// port returns the number of the slice's port the options select (TCP).
+func (k *Kubernetes) port(ports []discoveryv1.EndpointPort) (int, bool) {
+	for _, p := range ports {
+		if p.Port == nil || *p.Port < 1 || *p.Port > 65535 || p.Protocol != nil && *p.Protocol != "TCP" {
+			continue
+		}
+		name := ""
+		if p.Name != nil {
+			name = *p.Name
+		}
+		if k.o.PortName != "" && name == k.o.PortName || k.o.PortName == "" && int(*p.Port) == k.o.PortNumber {
+			return int(*p.Port), true
+		}
+	}
+	return 0, false
+}
