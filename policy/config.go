@@ -396,6 +396,10 @@ type Classifier struct {
 	Prompt string `yaml:"prompt,omitempty"`
 	// Breaker stops calling a failing classifier pool for a while.
 	Breaker Breaker `yaml:"breaker"`
+	// ReservedSlots of each classifier-pool replica's max_inflight only
+	// the classifier's calls may use. Default 0 (the calls still wait
+	// ahead of every other request).
+	ReservedSlots int `yaml:"reserved_slots"`
 }
 
 // Breaker is the classifier's circuit breaker.

@@ -58,6 +58,9 @@ var badFixtures = []struct {
 		`../testdata/health-path.bad.yaml:7:31: pool "small": replica "a": url "http://127.0.0.1:8001?x=1" must be a base URL without query, fragment or credentials (use api_key_env for a key)`,
 		`../testdata/health-path.bad.yaml:9:38: server.readiness.require_pools: pool "large" is not defined (known: small)`,
 	}},
+	{"classifier-reserved-slots", []string{
+		`../testdata/classifier-reserved-slots.bad.yaml:12:19: classifier: reserved_slots 2 must be below pool "small"'s max_inflight 2`,
+	}},
 	{"server-and-classifier-values", []string{
 		`../testdata/server-and-classifier-values.bad.yaml:3:11: server: listen "8080" must be HOST:PORT (e.g. 0.0.0.0:8080 or :8080)`,
 		`../testdata/server-and-classifier-values.bad.yaml:4:19: server: max_json_depth must be at least 1`,

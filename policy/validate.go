@@ -405,6 +405,31 @@ func (v *validator) classifier() {
 		v.errf(appendCopy(at, "cache", "size"), "classifier: cache.size must not be negative")
 	}
 	v.positive(appendCopy(at, "cache", "ttl"), "classifier: cache.ttl", cl.Cache.TTL, "size: 0 turns the cache off")
+	v.reservedSlots(at, cl)
+}
+
+// reservedSlots checks classifier.reserved_slots against its pool: a
+// reservation needs a max_inflight to reserve from, and must leave one
+// slot for the pool's other requests.
+func (v *validator) reservedSlots(at []any, cl *Classifier) {
+	n := cl.ReservedSlots
+	if n == 0 {
+		return
+	}
+	at = appendCopy(at, "reserved_slots")
+	if n < 0 {
+		v.errf(at, "classifier: reserved_slots must not be negative")
+		return
+	}
+	pool := v.cfg.Pools.Get(cl.Pool)
+	switch {
+	case cl.Kind != "model" || pool == nil:
+		v.errf(at, "classifier: reserved_slots needs kind model and its pool")
+	case pool.MaxInflight <= 0:
+		v.errf(at, "classifier: reserved_slots %d needs pool %q to set max_inflight", n, pool.Name)
+	case n >= pool.MaxInflight:
+		v.errf(at, "classifier: reserved_slots %d must be below pool %q's max_inflight %d", n, pool.Name, pool.MaxInflight)
+	}
 }
 
 func (v *validator) models() {

@@ -29,8 +29,9 @@ type waiter struct {
 	max atomic.Int64
 	// tenant and weight place the waiter among other tenants' (see
 	// waitQueue); tenant "" is one tenant like any other.
-	tenant string
-	weight float64
+	tenant   string
+	weight   float64
+	priority bool
 }
 
 const (
@@ -71,8 +72,14 @@ func (q *waitQueue) push(w *waiter) {
 	if q.finish == nil {
 		q.finish = map[string]float64{}
 	}
-	start := max(q.vtime, q.finish[w.tenant])
-	q.finish[w.tenant] = start + 1/w.weight
+	// A priority waiter's tag is below every tenant's (tags are never
+	// negative): it goes after the priority waiters already queued and
+	// before everyone else, and it moves no tenant's tags.
+	start := -1.0
+	if !w.priority {
+		start = max(q.vtime, q.finish[w.tenant])
+		q.finish[w.tenant] = start + 1/w.weight
+	}
 	// After every entry with a start tag at or before this one: FIFO
 	// among equals, and a tenant's own waiters keep their order.
 	i := q.head + sort.Search(q.len(), func(k int) bool { return q.items[q.head+k].start > start })
@@ -278,8 +285,8 @@ func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica)
 	}
 	timer := time.NewTimer(p.opts.QueueTimeout)
 	defer timer.Stop()
-	w := &waiter{ch: make(chan *Endpoint, 1), tenant: req.Tenant, weight: float64(max(1, req.Weight))}
-	w.max.Store(int64(p.opts.MaxInflight))
+	w := &waiter{ch: make(chan *Endpoint, 1), tenant: req.Tenant, weight: float64(max(1, req.Weight)), priority: req.Priority}
+	w.max.Store(p.capFor(req))
 	for _, f := range full {
 		f.enqueue(w)
 		if w.state.Load() != waiting {
@@ -323,7 +330,7 @@ func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica)
 			changed = p.reg.changes()
 			if np := p.reg.current(p); np != p {
 				p = np
-				if m := int64(p.opts.MaxInflight); m != w.max.Load() {
+				if m := p.capFor(req); m != w.max.Load() {
 					w.max.Store(m)
 					for _, f := range full {
 						f.recap(w)
@@ -380,8 +387,8 @@ func replicaOf(rs []*Replica, e *Endpoint) *Replica {
 // tryAcquire runs filter → pick → admit once. full lists the replicas that
 // are available but at max_inflight (or have a queue of their own).
 func (p *Pool) tryAcquire(req *Request, exclude func(*Replica) bool) (r *Replica, full []*Replica) {
-	cands, full := p.candidates(exclude)
-	maxIn := int64(p.opts.MaxInflight)
+	cands, full := p.candidates(req, exclude)
+	maxIn := p.capFor(req)
 	for len(cands) > 0 {
 		pick := p.sel.Select(req, cands)
 		if pick.queued.Load() == 0 && pick.admit(maxIn) {
@@ -400,11 +407,12 @@ func (p *Pool) tryAcquire(req *Request, exclude func(*Replica) bool) (r *Replica
 }
 
 // candidates is the filter stage: replicas available now, not excluded,
-// under max_inflight and with no queue. full lists those left out only for
-// being at max_inflight or having waiters.
-func (p *Pool) candidates(exclude func(*Replica) bool) (cands, full []*Replica) {
+// under req's cap (max_inflight, less the reserved slots for all but
+// priority requests) and with no queue. full lists those left out only for
+// being at that cap or having waiters.
+func (p *Pool) candidates(req *Request, exclude func(*Replica) bool) (cands, full []*Replica) {
 	now := p.reg.now()
-	maxIn := int64(p.opts.MaxInflight)
+	maxIn := p.capFor(req)
 	cands = make([]*Replica, 0, len(p.replicas))
 	for _, r := range p.replicas {
 		if !r.Available(now) || (exclude != nil && exclude(r)) {

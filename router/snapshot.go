@@ -264,6 +264,9 @@ func poolOptions(pc *policy.Pool, cfg *policy.Config) pools.Options {
 	for _, r := range pc.Replicas {
 		o.Replicas = append(o.Replicas, pools.ReplicaSpec{Name: r.Name, URL: r.Parsed, Nodes: r.Nodes})
 	}
+	if cl := cfg.Classifier; cl != nil && cl.Pool == pc.Name {
+		o.Reserved = cl.ReservedSlots
+	}
 	return o
 }
 

@@ -38,12 +38,19 @@ func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte
 		return nil, fmt.Errorf("classifier pool %q: %w", t.pool, pools.ErrNoReplica)
 	}
 	call := &classifierCall{t: t, ps: ps, body: body}
-	// The classifier's calls wait for a full replica as a tenant of their
-	// own, beside the keys' requests.
-	ex := &execution{ps: ps, req: &pools.Request{Tenant: "(classifier)"}, attempts: 2, call: call}
+	// The classifier's calls wait for a full replica ahead of the keys'
+	// requests, and may use the slots classifier.reserved_slots keeps.
+	ex := &execution{ps: ps, req: &pools.Request{Tenant: "(classifier)", Priority: true}, attempts: 2, call: call}
 	call.ex = ex
 	res := t.g.execute(ctx, ex)
 	if res.err != nil {
+		if call.replicas == 0 && ps.CanTake(nil) {
+			// Never sent: the call waited for a slot of an available
+			// replica and its time ran out. Other tenants' requests held
+			// the slots; the pool did not fail, and the breaker must not
+			// hear of it.
+			return nil, fmt.Errorf("classifier pool %q: %w (%w)", t.pool, classifier.ErrNoSlot, res.err)
+		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -64,9 +71,11 @@ type classifierCall struct {
 	ps   *poolState
 	body []byte
 	out  []byte
+	// replicas counts the replicas acquired (0: every attempt waited).
+	replicas int
 }
 
-func (c *classifierCall) acquired(*pools.Replica) {}
+func (c *classifierCall) acquired(*pools.Replica) { c.replicas++ }
 
 func (c *classifierCall) send(ctx context.Context, rep *pools.Replica) result {
 	var res result

@@ -1,0 +1,144 @@
+package router_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/vllmsim"
+)
+
+// holdReplica is a simulator behind a gate: a request whose body holds
+// "HOLD" waits (holding its gateway slot) until release is called or its
+// client leaves; held counts those waiting.
+type holdReplica struct {
+	Srv     *httptest.Server
+	held    atomic.Int64
+	served  atomic.Int64
+	release func()
+}
+
+func startHoldReplica(t testing.TB, p vllmsim.Profile, opts ...vllmsim.Option) *holdReplica {
+	t.Helper()
+	sim := vllmsim.New(p, opts...)
+	gate := make(chan struct{})
+	var once sync.Once
+	h := &holdReplica{release: func() { once.Do(func() { close(gate) }) }}
+	h.Srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if bytes.Contains(body, []byte("HOLD")) {
+			h.held.Add(1)
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+			}
+			h.held.Add(-1)
+		}
+		if r.Method == http.MethodPost {
+			h.served.Add(1)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(h.Srv.Close)
+	t.Cleanup(h.release)
+	return h
+}
+
+// hog sends n requests that the replica holds to model (a pool name),
+// each in its own goroutine; the returned func waits for them.
+func hog(t *testing.T, url, model string, n int, header map[string]string) func() {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"model":%q,"max_tokens":4,"messages":[{"role":"user","content":"HOLD %d"}]}`, model, i)
+			req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			for k, v := range header {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	return wg.Wait
+}
+
+// TestClassifierNotStarvedByTenant: a tenant that holds every slot of the
+// classifier's pool with long requests cannot open the classifier's
+// breaker for everyone (issue 31, item 3). Before the fix each
+// classification waited in the pool's queue until the classifier's
+// timeout, that counted as the pool failing, and three in a row opened the
+// breaker: every tenant's auto traffic then got on_error's label. Now the
+// wait never counts, and with classifier.reserved_slots the calls find a
+// slot the tenant cannot take.
+func TestClassifierNotStarvedByTenant(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		reserved string
+		held     int64 // the slots the hog gets
+	}{
+		{name: "no reservation", reserved: "", held: 2},
+		{name: "one reserved slot", reserved: "  reserved_slots: 1\n", held: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+			m := startHoldReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
+			yaml := strings.Replace(classifierYAML, "    replicas: [{name: minicpm-a, url: \"{{minicpm}}\"}]\n",
+				"    replicas: [{name: minicpm-a, url: \"{{minicpm}}\"}]\n    max_inflight: 2\n    queue_timeout: 1m\n", 1)
+			yaml = strings.Replace(yaml, "  timeout: 2s\n  on_error: complex\n",
+				"  timeout: 2s\n  on_error: complex\n  breaker: {failures: 3, cooldown: 1h}\n  cache: {size: 0}\n"+tc.reserved, 1)
+			// The victims' own requests go to the other pool: what is
+			// tested is their classification.
+			yaml = strings.Replace(yaml, "  - name: default\n    to: minicpm\n", "  - name: default\n    to: qwen\n", 1)
+			if tc.reserved == "" {
+				// Calls that cannot get a slot end at the classifier's
+				// timeout: keep it short so the case runs quickly.
+				yaml = strings.Replace(yaml, "  timeout: 2s\n", "  timeout: 100ms\n", 1)
+			}
+			gw := startGateway(t, loadConfig(t, yaml, map[string]string{"qwen": q.Srv.URL, "minicpm": m.Srv.URL}, nil))
+			url := gw.API.URL + "/v1/chat/completions"
+			wait := hog(t, url, "minicpm", 3, nil)
+			eventually(t, 10*time.Second, "the hog to hold its slots", func() bool { return m.held.Load() == tc.held })
+
+			for i := range 5 {
+				resp, b := post(t, url, chatBody(fmt.Sprint("What is the capital of Portugal? ", i), ""), nil)
+				if resp.StatusCode != 200 {
+					t.Fatalf("victim request %d: %d %s", i, resp.StatusCode, b)
+				}
+				class := resp.Header.Get("X-Switchyard-Class")
+				if tc.reserved != "" && class != "simple" {
+					t.Errorf("victim request %d classified %q with a reserved slot, want simple", i, class)
+				}
+			}
+			if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"result": "circuit_open"}); v != 0 {
+				t.Errorf("%v classifications refused by an open breaker: waiting for a slot counted as the pool failing", v)
+			}
+			if v := metricValue(t, gw, "switchyard_classifier_circuit_open", nil); v != 0 {
+				t.Errorf("the classifier breaker opened")
+			}
+			if got := m.held.Load(); got != tc.held {
+				t.Errorf("the hog holds %d slots after the victims, want %d", got, tc.held)
+			}
+			m.release()
+			wait()
+			// Once the slots are free the classifier answers at once.
+			resp, _ := post(t, url, chatBody("What is the capital of Spain?", ""), nil)
+			if c := resp.Header.Get("X-Switchyard-Class"); c != "simple" {
+				t.Errorf("after the hog: class %q, want simple", c)
+			}
+		})
+	}
+}
