@@ -61,6 +61,11 @@ var badFixtures = []struct {
 	{"classifier-reserved-slots", []string{
 		`../testdata/classifier-reserved-slots.bad.yaml:12:19: classifier: reserved_slots 2 must be below pool "small"'s max_inflight 2`,
 	}},
+	{"tenant-limits", []string{
+		`../testdata/tenant-limits.bad.yaml:3:33: server: trusted_proxies[1]: "10.0.0.0/99" is not a CIDR prefix such as 10.0.0.0/8 or an address`,
+		`../testdata/tenant-limits.bad.yaml:3:46: server: trusted_proxies[2]: "proxy.local" is not a CIDR prefix such as 10.0.0.0/8 or an address`,
+		`../testdata/tenant-limits.bad.yaml:5:59: api key "a": max_inflight must not be negative (0: no cap)`,
+	}},
 	{"server-and-classifier-values", []string{
 		`../testdata/server-and-classifier-values.bad.yaml:3:11: server: listen "8080" must be HOST:PORT (e.g. 0.0.0.0:8080 or :8080)`,
 		`../testdata/server-and-classifier-values.bad.yaml:4:19: server: max_json_depth must be at least 1`,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"path"
 	"regexp"
@@ -75,7 +76,7 @@ func (v *validator) validate() {
 		part string
 		run  func()
 	}{
-		{"server", v.server}, {"server", v.apiKeys}, {"pools", v.pools}, {"server", v.readiness}, {"topology", v.topology},
+		{"server", v.server}, {"server", v.apiKeys}, {"server", v.trustedProxies}, {"pools", v.pools}, {"server", v.readiness}, {"topology", v.topology},
 		{"classifier", v.classifier}, {"models", v.models}, {"session", v.session}, {"routes", v.routes},
 		{"control", v.control},
 	} {
@@ -161,6 +162,9 @@ func (v *validator) apiKeys() {
 		if len(k.Models) == 0 {
 			v.errf(appendCopy(at, "models"), "api key %q: models is empty (give \"*\" or names; without models the key may use every model)", k.Name)
 		}
+		if k.MaxInflight < 0 {
+			v.errf(appendCopy(at, "max_inflight"), "api key %q: max_inflight must not be negative (0: no cap)", k.Name)
+		}
 		if k.Weight < 1 {
 			v.errf(appendCopy(at, "weight"), "api key %q: weight must be at least 1", k.Name)
 		} else if k.Weight > 1000 {
@@ -175,6 +179,42 @@ func (v *validator) apiKeys() {
 			}
 		}
 	}
+}
+
+// trustedProxies parses server.trusted_proxies: CIDR prefixes, or single
+// addresses (a /32 or /128).
+func (v *validator) trustedProxies() {
+	s := &v.cfg.Server
+	s.Trusted = nil
+	for i, t := range s.TrustedProxies {
+		pfx, err := ParseTrustedProxy(t)
+		if err != nil {
+			v.errf(p("server", "trusted_proxies", i), "server: trusted_proxies[%d]: %v", i, err)
+			continue
+		}
+		s.Trusted = append(s.Trusted, pfx)
+	}
+}
+
+// ParseTrustedProxy reads one server.trusted_proxies entry: a CIDR prefix
+// (10.0.0.0/8, fd00::/8) or one address.
+func ParseTrustedProxy(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR prefix such as 10.0.0.0/8 or an address", s)
+		}
+		if pfx.Addr().Zone() != "" {
+			return netip.Prefix{}, fmt.Errorf("%q: a prefix has no zone", s)
+		}
+		return pfx.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR prefix such as 10.0.0.0/8 or an address", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // readiness checks that the pools /readyz requires exist.

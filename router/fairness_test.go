@@ -142,3 +142,43 @@ func TestClassifierNotStarvedByTenant(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyMaxInflight: api_keys[].max_inflight bounds what one key holds:
+// a key with long requests gets 429 beyond its cap while another key's
+// requests are answered at once (issue 31, item 4). Before the fix the
+// hog held every slot of the pool and the victim waited in the queue.
+func TestKeyMaxInflight(t *testing.T) {
+	m := startHoldReplica(t, fast("m"))
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+server:
+  api_keys:
+    - {name: hog, key_env: KEY_HOG, max_inflight: 2}
+    - {name: victim, key_env: KEY_VICTIM}
+pools:
+  p: {model: m, max_inflight: 3, queue_timeout: 1m, health: {disabled: true}, replicas: [{name: r, url: "{{m}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"m": m.Srv.URL}, map[string]string{"KEY_HOG": "hog-secret", "KEY_VICTIM": "victim-secret"}))
+	url := gw.API.URL + "/v1/chat/completions"
+	hogKey := map[string]string{"Authorization": "Bearer hog-secret"}
+	wait := hog(t, url, "p", 2, hogKey)
+	eventually(t, 10*time.Second, "the hog to hold two slots", func() bool { return m.held.Load() == 2 })
+	resp, b := post(t, url, `{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"HOLD more"}]}`, hogKey)
+	if resp.StatusCode != 429 || !strings.Contains(string(b), "max_inflight") {
+		t.Fatalf("the hog's third request: %d %s, want 429 naming max_inflight", resp.StatusCode, b)
+	}
+	for i := range 3 {
+		resp, b := post(t, url, chatBody(fmt.Sprint("hello ", i), ""), map[string]string{"Authorization": "Bearer victim-secret"})
+		if resp.StatusCode != 200 {
+			t.Fatalf("victim request %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	m.release()
+	wait()
+	resp, b = post(t, url, `{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"after"}]}`, hogKey)
+	if resp.StatusCode != 200 {
+		t.Fatalf("the hog after its requests ended: %d %s (its slots were not given back)", resp.StatusCode, b)
+	}
+}

@@ -93,12 +93,17 @@ func (s *Snapshot) resolve(name string) (target, bool) {
 }
 
 type apiKey struct {
-	name    string
-	sum     [32]byte
-	models  policy.StringList
-	weight  int
-	limiter *rate.Limiter
-	rate    *policy.Rate
+	name   string
+	sum    [32]byte
+	models policy.StringList
+	weight int
+	// maxInflight is api_keys[].max_inflight (0: none); slots counts the
+	// key's requests in flight (tenants.go), the same counter across
+	// reloads.
+	maxInflight int
+	slots       *keySlots
+	limiter     *rate.Limiter
+	rate        *policy.Rate
 	// instances is server.instances when the limiter was made.
 	instances int
 }
@@ -164,7 +169,11 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 	}
 	n := cfg.Server.Instances
 	for _, k := range cfg.Server.APIKeys {
-		ak := &apiKey{name: k.Name, sum: sha256.Sum256([]byte(k.Secret)), models: k.Models, weight: k.Weight, rate: k.Rate, instances: n}
+		ak := &apiKey{name: k.Name, sum: sha256.Sum256([]byte(k.Secret)), models: k.Models, weight: k.Weight, rate: k.Rate, instances: n,
+			maxInflight: k.MaxInflight, slots: &keySlots{}}
+		if old := prev.key(k.Name); old != nil {
+			ak.slots = old.slots
+		}
 		if k.Rate != nil {
 			if old := prev.key(k.Name); old != nil && reflect.DeepEqual(old.rate, k.Rate) && old.instances == n {
 				ak.limiter = old.limiter

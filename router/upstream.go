@@ -148,10 +148,9 @@ func (g *Gateway) placeOn(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 	}
 	x.preq = pools.Request{}
-	if x.key != nil {
-		// Waiting for a full replica, keys take turns by weight.
-		x.preq.Tenant, x.preq.Weight = x.key.name, x.key.weight
-	}
+	// Waiting for a full replica, keys take turns by weight, and keyless
+	// clients one turn each by address.
+	x.preq.Tenant, x.preq.Weight = tenantOf(x, r, x.snap.Config.Server.Trusted)
 	if ps.NeedsKey() {
 		x.preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
 	}
