@@ -105,6 +105,10 @@ type Server struct {
 	// derived from the process's file-descriptor limit (see
 	// docs/config.md).
 	MaxConnections int `yaml:"max_connections,omitempty"`
+	// MaxConnectionsPerClient caps the client listener's connections from
+	// one client address (a trusted proxy is exempt). Default 0: a quarter
+	// of the listener's cap, at least 16.
+	MaxConnectionsPerClient int `yaml:"max_connections_per_client,omitempty"`
 	// AdminMaxConnections is the same cap for the admin listener.
 	// Default 256.
 	AdminMaxConnections int `yaml:"admin_max_connections"`

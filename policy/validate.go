@@ -135,6 +135,9 @@ func (v *validator) server() {
 	if s.MaxConnections < 0 {
 		v.errf(p("server", "max_connections"), "server: max_connections must not be negative (0: derived from the file-descriptor limit)")
 	}
+	if s.MaxConnectionsPerClient < 0 {
+		v.errf(p("server", "max_connections_per_client"), "server: max_connections_per_client must not be negative (0: a quarter of max_connections, at least 16)")
+	}
 	v.atLeast(p("server", "admin_max_connections"), "server: admin_max_connections", s.AdminMaxConnections, 1)
 	// shutdown_grace, drain_delay and write_timeout may be 0s (no wait, no
 	// delay, no write deadline); these may not: each bounds what a client

@@ -101,7 +101,7 @@ func TestConnectionCap(t *testing.T) {
 			}
 			srv := httptest.NewUnstartedServer(l.h)
 			srv.Listener.Close()
-			srv.Listener = gw.G.LimitListener(ln, l.name, 1<<20)
+			srv.Listener = gw.G.LimitListener(ln, l.name, 1<<20) // no ConnState: every connection busy
 			srv.Start()
 			defer srv.Close()
 			addr := ln.Addr().String()

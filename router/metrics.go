@@ -32,6 +32,9 @@ type metrics struct {
 	// connsOpen and connsRefused are per listener (api or admin).
 	connsOpen    *prometheus.GaugeVec
 	connsRefused *prometheus.CounterVec
+	// connsEvicted counts idle connections closed to make room, by
+	// listener and reason.
+	connsEvicted *prometheus.CounterVec
 	// poison counts requests that failed alike on two replicas.
 	poison *prometheus.CounterVec
 	// tokenize counts the prompts counted by a pool's /tokenize to decide
@@ -97,6 +100,9 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_connections_refused_total", Help: "Connections answered 503 and closed because the listener was at its cap (server.max_connections, server.admin_max_connections), by listener.",
 		}, []string{"listener"}),
+		connsEvicted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_connections_evicted_total", Help: "Idle client connections closed to make room, by listener and reason (idle_at_cap: the listener was full; per_client: the client address was at its cap; idle_timeout: idle past the idle timeout, shortened under pressure).",
+		}, []string{"listener", "reason"}),
 		tokenize: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_context_tokenize_total", Help: "Prompts whose estimate was too close to a pool's max_model_len to decide, counted by the pool's /tokenize, by pool and result: fits, too_long, error (the estimate decided).",
 		}, []string{"pool", "result"}),
@@ -112,9 +118,12 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	m.shadow = newShadowMetric()
 	reg.MustRegister(m.shadow)
 	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.keyRequests, m.keyTokens, m.classifierTokens, m.retries, m.fallbacks, m.resumes,
-		m.reloads, m.generation, m.inflight, m.queueWait, m.connsOpen, m.connsRefused, m.poison, m.tokenize, build)
+		m.reloads, m.generation, m.inflight, m.queueWait, m.connsOpen, m.connsRefused, m.connsEvicted, m.poison, m.tokenize, build)
 	for _, l := range []string{"api", "admin"} {
 		m.connsRefused.WithLabelValues(l)
+		for _, r := range []string{"idle_at_cap", "per_client", "idle_timeout"} {
+			m.connsEvicted.WithLabelValues(l, r)
+		}
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(r)

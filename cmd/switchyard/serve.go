@@ -137,8 +137,8 @@ func (s *Server) Run(ctx context.Context, ready func(api, admin net.Addr)) error
 		IdleTimeout:       sc.IdleTimeout.Std(),
 		ErrorLog:          slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn),
 	}
-	apiLn = s.Gateway.LimitListener(apiLn, "api", s.FDLimit)
-	adminLn = s.Gateway.LimitListener(adminLn, "admin", s.FDLimit)
+	apiLn = s.Gateway.LimitServer(api, apiLn, "api", s.FDLimit)
+	adminLn = s.Gateway.LimitServer(admin, adminLn, "admin", s.FDLimit)
 	errc := make(chan error, 2)
 	go func() { errc <- api.Serve(apiLn) }()
 	go func() { errc <- admin.Serve(adminLn) }()
