@@ -40,6 +40,10 @@ func (g *Gateway) bounded(admin bool, next http.Handler) http.Handler {
 		if len(r.TransferEncoding) > 0 {
 			w.Header().Set("Connection", "close")
 		}
+		if !admin && looped(r.Header, g.via) {
+			g.refuseLoop(w, r)
+			return
+		}
 		if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
 			ep := wire.Chat
 			if !admin {

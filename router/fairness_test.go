@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -180,5 +182,64 @@ routes:
 	resp, b = post(t, url, `{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"after"}]}`, hogKey)
 	if resp.StatusCode != 200 {
 		t.Fatalf("the hog after its requests ended: %d %s (its slots were not given back)", resp.StatusCode, b)
+	}
+}
+
+// TestRequestLoop: a pool whose replica is the gateway itself (here under
+// an address the config check cannot see through) makes one request go
+// round once: the gateway refuses the request it had marked with 508,
+// and the client gets one clear error (issue 31, item 2). Before the fix
+// the request went round until connections or the client's patience ran
+// out.
+func TestRequestLoop(t *testing.T) {
+	var h atomic.Value
+	var hits atomic.Int64
+	self := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			hits.Add(1)
+		}
+		h.Load().(http.Handler).ServeHTTP(w, r)
+	}))
+	defer self.Close()
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p: {model: m, health: {disabled: true}, retries: 2, replicas: [{name: me, url: "{{self}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"self": self.URL}, nil))
+	h.Store(gw.G.Handler())
+	resp, b := post(t, self.URL+"/v1/chat/completions", `{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`, nil)
+	if resp.StatusCode < 500 || !strings.Contains(string(b), "came back") {
+		t.Fatalf("looped request: %d %s, want an error that names the loop", resp.StatusCode, b)
+	}
+	if n := hits.Load(); n != 2 {
+		t.Errorf("the request passed through the gateway %d times, want 2 (one hop)", n)
+	}
+	if v := metricValue(t, gw, "switchyard_request_loops_total", nil); v != 1 {
+		t.Errorf("switchyard_request_loops_total %v, want 1", v)
+	}
+	t.Logf("client got %d %s", resp.StatusCode, b)
+}
+
+// TestSelfReplicaRefusedAtLoad: a listed replica that is the gateway's own
+// listener is a config error naming the URL's place in the file.
+func TestSelfReplicaRefusedAtLoad(t *testing.T) {
+	cfg := loadConfig(t, `
+version: 1
+server: {listen: "0.0.0.0:18080"}
+pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: ok, url: "http://127.0.0.1:18081"}, {name: me, url: "http://localhost:18080"}]}
+routes:
+  - name: default
+    to: p
+`, nil, nil)
+	_, err := router.New(cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil || !strings.Contains(err.Error(), `test.yaml:5:`) || !strings.Contains(err.Error(), `replica "me": url http://localhost:18080 is this gateway's own listener (server.listen 0.0.0.0:18080)`) {
+		t.Fatalf("router.New: %v", err)
+	}
+	if strings.Contains(err.Error(), `"ok"`) {
+		t.Errorf("the other replica was refused too: %v", err)
 	}
 }

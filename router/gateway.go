@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -103,6 +104,10 @@ type Gateway struct {
 	reqSeq     atomic.Uint64
 	// rand jitters retry backoff (Options.Rand, else math/rand/v2).
 	rand func() uint64
+	// via is this process's Via entry and local the machine's addresses
+	// (loops.go).
+	via   string
+	local []netip.Addr
 }
 
 // New builds a gateway running cfg and starts its health and scrape loops.
@@ -130,7 +135,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 		o.Propagator = propagation.TraceContext{}
 	}
 	g := &Gateway{opts: o, log: o.Logger, reg: o.Registry, tracer: tp.Tracer("github.com/switchyard/switchyard/router"),
-		tracing: o.Tracer != nil, prop: o.Propagator, rand: rnd}
+		tracing: o.Tracer != nil, prop: o.Propagator, rand: rnd, via: newVia(), local: localAddrs()}
 	g.metrics = newMetrics(o.Registry, o.Version)
 	g.classMetrics = classifier.NewMetrics(o.Registry)
 	g.discMetrics = pools.NewDiscoveryMetrics(o.Registry)

@@ -35,6 +35,11 @@ type metrics struct {
 	// connsEvicted counts idle connections closed to make room, by
 	// listener and reason.
 	connsEvicted *prometheus.CounterVec
+	// loops counts requests that came back to this gateway (508).
+	loops prometheus.Counter
+	// discoverySelf counts discovered addresses refused for naming the
+	// gateway itself, by pool.
+	discoverySelf *prometheus.CounterVec
 	// poison counts requests that failed alike on two replicas.
 	poison *prometheus.CounterVec
 	// tokenize counts the prompts counted by a pool's /tokenize to decide
@@ -103,6 +108,12 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		connsEvicted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_connections_evicted_total", Help: "Idle client connections closed to make room, by listener and reason (idle_at_cap: the listener was full; per_client: the client address was at its cap; idle_timeout: idle past the idle timeout, shortened under pressure).",
 		}, []string{"listener", "reason"}),
+		loops: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_request_loops_total", Help: "Requests that came back to the gateway that had forwarded them (marked by its Via entry) and were answered 508 instead of being forwarded again.",
+		}),
+		discoverySelf: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_discovery_self_refused_total", Help: "Addresses in discovery answers refused because they name the gateway's own listener, by pool.",
+		}, []string{"pool"}),
 		tokenize: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_context_tokenize_total", Help: "Prompts whose estimate was too close to a pool's max_model_len to decide, counted by the pool's /tokenize, by pool and result: fits, too_long, error (the estimate decided).",
 		}, []string{"pool", "result"}),
@@ -118,7 +129,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	m.shadow = newShadowMetric()
 	reg.MustRegister(m.shadow)
 	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.keyRequests, m.keyTokens, m.classifierTokens, m.retries, m.fallbacks, m.resumes,
-		m.reloads, m.generation, m.inflight, m.queueWait, m.connsOpen, m.connsRefused, m.connsEvicted, m.poison, m.tokenize, build)
+		m.reloads, m.generation, m.inflight, m.queueWait, m.connsOpen, m.connsRefused, m.connsEvicted, m.loops, m.discoverySelf, m.poison, m.tokenize, build)
 	for _, l := range []string{"api", "admin"} {
 		m.connsRefused.WithLabelValues(l)
 		for _, r := range []string{"idle_at_cap", "per_client", "idle_timeout"} {

@@ -112,6 +112,9 @@ type apiKey struct {
 // prev where their configuration did not change.
 func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 	s := &Snapshot{Config: cfg, pools: map[string]*poolState{}, models: map[string]target{}}
+	if err := checkSelfReplicas(cfg, g.local); err != nil {
+		return nil, err
+	}
 	if cl := cfg.Classifier; cl != nil {
 		// An unchanged classifier sending to a pool of the same model keeps
 		// its cache; it reaches the pool by name through the running

@@ -102,6 +102,7 @@ func (t *poolTransport) once(ctx context.Context, ex *execution, ps *poolState, 
 				return nil, err
 			}
 			req.Header.Set("Content-Type", "application/json")
+			addVia(req.Header, t.g.via)
 			if k := ps.cfg.APIKey; k != "" {
 				req.Header.Set("Authorization", "Bearer "+string(k))
 			}
