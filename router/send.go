@@ -136,6 +136,7 @@ func (g *Gateway) upstreamRequest(ctx, hctx context.Context, x *exchange, r *htt
 	}
 	copyRequestHeaders(out.Header, r.Header)
 	setForwarded(out.Header, r)
+	addVia(out.Header, g.via) // loops.go: a request that comes back is refused
 	out.Header[headerReqID] = x.idHeader
 	if rd != http.NoBody {
 		out.Header["Content-Type"] = jsonContentType
