@@ -157,6 +157,8 @@ func (v *validator) apiKeys() {
 			v.errf(at, "api_keys[%d]: name is required", i)
 		case names[k.Name]:
 			v.errf(appendCopy(at, "name"), "api_keys[%d]: duplicate key name %q", i, k.Name)
+		case reservedKeyName(k.Name):
+			v.errf(appendCopy(at, "name"), "api_keys[%d]: name %q is reserved (%q is the metrics' name for requests without a key; names starting with \"(\" or \"addr \" are the gateway's own tenants)", i, k.Name, "none")
 		}
 		names[k.Name] = true
 		if k.KeyEnv == "" {
@@ -182,6 +184,13 @@ func (v *validator) apiKeys() {
 			}
 		}
 	}
+}
+
+// reservedKeyName reports a key name the gateway uses itself: "none" (the
+// key label of requests without a key), "(classifier)" and any other name
+// in parentheses, and "addr …" (a keyless client's tenant).
+func reservedKeyName(name string) bool {
+	return name == "none" || strings.HasPrefix(name, "(") || strings.HasPrefix(name, "addr ")
 }
 
 // trustedProxies parses server.trusted_proxies: CIDR prefixes, or single

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,7 +45,7 @@ func (g *Gateway) bounded(admin bool, next http.Handler) http.Handler {
 			g.refuseLoop(w, r)
 			return
 		}
-		if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
+		if ce, ok := bodyEncoding(r.Header); !ok {
 			ep := wire.Chat
 			if !admin {
 				ep = apiOf(r)
@@ -371,4 +372,25 @@ func (c *limitConn) Close() error {
 	l.mu.Unlock()
 	l.setGauge()
 	return err
+}
+
+// bodyEncoding reads a request's Content-Encoding: ok when the body is
+// plain (no header, or identity). A second header line is refused even when
+// both say identity: a server and the replica behind it may each read a
+// different line (identity, then gzip), so the only safe reading of two is
+// none. ce is what to name in the refusal.
+func bodyEncoding(h http.Header) (ce string, ok bool) {
+	vs := h.Values("Content-Encoding")
+	switch {
+	case len(vs) == 0:
+		return "", true
+	case len(vs) > 1:
+		return strings.Join(vs, ", "), false
+	}
+	for c := range strings.SplitSeq(vs[0], ",") {
+		if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+			return vs[0], false
+		}
+	}
+	return vs[0], true
 }
