@@ -90,9 +90,9 @@ type execution struct {
 	retryAfter time.Duration
 	// only, when set, is the one replica that may take the request.
 	only *pools.Replica
-	// held is a retryable 5xx not yet told to passive health (see the
-	// poison rule of execute).
-	held *heldFailure
+	// held are the retryable 500s not yet told to passive health (see
+	// the poison rule of execute), all of one status.
+	held []heldFailure
 	// avoid, when set, is a replica never to be asked (the one that cut
 	// the stream a continuation resumes).
 	avoid [1]*pools.Replica
@@ -119,12 +119,14 @@ type execution struct {
 // be retried on the same replica when no other can take it. A retry is
 // counted, and its backoff slept, only when some replica can take it.
 //
-// Poison rule: a request that gets 500 from two replicas is taken to be
-// the cause (a vLLM bug on one input, say): it is not retried further, and
-// neither answer counts toward either replica's consecutive_5xx. So a
-// retryable 500 is told to passive health only once the next attempt's
-// status shows whether the request is to blame (settle; the slot is
-// released at once all the same).
+// Poison rule: a request that gets 500 from two replicas and has no
+// untried replica left within its attempts is taken to be the cause (a
+// vLLM bug on one input, say): it is not retried further, and none of its
+// 500s counts toward a replica's consecutive_5xx. While an untried replica
+// is left it is tried: two broken replicas must not keep a request from a
+// healthy third. So a retryable 500 is told to passive health only once a
+// later attempt's status shows whether the request is to blame (settle;
+// the slot is released at once all the same).
 func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 	ps := ex.ps
 	ex.held = nil
@@ -187,8 +189,10 @@ func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 		ex.call.acquired(rep)
 		res := ex.call.send(ctx, rep)
 		status := failedStatus(res)
-		if ex.held != nil && poisonStatus(status) && status == ex.held.status {
-			// The same 500 from a second replica: the request's fault.
+		if len(ex.held) > 0 && poisonStatus(status) && status == ex.held[0].status &&
+			!(res.retry && !res.done && ctx.Err() == nil && a+1 < ex.attempts && ps.CanTake(exclude)) {
+			// The same 500 from a second replica and none untried left:
+			// the request's fault.
 			ex.held = nil
 			ps.Release(rep)
 			g.metrics.poison.WithLabelValues(ps.Name).Inc()
@@ -197,7 +201,7 @@ func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 		}
 		ex.settle(ps, status)
 		if poisonStatus(status) && res.retry && !res.done && ctx.Err() == nil && a+1 < ex.attempts {
-			ex.held = &heldFailure{rep: rep, outcome: res.outcome, detail: res.detail, status: status}
+			ex.held = append(ex.held, heldFailure{rep: rep, outcome: res.outcome, detail: res.detail, status: status})
 		} else {
 			ps.Observe(rep, res.outcome, res.detail)
 		}
@@ -242,15 +246,17 @@ func replicaDepth(requestBound int) int { return requestBound + replicaDepthMarg
 // request.
 func poisonStatus(status int) bool { return status == http.StatusInternalServerError }
 
-// settle tells passive health of a held 5xx once the next attempt's answer
-// has a status that is not the same failure (status 0: the execution ends
-// without one): the replica was at fault after all. It is called as soon
+// settle tells passive health of the held 500s once a later attempt's
+// answer has a status that is not the same failure (status 0: the
+// execution ends without one): their replicas were at fault after all. It is called as soon
 // as the next answer's headers are judged, not when that answer ends, so
 // a failing replica is counted while a long stream runs elsewhere.
 func (ex *execution) settle(ps *poolState, status int) {
-	if h := ex.held; h != nil && !(status != 0 && status == h.status) {
+	if len(ex.held) > 0 && !(status != 0 && status == ex.held[0].status) {
+		for _, h := range ex.held {
+			ps.Observe(h.rep, h.outcome, h.detail)
+		}
 		ex.held = nil
-		ps.Observe(h.rep, h.outcome, h.detail)
 	}
 }
 
