@@ -253,7 +253,8 @@ func TestClassifierBreakerIgnoresRequestFaults(t *testing.T) {
 }
 
 // TestPoisonRequestEjectsNoReplica: a request that every replica answers
-// with the same 5xx stops after two replicas and counts against neither;
+// with the same 5xx stops once no untried replica is left within its
+// retries (here all three) and counts against none;
 // before the fix each try counted in its replica's consecutive-5xx streak
 // and three such requests ejected one replica of three.
 func TestPoisonRequestEjectsNoReplica(t *testing.T) {
@@ -290,8 +291,8 @@ routes:
 	for _, r := range reps {
 		total += r.count()
 	}
-	if total != 12 {
-		t.Errorf("6 poison requests reached replicas %d times, want 12 (two tries each)", total)
+	if total != 18 {
+		t.Errorf("6 poison requests reached replicas %d times, want 18 (every replica, within retries 2)", total)
 	}
 	if v := metricValue(t, gw, "switchyard_poison_requests_total", map[string]string{"pool": "p"}); v != 6 {
 		t.Errorf("poison requests counted %v, want 6", v)
