@@ -241,10 +241,15 @@ const replicaDepthMargin = 16
 func replicaDepth(requestBound int) int { return requestBound + replicaDepthMargin }
 
 // poisonStatus reports a status the poison rule applies to: 500, what
-// vLLM answers when one input makes it fail. 502, 503 and 504 describe the
-// replica or what stands before it (overloaded, restarting), not the
-// request.
-func poisonStatus(status int) bool { return status == http.StatusInternalServerError }
+// vLLM answers when one input makes it fail, and 503, which a replica may
+// answer for one request it cannot take while serving others. Either is
+// the request's fault only when every replica tried gave it (the rule
+// tries an untried replica first); a replica that answers 503 alone, as
+// one restarting or overloaded does, is counted once another answers. 502
+// and 504 describe what stands before the replica, never the request.
+func poisonStatus(status int) bool {
+	return status == http.StatusInternalServerError || status == http.StatusServiceUnavailable
+}
 
 // settle tells passive health of the held 500s once a later attempt's
 // answer has a status that is not the same failure (status 0: the
