@@ -290,3 +290,45 @@ routes:
 		t.Errorf("%v requests taken for poison", v)
 	}
 }
+
+// TestRequestCaused503EjectsNoReplica: a request that every replica
+// answers 503 (the input, not the replicas: each serves other requests)
+// stops once no untried replica is left and counts against none (issue
+// 31, item 6). Before the fix each 503 counted toward consecutive_5xx and
+// two such requests ejected replicas that served everyone else.
+func TestRequestCaused503EjectsNoReplica(t *testing.T) {
+	urls := map[string]string{}
+	for _, n := range []string{"a", "b", "c"} {
+		r := startReplica(t, fast("m"))
+		r.Sim.SetFaults(vllmsim.Faults{PoisonText: "BAD-INPUT", FailStatus: 503})
+		urls[n] = r.Srv.URL
+	}
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p:
+    model: m
+    balance: round_robin
+    retries: 2
+    outlier: {consecutive_5xx: 2}
+    health: {disabled: true}
+    replicas: [{name: a, url: "{{a}}"}, {name: b, url: "{{b}}"}, {name: c, url: "{{c}}"}]
+routes:
+  - name: default
+    to: p
+`, urls, nil))
+	for i := range 4 {
+		resp, _ := post(t, gw.API.URL+"/v1/chat/completions", fmt.Sprintf(`{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"BAD-INPUT %d"}]}`, i), nil)
+		if resp.StatusCode < 500 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		if v := metricValue(t, gw, "switchyard_replica_ejections_total", map[string]string{"pool": "p", "replica": n}); v != 0 {
+			t.Errorf("replica %s ejected by request-caused 503s", n)
+		}
+	}
+	if v := metricValue(t, gw, "switchyard_poison_requests_total", map[string]string{"pool": "p"}); v != 4 {
+		t.Errorf("poison requests %v, want 4", v)
+	}
+}

@@ -553,10 +553,10 @@ func TestExplainDecidesAsServing(t *testing.T) {
 	}
 }
 
-// TestPoisonRuleIsFor500Only: 502, 503 and 504 describe a replica, not the
-// input; two replicas answering 503 do not stop a request that a third
-// can serve (review finding: the rule cost such requests their healthy
-// replica).
+// TestPoisonRuleIsFor500Only: two replicas answering 503 to everything do
+// not stop a request that a third can serve (review finding: the rule
+// cost such requests their healthy replica); 503 joined the rule in issue
+// 31, and an untried replica is always tried first.
 func TestPoisonRuleIsFor500Only(t *testing.T) {
 	urls := map[string]string{}
 	var reps []*replica

@@ -118,7 +118,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 			Name: "switchyard_context_tokenize_total", Help: "Prompts whose estimate was too close to a pool's max_model_len to decide, counted by the pool's /tokenize, by pool and result: fits, too_long, error (the estimate decided).",
 		}, []string{"pool", "result"}),
 		poison: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_poison_requests_total", Help: "Requests that got 500 from two replicas with no untried replica left within retries: not retried further and held against no replica, by pool.",
+			Name: "switchyard_poison_requests_total", Help: "Requests that got the same 500 or 503 from two replicas with no untried replica left within retries: not retried further and held against no replica, by pool.",
 		}, []string{"pool"}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
