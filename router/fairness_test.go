@@ -332,3 +332,83 @@ routes:
 		t.Errorf("poison requests %v, want 4", v)
 	}
 }
+
+// TestLongPrefillNotCounted: a stream whose first token outlasts
+// first_token_timeout on a replica that answered another request within
+// that time is the request's prefill, not the replica failing: it is not
+// counted (issue 31, item 6); on a replica that answered nothing it still
+// is. The pool's clock is frozen, so "within" does not depend on how fast
+// the machine runs; the first-token timer itself fires on its own.
+func TestLongPrefillNotCounted(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		answered bool
+		counted  bool
+	}{
+		{"the replica answered another request", true, false},
+		{"the replica answered nothing", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim := vllmsim.New(fast("m"))
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				if bytes.Contains(body, []byte("LONG-PREFILL")) {
+					// Headers at once, then nothing: vLLM computing a
+					// long prompt's prefill.
+					w.Header().Set("Content-Type", "text/event-stream")
+					w.WriteHeader(200)
+					w.(http.Flusher).Flush()
+					<-r.Context().Done()
+					return
+				}
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				sim.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p:
+    model: m
+    first_token_timeout: 200ms
+    outlier: {consecutive_5xx: 1, max_ejection_percent: 100}
+    health: {disabled: true}
+    replicas: [{name: a, url: "{{a}}"}]
+routes:
+  - name: default
+    to: p
+`, map[string]string{"a": srv.URL}, nil), func(o *router.Options) { o.Now = func() time.Time { return now } })
+			url := gw.API.URL + "/v1/chat/completions"
+			if tc.answered {
+				if resp, b := post(t, url, `{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 {
+					t.Fatalf("ordinary request: %d %s", resp.StatusCode, b)
+				}
+			}
+			_, b := post(t, url, `{"model":"m","stream":true,"max_tokens":3,"messages":[{"role":"user","content":"LONG-PREFILL"}]}`, nil)
+			if !strings.Contains(string(b), "first_token_timeout") {
+				t.Fatalf("the stalled stream: %s", b)
+			}
+			// The exchange is finished (counted) after its outcome was
+			// told to passive health.
+			want := 1.0
+			if tc.answered {
+				want = 2
+			}
+			eventually(t, 10*time.Second, "the stalled exchange to finish", func() bool {
+				return metricValue(t, gw, "switchyard_request_duration_seconds", nil) == want
+			})
+			// Counted against the replica: its last error says so (a
+			// neutral outcome leaves none).
+			resp, err := http.Get(gw.Admin.URL + "/admin/pools")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pb, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if counted := strings.Contains(string(pb), "first_token_timeout"); counted != tc.counted {
+				t.Errorf("counted against the replica: %t, want %t (/admin/pools: %s)", counted, tc.counted, pb)
+			}
+		})
+	}
+}
