@@ -362,7 +362,9 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	switch {
 	case errors.As(cause, &pt):
 		err = fmt.Errorf("%w: %s", errStreamCut, pt.msg)
-		if pt == ps.timeouts.totalErr {
+		if pt == ps.timeouts.totalErr || pt == ps.timeouts.firstTokenErr && ps.AnsweredWithin(rep, ps.timeouts.firstToken) {
+			// A long answer, or a first token that waited on a replica
+			// that answered others meanwhile: the request's prefill.
 			outcome = pools.Neutral
 		}
 	case errors.Is(cause, errShuttingDown):
