@@ -32,6 +32,7 @@ type waiter struct {
 	tenant   string
 	weight   float64
 	priority bool
+	fair     bool
 }
 
 const (
@@ -153,6 +154,18 @@ func (e *Endpoint) dispatch() {
 	if e.queue.len() == 0 || !e.Available(e.reg.now()) {
 		return
 	}
+	// First the waiters whose tenant is under its share (share.go), then,
+	// if a slot is still free, anyone.
+	if over := e.shareLimit(e.queue.maxCap); over != nil && e.dispatchPass(over) {
+		e.dispatchPass(nil)
+		return
+	}
+	e.dispatchPass(nil)
+}
+
+// dispatchPass is one pass of dispatch; a waiter whose tenant is in over
+// is passed over. It reports whether it passed one over. e.mu is held.
+func (e *Endpoint) dispatchPass(over *shares) (skipped bool) {
 	var blocked int64 = -1 // the largest cap found not to fit
 	// k is relative to the queue's head: removing an entry at or after
 	// it, or compacting the queue, keeps the entries behind it at k.
@@ -166,13 +179,17 @@ func (e *Endpoint) dispatch() {
 		case blocked >= 0 && wmax > 0 && wmax <= blocked:
 			k++
 			continue
+		case over != nil && w.fair && over.full(w.tenant):
+			skipped = true
+			k++
+			continue
 		case !e.admit(wmax):
 			if wmax <= 0 {
-				return // unlimited waiter blocked: nothing fits
+				return skipped // unlimited waiter blocked: nothing fits
 			}
 			blocked = max(blocked, wmax)
 			if wmax >= e.queue.maxCap {
-				return // no waiter with a higher cap is queued
+				return skipped // no waiter with a higher cap is queued
 			}
 			k++
 			continue
@@ -184,8 +201,12 @@ func (e *Endpoint) dispatch() {
 		}
 		e.queue.served(k)
 		e.removeAt(k)
+		if over != nil && w.fair {
+			over.give(w.tenant)
+		}
 		w.ch <- e
 	}
+	return skipped
 }
 
 // removeAt removes the queue entry k places behind the head. e.mu is held.
@@ -271,7 +292,18 @@ func (e *Endpoint) release() {
 // pool's queue timeout, then returns ErrSaturated; with no available
 // replica it returns ErrNoReplica at once. It returns ctx.Err() if ctx
 // ends first.
+//
+// A request with Fair counts against its tenant's share (share.go) until
+// ReleaseFor.
 func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica) bool) (*Replica, error) {
+	r, err := p.acquire(ctx, req, exclude)
+	if r != nil && req.Fair {
+		r.Endpoint.holds.add(req, r.Endpoint)
+	}
+	return r, err
+}
+
+func (p *Pool) acquire(ctx context.Context, req *Request, exclude func(*Replica) bool) (*Replica, error) {
 	changed := p.reg.changes()
 	r, full := p.tryAcquire(req, exclude)
 	if r != nil {
@@ -285,7 +317,7 @@ func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica)
 	}
 	timer := time.NewTimer(p.opts.QueueTimeout)
 	defer timer.Stop()
-	w := &waiter{ch: make(chan *Endpoint, 1), tenant: req.Tenant, weight: float64(max(1, req.Weight)), priority: req.Priority}
+	w := &waiter{ch: make(chan *Endpoint, 1), tenant: req.Tenant, weight: float64(max(1, req.Weight)), priority: req.Priority, fair: req.Fair}
 	w.max.Store(p.capFor(req))
 	for _, f := range full {
 		f.enqueue(w)

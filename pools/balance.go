@@ -28,6 +28,11 @@ type Request struct {
 	// (Options.Reserved): a tenant holding the pool's slots delays them by
 	// at most one slot's turn.
 	Priority bool
+	// Fair requests count against their tenant's share of a replica's
+	// slots (share.go) and must be released with ReleaseFor.
+	Fair bool
+	// held is the endpoint a fair request counts on, once acquired.
+	held *Endpoint
 }
 
 // Env is what balancers get from their pool: injected randomness and clock,

@@ -89,6 +89,8 @@ type Endpoint struct {
 
 	mu    sync.Mutex // guards queue and the fields below
 	queue waitQueue
+	// holds counts the fair requests holding slots, by tenant (share.go).
+	holds holds
 	opts  EndpointOptions
 	// stop ends the endpoint's health and scrape loops.
 	stop context.CancelFunc
