@@ -194,7 +194,7 @@ func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 			// The same 500 from a second replica and none untried left:
 			// the request's fault.
 			ex.held = nil
-			ps.Release(rep)
+			ps.ReleaseFor(rep, ex.req)
 			g.metrics.poison.WithLabelValues(ps.Name).Inc()
 			res.retry, res.poison = false, true
 			return res
@@ -205,7 +205,7 @@ func (g *Gateway) execute(ctx context.Context, ex *execution) result {
 		} else {
 			ps.Observe(rep, res.outcome, res.detail)
 		}
-		ps.Release(rep)
+		ps.ReleaseFor(rep, ex.req)
 		if res.done || !res.retry || ctx.Err() != nil {
 			return res
 		}
