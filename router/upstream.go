@@ -151,6 +151,7 @@ func (g *Gateway) placeOn(ctx context.Context, w http.ResponseWriter, r *http.Re
 	// Waiting for a full replica, keys take turns by weight, and keyless
 	// clients one turn each by address.
 	x.preq.Tenant, x.preq.Weight = tenantOf(x, r, x.snap.Config.Server.Trusted)
+	x.preq.Fair = true // no tenant holds more than its share while others wait
 	if ps.NeedsKey() {
 		x.preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
 	}
