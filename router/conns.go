@@ -111,6 +111,7 @@ func (g *Gateway) LimitListener(ln net.Listener, listener string, fdLimit uint64
 	l := &limitListener{Listener: ln, g: g, name: listener, fdLimit: fdLimit,
 		refusing: make(chan struct{}, 64), clients: map[netip.Addr]int{}}
 	l.gauge = g.metrics.connsOpen.WithLabelValues(listener)
+	l.idleGauge = g.metrics.connsIdle.WithLabelValues(listener)
 	return l
 }
 
@@ -132,8 +133,10 @@ type limitListener struct {
 	tracked bool
 	// mu guards the idle list and the per-client counts.
 	mu sync.Mutex
-	// idle holds the idle connections, the longest idle first.
-	idle list.List
+	// idle holds the idle connections, the longest idle first; idleGauge
+	// publishes its length (set under mu).
+	idle      list.List
+	idleGauge interface{ Set(float64) }
 	// clients counts the open connections per client address.
 	clients map[netip.Addr]int
 }
@@ -252,6 +255,7 @@ func (l *limitListener) admit(c net.Conn) *limitConn {
 			lc.elem = l.idle.PushBack(lc)
 		}
 	}
+	l.idleGauge.Set(float64(l.idle.Len()))
 	l.mu.Unlock()
 	for _, ic := range evict {
 		ic.Conn.Close()
@@ -312,6 +316,7 @@ func (l *limitListener) connState(nc net.Conn, st http.ConnState) {
 			c.elem = nil
 		}
 	}
+	l.idleGauge.Set(float64(l.idle.Len()))
 }
 
 // refusal is the whole answer to a connection over the cap.
@@ -369,6 +374,7 @@ func (c *limitConn) Close() error {
 	l := c.l
 	l.mu.Lock()
 	l.release(c)
+	l.idleGauge.Set(float64(l.idle.Len()))
 	l.mu.Unlock()
 	l.setGauge()
 	return err

@@ -71,6 +71,16 @@ func idleConn(t *testing.T, from, addr, path string, header ...string) net.Conn 
 	return c
 }
 
+// idleSeen waits until the listener knows n connections idle (the
+// server reports a connection idle just after its answer is written, which
+// may be after the client has read it).
+func idleSeen(t *testing.T, gw *gateway, listener string, n int) {
+	t.Helper()
+	eventually(t, 10*time.Second, fmt.Sprintf("%d idle connections", n), func() bool {
+		return metricValue(t, gw, "switchyard_connections_idle", map[string]string{"listener": listener}) == float64(n)
+	})
+}
+
 // isClosed reports whether the server closed c (which has nothing more to
 // read): a read ends with EOF rather than the deadline.
 func isClosed(c net.Conn) bool {
@@ -124,6 +134,7 @@ func TestIdleFloodDoesNotStarveKeyedClient(t *testing.T) {
 			for range l.cap {
 				flood = append(flood, idleConn(t, "127.0.0.2", addr, l.path, "Authorization: Bearer attacker-secret"))
 			}
+			idleSeen(t, gw, l.name, l.cap)
 			c := victimClient("127.0.0.1")
 			for i := range 5 {
 				var status int
@@ -175,8 +186,9 @@ func TestConnectionsPerClient(t *testing.T) {
 		map[string]string{"m": m.Srv.URL}, connsEnv))
 	addr := limited(t, gw, gw.G.Handler(), "api")
 	var idle []net.Conn
-	for range 4 {
+	for i := range 4 {
 		idle = append(idle, idleConn(t, "127.0.0.2", addr, "/v1/models", "Authorization: Bearer attacker-secret"))
+		idleSeen(t, gw, "api", min(i+1, 3))
 	}
 	if !isClosed(idle[0]) {
 		t.Fatalf("the fourth connection of one address did not close its oldest idle one")
@@ -247,28 +259,26 @@ func TestIdleTimeoutShrinksUnderPressure(t *testing.T) {
 	for range 3 {
 		idle = append(idle, idleConn(t, "127.0.0.2", addr, "/v1/models", key))
 	}
+	idleSeen(t, gw, "api", 3)
 	advance(100 * time.Second)
 	// 4 of 8 open: no pressure, the 120s timeout holds.
 	idle = append(idle, idleConn(t, "127.0.0.2", addr, "/v1/models", key))
 	if v := metricValue(t, gw, "switchyard_connections_evicted_total", map[string]string{"listener": "api", "reason": "idle_timeout"}); v != 0 {
 		t.Fatalf("idle_timeout evictions %v at half the cap, want 0", v)
 	}
-	for range 2 {
-		idle = append(idle, idleConn(t, "127.0.0.2", addr, "/v1/models", key))
-	}
-	// The 7th of 8: the timeout is 120s × 2 × 1/8 = 30s; the first three
-	// have been idle 100s.
-	advance(time.Second)
+	idleSeen(t, gw, "api", 4)
+	// The 5th of 8: past half the cap the timeout is 120s × 2 × 3/8 =
+	// 90s; the first three have been idle 100s.
 	idle = append(idle, idleConn(t, "127.0.0.2", addr, "/v1/models", key))
 	if v := metricValue(t, gw, "switchyard_connections_evicted_total", map[string]string{"listener": "api", "reason": "idle_timeout"}); v != 3 {
-		t.Errorf("idle_timeout evictions %v near the cap, want 3", v)
+		t.Errorf("idle_timeout evictions %v past half the cap, want 3", v)
 	}
 	for i, c := range idle[:3] {
 		if !isClosed(c) {
-			t.Errorf("connection %d idle 101s near the cap is open", i)
+			t.Errorf("connection %d idle 100s past half the cap is open", i)
 		}
 	}
 	if isClosed(idle[3]) {
-		t.Errorf("a connection idle 1s was closed")
+		t.Errorf("a connection idle 0s was closed")
 	}
 }

@@ -35,6 +35,8 @@ type metrics struct {
 	// connsEvicted counts idle connections closed to make room, by
 	// listener and reason.
 	connsEvicted *prometheus.CounterVec
+	// connsIdle counts the connections known idle, by listener.
+	connsIdle *prometheus.GaugeVec
 	// loops counts requests that came back to this gateway (508).
 	loops prometheus.Counter
 	// discoverySelf counts discovered addresses refused for naming the
@@ -105,6 +107,9 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_connections_refused_total", Help: "Connections answered 503 and closed because the listener was at its cap (server.max_connections, server.admin_max_connections), by listener.",
 		}, []string{"listener"}),
+		connsIdle: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_connections_idle", Help: "Client connections open and idle (keep-alive between requests, or not yet sent a request), by listener: the first to be closed when the listener is full.",
+		}, []string{"listener"}),
 		connsEvicted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_connections_evicted_total", Help: "Idle client connections closed to make room, by listener and reason (idle_at_cap: the listener was full; per_client: the client address was at its cap; idle_timeout: idle past the idle timeout, shortened under pressure).",
 		}, []string{"listener", "reason"}),
@@ -129,7 +134,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	m.shadow = newShadowMetric()
 	reg.MustRegister(m.shadow)
 	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.keyRequests, m.keyTokens, m.classifierTokens, m.retries, m.fallbacks, m.resumes,
-		m.reloads, m.generation, m.inflight, m.queueWait, m.connsOpen, m.connsRefused, m.connsEvicted, m.loops, m.discoverySelf, m.poison, m.tokenize, build)
+		m.reloads, m.generation, m.inflight, m.queueWait, m.connsOpen, m.connsRefused, m.connsIdle, m.connsEvicted, m.loops, m.discoverySelf, m.poison, m.tokenize, build)
 	for _, l := range []string{"api", "admin"} {
 		m.connsRefused.WithLabelValues(l)
 		for _, r := range []string{"idle_at_cap", "per_client", "idle_timeout"} {
