@@ -1,6 +1,7 @@
 package chaos_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -31,6 +32,7 @@ server:
   api_keys:
     - {name: victim, key_env: VICTIM_KEY}
     - {name: attacker, key_env: ATTACKER_KEY}
+    - {name: hog, key_env: HOG_KEY, max_inflight: 6}
 pools:
   small:
     model: m
@@ -50,6 +52,8 @@ pools:
     replicas: [{name: c, url: "http://%s"}]
   cls:
     model: cls
+    max_inflight: 2
+    queue_timeout: 20s
     health: {interval: 200ms, timeout: 1s}
     replicas: [{name: cls, url: "http://%s"}]
 classifier:
@@ -61,6 +65,7 @@ classifier:
   timeout: 2s
   cache: {size: 0}
   breaker: {failures: 3, cooldown: 30s}
+  reserved_slots: 1
 models:
   - {name: auto, route: policy}
 session: {implicit: false}
@@ -215,16 +220,20 @@ func (p *proc) rss(t *testing.T) int64 {
 // what it sent.
 type attack struct {
 	hoarded, breaker, poison, flood, foreignIDs, foreignFound atomic.Int64
+	// idle: keep-alive connections left idle; clsHog: requests straight
+	// to the classifier's pool; hogRefused: the hog key's requests
+	// refused at its max_inflight.
+	idle, clsHog, hogRefused atomic.Int64
 }
 
 func (a *attack) run(ctx context.Context, addr string, victimIDs func() []string) {
 	var wg sync.WaitGroup
 	c := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer c.CloseIdleConnections()
-	send := func(path, body string) (int, []byte) {
+	sendAs := func(key, path, body string) (int, []byte) {
 		req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+addr+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer attacker-key-0123456789")
+		req.Header.Set("Authorization", "Bearer "+key)
 		resp, err := c.Do(req)
 		if err != nil {
 			return 0, nil
@@ -233,6 +242,10 @@ func (a *attack) run(ctx context.Context, addr string, victimIDs func() []string
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, b
 	}
+	send := func(path, body string) (int, []byte) { return sendAs("attacker-key-0123456789", path, body) }
+	// The attacker is another client than the victim: its raw
+	// connections come from another loopback address.
+	dialer := &net.Dialer{Timeout: time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
 	loop := func(pause time.Duration, f func()) {
 		wg.Add(1)
 		go func() {
@@ -250,7 +263,7 @@ func (a *attack) run(ctx context.Context, addr string, victimIDs func() []string
 	// 150 held at a time, each replaced when the gateway closes it.
 	for range 150 {
 		loop(0, func() {
-			conn, err := net.DialTimeout("tcp", addr, time.Second)
+			conn, err := dialer.Dial("tcp", addr)
 			if err != nil {
 				return
 			}
@@ -289,11 +302,46 @@ func (a *attack) run(ctx context.Context, addr string, victimIDs func() []string
 		a.poison.Add(1)
 		send("/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"POISON-INPUT"}]}`)
 	})
-	// A queue flood: 48 requests at a time on pools of 4 slots a replica.
+	// A queue flood and slot hog: 48 requests at a time on pools of 4
+	// slots a replica, from a key capped at 6 in flight.
 	for range 48 {
 		loop(0, func() {
 			a.flood.Add(1)
-			send("/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"flood"}]}`)
+			status, _ := sendAs("hog-key-0123456789", "/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"flood"}]}`)
+			if status == http.StatusTooManyRequests {
+				a.hogRefused.Add(1)
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	// Idle keep-alive connections, as many as the listener's cap, each
+	// replaced when the gateway closes it.
+	for range 512 {
+		loop(100*time.Millisecond, func() {
+			conn, err := dialer.Dial("tcp", addr)
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer attacker-key-0123456789\r\n\r\n")
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			a.idle.Add(1)
+			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			_, _ = io.Copy(io.Discard, br) // until the gateway closes it
+		})
+	}
+	// The classifier's pool, taken straight by its model name: 16
+	// requests at a time on 2 slots (one reserved for the classifier).
+	for range 16 {
+		loop(0, func() {
+			a.clsHog.Add(1)
+			send("/v1/chat/completions", `{"model":"cls","max_tokens":8,"messages":[{"role":"user","content":"hold the slot"}]}`)
 		})
 	}
 	// The victim's stored responses, by their ids.
@@ -316,9 +364,12 @@ func (a *attack) run(ctx context.Context, addr string, victimIDs func() []string
 	wg.Wait()
 }
 
-// TestAdversarialTenant: one key runs every attack of the isolation issue
-// at once (hoarded connections, breaker-tripping and poison requests, a
-// queue flood, the other key's stored-response ids) while a second key
+// TestAdversarialTenant: one key runs every attack of the isolation issues
+// at once (hoarded connections, idle keep-alive connections as many as the
+// cap from one address, breaker-tripping and poison requests, a queue
+// flood and slot hog from a key with max_inflight, the classifier's pool
+// taken straight by its model name, the other key's stored-response ids)
+// while a second key
 // sends a steady mixed load (chat, Responses, Messages, stream and not).
 // Against the same load with no attack, the victim loses no request and
 // keeps its pool split within 2 points, no replica is ejected, the
@@ -328,7 +379,8 @@ func (a *attack) run(ctx context.Context, addr string, victimIDs func() []string
 func TestAdversarialTenant(t *testing.T) {
 	a, b, c := sim(t, "--poison-text", "POISON-INPUT"), sim(t, "--poison-text", "POISON-INPUT"), sim(t, "--poison-text", "POISON-INPUT")
 	cls := start(t, "sim", "--listen", "127.0.0.1:0", "--model", "cls", "--max-model-len", "2048", "--decode-tps", "400", "--max-tokens", "8")
-	gw := startEnv(t, []string{"VICTIM_KEY=victim-key-0123456789", "ATTACKER_KEY=attacker-key-0123456789"}, isolationConfig(a.addr, b.addr, c.addr, cls.addr))
+	gw := startEnv(t, []string{"VICTIM_KEY=victim-key-0123456789", "ATTACKER_KEY=attacker-key-0123456789", "HOG_KEY=hog-key-0123456789"},
+		isolationConfig(a.addr, b.addr, c.addr, cls.addr))
 	const n, workers = 240, 4
 	victimLoad(gw.addr, 24, workers) // warm-up
 	quiet := victimLoad(gw.addr, n, workers)
@@ -367,8 +419,9 @@ func TestAdversarialTenant(t *testing.T) {
 	cancel()
 	<-attackDone
 
-	t.Logf("attack: %d hoarded connections, %d breaker-tripping, %d poison, %d flood requests, %d foreign id lookups",
-		atk.hoarded.Load(), atk.breaker.Load(), atk.poison.Load(), atk.flood.Load(), atk.foreignIDs.Load())
+	t.Logf("attack: %d hoarded connections, %d breaker-tripping, %d poison, %d flood requests (%d refused at the key's max_inflight), %d foreign id lookups, %d idle keep-alive connections, %d requests to the classifier's pool",
+		atk.hoarded.Load(), atk.breaker.Load(), atk.poison.Load(), atk.flood.Load(), atk.hogRefused.Load(), atk.foreignIDs.Load(), atk.idle.Load(), atk.clsHog.Load())
+	t.Logf("connections: %v idle ones closed to make room, %v refused", gw.metric(t, "switchyard_connections_evicted_total"), gw.metric(t, "switchyard_connections_refused_total"))
 	t.Logf("victim without attack: median %v p99 %v big share %.3f; under attack: median %v p99 %v (%.2fx) big share %.3f",
 		quiet.median(), quiet.p99(), quiet.bigShare(), attacked.median(), attacked.p99(),
 		float64(attacked.p99())/float64(max(1, quiet.p99())), attacked.bigShare())
@@ -379,9 +432,13 @@ func TestAdversarialTenant(t *testing.T) {
 	if d := attacked.bigShare() - quiet.bigShare(); d > 0.02 || d < -0.02 {
 		t.Errorf("the victim's share on the big pool moved from %.3f to %.3f", quiet.bigShare(), attacked.bigShare())
 	}
-	if atk.hoarded.Load() < 150 || atk.breaker.Load() < 8 || atk.poison.Load() < 1 || atk.flood.Load() < 48 || atk.foreignIDs.Load() < 1 {
-		t.Errorf("an attack did not run: %d hoarded, %d breaker, %d poison, %d flood, %d ids",
-			atk.hoarded.Load(), atk.breaker.Load(), atk.poison.Load(), atk.flood.Load(), atk.foreignIDs.Load())
+	if atk.hoarded.Load() < 150 || atk.breaker.Load() < 8 || atk.poison.Load() < 1 || atk.flood.Load() < 48 || atk.foreignIDs.Load() < 1 ||
+		atk.idle.Load() < 128 || atk.clsHog.Load() < 16 || atk.hogRefused.Load() < 1 {
+		t.Errorf("an attack did not run: %d hoarded, %d breaker, %d poison, %d flood (%d refused), %d ids, %d idle, %d classifier-pool",
+			atk.hoarded.Load(), atk.breaker.Load(), atk.poison.Load(), atk.flood.Load(), atk.hogRefused.Load(), atk.foreignIDs.Load(), atk.idle.Load(), atk.clsHog.Load())
+	}
+	if v := gw.metric(t, "switchyard_connections_evicted_total"); v < 1 {
+		t.Errorf("no idle connection was closed to make room: the idle flood did not fill the cap")
 	}
 	if f := atk.foreignFound.Load(); f != 0 {
 		t.Errorf("the attacker's key found %d of the victim's stored responses", f)

@@ -89,3 +89,41 @@ func TestCircuitBreakerOff(t *testing.T) {
 		t.Errorf("%d calls, want 10", calls.Load())
 	}
 }
+
+// TestCircuitBreakerIgnoresNoSlot: calls that never reached a replica
+// because every slot of the pool was held (ErrNoSlot from the transport)
+// do not open the breaker, however many fail in a row; they get on_error
+// one by one and the next call goes to the pool.
+func TestCircuitBreakerIgnoresNoSlot(t *testing.T) {
+	var calls atomic.Int64
+	var busy atomic.Bool
+	busy.Store(true)
+	tr := transportFunc(func(ctx context.Context, _ []byte) ([]byte, error) {
+		calls.Add(1)
+		if busy.Load() {
+			return nil, fmt.Errorf("pool %q: %w (%w)", "classifier", classifier.ErrNoSlot, context.DeadlineExceeded)
+		}
+		return answer("simple"), nil
+	})
+	c := newModel(t, tr, func(o *classifier.Options) {
+		o.CacheSize = 0
+		o.BreakerFailures, o.BreakerCooldown = 3, time.Hour
+	})
+	ctx := context.Background()
+	for i := range 10 {
+		r := c.Classify(ctx, classifier.Input{LastUser: fmt.Sprint("question ", i)})
+		if r.Outcome == classifier.OutcomeCircuitOpen {
+			t.Fatalf("request %d: the breaker opened on calls that found no slot", i)
+		}
+		if !r.Fallback() {
+			t.Fatalf("request %d: %+v, want on_error", i, r)
+		}
+	}
+	if n := calls.Load(); n != 10 {
+		t.Errorf("pool called %d times, want 10", n)
+	}
+	busy.Store(false)
+	if r := c.Classify(ctx, classifier.Input{LastUser: "after"}); r.Outcome != classifier.OutcomeOK || r.Label != "simple" {
+		t.Errorf("once slots are free: %+v", r)
+	}
+}

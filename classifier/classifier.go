@@ -354,11 +354,14 @@ func (c *Classifier) call(ctx context.Context, in *Input, key uint64) Result {
 	label, scores, err := c.backend.classify(ctx, in)
 	if err != nil {
 		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
 		// Every client that waited on this call left, or the request
 		// itself was refused: not the pool's fault.
-		requestCaused := parent.Err() != nil || errors.Is(err, ErrRefused)
+		// A call that never reached a replica because every slot of the
+		// pool was taken (a tenant's long streams) says nothing of the
+		// pool's health either.
+		requestCaused := parent.Err() != nil || errors.Is(err, ErrRefused) || errors.Is(err, ErrNoSlot)
 		if !requestCaused {
 			c.outcome(true, probe, err)
 		} else if probe {
@@ -595,6 +598,12 @@ func (g *flightGroup) do(ctx context.Context, key uint64, fn func(context.Contex
 // answered 4xx: the classifier's own request was refused, typically for
 // its length). It never counts toward the circuit breaker.
 var ErrRefused = errors.New("the classifier pool refused the request")
+
+// ErrNoSlot marks a Transport error of a call that never reached a
+// replica: it waited for a slot of a pool whose replicas were all busy
+// (and available) until its timeout. It never counts toward the circuit
+// breaker: a tenant holding the pool's slots is not the pool failing.
+var ErrNoSlot = errors.New("the classifier pool had no free slot")
 
 // errCircuitOpen is the error of a classification the breaker refused.
 var errCircuitOpen = errors.New("classifier circuit open: the classifier pool failed repeatedly; using on_error until a probe succeeds")

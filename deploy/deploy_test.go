@@ -270,9 +270,11 @@ func checkGateway(t *testing.T, r *rendering) *gateway {
 		t.Errorf("%s: --admin-listen %s: want 0.0.0.0 and the admin port %d", r.source, adminListen, adminPort)
 	}
 
-	// Probes on the gateway's real endpoints (README: HTTP endpoints).
-	checkProbe(t, r.source+": livenessProbe", c.LivenessProbe, "/healthz", c, httpPort)
-	checkProbe(t, r.source+": readinessProbe", c.ReadinessProbe, "/readyz", c, httpPort)
+	// Probes on the gateway's real endpoints (README: HTTP endpoints), on
+	// the admin listener: a client listener full of a tenant's
+	// connections must not get the pod restarted.
+	checkProbe(t, r.source+": livenessProbe", c.LivenessProbe, "/healthz", c, adminPort)
+	checkProbe(t, r.source+": readinessProbe", c.ReadinessProbe, "/readyz", c, adminPort)
 
 	// The policy: the ConfigMap mounted as the directory of --config (no
 	// subPath, which the kubelet's symlink swap would not reach).
@@ -534,14 +536,14 @@ func checkRules(t *testing.T, source string, pr *monitoringv1.PrometheusRule) {
 	}
 }
 
-// checkProbe checks that p asks GET path on the container's http port.
-func checkProbe(t *testing.T, what string, p *corev1.Probe, want string, c *corev1.Container, httpPort int32) {
+// checkProbe checks that p asks GET path on the container's port wantPort.
+func checkProbe(t *testing.T, what string, p *corev1.Probe, want string, c *corev1.Container, wantPort int32) {
 	t.Helper()
 	switch {
 	case p == nil || p.HTTPGet == nil:
 		t.Errorf("%s: want an httpGet probe of %s", what, want)
-	case p.HTTPGet.Path != want || resolvePort(c, p.HTTPGet.Port) != httpPort:
-		t.Errorf("%s: GET %s on port %s, want %s on the http port %d", what, p.HTTPGet.Path, p.HTTPGet.Port.String(), want, httpPort)
+	case p.HTTPGet.Path != want || resolvePort(c, p.HTTPGet.Port) != wantPort:
+		t.Errorf("%s: GET %s on port %s, want %s on port %d", what, p.HTTPGet.Path, p.HTTPGet.Port.String(), want, wantPort)
 	case p.HTTPGet.Scheme != "" && p.HTTPGet.Scheme != corev1.URISchemeHTTP:
 		t.Errorf("%s: scheme %s, want HTTP", what, p.HTTPGet.Scheme)
 	}

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"strings"
 
@@ -104,6 +105,10 @@ type Server struct {
 	// derived from the process's file-descriptor limit (see
 	// docs/config.md).
 	MaxConnections int `yaml:"max_connections,omitempty"`
+	// MaxConnectionsPerClient caps the client listener's connections from
+	// one client address (a trusted proxy is exempt). Default 0: a quarter
+	// of the listener's cap, at least 16.
+	MaxConnectionsPerClient int `yaml:"max_connections_per_client,omitempty"`
 	// AdminMaxConnections is the same cap for the admin listener.
 	// Default 256.
 	AdminMaxConnections int `yaml:"admin_max_connections"`
@@ -113,6 +118,13 @@ type Server struct {
 	ResponseIDSecretEnv string `yaml:"response_id_secret_env,omitempty"`
 	// ResponseIDSecret is read from ResponseIDSecretEnv; never printed.
 	ResponseIDSecret Secret `yaml:"-"`
+	// TrustedProxies are the addresses (CIDR prefixes or single IPs) of
+	// proxies whose X-Forwarded-For names the client: behind one, the
+	// client address (a keyless tenant, the per-client connection cap's
+	// exemption) is the last untrusted hop it forwards. Default: none.
+	TrustedProxies StringList `yaml:"trusted_proxies,omitempty"`
+	// Trusted is TrustedProxies, parsed during validation.
+	Trusted []netip.Prefix `yaml:"-"`
 	// Readiness makes /readyz depend on named pools. By default /readyz
 	// is 200 whenever a config is loaded and the gateway is not draining.
 	Readiness *Readiness `yaml:"readiness,omitempty"`
@@ -136,6 +148,9 @@ type APIKey struct {
 	// Weight is the key's share of a full replica's queue against other
 	// keys' waiting requests. Default 1.
 	Weight int `yaml:"weight"`
+	// MaxInflight caps the key's requests in flight at once, across every
+	// pool; one more gets 429. Default 0: no cap.
+	MaxInflight int `yaml:"max_inflight,omitempty"`
 	// Secret is the key read from the environment; never printed.
 	Secret Secret `yaml:"-"`
 }
@@ -396,6 +411,10 @@ type Classifier struct {
 	Prompt string `yaml:"prompt,omitempty"`
 	// Breaker stops calling a failing classifier pool for a while.
 	Breaker Breaker `yaml:"breaker"`
+	// ReservedSlots of each classifier-pool replica's max_inflight only
+	// the classifier's calls may use. Default 0 (the calls still wait
+	// ahead of every other request).
+	ReservedSlots int `yaml:"reserved_slots"`
 }
 
 // Breaker is the classifier's circuit breaker.

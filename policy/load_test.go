@@ -58,6 +58,19 @@ var badFixtures = []struct {
 		`../testdata/health-path.bad.yaml:7:31: pool "small": replica "a": url "http://127.0.0.1:8001?x=1" must be a base URL without query, fragment or credentials (use api_key_env for a key)`,
 		`../testdata/health-path.bad.yaml:9:38: server.readiness.require_pools: pool "large" is not defined (known: small)`,
 	}},
+	{"classifier-reserved-slots", []string{
+		`../testdata/classifier-reserved-slots.bad.yaml:12:19: classifier: reserved_slots 2 must be below pool "small"'s max_inflight 2`,
+	}},
+	{"tenant-limits", []string{
+		`../testdata/tenant-limits.bad.yaml:3:33: server: trusted_proxies[1]: "10.0.0.0/99" is not a CIDR prefix such as 10.0.0.0/8 or an address`,
+		`../testdata/tenant-limits.bad.yaml:3:46: server: trusted_proxies[2]: "proxy.local" is not a CIDR prefix such as 10.0.0.0/8 or an address`,
+		`../testdata/tenant-limits.bad.yaml:5:59: api key "a": max_inflight must not be negative (0: no cap)`,
+	}},
+	{"api-key-reserved", []string{
+		`../testdata/api-key-reserved.bad.yaml:4:14: api_keys[0]: name "(classifier)" is reserved ("none" is the metrics' name for requests without a key; names starting with "(" or "addr " are the gateway's own tenants)`,
+		`../testdata/api-key-reserved.bad.yaml:5:14: api_keys[1]: name "none" is reserved ("none" is the metrics' name for requests without a key; names starting with "(" or "addr " are the gateway's own tenants)`,
+		`../testdata/api-key-reserved.bad.yaml:6:32: api key "ci-copy": its key (SWITCHYARD_KEY_CI) is the same as api key "(classifier)"'s (SWITCHYARD_KEY_CI); give each key its own value`,
+	}},
 	{"server-and-classifier-values", []string{
 		`../testdata/server-and-classifier-values.bad.yaml:3:11: server: listen "8080" must be HOST:PORT (e.g. 0.0.0.0:8080 or :8080)`,
 		`../testdata/server-and-classifier-values.bad.yaml:4:19: server: max_json_depth must be at least 1`,
@@ -604,7 +617,7 @@ func TestRenderRoundTrip(t *testing.T) {
 	examples, _ := filepath.Glob("../examples/policies/*.yaml")
 	files = append(files, examples...)
 	reg := testLoadOptions
-	reg.Getenv = func(string) string { return "secret" }
+	reg.Getenv = func(k string) string { return "secret-value-of-" + k } // one value per variable: keys must differ
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			cfg, err := policy.LoadFile(f, reg)

@@ -45,6 +45,10 @@ func (s *secrets) server() {
 			sv.ResponseIDSecret = Secret(val)
 		}
 	}
+	// owner finds a key value given twice: one credential for two names
+	// would make every request the first key's, whatever the second's
+	// limits and models say.
+	owner := map[Secret]*APIKey{}
 	for i, k := range sv.APIKeys {
 		if k.KeyEnv == "" {
 			continue // validate reports it
@@ -54,8 +58,11 @@ func (s *secrets) server() {
 			s.errf(at, "api key %q: environment variable %s is not set or empty", k.Name, k.KeyEnv)
 		} else if placeholder(val) {
 			s.errf(at, "api key %q: environment variable %s holds a placeholder (%q); set the real key", k.Name, k.KeyEnv, val)
+		} else if first := owner[Secret(val)]; first != nil {
+			s.errf(at, "api key %q: its key (%s) is the same as api key %q's (%s); give each key its own value", k.Name, k.KeyEnv, first.Name, first.KeyEnv)
 		} else {
 			k.Secret = Secret(val)
+			owner[k.Secret] = k
 		}
 	}
 }

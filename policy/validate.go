@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"path"
 	"regexp"
@@ -76,7 +77,7 @@ func (v *validator) validate() {
 		part string
 		run  func()
 	}{
-		{"server", v.server}, {"server", v.apiKeys}, {"pools", v.pools}, {"server", v.readiness}, {"topology", v.topology},
+		{"server", v.server}, {"server", v.apiKeys}, {"server", v.trustedProxies}, {"pools", v.pools}, {"server", v.readiness}, {"topology", v.topology},
 		{"classifier", v.classifier}, {"models", v.models}, {"session", v.session}, {"routes", v.routes},
 		{"control", v.control},
 	} {
@@ -139,6 +140,9 @@ func (v *validator) server() {
 	v.atLeast(p("server", "instances"), "server: instances", s.Instances, 1)
 	if s.MaxConnections < 0 {
 		v.errf(p("server", "max_connections"), "server: max_connections must not be negative (0: derived from the file-descriptor limit)")
+	}
+	if s.MaxConnectionsPerClient < 0 {
+		v.errf(p("server", "max_connections_per_client"), "server: max_connections_per_client must not be negative (0: a quarter of max_connections, at least 16)")
 	}
 	v.atLeast(p("server", "admin_max_connections"), "server: admin_max_connections", s.AdminMaxConnections, 1)
 	// shutdown_grace, drain_delay and write_timeout may be 0s (no wait, no
@@ -206,6 +210,8 @@ func (v *validator) apiKeys() {
 			v.errf(at, "api_keys[%d]: name is required", i)
 		case names[k.Name]:
 			v.errf(appendCopy(at, "name"), "api_keys[%d]: duplicate key name %q", i, k.Name)
+		case reservedKeyName(k.Name):
+			v.errf(appendCopy(at, "name"), "api_keys[%d]: name %q is reserved (%q is the metrics' name for requests without a key; names starting with \"(\" or \"addr \" are the gateway's own tenants)", i, k.Name, "none")
 		}
 		names[k.Name] = true
 		if k.KeyEnv == "" {
@@ -213,6 +219,9 @@ func (v *validator) apiKeys() {
 		}
 		if len(k.Models) == 0 {
 			v.errf(appendCopy(at, "models"), "api key %q: models is empty (give \"*\" or names; without models the key may use every model)", k.Name)
+		}
+		if k.MaxInflight < 0 {
+			v.errf(appendCopy(at, "max_inflight"), "api key %q: max_inflight must not be negative (0: no cap)", k.Name)
 		}
 		if k.Weight < 1 {
 			v.errf(appendCopy(at, "weight"), "api key %q: weight must be at least 1", k.Name)
@@ -228,6 +237,49 @@ func (v *validator) apiKeys() {
 			}
 		}
 	}
+}
+
+// reservedKeyName reports a key name the gateway uses itself: "none" (the
+// key label of requests without a key), "(classifier)" and any other name
+// in parentheses, and "addr …" (a keyless client's tenant).
+func reservedKeyName(name string) bool {
+	return name == "none" || strings.HasPrefix(name, "(") || strings.HasPrefix(name, "addr ")
+}
+
+// trustedProxies parses server.trusted_proxies: CIDR prefixes, or single
+// addresses (a /32 or /128).
+func (v *validator) trustedProxies() {
+	s := &v.cfg.Server
+	s.Trusted = nil
+	for i, t := range s.TrustedProxies {
+		pfx, err := ParseTrustedProxy(t)
+		if err != nil {
+			v.errf(p("server", "trusted_proxies", i), "server: trusted_proxies[%d]: %v", i, err)
+			continue
+		}
+		s.Trusted = append(s.Trusted, pfx)
+	}
+}
+
+// ParseTrustedProxy reads one server.trusted_proxies entry: a CIDR prefix
+// (10.0.0.0/8, fd00::/8) or one address.
+func ParseTrustedProxy(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR prefix such as 10.0.0.0/8 or an address", s)
+		}
+		if pfx.Addr().Zone() != "" {
+			return netip.Prefix{}, fmt.Errorf("%q: a prefix has no zone", s)
+		}
+		return pfx.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR prefix such as 10.0.0.0/8 or an address", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // readiness checks that the pools /readyz requires exist.
@@ -463,6 +515,31 @@ func (v *validator) classifier() {
 		v.errf(appendCopy(at, "cache", "size"), "classifier: cache.size must not be negative")
 	}
 	v.positive(appendCopy(at, "cache", "ttl"), "classifier: cache.ttl", cl.Cache.TTL, "size: 0 turns the cache off")
+	v.reservedSlots(at, cl)
+}
+
+// reservedSlots checks classifier.reserved_slots against its pool: a
+// reservation needs a max_inflight to reserve from, and must leave one
+// slot for the pool's other requests.
+func (v *validator) reservedSlots(at []any, cl *Classifier) {
+	n := cl.ReservedSlots
+	if n == 0 {
+		return
+	}
+	at = appendCopy(at, "reserved_slots")
+	if n < 0 {
+		v.errf(at, "classifier: reserved_slots must not be negative")
+		return
+	}
+	pool := v.cfg.Pools.Get(cl.Pool)
+	switch {
+	case cl.Kind != "model" || pool == nil:
+		v.errf(at, "classifier: reserved_slots needs kind model and its pool")
+	case pool.MaxInflight <= 0:
+		v.errf(at, "classifier: reserved_slots %d needs pool %q to set max_inflight", n, pool.Name)
+	case n >= pool.MaxInflight:
+		v.errf(at, "classifier: reserved_slots %d must be below pool %q's max_inflight %d", n, pool.Name, pool.MaxInflight)
+	}
 }
 
 func (v *validator) models() {

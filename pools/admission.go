@@ -29,8 +29,10 @@ type waiter struct {
 	max atomic.Int64
 	// tenant and weight place the waiter among other tenants' (see
 	// waitQueue); tenant "" is one tenant like any other.
-	tenant string
-	weight float64
+	tenant   string
+	weight   float64
+	priority bool
+	fair     bool
 }
 
 const (
@@ -71,8 +73,14 @@ func (q *waitQueue) push(w *waiter) {
 	if q.finish == nil {
 		q.finish = map[string]float64{}
 	}
-	start := max(q.vtime, q.finish[w.tenant])
-	q.finish[w.tenant] = start + 1/w.weight
+	// A priority waiter's tag is below every tenant's (tags are never
+	// negative): it goes after the priority waiters already queued and
+	// before everyone else, and it moves no tenant's tags.
+	start := -1.0
+	if !w.priority {
+		start = max(q.vtime, q.finish[w.tenant])
+		q.finish[w.tenant] = start + 1/w.weight
+	}
 	// After every entry with a start tag at or before this one: FIFO
 	// among equals, and a tenant's own waiters keep their order.
 	i := q.head + sort.Search(q.len(), func(k int) bool { return q.items[q.head+k].start > start })
@@ -146,6 +154,18 @@ func (e *Endpoint) dispatch() {
 	if e.queue.len() == 0 || !e.Available(e.reg.now()) {
 		return
 	}
+	// First the waiters whose tenant is under its share (share.go), then,
+	// if a slot is still free, anyone.
+	if over := e.shareLimit(e.queue.maxCap); over != nil && e.dispatchPass(over) {
+		e.dispatchPass(nil)
+		return
+	}
+	e.dispatchPass(nil)
+}
+
+// dispatchPass is one pass of dispatch; a waiter whose tenant is in over
+// is passed over. It reports whether it passed one over. e.mu is held.
+func (e *Endpoint) dispatchPass(over *shares) (skipped bool) {
 	var blocked int64 = -1 // the largest cap found not to fit
 	// k is relative to the queue's head: removing an entry at or after
 	// it, or compacting the queue, keeps the entries behind it at k.
@@ -159,13 +179,17 @@ func (e *Endpoint) dispatch() {
 		case blocked >= 0 && wmax > 0 && wmax <= blocked:
 			k++
 			continue
+		case over != nil && w.fair && over.full(w.tenant):
+			skipped = true
+			k++
+			continue
 		case !e.admit(wmax):
 			if wmax <= 0 {
-				return // unlimited waiter blocked: nothing fits
+				return skipped // unlimited waiter blocked: nothing fits
 			}
 			blocked = max(blocked, wmax)
 			if wmax >= e.queue.maxCap {
-				return // no waiter with a higher cap is queued
+				return skipped // no waiter with a higher cap is queued
 			}
 			k++
 			continue
@@ -177,8 +201,12 @@ func (e *Endpoint) dispatch() {
 		}
 		e.queue.served(k)
 		e.removeAt(k)
+		if over != nil && w.fair {
+			over.give(w.tenant)
+		}
 		w.ch <- e
 	}
+	return skipped
 }
 
 // removeAt removes the queue entry k places behind the head. e.mu is held.
@@ -264,7 +292,18 @@ func (e *Endpoint) release() {
 // pool's queue timeout, then returns ErrSaturated; with no available
 // replica it returns ErrNoReplica at once. It returns ctx.Err() if ctx
 // ends first.
+//
+// A request with Fair counts against its tenant's share (share.go) until
+// ReleaseFor.
 func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica) bool) (*Replica, error) {
+	r, err := p.acquire(ctx, req, exclude)
+	if r != nil && req.Fair {
+		r.Endpoint.holds.add(req, r.Endpoint)
+	}
+	return r, err
+}
+
+func (p *Pool) acquire(ctx context.Context, req *Request, exclude func(*Replica) bool) (*Replica, error) {
 	changed := p.reg.changes()
 	r, full := p.tryAcquire(req, exclude)
 	if r != nil {
@@ -278,8 +317,8 @@ func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica)
 	}
 	timer := time.NewTimer(p.opts.QueueTimeout)
 	defer timer.Stop()
-	w := &waiter{ch: make(chan *Endpoint, 1), tenant: req.Tenant, weight: float64(max(1, req.Weight))}
-	w.max.Store(int64(p.opts.MaxInflight))
+	w := &waiter{ch: make(chan *Endpoint, 1), tenant: req.Tenant, weight: float64(max(1, req.Weight)), priority: req.Priority, fair: req.Fair}
+	w.max.Store(p.capFor(req))
 	for _, f := range full {
 		f.enqueue(w)
 		if w.state.Load() != waiting {
@@ -323,7 +362,7 @@ func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica)
 			changed = p.reg.changes()
 			if np := p.reg.current(p); np != p {
 				p = np
-				if m := int64(p.opts.MaxInflight); m != w.max.Load() {
+				if m := p.capFor(req); m != w.max.Load() {
 					w.max.Store(m)
 					for _, f := range full {
 						f.recap(w)
@@ -380,8 +419,8 @@ func replicaOf(rs []*Replica, e *Endpoint) *Replica {
 // tryAcquire runs filter → pick → admit once. full lists the replicas that
 // are available but at max_inflight (or have a queue of their own).
 func (p *Pool) tryAcquire(req *Request, exclude func(*Replica) bool) (r *Replica, full []*Replica) {
-	cands, full := p.candidates(exclude)
-	maxIn := int64(p.opts.MaxInflight)
+	cands, full := p.candidates(req, exclude)
+	maxIn := p.capFor(req)
 	for len(cands) > 0 {
 		pick := p.sel.Select(req, cands)
 		if pick.queued.Load() == 0 && pick.admit(maxIn) {
@@ -400,11 +439,12 @@ func (p *Pool) tryAcquire(req *Request, exclude func(*Replica) bool) (r *Replica
 }
 
 // candidates is the filter stage: replicas available now, not excluded,
-// under max_inflight and with no queue. full lists those left out only for
-// being at max_inflight or having waiters.
-func (p *Pool) candidates(exclude func(*Replica) bool) (cands, full []*Replica) {
+// under req's cap (max_inflight, less the reserved slots for all but
+// priority requests) and with no queue. full lists those left out only for
+// being at that cap or having waiters.
+func (p *Pool) candidates(req *Request, exclude func(*Replica) bool) (cands, full []*Replica) {
 	now := p.reg.now()
-	maxIn := int64(p.opts.MaxInflight)
+	maxIn := p.capFor(req)
 	cands = make([]*Replica, 0, len(p.replicas))
 	for _, r := range p.replicas {
 		if !r.Available(now) || (exclude != nil && exclude(r)) {

@@ -23,6 +23,16 @@ type Request struct {
 	// a full replica (0 counts as 1). See waitQueue.
 	Tenant string
 	Weight int
+	// Priority requests (the classifier's calls) are served before every
+	// other waiter of a full replica, and may use the pool's reserved slots
+	// (Options.Reserved): a tenant holding the pool's slots delays them by
+	// at most one slot's turn.
+	Priority bool
+	// Fair requests count against their tenant's share of a replica's
+	// slots (share.go) and must be released with ReleaseFor.
+	Fair bool
+	// held is the endpoint a fair request counts on, once acquired.
+	held *Endpoint
 }
 
 // Env is what balancers get from their pool: injected randomness and clock,

@@ -78,6 +78,10 @@ type DiscoveryOptions struct {
 	// OnEvent is told of every change worth a log line: the set changed
 	// or the result did (ok, empty, error). It must not block.
 	OnEvent func(DiscoveryEvent)
+	// Refuse, when set, is asked of each address an answer lists; those
+	// it refuses (the gateway's own listener) are dropped, as if the
+	// answer had not listed them. It must not block.
+	Refuse func(addr string) bool
 }
 
 // DiscoveryEvent is a change in a pool's discovery.
@@ -186,8 +190,10 @@ func (d *Discovery) Resolve(ctx context.Context) (changed bool) {
 }
 
 // record takes one answer (a resolution's, or a watcher's update) and
-// reports whether it changed the set in use.
+// reports whether it changed the set in use. Addresses Refuse names (the
+// gateway's own) are dropped first.
 func (d *Discovery) record(addrs []string, ttl time.Duration, err error) (changed bool) {
+	addrs = d.refuse(addrs)
 	if err == nil && len(addrs) == 0 {
 		err = ErrNoRecords
 	}
@@ -331,4 +337,12 @@ func (m *DiscoveryMetrics) Forget(pool string) {
 	for _, r := range []string{ResultOK, ResultEmpty, ResultError} {
 		m.resolutions.DeleteLabelValues(pool, r)
 	}
+}
+
+// refuse drops the addresses DiscoveryOptions.Refuse refuses.
+func (d *Discovery) refuse(addrs []string) []string {
+	if d.opts.Refuse == nil {
+		return addrs
+	}
+	return slices.DeleteFunc(addrs, d.opts.Refuse)
 }

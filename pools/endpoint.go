@@ -48,6 +48,10 @@ type Endpoint struct {
 	// not serve the pool's model; only a probe that sees the key accepted
 	// and every model listed clears it.
 	misconfigured atomic.Bool
+	// answered is when the endpoint last answered a request successfully
+	// (unix nanoseconds by the registry's clock; 0: never), for
+	// Pool.AnsweredWithin.
+	answered atomic.Int64
 	// misHeldUntil (unix nanos): a misconfiguration found on a request is
 	// not cleared by a probe before then (a growing backoff, as for
 	// ejections, so a replica that refuses inference but lists its models
@@ -85,6 +89,8 @@ type Endpoint struct {
 
 	mu    sync.Mutex // guards queue and the fields below
 	queue waitQueue
+	// holds counts the fair requests holding slots, by tenant (share.go).
+	holds holds
 	opts  EndpointOptions
 	// stop ends the endpoint's health and scrape loops.
 	stop context.CancelFunc

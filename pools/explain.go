@@ -34,7 +34,7 @@ type explainer interface {
 // order. Like Pick it counts no request.
 func (p *Pool) Explain(req *Request) (*Replica, []ReplicaScore) {
 	now := p.reg.now()
-	cands, full := p.candidates(nil)
+	cands, full := p.candidates(req, nil)
 	var picked *Replica
 	if len(cands) > 0 {
 		picked = p.sel.Select(req, cands)

@@ -64,6 +64,7 @@ func (p *Pool) Observe(r *Replica, o Outcome, detail string) {
 		e.mu.Lock()
 		e.cons5xx, e.consConnect = 0, 0
 		e.mu.Unlock()
+		e.answered.Store(p.reg.now().UnixNano())
 		return
 	case Neutral:
 		return
@@ -205,4 +206,13 @@ func (od OutlierOptions) hold(streak *int, lastEnd, now time.Time) time.Duration
 		d = od.MaxEjection
 	}
 	return d
+}
+
+// AnsweredWithin reports whether r answered a request successfully within
+// the last d (by the pool's clock): it is serving, so a request of its
+// that waited d for its first token was slow for its own sake (a long
+// prompt's prefill), not for the replica's.
+func (p *Pool) AnsweredWithin(r *Replica, d time.Duration) bool {
+	t := r.Endpoint.answered.Load()
+	return t != 0 && p.reg.now().UnixNano()-t <= int64(d)
 }

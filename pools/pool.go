@@ -19,7 +19,11 @@ type Options struct {
 	Model   string
 	Balance string
 	// MaxInflight per replica; 0 = unlimited.
-	MaxInflight  int
+	MaxInflight int
+	// Reserved of each replica's MaxInflight slots only priority requests
+	// may use (the classifier's calls); others are capped at MaxInflight -
+	// Reserved. 0: none.
+	Reserved     int
 	QueueTimeout time.Duration
 	// ConnectTimeout bounds the dial to a replica.
 	ConnectTimeout time.Duration
@@ -118,6 +122,15 @@ func (p *Pool) NeedsKey() bool { return p.opts.Balance == balanceAffinity }
 // MaxInflight is the per-replica cap (0 = none).
 func (p *Pool) MaxInflight() int { return p.opts.MaxInflight }
 
+// capFor is the per-replica cap that applies to req (0 = none): priority
+// requests may use the reserved slots, others may not.
+func (p *Pool) capFor(req *Request) int64 {
+	if p.opts.MaxInflight <= 0 || (req != nil && req.Priority) {
+		return int64(p.opts.MaxInflight)
+	}
+	return int64(max(1, p.opts.MaxInflight-p.opts.Reserved))
+}
+
 // Options returns the options the pool was built with.
 func (p *Pool) Options() Options { return p.opts }
 
@@ -166,7 +179,7 @@ func (p *Pool) CanTake(exclude func(*Replica) bool) bool {
 // Pick returns the replica the balancer would choose now, without counting
 // a request on it (for explain). nil when none can take a request.
 func (p *Pool) Pick(req *Request) *Replica {
-	cands, _ := p.candidates(nil)
+	cands, _ := p.candidates(req, nil)
 	if len(cands) == 0 {
 		return nil
 	}

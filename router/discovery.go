@@ -53,7 +53,8 @@ func (g *Gateway) discoveries(cfg *policy.Config) map[string]*discoveredPool {
 			lookup = l
 		}
 		d := pools.NewDiscovery(pools.DiscoveryOptions{Pool: pc.Name, Kind: dc.Kind(), Name: name, Port: dc.Port,
-			Interval: dc.Interval.Std(), Lookup: lookup, Watcher: watcher, Now: g.opts.Now, Metrics: g.discMetrics, OnEvent: g.onDiscovery})
+			Interval: dc.Interval.Std(), Lookup: lookup, Watcher: watcher, Now: g.opts.Now, Metrics: g.discMetrics, OnEvent: g.onDiscovery,
+			Refuse: g.refuseSelf(pc.Name, &cfg.Server)})
 		if !g.opts.Passive {
 			d.Resolve(g.ctx)
 		}

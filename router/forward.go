@@ -147,10 +147,10 @@ func (g *Gateway) placeOn(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 	}
 	x.attempt.preq = pools.Request{}
-	if x.key != nil {
-		// Waiting for a full replica, keys take turns by weight.
-		x.attempt.preq.Tenant, x.attempt.preq.Weight = x.key.name, x.key.weight
-	}
+	// Waiting for a full replica, keys take turns by weight, and keyless
+	// clients one turn each by address.
+	x.attempt.preq.Tenant, x.attempt.preq.Weight = tenantOf(x, r, x.snap.Config.Server.Trusted)
+	x.attempt.preq.Fair = true // no tenant holds more than its share while others wait
 	if ps.NeedsKey() {
 		x.attempt.preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
 	}

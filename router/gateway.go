@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -107,6 +108,10 @@ type Gateway struct {
 	rand func() uint64
 	// exec is the upstream executor.
 	exec *upstream.Executor
+	// via is this process's Via entry and local the machine's addresses
+	// (loops.go).
+	via   string
+	local []netip.Addr
 }
 
 // New builds a gateway running cfg and starts its health and scrape loops.
@@ -134,7 +139,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 		o.Propagator = propagation.TraceContext{}
 	}
 	g := &Gateway{opts: o, log: o.Logger, reg: o.Registry, tracer: tp.Tracer("github.com/switchyard/switchyard/router"),
-		tracing: o.Tracer != nil, prop: o.Propagator, rand: rnd}
+		tracing: o.Tracer != nil, prop: o.Propagator, rand: rnd, via: newVia(), local: localAddrs()}
 	g.metrics = newMetrics(o.Registry, o.Version)
 	g.exec = &upstream.Executor{QueueWait: g.metrics.queueWait, Retries: g.metrics.retries, Poison: g.metrics.poison, Rand: rnd}
 	g.classMetrics = classifier.NewMetrics(o.Registry)

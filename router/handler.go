@@ -45,6 +45,8 @@ type exchange struct {
 	info     *wire.Info
 	body     []byte
 	key      *apiKey
+	// keySlot: the request counts against its key's max_inflight.
+	keySlot  bool
 	decision policy.Decision
 	class    string
 	route    string
@@ -231,6 +233,9 @@ func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix
 		}
 	}
 	if err == nil {
+		err = x.holdKeySlot()
+	}
+	if err == nil {
 		err = x.pinToStored(id, "response_id")
 	}
 	if err != nil {
@@ -273,6 +278,9 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		if wait := key.wait(g.opts.Now()); wait > 0 {
 			return &retryAfter{err: fmt.Errorf("%w: API key %q is over its rate of %g requests/s", errRateLimited, key.name, key.rate.RPS), after: wait}
 		}
+	}
+	if err := x.holdKeySlot(); err != nil {
+		return err
 	}
 	tgt, ok := s.resolve(info.Model)
 	if !ok {
@@ -401,6 +409,7 @@ func (x *exchange) sample() admin.Sample {
 
 // finish records metrics, the access log line and the span's attributes.
 func (g *Gateway) finish(x *exchange) {
+	x.releaseKeySlot()
 	elapsed := time.Since(x.start)
 	route, pool, class := orNone(x.route), orNone(x.pool), orNone(x.class)
 	x.status = x.statusOf()

@@ -101,7 +101,7 @@ func TestConnectionCap(t *testing.T) {
 			}
 			srv := httptest.NewUnstartedServer(l.h)
 			srv.Listener.Close()
-			srv.Listener = gw.G.LimitListener(ln, l.name, 1<<20)
+			srv.Listener = gw.G.LimitListener(ln, l.name, 1<<20) // no ConnState: every connection busy
 			srv.Start()
 			defer srv.Close()
 			addr := ln.Addr().String()
@@ -253,7 +253,8 @@ func TestClassifierBreakerIgnoresRequestFaults(t *testing.T) {
 }
 
 // TestPoisonRequestEjectsNoReplica: a request that every replica answers
-// with the same 5xx stops after two replicas and counts against neither;
+// with the same 5xx stops once no untried replica is left within its
+// retries (here all three) and counts against none;
 // before the fix each try counted in its replica's consecutive-5xx streak
 // and three such requests ejected one replica of three.
 func TestPoisonRequestEjectsNoReplica(t *testing.T) {
@@ -290,8 +291,8 @@ routes:
 	for _, r := range reps {
 		total += r.count()
 	}
-	if total != 12 {
-		t.Errorf("6 poison requests reached replicas %d times, want 12 (two tries each)", total)
+	if total != 18 {
+		t.Errorf("6 poison requests reached replicas %d times, want 18 (every replica, within retries 2)", total)
 	}
 	if v := metricValue(t, gw, "switchyard_poison_requests_total", map[string]string{"pool": "p"}); v != 6 {
 		t.Errorf("poison requests counted %v, want 6", v)
@@ -552,10 +553,10 @@ func TestExplainDecidesAsServing(t *testing.T) {
 	}
 }
 
-// TestPoisonRuleIsFor500Only: 502, 503 and 504 describe a replica, not the
-// input; two replicas answering 503 do not stop a request that a third
-// can serve (review finding: the rule cost such requests their healthy
-// replica).
+// TestPoisonRuleIsFor500Only: two replicas answering 503 to everything do
+// not stop a request that a third can serve (review finding: the rule
+// cost such requests their healthy replica); 503 joined the rule in issue
+// 31, and an untried replica is always tried first.
 func TestPoisonRuleIsFor500Only(t *testing.T) {
 	urls := map[string]string{}
 	var reps []*replica

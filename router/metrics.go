@@ -32,6 +32,16 @@ type metrics struct {
 	// connsOpen and connsRefused are per listener (api or admin).
 	connsOpen    *prometheus.GaugeVec
 	connsRefused *prometheus.CounterVec
+	// connsEvicted counts idle connections closed to make room, by
+	// listener and reason.
+	connsEvicted *prometheus.CounterVec
+	// connsIdle counts the connections known idle, by listener.
+	connsIdle *prometheus.GaugeVec
+	// loops counts requests that came back to this gateway (508).
+	loops prometheus.Counter
+	// discoverySelf counts discovered addresses refused for naming the
+	// gateway itself, by pool.
+	discoverySelf *prometheus.CounterVec
 	// poison counts requests that failed alike on two replicas.
 	poison *prometheus.CounterVec
 	// tokenize counts the prompts counted by a pool's /tokenize to decide
@@ -97,11 +107,23 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_connections_refused_total", Help: "Connections answered 503 and closed because the listener was at its cap (server.max_connections, server.admin_max_connections), by listener.",
 		}, []string{"listener"}),
+		connsIdle: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_connections_idle", Help: "Client connections open and idle (keep-alive between requests, or not yet sent a request), by listener: the first to be closed when the listener is full.",
+		}, []string{"listener"}),
+		connsEvicted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_connections_evicted_total", Help: "Idle client connections closed to make room, by listener and reason (idle_at_cap: the listener was full; per_client: the client address was at its cap; idle_timeout: idle past the idle timeout, shortened under pressure).",
+		}, []string{"listener", "reason"}),
+		loops: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_request_loops_total", Help: "Requests that came back to the gateway that had forwarded them (marked by its Via entry) and were answered 508 instead of being forwarded again.",
+		}),
+		discoverySelf: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_discovery_self_refused_total", Help: "Addresses in discovery answers refused because they name the gateway's own listener, by pool.",
+		}, []string{"pool"}),
 		tokenize: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_context_tokenize_total", Help: "Prompts whose estimate was too close to a pool's max_model_len to decide, counted by the pool's /tokenize, by pool and result: fits, too_long, error (the estimate decided).",
 		}, []string{"pool", "result"}),
 		poison: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_poison_requests_total", Help: "Requests that got 500 from two replicas: not retried further and not held against either replica, by pool.",
+			Name: "switchyard_poison_requests_total", Help: "Requests that got the same 500 or 503 from two replicas with no untried replica left within retries: not retried further and held against no replica, by pool.",
 		}, []string{"pool"}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -112,9 +134,12 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	m.shadow = newShadowMetric()
 	reg.MustRegister(m.shadow)
 	reg.MustRegister(m.requests, m.duration, m.ttft, m.tokens, m.keyRequests, m.keyTokens, m.classifierTokens, m.retries, m.fallbacks, m.resumes,
-		m.reloads, m.generation, m.inflight, m.queueWait, m.connsOpen, m.connsRefused, m.poison, m.tokenize, build)
+		m.reloads, m.generation, m.inflight, m.queueWait, m.connsOpen, m.connsRefused, m.connsIdle, m.connsEvicted, m.loops, m.discoverySelf, m.poison, m.tokenize, build)
 	for _, l := range []string{"api", "admin"} {
 		m.connsRefused.WithLabelValues(l)
+		for _, r := range []string{"idle_at_cap", "per_client", "idle_timeout"} {
+			m.connsEvicted.WithLabelValues(l, r)
+		}
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(r)

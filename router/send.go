@@ -131,6 +131,7 @@ func (g *Gateway) upstreamRequest(ctx, hctx context.Context, x *exchange, r *htt
 	}
 	upstream.CopyRequestHeaders(out.Header, r.Header)
 	upstream.SetForwarded(out.Header, r)
+	addVia(out.Header, g.via) // loops.go: a request that comes back is refused
 	out.Header[upstream.HeaderRequestID] = x.idHeader
 	if rd != http.NoBody {
 		out.Header["Content-Type"] = jsonContentType

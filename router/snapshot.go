@@ -95,12 +95,17 @@ func (s *Snapshot) resolve(name string) (target, bool) {
 }
 
 type apiKey struct {
-	name    string
-	sum     [32]byte
-	models  policy.StringList
-	weight  int
-	limiter *rate.Limiter
-	rate    *policy.Rate
+	name   string
+	sum    [32]byte
+	models policy.StringList
+	weight int
+	// maxInflight is api_keys[].max_inflight (0: none); slots counts the
+	// key's requests in flight (tenants.go), the same counter across
+	// reloads.
+	maxInflight int
+	slots       *keySlots
+	limiter     *rate.Limiter
+	rate        *policy.Rate
 	// instances is server.instances when the limiter was made.
 	instances int
 }
@@ -109,6 +114,9 @@ type apiKey struct {
 // prev where their configuration did not change.
 func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 	s := &Snapshot{Config: cfg, pools: map[string]*poolState{}, models: map[string]target{}}
+	if err := checkSelfReplicas(cfg, g.local); err != nil {
+		return nil, err
+	}
 	if cl := cfg.Classifier; cl != nil {
 		// An unchanged classifier sending to a pool of the same model keeps
 		// its cache; it reaches the pool by name through the running
@@ -225,6 +233,9 @@ func poolOptions(pc *policy.Pool, cfg *policy.Config) pools.Options {
 	for _, r := range pc.Replicas {
 		o.Replicas = append(o.Replicas, pools.ReplicaSpec{Name: r.Name, URL: r.Parsed, Nodes: r.Nodes})
 	}
+	if cl := cfg.Classifier; cl != nil && cl.Pool == pc.Name {
+		o.Reserved = cl.ReservedSlots
+	}
 	return o
 }
 
@@ -312,12 +323,17 @@ func (k *apiKey) allows(model string) bool {
 }
 
 // buildKeys makes the API keys of cfg; a key whose rate limit is unchanged
-// keeps its limiter (and so its tokens) from prev.
+// keeps its limiter (and so its tokens) from prev, and every key kept
+// keeps its count of requests in flight.
 func buildKeys(cfg *policy.Config, prev *Snapshot) []*apiKey {
 	var keys []*apiKey
 	n := cfg.Server.Instances
 	for _, k := range cfg.Server.APIKeys {
-		ak := &apiKey{name: k.Name, sum: sha256.Sum256([]byte(k.Secret)), models: k.Models, weight: k.Weight, rate: k.Rate, instances: n}
+		ak := &apiKey{name: k.Name, sum: sha256.Sum256([]byte(k.Secret)), models: k.Models, weight: k.Weight, rate: k.Rate, instances: n,
+			maxInflight: k.MaxInflight, slots: &keySlots{}}
+		if old := prev.key(k.Name); old != nil {
+			ak.slots = old.slots
+		}
 		if k.Rate != nil {
 			if old := prev.key(k.Name); old != nil && reflect.DeepEqual(old.rate, k.Rate) && old.instances == n {
 				ak.limiter = old.limiter

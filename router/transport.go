@@ -42,12 +42,19 @@ func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte
 		return nil, fmt.Errorf("classifier pool %q: %w", t.pool, pools.ErrNoReplica)
 	}
 	call := &classifierCall{t: t, ps: ps, body: body}
-	// The classifier's calls wait for a full replica as a tenant of their
-	// own, beside the keys' requests.
-	ex := &upstream.Execution{Pool: ps.Pool, Req: &pools.Request{Tenant: "(classifier)"}, Attempts: 2, Call: call}
+	// The classifier's calls wait for a full replica ahead of the keys'
+	// requests, and may use the slots classifier.reserved_slots keeps.
+	ex := &upstream.Execution{Pool: ps.Pool, Req: &pools.Request{Tenant: "(classifier)", Priority: true}, Attempts: 2, Call: call}
 	call.ex = ex
 	res := t.g.exec.Execute(ctx, ex)
 	if res.Err() != nil {
+		if call.replicas == 0 && ps.CanTake(nil) {
+			// Never sent: the call waited for a slot of an available
+			// replica and its time ran out. Other tenants' requests held
+			// the slots; the pool did not fail, and the breaker must not
+			// hear of it.
+			return nil, fmt.Errorf("classifier pool %q: %w (%w)", t.pool, classifier.ErrNoSlot, res.Err())
+		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -68,9 +75,11 @@ type classifierCall struct {
 	ps   *poolState
 	body []byte
 	out  []byte
+	// replicas counts the replicas acquired (0: every attempt waited).
+	replicas int
 }
 
-func (c *classifierCall) Acquired(*pools.Replica) {}
+func (c *classifierCall) Acquired(*pools.Replica) { c.replicas++ }
 
 func (c *classifierCall) Send(ctx context.Context, rep *pools.Replica) upstream.Result {
 	var res upstream.Result
@@ -147,6 +156,7 @@ func (g *Gateway) gatewayRequest(ctx, hctx context.Context, ps *poolState, rep *
 	if k := ps.cfg.APIKey; k != "" {
 		req.Header.Set("Authorization", "Bearer "+string(k))
 	}
+	addVia(req.Header, g.via) // loops.go: a request that comes back is refused
 	if g.tracing {
 		g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	}

@@ -64,7 +64,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	override := func(c *policy.Config) *policy.Config { return c.WithListen(*listen, *adminListen) }
 	cfg = override(cfg)
 	if len(cfg.Server.APIKeys) > 0 && cfg.Server.ResponseIDSecretEnv == "" {
-		log.Warn("stored-response ids are signed with a secret derived from the API keys: adding or rotating a key makes earlier ids unknown (404); set server.response_id_secret_env to keep them")
+		log.Warn("stored-response ids are signed with a secret derived from the API keys: adding or rotating a key makes earlier ids unknown (404), and during a rollout that changes the keys the old and new instances refuse each other's ids; set server.response_id_secret_env (the same on every instance) to keep them")
 	}
 	if exposedAdmin(cfg.Server.AdminListen) && cfg.Server.AdminToken == "" {
 		log.Warn("the admin API listens beyond this host without a token: whoever reaches it can read the config, reload it and run explain; set server.admin_token_env",
@@ -137,8 +137,8 @@ func (s *Server) Run(ctx context.Context, ready func(api, admin net.Addr)) error
 		IdleTimeout:       sc.IdleTimeout.Std(),
 		ErrorLog:          slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn),
 	}
-	apiLn = s.Gateway.LimitListener(apiLn, "api", s.FDLimit)
-	adminLn = s.Gateway.LimitListener(adminLn, "admin", s.FDLimit)
+	apiLn = s.Gateway.LimitServer(api, apiLn, "api", s.FDLimit)
+	adminLn = s.Gateway.LimitServer(admin, adminLn, "admin", s.FDLimit)
 	errc := make(chan error, 2)
 	go func() { errc <- api.Serve(apiLn) }()
 	go func() { errc <- admin.Serve(adminLn) }()

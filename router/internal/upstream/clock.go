@@ -26,15 +26,18 @@ func (e *PhaseTimeout) Temporary() bool { return false }
 // per snapshot so that arming them allocates nothing.
 type Timeouts struct {
 	header, firstToken, idle, total time.Duration
-	headerErr, firstTokenErr        *PhaseTimeout
+	headerErr, FirstTokenErr        *PhaseTimeout
 	idleErr, TotalErr               *PhaseTimeout
 }
+
+// FirstToken is the pool's first_token_timeout.
+func (t *Timeouts) FirstToken() time.Duration { return t.firstToken }
 
 func NewTimeouts(header, firstToken, idle, total time.Duration) *Timeouts {
 	return &Timeouts{
 		header: header, firstToken: firstToken, idle: idle, total: total,
 		headerErr:     &PhaseTimeout{Msg: "no response headers within " + header.String() + " (response_header_timeout)"},
-		firstTokenErr: &PhaseTimeout{Msg: "the stream sent no event within " + firstToken.String() + " (first_token_timeout)", stream: true},
+		FirstTokenErr: &PhaseTimeout{Msg: "the stream sent no event within " + firstToken.String() + " (first_token_timeout)", stream: true},
 		idleErr:       &PhaseTimeout{Msg: "the stream sent no event for " + idle.String() + " (stream_idle_timeout)", stream: true},
 		TotalErr:      &PhaseTimeout{Msg: "the stream ran longer than " + total.String() + " (max_stream_duration)", stream: true},
 	}
@@ -58,7 +61,7 @@ func (t *Timeouts) err(phase uint64) *PhaseTimeout {
 	case phaseHeader:
 		return t.headerErr
 	case phaseFirstToken:
-		return t.firstTokenErr
+		return t.FirstTokenErr
 	case phaseIdle:
 		return t.idleErr
 	case phaseTotal:

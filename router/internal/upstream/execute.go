@@ -138,9 +138,9 @@ type Execution struct {
 	retryAfter time.Duration
 	// only, when set, is the one replica that may take the request.
 	Only *pools.Replica
-	// held is a retryable 5xx not yet told to passive health (see the
-	// poison rule of execute).
-	held *heldFailure
+	// held are the retryable 500s not yet told to passive health (see
+	// the poison rule of Execute), all of one status.
+	held []heldFailure
 	// avoid, when set, is a replica never to be asked (the one that cut
 	// the stream a continuation resumes).
 	Avoid [1]*pools.Replica
@@ -167,12 +167,14 @@ type Execution struct {
 // be retried on the same replica when no other can take it. A retry is
 // counted, and its backoff slept, only when some replica can take it.
 //
-// Poison rule: a request that gets 500 from two replicas is taken to be
-// the cause (a vLLM bug on one input, say): it is not retried further, and
-// neither answer counts toward either replica's consecutive_5xx. So a
-// retryable 500 is told to passive health only once the next attempt's
-// status shows whether the request is to blame (settle; the slot is
-// released at once all the same).
+// Poison rule: a request that gets 500 from two replicas and has no
+// untried replica left within its attempts is taken to be the cause (a
+// vLLM bug on one input, say): it is not retried further, and none of its
+// 500s counts toward a replica's consecutive_5xx. While an untried replica
+// is left it is tried: two broken replicas must not keep a request from a
+// healthy third. So a retryable 500 is told to passive health only once a
+// later attempt's status shows whether the request is to blame (Settle;
+// the slot is released at once all the same).
 func (e *Executor) Execute(ctx context.Context, ex *Execution) Result {
 	ps := ex.Pool
 	ex.held = nil
@@ -235,21 +237,23 @@ func (e *Executor) Execute(ctx context.Context, ex *Execution) Result {
 		ex.Call.Acquired(rep)
 		res := ex.Call.Send(ctx, rep)
 		status := failedStatus(res)
-		if ex.held != nil && poisonStatus(status) && status == ex.held.status {
-			// The same 500 from a second replica: the request's fault.
+		if len(ex.held) > 0 && poisonStatus(status) && status == ex.held[0].status &&
+			!(res.retry && !res.done && ctx.Err() == nil && a+1 < ex.Attempts && ps.CanTake(exclude)) {
+			// The same 500 from a second replica and none untried left:
+			// the request's fault.
 			ex.held = nil
-			ps.Release(rep)
+			ps.ReleaseFor(rep, ex.Req)
 			e.Poison.WithLabelValues(ps.Name).Inc()
 			res.retry, res.poison = false, true
 			return res
 		}
 		ex.Settle(ps, status)
 		if poisonStatus(status) && res.retry && !res.done && ctx.Err() == nil && a+1 < ex.Attempts {
-			ex.held = &heldFailure{rep: rep, outcome: res.outcome, detail: res.detail, status: status}
+			ex.held = append(ex.held, heldFailure{rep: rep, outcome: res.outcome, detail: res.detail, status: status})
 		} else {
 			ps.Observe(rep, res.outcome, res.detail)
 		}
-		ps.Release(rep)
+		ps.ReleaseFor(rep, ex.Req)
 		if res.done || !res.retry || ctx.Err() != nil {
 			return res
 		}
@@ -294,10 +298,15 @@ const replicaDepthMargin = 16
 func ReplicaDepth(requestBound int) int { return requestBound + replicaDepthMargin }
 
 // poisonStatus reports a status the poison rule applies to: 500, what
-// vLLM answers when one input makes it fail. 502, 503 and 504 describe the
-// replica or what stands before it (overloaded, restarting), not the
-// request.
-func poisonStatus(status int) bool { return status == http.StatusInternalServerError }
+// vLLM answers when one input makes it fail, and 503, which a replica may
+// answer for one request it cannot take while serving others. Either is
+// the request's fault only when every replica tried gave it (the rule
+// tries an untried replica first); a replica that answers 503 alone, as
+// one restarting or overloaded does, is counted once another answers. 502
+// and 504 describe what stands before the replica, never the request.
+func poisonStatus(status int) bool {
+	return status == http.StatusInternalServerError || status == http.StatusServiceUnavailable
+}
 
 // settle tells passive health of a held 5xx once the next attempt's answer
 // has a status that is not the same failure (status 0: the execution ends
@@ -305,9 +314,11 @@ func poisonStatus(status int) bool { return status == http.StatusInternalServerE
 // as the next answer's headers are judged, not when that answer ends, so
 // a failing replica is counted while a long stream runs elsewhere.
 func (ex *Execution) Settle(ps *pools.Pool, status int) {
-	if h := ex.held; h != nil && !(status != 0 && status == h.status) {
+	if len(ex.held) > 0 && !(status != 0 && status == ex.held[0].status) {
+		for _, h := range ex.held {
+			ps.Observe(h.rep, h.outcome, h.detail)
+		}
 		ex.held = nil
-		ps.Observe(h.rep, h.outcome, h.detail)
 	}
 }
 

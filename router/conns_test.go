@@ -1,0 +1,284 @@
+package router_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/router"
+)
+
+// connsYAML caps the client listener at 8 connections; {{per}} sets the
+// per-client cap and {{idle}} the idle timeout.
+const connsYAML = `
+version: 1
+server:
+  max_connections: 8
+  max_connections_per_client: {{per}}
+  admin_max_connections: 4
+  idle_timeout: {{idle}}
+  api_keys: [{name: victim, key_env: KEY_VICTIM}, {name: attacker, key_env: KEY_ATTACKER}]
+pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: a, url: "{{m}}"}]}
+routes:
+  - name: default
+    to: p
+`
+
+// limited serves h on a loopback listener capped by the gateway, with the
+// connection states tracked (as serve does).
+func limited(t *testing.T, gw *gateway, h http.Handler, listener string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener.Close()
+	srv.Listener = gw.G.LimitServer(srv.Config, ln, listener, 1<<20)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return ln.Addr().String()
+}
+
+// idleConn opens a connection from the loopback address from, makes one
+// request on it and leaves it open and idle (keep-alive).
+func idleConn(t *testing.T, from, addr, path string, header ...string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n", path, strings.Join(append(header, ""), "\r\n"))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("idle connection's request: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("idle connection's request: %d", resp.StatusCode)
+	}
+	return c
+}
+
+// idleSeen waits until the listener knows n connections idle (the
+// server reports a connection idle just after its answer is written, which
+// may be after the client has read it).
+func idleSeen(t *testing.T, gw *gateway, listener string, n int) {
+	t.Helper()
+	eventually(t, 10*time.Second, fmt.Sprintf("%d idle connections", n), func() bool {
+		return metricValue(t, gw, "switchyard_connections_idle", map[string]string{"listener": listener}) == float64(n)
+	})
+}
+
+// isClosed reports whether the server closed c (which has nothing more to
+// read): a read ends with EOF rather than the deadline.
+func isClosed(c net.Conn) bool {
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_, err := c.Read(make([]byte, 1))
+	return err == io.EOF
+}
+
+func victimClient(from string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+}
+
+func victimChat(t *testing.T, c *http.Client, url string, i int) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(chatBody(fmt.Sprint("hello ", i), "")))
+	req.Header.Set("Authorization", "Bearer victim-secret")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("victim request %d: %v", i, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func connsConfig(t *testing.T, m *replica, per, idle string) string {
+	y := strings.ReplaceAll(connsYAML, "{{per}}", per)
+	return strings.ReplaceAll(y, "{{idle}}", idle)
+}
+
+var connsEnv = map[string]string{"KEY_VICTIM": "victim-secret", "KEY_ATTACKER": "attacker-secret"}
+
+// TestIdleFloodDoesNotStarveKeyedClient: one address holding as many idle
+// keep-alive connections as the cap does not keep a keyed client out: its
+// connections, which carry requests, take the places of the longest idle
+// ones (issue 31, item 1). Before the fix the victim got 503
+// too_many_connections on every request while the attacker sat idle.
+func TestIdleFloodDoesNotStarveKeyedClient(t *testing.T) {
+	m := startReplica(t, fast("m"))
+	gw := startGateway(t, loadConfig(t, connsConfig(t, m, "8", "120s"), map[string]string{"m": m.Srv.URL}, connsEnv))
+	for _, l := range []struct {
+		name, path string
+		h          http.Handler
+		cap        int
+	}{{"api", "/v1/models", gw.G.Handler(), 8}, {"admin", "/healthz", gw.G.AdminHandler(), 4}} {
+		t.Run(l.name, func(t *testing.T) {
+			addr := limited(t, gw, l.h, l.name)
+			var flood []net.Conn
+			for range l.cap {
+				flood = append(flood, idleConn(t, "127.0.0.2", addr, l.path, "Authorization: Bearer attacker-secret"))
+			}
+			idleSeen(t, gw, l.name, l.cap)
+			c := victimClient("127.0.0.1")
+			for i := range 5 {
+				var status int
+				var body string
+				if l.name == "api" {
+					status, body = victimChat(t, c, "http://"+addr, i)
+				} else {
+					for _, path := range []string{"/healthz", "/readyz"} {
+						resp, err := c.Get("http://" + addr + path)
+						if err != nil {
+							t.Fatalf("probe %d %s: %v", i, path, err)
+						}
+						b, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						status, body = resp.StatusCode, string(b)
+						if status != 200 {
+							break
+						}
+					}
+				}
+				if status != 200 {
+					t.Fatalf("victim request %d with %d idle connections held: %d %s", i, l.cap, status, body)
+				}
+			}
+			// The oldest idle connections made room, the newest stay.
+			if !isClosed(flood[0]) {
+				t.Errorf("the longest idle connection is still open")
+			}
+			if isClosed(flood[l.cap-1]) {
+				t.Errorf("the youngest idle connection was closed before older ones")
+			}
+			if v := metricValue(t, gw, "switchyard_connections_evicted_total", map[string]string{"listener": l.name, "reason": "idle_at_cap"}); v < 1 {
+				t.Errorf("evicted at cap %v, want at least 1", v)
+			}
+			if v := metricValue(t, gw, "switchyard_connections_refused_total", map[string]string{"listener": l.name}); v != 0 {
+				t.Errorf("refused %v connections, want 0", v)
+			}
+		})
+	}
+}
+
+// TestConnectionsPerClient: server.max_connections_per_client bounds one
+// address: past it, the address's own oldest idle connection is closed,
+// or, when all of its connections carry requests, the new one is refused
+// with too_many_connections_per_client; another address is served.
+func TestConnectionsPerClient(t *testing.T) {
+	m := startHoldReplica(t, fast("m"))
+	gw := startGateway(t, loadConfig(t, strings.ReplaceAll(strings.ReplaceAll(connsYAML, "{{per}}", "3"), "{{idle}}", "120s"),
+		map[string]string{"m": m.Srv.URL}, connsEnv))
+	addr := limited(t, gw, gw.G.Handler(), "api")
+	var idle []net.Conn
+	for i := range 4 {
+		idle = append(idle, idleConn(t, "127.0.0.2", addr, "/v1/models", "Authorization: Bearer attacker-secret"))
+		idleSeen(t, gw, "api", min(i+1, 3))
+	}
+	if !isClosed(idle[0]) {
+		t.Fatalf("the fourth connection of one address did not close its oldest idle one")
+	}
+	if v := metricValue(t, gw, "switchyard_connections_evicted_total", map[string]string{"listener": "api", "reason": "per_client"}); v != 1 {
+		t.Errorf("per_client evictions %v, want 1", v)
+	}
+	for _, c := range idle[1:] {
+		c.Close()
+	}
+	// Three requests in flight from one address: a fourth connection is
+	// refused.
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	var wg sync.WaitGroup
+	var busy []net.Conn
+	for i := range 3 {
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		busy = append(busy, c)
+		body := fmt.Sprintf(`{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"HOLD %d"}]}`, i)
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer attacker-secret\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			io.Copy(io.Discard, c)
+		}()
+	}
+	eventually(t, 10*time.Second, "three held requests", func() bool { return m.held.Load() == 3 })
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprint(c, "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer attacker-secret\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	c.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(b), `"code":"too_many_connections_per_client"`) {
+		t.Fatalf("a fourth busy connection: %d %s", resp.StatusCode, b)
+	}
+	if status, body := victimChat(t, victimClient("127.0.0.1"), "http://"+addr, 0); status != 200 {
+		t.Fatalf("another address: %d %s", status, body)
+	}
+	m.release()
+	for _, c := range busy {
+		c.Close()
+	}
+	wg.Wait()
+}
+
+// TestIdleTimeoutShrinksUnderPressure: past half the cap, a connection
+// idle longer than the shortened timeout is closed when the next one
+// arrives (the clock is injected: no waiting).
+func TestIdleTimeoutShrinksUnderPressure(t *testing.T) {
+	m := startReplica(t, fast("m"))
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	gw := startGateway(t, loadConfig(t, connsConfig(t, m, "8", "120s"), map[string]string{"m": m.Srv.URL}, connsEnv),
+		func(o *router.Options) { o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now } })
+	addr := limited(t, gw, gw.G.Handler(), "api")
+	key := "Authorization: Bearer attacker-secret"
+	var idle []net.Conn
+	for range 3 {
+		idle = append(idle, idleConn(t, "127.0.0.2", addr, "/v1/models", key))
+	}
+	idleSeen(t, gw, "api", 3)
+	advance(100 * time.Second)
+	// 4 of 8 open: no pressure, the 120s timeout holds.
+	idle = append(idle, idleConn(t, "127.0.0.2", addr, "/v1/models", key))
+	if v := metricValue(t, gw, "switchyard_connections_evicted_total", map[string]string{"listener": "api", "reason": "idle_timeout"}); v != 0 {
+		t.Fatalf("idle_timeout evictions %v at half the cap, want 0", v)
+	}
+	idleSeen(t, gw, "api", 4)
+	// The 5th of 8: past half the cap the timeout is 120s × 2 × 3/8 =
+	// 90s; the first three have been idle 100s.
+	idle = append(idle, idleConn(t, "127.0.0.2", addr, "/v1/models", key))
+	if v := metricValue(t, gw, "switchyard_connections_evicted_total", map[string]string{"listener": "api", "reason": "idle_timeout"}); v != 3 {
+		t.Errorf("idle_timeout evictions %v past half the cap, want 3", v)
+	}
+	for i, c := range idle[:3] {
+		if !isClosed(c) {
+			t.Errorf("connection %d idle 100s past half the cap is open", i)
+		}
+	}
+	if isClosed(idle[3]) {
+		t.Errorf("a connection idle 0s was closed")
+	}
+}

@@ -1,0 +1,414 @@
+package router_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard/switchyard/router"
+	"github.com/switchyard/switchyard/vllmsim"
+)
+
+// holdReplica is a simulator behind a gate: a request whose body holds
+// "HOLD" waits (holding its gateway slot) until release is called or its
+// client leaves; held counts those waiting.
+type holdReplica struct {
+	Srv     *httptest.Server
+	held    atomic.Int64
+	served  atomic.Int64
+	release func()
+}
+
+func startHoldReplica(t testing.TB, p vllmsim.Profile, opts ...vllmsim.Option) *holdReplica {
+	t.Helper()
+	sim := vllmsim.New(p, opts...)
+	gate := make(chan struct{})
+	var once sync.Once
+	h := &holdReplica{release: func() { once.Do(func() { close(gate) }) }}
+	h.Srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if bytes.Contains(body, []byte("HOLD")) {
+			h.held.Add(1)
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+			}
+			h.held.Add(-1)
+		}
+		if r.Method == http.MethodPost {
+			h.served.Add(1)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(h.Srv.Close)
+	t.Cleanup(h.release)
+	return h
+}
+
+// hog sends n requests that the replica holds to model (a pool name),
+// each in its own goroutine; the returned func waits for them.
+func hog(t *testing.T, url, model string, n int, header map[string]string) func() {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"model":%q,"max_tokens":4,"messages":[{"role":"user","content":"HOLD %d"}]}`, model, i)
+			req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			for k, v := range header {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	return wg.Wait
+}
+
+// TestClassifierNotStarvedByTenant: a tenant that holds every slot of the
+// classifier's pool with long requests cannot open the classifier's
+// breaker for everyone (issue 31, item 3). Before the fix each
+// classification waited in the pool's queue until the classifier's
+// timeout, that counted as the pool failing, and three in a row opened the
+// breaker: every tenant's auto traffic then got on_error's label. Now the
+// wait never counts, and with classifier.reserved_slots the calls find a
+// slot the tenant cannot take.
+func TestClassifierNotStarvedByTenant(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		reserved string
+		held     int64 // the slots the hog gets
+	}{
+		{name: "no reservation", reserved: "", held: 2},
+		{name: "one reserved slot", reserved: "  reserved_slots: 1\n", held: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+			m := startHoldReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
+			yaml := strings.Replace(classifierYAML, "    replicas: [{name: minicpm-a, url: \"{{minicpm}}\"}]\n",
+				"    replicas: [{name: minicpm-a, url: \"{{minicpm}}\"}]\n    max_inflight: 2\n    queue_timeout: 1m\n", 1)
+			yaml = strings.Replace(yaml, "  timeout: 2s\n  on_error: complex\n",
+				"  timeout: 2s\n  on_error: complex\n  breaker: {failures: 3, cooldown: 1h}\n  cache: {size: 0}\n"+tc.reserved, 1)
+			// The victims' own requests go to the other pool: what is
+			// tested is their classification.
+			yaml = strings.Replace(yaml, "  - name: default\n    to: minicpm\n", "  - name: default\n    to: qwen\n", 1)
+			if tc.reserved == "" {
+				// Calls that cannot get a slot end at the classifier's
+				// timeout: keep it short so the case runs quickly.
+				yaml = strings.Replace(yaml, "  timeout: 2s\n", "  timeout: 100ms\n", 1)
+			}
+			gw := startGateway(t, loadConfig(t, yaml, map[string]string{"qwen": q.Srv.URL, "minicpm": m.Srv.URL}, nil))
+			url := gw.API.URL + "/v1/chat/completions"
+			wait := hog(t, url, "minicpm", 3, nil)
+			eventually(t, 10*time.Second, "the hog to hold its slots", func() bool { return m.held.Load() == tc.held })
+
+			for i := range 5 {
+				resp, b := post(t, url, chatBody(fmt.Sprint("What is the capital of Portugal? ", i), ""), nil)
+				if resp.StatusCode != 200 {
+					t.Fatalf("victim request %d: %d %s", i, resp.StatusCode, b)
+				}
+				class := resp.Header.Get("X-Switchyard-Class")
+				if tc.reserved != "" && class != "simple" {
+					t.Errorf("victim request %d classified %q with a reserved slot, want simple", i, class)
+				}
+			}
+			if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"result": "circuit_open"}); v != 0 {
+				t.Errorf("%v classifications refused by an open breaker: waiting for a slot counted as the pool failing", v)
+			}
+			if v := metricValue(t, gw, "switchyard_classifier_circuit_open", nil); v != 0 {
+				t.Errorf("the classifier breaker opened")
+			}
+			if got := m.held.Load(); got != tc.held {
+				t.Errorf("the hog holds %d slots after the victims, want %d", got, tc.held)
+			}
+			m.release()
+			wait()
+			// Once the slots are free the classifier answers at once.
+			resp, _ := post(t, url, chatBody("What is the capital of Spain?", ""), nil)
+			if c := resp.Header.Get("X-Switchyard-Class"); c != "simple" {
+				t.Errorf("after the hog: class %q, want simple", c)
+			}
+		})
+	}
+}
+
+// TestKeyMaxInflight: api_keys[].max_inflight bounds what one key holds:
+// a key with long requests gets 429 beyond its cap while another key's
+// requests are answered at once (issue 31, item 4). Before the fix the
+// hog held every slot of the pool and the victim waited in the queue.
+func TestKeyMaxInflight(t *testing.T) {
+	m := startHoldReplica(t, fast("m"))
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+server:
+  api_keys:
+    - {name: hog, key_env: KEY_HOG, max_inflight: 2}
+    - {name: victim, key_env: KEY_VICTIM}
+pools:
+  p: {model: m, max_inflight: 3, queue_timeout: 1m, health: {disabled: true}, replicas: [{name: r, url: "{{m}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"m": m.Srv.URL}, map[string]string{"KEY_HOG": "hog-secret", "KEY_VICTIM": "victim-secret"}))
+	url := gw.API.URL + "/v1/chat/completions"
+	hogKey := map[string]string{"Authorization": "Bearer hog-secret"}
+	wait := hog(t, url, "p", 2, hogKey)
+	eventually(t, 10*time.Second, "the hog to hold two slots", func() bool { return m.held.Load() == 2 })
+	resp, b := post(t, url, `{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"HOLD more"}]}`, hogKey)
+	if resp.StatusCode != 429 || !strings.Contains(string(b), "max_inflight") {
+		t.Fatalf("the hog's third request: %d %s, want 429 naming max_inflight", resp.StatusCode, b)
+	}
+	for i := range 3 {
+		resp, b := post(t, url, chatBody(fmt.Sprint("hello ", i), ""), map[string]string{"Authorization": "Bearer victim-secret"})
+		if resp.StatusCode != 200 {
+			t.Fatalf("victim request %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	m.release()
+	wait()
+	resp, b = post(t, url, `{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"after"}]}`, hogKey)
+	if resp.StatusCode != 200 {
+		t.Fatalf("the hog after its requests ended: %d %s (its slots were not given back)", resp.StatusCode, b)
+	}
+}
+
+// TestRequestLoop: a pool whose replica is the gateway itself (here under
+// an address the config check cannot see through) makes one request go
+// round once: the gateway refuses the request it had marked with 508,
+// and the client gets one clear error (issue 31, item 2). Before the fix
+// the request went round until connections or the client's patience ran
+// out.
+func TestRequestLoop(t *testing.T) {
+	var h atomic.Value
+	var hits atomic.Int64
+	self := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			hits.Add(1)
+		}
+		h.Load().(http.Handler).ServeHTTP(w, r)
+	}))
+	defer self.Close()
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p: {model: m, health: {disabled: true}, retries: 2, replicas: [{name: me, url: "{{self}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"self": self.URL}, nil))
+	h.Store(gw.G.Handler())
+	resp, b := post(t, self.URL+"/v1/chat/completions", `{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`, nil)
+	if resp.StatusCode < 500 || !strings.Contains(string(b), "came back") {
+		t.Fatalf("looped request: %d %s, want an error that names the loop", resp.StatusCode, b)
+	}
+	if n := hits.Load(); n != 2 {
+		t.Errorf("the request passed through the gateway %d times, want 2 (one hop)", n)
+	}
+	if v := metricValue(t, gw, "switchyard_request_loops_total", nil); v != 1 {
+		t.Errorf("switchyard_request_loops_total %v, want 1", v)
+	}
+	t.Logf("client got %d %s", resp.StatusCode, b)
+}
+
+// TestSelfReplicaRefusedAtLoad: a listed replica that is the gateway's own
+// listener is a config error naming the URL's place in the file.
+func TestSelfReplicaRefusedAtLoad(t *testing.T) {
+	cfg := loadConfig(t, `
+version: 1
+server: {listen: "0.0.0.0:18080"}
+pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: ok, url: "http://127.0.0.1:18081"}, {name: me, url: "http://localhost:18080"}]}
+routes:
+  - name: default
+    to: p
+`, nil, nil)
+	_, err := router.New(cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil || !strings.Contains(err.Error(), `test.yaml:5:`) || !strings.Contains(err.Error(), `replica "me": url http://localhost:18080 is this gateway's own listener (server.listen 0.0.0.0:18080)`) {
+		t.Fatalf("router.New: %v", err)
+	}
+	if strings.Contains(err.Error(), `"ok"`) {
+		t.Errorf("the other replica was refused too: %v", err)
+	}
+}
+
+// TestPoisonRuleKeepsHealthyReplica: two replicas that answer 500 to
+// everything and a good third: with retries 2 every request reaches the
+// good one (issue 31, item 6). Before the fix two 500s in a row were taken
+// for a poison request: 6 of 40 requests failed with 502, and the broken
+// replicas were never held to account for them.
+func TestPoisonRuleKeepsHealthyReplica(t *testing.T) {
+	urls := map[string]string{}
+	for _, n := range []string{"a", "b"} {
+		r := startReplica(t, fast("m"))
+		r.Sim.SetFaults(vllmsim.Faults{FailPercent: 100, FailStatus: 500})
+		urls[n] = r.Srv.URL
+	}
+	good := startReplica(t, fast("m"))
+	urls["c"] = good.Srv.URL
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p:
+    model: m
+    balance: round_robin
+    retries: 2
+    outlier: {consecutive_5xx: 0}
+    health: {disabled: true}
+    replicas: [{name: a, url: "{{a}}"}, {name: b, url: "{{b}}"}, {name: c, url: "{{c}}"}]
+routes:
+  - name: default
+    to: p
+`, urls, nil))
+	failed := 0
+	for i := range 40 {
+		resp, b := post(t, gw.API.URL+"/v1/chat/completions", fmt.Sprintf(`{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"q %d"}]}`, i), nil)
+		if resp.StatusCode != 200 {
+			failed++
+			t.Logf("request %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of 40 requests failed with a healthy replica left within retries", failed)
+	}
+	if good.count() != 40 {
+		t.Errorf("the good replica served %d, want 40", good.count())
+	}
+	if v := metricValue(t, gw, "switchyard_poison_requests_total", map[string]string{"pool": "p"}); v != 0 {
+		t.Errorf("%v requests taken for poison", v)
+	}
+}
+
+// TestRequestCaused503EjectsNoReplica: a request that every replica
+// answers 503 (the input, not the replicas: each serves other requests)
+// stops once no untried replica is left and counts against none (issue
+// 31, item 6). Before the fix each 503 counted toward consecutive_5xx and
+// two such requests ejected replicas that served everyone else.
+func TestRequestCaused503EjectsNoReplica(t *testing.T) {
+	urls := map[string]string{}
+	for _, n := range []string{"a", "b", "c"} {
+		r := startReplica(t, fast("m"))
+		r.Sim.SetFaults(vllmsim.Faults{PoisonText: "BAD-INPUT", FailStatus: 503})
+		urls[n] = r.Srv.URL
+	}
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p:
+    model: m
+    balance: round_robin
+    retries: 2
+    outlier: {consecutive_5xx: 2}
+    health: {disabled: true}
+    replicas: [{name: a, url: "{{a}}"}, {name: b, url: "{{b}}"}, {name: c, url: "{{c}}"}]
+routes:
+  - name: default
+    to: p
+`, urls, nil))
+	for i := range 4 {
+		resp, _ := post(t, gw.API.URL+"/v1/chat/completions", fmt.Sprintf(`{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"BAD-INPUT %d"}]}`, i), nil)
+		if resp.StatusCode < 500 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		if v := metricValue(t, gw, "switchyard_replica_ejections_total", map[string]string{"pool": "p", "replica": n}); v != 0 {
+			t.Errorf("replica %s ejected by request-caused 503s", n)
+		}
+	}
+	if v := metricValue(t, gw, "switchyard_poison_requests_total", map[string]string{"pool": "p"}); v != 4 {
+		t.Errorf("poison requests %v, want 4", v)
+	}
+}
+
+// TestLongPrefillNotCounted: a stream whose first token outlasts
+// first_token_timeout on a replica that answered another request within
+// that time is the request's prefill, not the replica failing: it is not
+// counted (issue 31, item 6); on a replica that answered nothing it still
+// is. The pool's clock is frozen, so "within" does not depend on how fast
+// the machine runs; the first-token timer itself fires on its own.
+func TestLongPrefillNotCounted(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		answered bool
+		counted  bool
+	}{
+		{"the replica answered another request", true, false},
+		{"the replica answered nothing", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim := vllmsim.New(fast("m"))
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				if bytes.Contains(body, []byte("LONG-PREFILL")) {
+					// Headers at once, then nothing: vLLM computing a
+					// long prompt's prefill.
+					w.Header().Set("Content-Type", "text/event-stream")
+					w.WriteHeader(200)
+					w.(http.Flusher).Flush()
+					<-r.Context().Done()
+					return
+				}
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				sim.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p:
+    model: m
+    first_token_timeout: 200ms
+    outlier: {consecutive_5xx: 1, max_ejection_percent: 100}
+    health: {disabled: true}
+    replicas: [{name: a, url: "{{a}}"}]
+routes:
+  - name: default
+    to: p
+`, map[string]string{"a": srv.URL}, nil), func(o *router.Options) { o.Now = func() time.Time { return now } })
+			url := gw.API.URL + "/v1/chat/completions"
+			if tc.answered {
+				if resp, b := post(t, url, `{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 {
+					t.Fatalf("ordinary request: %d %s", resp.StatusCode, b)
+				}
+			}
+			_, b := post(t, url, `{"model":"m","stream":true,"max_tokens":3,"messages":[{"role":"user","content":"LONG-PREFILL"}]}`, nil)
+			if !strings.Contains(string(b), "first_token_timeout") {
+				t.Fatalf("the stalled stream: %s", b)
+			}
+			// The exchange is finished (counted) after its outcome was
+			// told to passive health.
+			want := 1.0
+			if tc.answered {
+				want = 2
+			}
+			eventually(t, 10*time.Second, "the stalled exchange to finish", func() bool {
+				return metricValue(t, gw, "switchyard_request_duration_seconds", nil) == want
+			})
+			// Counted against the replica: its last error says so (a
+			// neutral outcome leaves none).
+			resp, err := http.Get(gw.Admin.URL + "/admin/pools")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pb, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if counted := strings.Contains(string(pb), "first_token_timeout"); counted != tc.counted {
+				t.Errorf("counted against the replica: %t, want %t (/admin/pools: %s)", counted, tc.counted, pb)
+			}
+		})
+	}
+}

@@ -1,0 +1,104 @@
+package router
+
+import (
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/switchyard/switchyard/policy"
+)
+
+// TestSelfAddr: a replica address is the gateway's own when it names a
+// listener's port on the listener's address, or on any local address for
+// a wildcard listener.
+func TestSelfAddr(t *testing.T) {
+	local := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("fe80::1")}
+	for _, tc := range []struct {
+		name, listen, admin, addr string
+		want                      bool
+	}{
+		{"wildcard, loopback", "0.0.0.0:8080", "127.0.0.1:9090", "127.0.0.1:8080", true},
+		{"wildcard, other loopback", "0.0.0.0:8080", "127.0.0.1:9090", "127.0.0.2:8080", true},
+		{"wildcard, interface address", "0.0.0.0:8080", "127.0.0.1:9090", "192.0.2.10:8080", true},
+		{"wildcard, localhost", ":8080", "127.0.0.1:9090", "localhost:8080", true},
+		{"wildcard v6, interface", "[::]:8080", "127.0.0.1:9090", "[fe80::1]:8080", true},
+		{"wildcard, other host", "0.0.0.0:8080", "127.0.0.1:9090", "192.0.2.11:8080", false},
+		{"wildcard, other port", "0.0.0.0:8080", "127.0.0.1:9090", "127.0.0.1:8000", false},
+		{"admin listener", "0.0.0.0:8080", "127.0.0.1:9090", "127.0.0.1:9090", true},
+		{"specific listener, other address", "192.0.2.10:8080", "127.0.0.1:9090", "127.0.0.1:8080", false},
+		{"specific listener, same address", "192.0.2.10:8080", "127.0.0.1:9090", "192.0.2.10:8080", true},
+		{"mapped v4", "0.0.0.0:8080", "127.0.0.1:9090", "[::ffff:127.0.0.1]:8080", true},
+		{"a host name is not resolved", "0.0.0.0:8080", "127.0.0.1:9090", "vllm.internal:8080", false},
+		{"garbage", "0.0.0.0:8080", "127.0.0.1:9090", "nonsense", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := &policy.Server{Listen: tc.listen, AdminListen: tc.admin}
+			if _, got := selfAddr(sc, local, tc.addr); got != tc.want {
+				t.Errorf("selfAddr(%s | %s, %s) = %t, want %t", tc.listen, tc.admin, tc.addr, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestVia: the gateway's Via entry is appended after the client's, and a
+// request carrying it is recognised whatever else Via holds.
+func TestVia(t *testing.T) {
+	via := newVia()
+	h := http.Header{}
+	h.Add("Via", "1.0 fred, 1.1 p.example.net (Apache/1.1)")
+	if looped(h, via) {
+		t.Fatal("an unmarked request read as looped")
+	}
+	addVia(h, via)
+	if got := h.Get("Via"); !strings.HasPrefix(got, "1.0 fred, 1.1 p.example.net (Apache/1.1), 1.1 switchyard-") {
+		t.Errorf("Via = %q", got)
+	}
+	if !looped(h, via) {
+		t.Error("a request this gateway marked is not recognised")
+	}
+	if looped(h, newVia()) {
+		t.Error("another gateway process reads the mark as its own")
+	}
+}
+
+// FuzzVia: reading Via never panics, and a marked header is always
+// recognised.
+func FuzzVia(f *testing.F) {
+	for _, s := range []string{"", "1.1 a", "1.1 a, 1.0 b (c, d)", ",,,", "  ", "HTTP/2 x y z", "1.1 switchyard-000000000000"} {
+		f.Add(s)
+	}
+	via := newVia()
+	f.Fuzz(func(t *testing.T, v string) {
+		h := http.Header{"Via": {v}}
+		_ = looped(h, via)
+		addVia(h, via)
+		if !looped(h, via) {
+			t.Fatalf("Via %q with the gateway's entry appended is not recognised", h.Get("Via"))
+		}
+	})
+}
+
+// TestDiscoveryRefusesSelf: a discovery answer naming the gateway's own
+// listener is refused, logged and counted; other addresses pass.
+func TestDiscoveryRefusesSelf(t *testing.T) {
+	var logs strings.Builder
+	g := &Gateway{log: slog.New(slog.NewTextHandler(&logs, nil)), metrics: newMetrics(prometheus.NewRegistry(), "test")}
+	refuse := g.refuseSelf("p", &policy.Server{Listen: "0.0.0.0:8080", AdminListen: "127.0.0.1:9090"})
+	if !refuse("127.0.0.1:8080") {
+		t.Error("the gateway's own listener was not refused")
+	}
+	if refuse("10.0.0.1:8000") {
+		t.Error("a replica was refused")
+	}
+	if v := testutil.ToFloat64(g.metrics.discoverySelf.WithLabelValues("p")); v != 1 {
+		t.Errorf("switchyard_discovery_self_refused_total = %v, want 1", v)
+	}
+	if !strings.Contains(logs.String(), "names this gateway's own listener") || !strings.Contains(logs.String(), "addr=127.0.0.1:8080") {
+		t.Errorf("log: %s", logs.String())
+	}
+}
