@@ -1,6 +1,9 @@
 package policy
 
-import "github.com/goccy/go-yaml/ast"
+import (
+	"github.com/goccy/go-yaml/ast"
+	"github.com/switchyard/switchyard/policy/internal/yamlnode"
+)
 
 // resolveAnchors replaces every alias (*name) with the node its anchor
 // (&name) marks, drops the anchors, and expands merge keys (<<: *base, or
@@ -15,12 +18,12 @@ func (d *decoder) resolveAnchors(root ast.Node) ast.Node {
 		switch v := n.(type) {
 		case *ast.AnchorNode:
 			val := walk(v.Value)
-			if name, ok := scalarString(v.Name); ok {
+			if name, ok := yamlnode.ScalarString(v.Name); ok {
 				anchors[name] = val
 			}
 			return val
 		case *ast.AliasNode:
-			name, _ := scalarString(v.Value)
+			name, _ := yamlnode.ScalarString(v.Value)
 			if target, ok := anchors[name]; ok {
 				return target
 			}
@@ -57,7 +60,7 @@ func (d *decoder) expandMerges(kvs []*ast.MappingValueNode) []*ast.MappingValueN
 		if kv.Key.Type() == ast.MergeKeyType {
 			hasMerge = true
 		} else {
-			own[keyString(kv)] = true
+			own[yamlnode.KeyString(kv)] = true
 		}
 	}
 	if !hasMerge {
@@ -74,13 +77,13 @@ func (d *decoder) expandMerges(kvs []*ast.MappingValueNode) []*ast.MappingValueN
 			sources = seq.Values
 		}
 		for _, src := range sources {
-			pairs, ok := mappingPairs(src)
+			pairs, ok := yamlnode.MappingPairs(src)
 			if !ok {
-				d.c.at(src, "<<: expected a mapping (or a list of mappings) to merge, got %s", describe(src))
+				d.c.at(src, "<<: expected a mapping (or a list of mappings) to merge, got %s", yamlnode.Describe(src))
 				continue
 			}
 			for _, p := range pairs {
-				if k := keyString(p); !own[k] {
+				if k := yamlnode.KeyString(p); !own[k] {
 					own[k] = true
 					out = append(out, p)
 				}

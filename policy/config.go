@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/switchyard/switchyard/policy/internal/yamlnode"
+
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 )
@@ -52,7 +54,7 @@ func (c *Config) Position(path ...any) (line, col int) {
 	if c.root == nil {
 		return 1, 1
 	}
-	return position(lookup(c.root, path...))
+	return yamlnode.Position(lookup(c.root, path...))
 }
 
 // Server is the listener, limits and authentication section.
@@ -504,13 +506,13 @@ type ShareTarget struct {
 
 // UnmarshalYAML implements yaml.NodeUnmarshaler.
 func (t *ShareTarget) UnmarshalYAML(node ast.Node) error {
-	if v, ok := scalarString(node); ok && v == "capacity" {
+	if v, ok := yamlnode.ScalarString(node); ok && v == "capacity" {
 		*t = ShareTarget{Capacity: true}
 		return nil
 	}
-	n, ok := scalarNumber(node)
+	n, ok := yamlnode.ScalarNumber(node)
 	if !ok {
-		return nodeErrorf(node, "expected a share between 0 and 1 or capacity, got %s", describe(node))
+		return nodeErrorf(node, "expected a share between 0 and 1 or capacity, got %s", yamlnode.Describe(node))
 	}
 	*t = ShareTarget{Value: n}
 	return nil

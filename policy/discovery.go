@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard/switchyard/policy/internal/yamlnode"
+
 	"github.com/goccy/go-yaml/ast"
 )
 
@@ -74,9 +76,9 @@ func (p PortRef) String() string {
 // UnmarshalYAML reads a port as a number (8000, or "8000") or a name
 // (http).
 func (p *PortRef) UnmarshalYAML(node ast.Node) error {
-	s, ok := scalarString(node)
+	s, ok := yamlnode.ScalarString(node)
 	if !ok {
-		return nodeErrorf(node, "expected a port name or number, got %s", describe(node))
+		return nodeErrorf(node, "expected a port name or number, got %s", yamlnode.Describe(node))
 	}
 	s = strings.TrimSpace(s)
 	if n, err := strconv.Atoi(s); err == nil {

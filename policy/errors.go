@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/switchyard/switchyard/policy/internal/yamlnode"
+
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/token"
@@ -64,7 +66,7 @@ type collector struct {
 }
 
 func (c *collector) at(node ast.Node, format string, args ...any) {
-	line, col := position(node)
+	line, col := yamlnode.Position(node)
 	c.errs = append(c.errs, &Error{File: c.file, Line: line, Col: col, Msg: fmt.Sprintf(format, args...)})
 }
 
@@ -82,7 +84,7 @@ func (c *collector) decodeErr(err error, fallback ast.Node, context string) {
 	}
 	var ye yaml.Error
 	if errors.As(err, &ye) {
-		line, col := position(fallback)
+		line, col := yamlnode.Position(fallback)
 		tk := ye.GetToken()
 		msg := ye.GetMessage()
 		var se *yaml.SyntaxError
@@ -114,10 +116,10 @@ func (c *collector) decodeErr(err error, fallback ast.Node, context string) {
 		// A block mapping's token is its first ':'; point at its first key.
 		switch v := val.(type) {
 		case *ast.MappingValueNode:
-			line, col = position(v)
+			line, col = yamlnode.Position(v)
 		case *ast.MappingNode:
 			if !v.IsFlowStyle {
-				line, col = position(v)
+				line, col = yamlnode.Position(v)
 			}
 		}
 		var (
@@ -129,7 +131,7 @@ func (c *collector) decodeErr(err error, fallback ast.Node, context string) {
 		case errors.As(err, &te):
 			msg = typeErrorMessage(te, val)
 		case errors.As(err, &ue):
-			msg = fmt.Sprintf("expected %s, got %s", nodeTypeName(ue.Expected), nodeTypeName(ue.Actual))
+			msg = fmt.Sprintf("expected %s, got %s", yamlnode.NodeTypeName(ue.Expected), yamlnode.NodeTypeName(ue.Actual))
 		case errors.As(err, &oe):
 			msg = fmt.Sprintf("%s is out of range", oe.SrcNum)
 		}
@@ -163,10 +165,10 @@ func pathTo(node ast.Node, tk *token.Token) (string, ast.Node) {
 	}
 	switch n := node.(type) {
 	case *ast.MappingNode, *ast.MappingValueNode:
-		kvs, _ := mappingPairs(n)
+		kvs, _ := yamlnode.MappingPairs(n)
 		for _, kv := range kvs {
 			if rest, v := pathTo(kv.Value, tk); v != nil {
-				return join(keyString(kv), rest), v
+				return join(yamlnode.KeyString(kv), rest), v
 			}
 		}
 	case *ast.SequenceNode:
@@ -181,24 +183,6 @@ func pathTo(node ast.Node, tk *token.Token) (string, ast.Node) {
 		return pathTo(n.Value, tk)
 	}
 	return "", nil
-}
-
-func nodeTypeName(t ast.NodeType) string {
-	switch t {
-	case ast.MappingType, ast.MappingValueType:
-		return "a mapping"
-	case ast.SequenceType:
-		return "a list"
-	case ast.StringType, ast.LiteralType:
-		return "a string"
-	case ast.IntegerType, ast.FloatType, ast.InfinityType, ast.NanType:
-		return "a number"
-	case ast.BoolType:
-		return "a boolean"
-	case ast.NullType:
-		return "nothing"
-	}
-	return "a value"
 }
 
 func typeErrorMessage(te *yaml.TypeError, val ast.Node) string {
@@ -219,7 +203,7 @@ func typeErrorMessage(te *yaml.TypeError, val ast.Node) string {
 	}
 	got := "a value"
 	if val != nil {
-		got = describe(val)
+		got = yamlnode.Describe(val)
 	} else if te.SrcType != nil {
 		switch te.SrcType.Kind().String() {
 		case "string":
@@ -251,21 +235,4 @@ func (c *collector) result() error {
 		return a.Col < b.Col
 	})
 	return c.errs
-}
-
-func position(node ast.Node) (line, col int) {
-	if node == nil {
-		return 1, 1
-	}
-	if mv, ok := node.(*ast.MappingValueNode); ok {
-		node = mv.Key
-	}
-	if m, ok := node.(*ast.MappingNode); ok && len(m.Values) > 0 {
-		node = m.Values[0].Key
-	}
-	tk := node.GetToken()
-	if tk == nil || tk.Position == nil {
-		return 1, 1
-	}
-	return tk.Position.Line, tk.Position.Column
 }

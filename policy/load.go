@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/switchyard/switchyard/policy/internal/yamlnode"
+
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
@@ -140,36 +142,19 @@ type decoder struct {
 
 var topLevelKeys = []string{"version", "server", "topology", "pools", "classifier", "models", "session", "control", "routes"}
 
-func mappingPairs(node ast.Node) ([]*ast.MappingValueNode, bool) {
-	switch n := node.(type) {
-	case *ast.MappingNode:
-		return n.Values, true
-	case *ast.MappingValueNode:
-		return []*ast.MappingValueNode{n}, true
-	}
-	return nil, false
-}
-
-func keyString(kv *ast.MappingValueNode) string {
-	if s, ok := scalarString(kv.Key); ok {
-		return s
-	}
-	return kv.Key.String()
-}
-
 // pairs returns a mapping's entries, reporting duplicate keys.
 func (d *decoder) pairs(node ast.Node, what string) ([]*ast.MappingValueNode, bool) {
-	kvs, ok := mappingPairs(node)
+	kvs, ok := yamlnode.MappingPairs(node)
 	if !ok {
-		d.c.at(node, "%s: expected a mapping, got %s", what, describe(node))
+		d.c.at(node, "%s: expected a mapping, got %s", what, yamlnode.Describe(node))
 		return nil, false
 	}
 	first := map[string]*ast.MappingValueNode{}
 	out := kvs[:0:0]
 	for _, kv := range kvs {
-		k := keyString(kv)
+		k := yamlnode.KeyString(kv)
 		if f, dup := first[k]; dup {
-			line, _ := position(f.Key)
+			line, _ := yamlnode.Position(f.Key)
 			d.c.at(kv.Key, "%s: duplicate key %q (first at line %d)", what, k, line)
 			continue
 		}
@@ -199,7 +184,7 @@ func (d *decoder) shape(node ast.Node, t reflect.Type, what string) bool {
 	ok := true
 	switch t.Kind() {
 	case reflect.Struct, reflect.Map:
-		all, isMap := mappingPairs(node)
+		all, isMap := yamlnode.MappingPairs(node)
 		if !isMap {
 			return true
 		}
@@ -210,7 +195,7 @@ func (d *decoder) shape(node ast.Node, t reflect.Type, what string) bool {
 			if kv.Key.Type() == ast.MergeKeyType {
 				continue // `<<: *alias` is resolved by the decoder
 			}
-			k := keyString(kv)
+			k := yamlnode.KeyString(kv)
 			ft, known := fields[k]
 			if t.Kind() == reflect.Map {
 				ft, known = t.Elem(), true
@@ -335,7 +320,7 @@ func (d *decoder) prune(node ast.Node, t reflect.Type) (_ ast.Node, ok bool) {
 	}
 	switch t.Kind() {
 	case reflect.Struct, reflect.Map:
-		kvs, isMap := mappingPairs(node)
+		kvs, isMap := yamlnode.MappingPairs(node)
 		if !isMap {
 			return node, decodes()
 		}
@@ -344,7 +329,7 @@ func (d *decoder) prune(node ast.Node, t reflect.Type) (_ ast.Node, ok bool) {
 		keep := make([]*ast.MappingValueNode, 0, len(kvs))
 		changed := false
 		for _, kv := range kvs {
-			k := keyString(kv)
+			k := yamlnode.KeyString(kv)
 			ft, known := fields[k]
 			if t.Kind() == reflect.Map {
 				ft, known = t.Elem(), true
@@ -421,7 +406,7 @@ func withoutRepeats(node ast.Node, t reflect.Type) ast.Node {
 	}
 	switch t.Kind() {
 	case reflect.Struct, reflect.Map:
-		kvs, isMap := mappingPairs(node)
+		kvs, isMap := yamlnode.MappingPairs(node)
 		if !isMap {
 			return node
 		}
@@ -429,7 +414,7 @@ func withoutRepeats(node ast.Node, t reflect.Type) ast.Node {
 		seen := map[string]bool{}
 		keep := make([]*ast.MappingValueNode, 0, len(kvs))
 		for _, kv := range kvs {
-			k := keyString(kv)
+			k := yamlnode.KeyString(kv)
 			ft, known := fields[k]
 			if t.Kind() == reflect.Map {
 				ft, known = t.Elem(), true
@@ -523,18 +508,18 @@ func (d *decoder) partErrors(node ast.Node, t reflect.Type, what string) int {
 	}
 	switch t.Kind() {
 	case reflect.Struct, reflect.Map:
-		kvs, ok := mappingPairs(node)
+		kvs, ok := yamlnode.MappingPairs(node)
 		if !ok {
 			return 0
 		}
 		_, fields := yamlFields(t)
 		for _, kv := range kvs {
-			ft, known := fields[keyString(kv)]
+			ft, known := fields[yamlnode.KeyString(kv)]
 			if t.Kind() == reflect.Map {
 				ft, known = t.Elem(), true
 			}
 			if known {
-				try(kv.Value, ft, what+": "+keyString(kv))
+				try(kv.Value, ft, what+": "+yamlnode.KeyString(kv))
 			}
 		}
 	case reflect.Slice:
@@ -567,7 +552,7 @@ func decodeNode(node ast.Node, dst any) (err error) {
 func (d *decoder) tags(node ast.Node) {
 	eachNode(node, func(n ast.Node) bool {
 		if tag, ok := n.(*ast.TagNode); ok {
-			d.c.at(tag, "YAML tags such as %s are not supported", scalarText(tag))
+			d.c.at(tag, "YAML tags such as %s are not supported", yamlnode.ScalarText(tag))
 			return false
 		}
 		return true
@@ -586,7 +571,7 @@ func (d *decoder) root(root ast.Node, cfg *Config) {
 	}
 	for _, kv := range kvs {
 		val := kv.Value
-		switch k := keyString(kv); k {
+		switch k := yamlnode.KeyString(kv); k {
 		case "version":
 			d.section(k, d.value(val, &cfg.Version, "version"))
 		case "server":
@@ -613,7 +598,7 @@ func (d *decoder) root(root ast.Node, cfg *Config) {
 		case "routes":
 			seq, ok := val.(*ast.SequenceNode)
 			if !ok {
-				d.c.at(val, "routes: expected a list of routes, got %s", describe(val))
+				d.c.at(val, "routes: expected a list of routes, got %s", yamlnode.Describe(val))
 				d.broken["routes"] = true
 				continue
 			}
@@ -636,10 +621,10 @@ func (d *decoder) root(root ast.Node, cfg *Config) {
 // routes[2] "hard".
 func routeContext(i int, item ast.Node) string {
 	what := fmt.Sprintf("routes[%d]", i)
-	kvs, _ := mappingPairs(item)
+	kvs, _ := yamlnode.MappingPairs(item)
 	for _, kv := range kvs {
-		if keyString(kv) == "name" {
-			if name, ok := scalarString(kv.Value); ok {
+		if yamlnode.KeyString(kv) == "name" {
+			if name, ok := yamlnode.ScalarString(kv.Value); ok {
 				what += fmt.Sprintf(" %q", name)
 			}
 			break
@@ -655,7 +640,7 @@ func (d *decoder) pools(node ast.Node, cfg *Config) {
 		return
 	}
 	for _, kv := range kvs {
-		name := keyString(kv)
+		name := yamlnode.KeyString(kv)
 		p := new(Pool)
 		*p = DefaultPool
 		p.Name = name
@@ -674,21 +659,21 @@ func (d *decoder) section(key string, ok bool) bool {
 
 // UnmarshalYAML reads {pool: weight, ...} keeping the file's order.
 func (s *Split) UnmarshalYAML(node ast.Node) error {
-	kvs, ok := mappingPairs(node)
+	kvs, ok := yamlnode.MappingPairs(node)
 	if !ok {
-		return nodeErrorf(node, "expected a mapping of pool: weight, got %s", describe(node))
+		return nodeErrorf(node, "expected a mapping of pool: weight, got %s", yamlnode.Describe(node))
 	}
 	out := make(Split, 0, len(kvs))
 	seen := map[string]bool{}
 	for _, kv := range kvs {
-		name := keyString(kv)
+		name := yamlnode.KeyString(kv)
 		if seen[name] {
 			return nodeErrorf(kv.Key, "duplicate pool %q", name)
 		}
 		seen[name] = true
-		w, ok := scalarNumber(kv.Value)
+		w, ok := yamlnode.ScalarNumber(kv.Value)
 		if !ok || w != float64(int(w)) {
-			return nodeErrorf(kv.Value, "weight of %q must be a whole number, got %s", name, describe(kv.Value))
+			return nodeErrorf(kv.Value, "weight of %q must be a whole number, got %s", name, yamlnode.Describe(kv.Value))
 		}
 		if w <= 0 {
 			return nodeErrorf(kv.Value, "weight of %q must be positive, got %s", name, strconv.FormatFloat(w, 'g', -1, 64))
@@ -710,19 +695,19 @@ func (s Split) MarshalYAML() (any, error) {
 
 // UnmarshalYAML reads a label as `name` or `{name: description}`.
 func (l *LabelSpec) UnmarshalYAML(node ast.Node) error {
-	if s, ok := scalarString(node); ok {
+	if s, ok := yamlnode.ScalarString(node); ok {
 		*l = LabelSpec{Name: s}
 		return nil
 	}
-	kvs, ok := mappingPairs(node)
+	kvs, ok := yamlnode.MappingPairs(node)
 	if !ok || len(kvs) != 1 {
-		return nodeErrorf(node, "label: expected a name or {name: description}, got %s", describe(node))
+		return nodeErrorf(node, "label: expected a name or {name: description}, got %s", yamlnode.Describe(node))
 	}
-	desc, ok := scalarString(kvs[0].Value)
+	desc, ok := yamlnode.ScalarString(kvs[0].Value)
 	if !ok {
-		return nodeErrorf(kvs[0].Value, "label %q: description must be a string", keyString(kvs[0]))
+		return nodeErrorf(kvs[0].Value, "label %q: description must be a string", yamlnode.KeyString(kvs[0]))
 	}
-	*l = LabelSpec{Name: keyString(kvs[0]), Description: desc}
+	*l = LabelSpec{Name: yamlnode.KeyString(kvs[0]), Description: desc}
 	return nil
 }
 
@@ -735,9 +720,9 @@ func lookup(root ast.Node, path ...any) ast.Node {
 		var next ast.Node
 		switch s := step.(type) {
 		case string:
-			kvs, _ := mappingPairs(cur)
+			kvs, _ := yamlnode.MappingPairs(cur)
 			for _, kv := range kvs {
-				if keyString(kv) == s {
+				if yamlnode.KeyString(kv) == s {
 					next = kv.Value
 					if _, null := next.(*ast.NullNode); null {
 						next = kv.Key
@@ -750,9 +735,9 @@ func lookup(root ast.Node, path ...any) ast.Node {
 				next = seq.Values[s]
 			}
 		case keyOf:
-			kvs, _ := mappingPairs(cur)
+			kvs, _ := yamlnode.MappingPairs(cur)
 			for _, kv := range kvs {
-				if keyString(kv) == string(s) {
+				if yamlnode.KeyString(kv) == string(s) {
 					next = kv.Key
 					break
 				}

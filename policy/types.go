@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard/switchyard/policy/internal/yamlnode"
+
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 )
@@ -21,9 +23,9 @@ func (d Duration) Std() time.Duration { return time.Duration(d) }
 // UnmarshalYAML implements yaml.NodeUnmarshaler so that a bad duration points
 // at the user's text.
 func (d *Duration) UnmarshalYAML(node ast.Node) error {
-	s, ok := scalarString(node)
+	s, ok := yamlnode.ScalarString(node)
 	if !ok {
-		return nodeErrorf(node, "expected a duration such as 250ms or 5m, got %s", describe(node))
+		return nodeErrorf(node, "expected a duration such as 250ms or 5m, got %s", yamlnode.Describe(node))
 	}
 	v, err := time.ParseDuration(s)
 	switch {
@@ -64,9 +66,9 @@ var sizeUnits = []struct {
 
 // UnmarshalYAML implements yaml.NodeUnmarshaler.
 func (b *ByteSize) UnmarshalYAML(node ast.Node) error {
-	s, ok := scalarString(node)
+	s, ok := yamlnode.ScalarString(node)
 	if !ok {
-		return nodeErrorf(node, "expected a size such as 8MiB, got %s", describe(node))
+		return nodeErrorf(node, "expected a size such as 8MiB, got %s", yamlnode.Describe(node))
 	}
 	s = strings.TrimSpace(s)
 	mult := int64(1)
@@ -78,7 +80,7 @@ func (b *ByteSize) UnmarshalYAML(node ast.Node) error {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n <= 0 || n > math.MaxInt64/mult {
-		return nodeErrorf(node, "invalid size %q (use a positive integer with an optional B, KiB, MiB, GiB, TiB, KB, MB, GB or TB suffix)", scalarText(node))
+		return nodeErrorf(node, "invalid size %q (use a positive integer with an optional B, KiB, MiB, GiB, TiB, KB, MB, GB or TB suffix)", yamlnode.ScalarText(node))
 	}
 	*b = ByteSize(n * mult)
 	return nil
@@ -120,18 +122,18 @@ func (l *StringList) UnmarshalYAML(node ast.Node) error {
 	if seq, ok := node.(*ast.SequenceNode); ok {
 		out := make(StringList, 0, len(seq.Values))
 		for _, v := range seq.Values {
-			s, ok := scalarString(v)
+			s, ok := yamlnode.ScalarString(v)
 			if !ok {
-				return nodeErrorf(v, "expected a string, got %s", describe(v))
+				return nodeErrorf(v, "expected a string, got %s", yamlnode.Describe(v))
 			}
 			out = append(out, s)
 		}
 		*l = out
 		return nil
 	}
-	s, ok := scalarString(node)
+	s, ok := yamlnode.ScalarString(node)
 	if !ok {
-		return nodeErrorf(node, "expected a string or a list of strings, got %s", describe(node))
+		return nodeErrorf(node, "expected a string or a list of strings, got %s", yamlnode.Describe(node))
 	}
 	*l = StringList{s}
 	return nil
@@ -179,18 +181,18 @@ func (c NumCmp) MarshalYAML() (any, error) {
 
 // UnmarshalYAML implements yaml.NodeUnmarshaler.
 func (c *NumCmp) UnmarshalYAML(node ast.Node) error {
-	if n, ok := scalarNumber(node); ok {
+	if n, ok := yamlnode.ScalarNumber(node); ok {
 		*c = NumCmp{EQ: &n}
 		return nil
 	}
 	m, ok := node.(*ast.MappingNode)
 	if !ok {
-		return nodeErrorf(node, "expected a number or {gt|gte|lt|lte|eq: N}, got %s", describe(node))
+		return nodeErrorf(node, "expected a number or {gt|gte|lt|lte|eq: N}, got %s", yamlnode.Describe(node))
 	}
 	var out NumCmp
 	for _, kv := range m.Values {
-		key := keyString(kv)
-		if v, ok := scalarString(kv.Value); ok && v == "auto" {
+		key := yamlnode.KeyString(kv)
+		if v, ok := yamlnode.ScalarString(kv.Value); ok && v == "auto" {
 			if key != "gte" && key != "gt" {
 				return nodeErrorf(kv.Value, "%s: auto is a lower bound: use gte: auto or gt: auto", key)
 			}
@@ -200,9 +202,9 @@ func (c *NumCmp) UnmarshalYAML(node ast.Node) error {
 			out.Auto = key
 			continue
 		}
-		n, ok := scalarNumber(kv.Value)
+		n, ok := yamlnode.ScalarNumber(kv.Value)
 		if !ok {
-			return nodeErrorf(kv.Value, "%s: expected a number or auto, got %s", key, describe(kv.Value))
+			return nodeErrorf(kv.Value, "%s: expected a number or auto, got %s", key, yamlnode.Describe(kv.Value))
 		}
 		var dst **float64
 		switch key {
@@ -276,55 +278,6 @@ func (c *NumCmp) String() string {
 	return strings.Join(parts, " and ")
 }
 
-func scalarString(node ast.Node) (string, bool) {
-	switch n := node.(type) {
-	case *ast.StringNode:
-		return n.Value, true
-	case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode, *ast.LiteralNode:
-		return scalarText(n), true
-	}
-	return "", false
-}
-
-func scalarText(node ast.Node) string {
-	if tk := node.GetToken(); tk != nil {
-		return tk.Value
-	}
-	return node.String()
-}
-
-func scalarNumber(node ast.Node) (float64, bool) {
-	switch n := node.(type) {
-	case *ast.IntegerNode:
-		// YAML integers may be written 0x1F, 0o17 or 1_000.
-		if i, err := strconv.ParseInt(scalarText(n), 0, 64); err == nil {
-			return float64(i), true
-		}
-		f, err := strconv.ParseFloat(scalarText(n), 64)
-		return f, err == nil
-	case *ast.FloatNode:
-		f, err := strconv.ParseFloat(scalarText(n), 64)
-		return f, err == nil
-	}
-	return 0, false
-}
-
-func describe(node ast.Node) string {
-	switch node.(type) {
-	case *ast.MappingNode, *ast.MappingValueNode:
-		return "a mapping"
-	case *ast.SequenceNode:
-		return "a list"
-	case *ast.NullNode, nil:
-		return "nothing"
-	case *ast.BoolNode:
-		return "a boolean"
-	case *ast.IntegerNode, *ast.FloatNode:
-		return "a number"
-	}
-	return fmt.Sprintf("%q", scalarText(node))
-}
-
 // ParamCount is a model's number of parameters, written as a number with
 // an optional K, M, B (billions) or T suffix: 30B, 1.5T, 7000000000.
 type ParamCount int64
@@ -336,9 +289,9 @@ var paramUnits = []struct {
 
 // UnmarshalYAML implements yaml.NodeUnmarshaler.
 func (c *ParamCount) UnmarshalYAML(node ast.Node) error {
-	s, ok := scalarString(node)
+	s, ok := yamlnode.ScalarString(node)
 	if !ok {
-		return nodeErrorf(node, "expected a parameter count such as 30B, got %s", describe(node))
+		return nodeErrorf(node, "expected a parameter count such as 30B, got %s", yamlnode.Describe(node))
 	}
 	s = strings.TrimSpace(s)
 	mult := 1.0
@@ -350,7 +303,7 @@ func (c *ParamCount) UnmarshalYAML(node ast.Node) error {
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || f <= 0 || math.IsInf(f*mult, 0) || f*mult > math.MaxInt64/8 {
-		return nodeErrorf(node, "invalid parameter count %q (use a positive number with an optional K, M, B or T suffix, such as 30B)", scalarText(node))
+		return nodeErrorf(node, "invalid parameter count %q (use a positive number with an optional K, M, B or T suffix, such as 30B)", yamlnode.ScalarText(node))
 	}
 	*c = ParamCount(f * mult)
 	return nil

@@ -16,6 +16,8 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/switchyard/switchyard/policy/internal/yamlnode"
+
 	"github.com/goccy/go-yaml/ast"
 )
 
@@ -51,7 +53,7 @@ func (at positions) number(path []any) (float64, bool) {
 	if !at.written(path) {
 		return 0, false
 	}
-	return scalarNumber(lookup(at.root, path...))
+	return yamlnode.ScalarNumber(lookup(at.root, path...))
 }
 
 // validator checks a decoded config. It is pure: it reads the config and

@@ -97,6 +97,13 @@ type Endpoint struct {
 	// old are transports replaced by an update or a removal; their idle
 	// connections are closed once no request is in flight.
 	old []*http.Transport
+	// record is what the endpoint's probes and requests came to (under
+	// mu, but for the probe counts, which the health loop owns).
+	record endpointRecord
+}
+
+// endpointRecord is the history behind an endpoint's state.
+type endpointRecord struct {
 	// consecutive active probe results, owned by the health loop.
 	probeOK, probeFail int
 	// misStreak counts misconfigurations in a row (the backoff's
@@ -201,7 +208,7 @@ func (e *Endpoint) Queue(now time.Time, staleness time.Duration) float64 {
 func (e *Endpoint) LastError() (lastErr, why string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.lastErr, e.why
+	return e.record.lastErr, e.record.why
 }
 
 func (e *Endpoint) setErr(err string) {
@@ -209,7 +216,7 @@ func (e *Endpoint) setErr(err string) {
 		return
 	}
 	e.mu.Lock()
-	e.lastErr = err
+	e.record.lastErr = err
 	e.mu.Unlock()
 }
 

@@ -242,7 +242,7 @@ func (e *Endpoint) reconfigure(g *Endpoints, eo EndpointOptions) bool {
 			e.probing.Store(false)
 		}
 		e.mu.Lock()
-		e.why, e.probeOK, e.probeFail = "", 0, 0
+		e.record.why, e.record.probeOK, e.record.probeFail = "", 0, 0
 		e.mu.Unlock()
 	}
 	if old.ConnectTimeout != eo.ConnectTimeout {

@@ -141,52 +141,52 @@ func (e *Endpoint) apply(ctx context.Context, o EndpointOptions) {
 	switch {
 	case err == nil && e.probing.Load():
 		// A new endpoint's first passing probe admits it.
-		e.probeOK, e.probeFail = 1, 0
+		e.record.probeOK, e.record.probeFail = 1, 0
 		e.probing.Store(false)
-		e.why = ""
+		e.record.why = ""
 		changed, healthy, why = e.Healthy(), true, "first probe passed"
 	case err == nil:
-		e.probeOK++
-		e.probeFail = 0
+		e.record.probeOK++
+		e.record.probeFail = 0
 		if models && e.misconfigured.Load() && e.reg.now().UnixNano() < e.misHeldUntil.Load() {
 			break // the backoff of a misconfiguration found on requests
 		}
 		if models && e.misconfigured.Load() {
 			// The key is accepted and every model is listed again.
 			e.misconfigured.Store(false)
-			e.lastMisEnd = e.reg.now()
+			e.record.lastMisEnd = e.reg.now()
 			if e.healthy.Load() {
-				e.why = ""
+				e.record.why = ""
 				changed, healthy, why = true, true, "key accepted and model listed"
 			}
 		}
-		if !e.healthy.Load() && e.probeOK >= h.HealthyAfter {
+		if !e.healthy.Load() && e.record.probeOK >= h.HealthyAfter {
 			e.healthy.Store(true)
-			e.ejectStreak = 0
-			e.why = ""
-			changed, healthy, why = true, true, fmt.Sprintf("%d probes passed", e.probeOK)
+			e.record.ejectStreak = 0
+			e.record.why = ""
+			changed, healthy, why = true, true, fmt.Sprintf("%d probes passed", e.record.probeOK)
 			// A replica back from the dead is no longer ejected either.
 			e.ejectedUntil.Store(0)
 		}
 	case errors.Is(err, errMisconfigured):
-		e.probeOK, e.probeFail = 0, 0
-		e.lastErr = err.Error()
+		e.record.probeOK, e.record.probeFail = 0, 0
+		e.record.lastErr = err.Error()
 		if !e.misconfigured.Load() {
 			e.misconfigured.Store(true)
-			e.why = err.Error()
-			changed, healthy, why = true, false, e.why
+			e.record.why = err.Error()
+			changed, healthy, why = true, false, e.record.why
 		}
 	default:
-		e.probeFail++
-		e.probeOK = 0
-		e.lastErr = err.Error()
+		e.record.probeFail++
+		e.record.probeOK = 0
+		e.record.lastErr = err.Error()
 		if e.probing.Load() {
-			e.why = "waiting for a first passing probe: " + err.Error()
+			e.record.why = "waiting for a first passing probe: " + err.Error()
 		}
-		if e.healthy.Load() && e.probeFail >= h.UnhealthyAfter {
+		if e.healthy.Load() && e.record.probeFail >= h.UnhealthyAfter {
 			e.healthy.Store(false)
-			e.why = fmt.Sprintf("%d probes failed: %v", e.probeFail, err)
-			changed, healthy, why = true, false, e.why
+			e.record.why = fmt.Sprintf("%d probes failed: %v", e.record.probeFail, err)
+			changed, healthy, why = true, false, e.record.why
 		}
 	}
 	e.mu.Unlock()

@@ -62,7 +62,7 @@ func (p *Pool) Observe(r *Replica, o Outcome, detail string) {
 	switch o {
 	case Success:
 		e.mu.Lock()
-		e.cons5xx, e.consConnect = 0, 0
+		e.record.cons5xx, e.record.consConnect = 0, 0
 		e.mu.Unlock()
 		e.answered.Store(p.reg.now().UnixNano())
 		return
@@ -82,10 +82,10 @@ func (p *Pool) Observe(r *Replica, o Outcome, detail string) {
 			// a replica that behaved for max since starts over.
 			now := p.reg.now()
 			e.mu.Lock()
-			d := od.hold(&e.misStreak, e.lastMisEnd, now)
+			d := od.hold(&e.record.misStreak, e.record.lastMisEnd, now)
 			e.misHeldUntil.Store(now.Add(d).UnixNano())
 			why := fmt.Sprintf("misconfigured (held out at least %s): %s", d, detail)
-			e.why = why
+			e.record.why = why
 			e.mu.Unlock()
 			p.reg.changedState(e, false, why)
 		}
@@ -98,16 +98,16 @@ func (p *Pool) Observe(r *Replica, o Outcome, detail string) {
 		o = Status5xx
 	}
 	e.mu.Lock()
-	e.lastErr = detail
+	e.record.lastErr = detail
 	var trip bool
 	if o == Status5xx {
-		e.cons5xx++
-		trip = od.Consecutive5xx > 0 && e.cons5xx >= od.Consecutive5xx
+		e.record.cons5xx++
+		trip = od.Consecutive5xx > 0 && e.record.cons5xx >= od.Consecutive5xx
 	} else {
-		e.consConnect++
-		trip = od.ConsecutiveConnectFailures > 0 && e.consConnect >= od.ConsecutiveConnectFailures
+		e.record.consConnect++
+		trip = od.ConsecutiveConnectFailures > 0 && e.record.consConnect >= od.ConsecutiveConnectFailures
 	}
-	streak5xx, streakConn := e.cons5xx, e.consConnect
+	streak5xx, streakConn := e.record.cons5xx, e.record.consConnect
 	e.mu.Unlock()
 	if !trip {
 		return
@@ -132,7 +132,7 @@ func (p *Pool) eject(r *Replica, cause string) {
 	if e.Ejected(now) {
 		g.ejectMu.Unlock()
 		e.mu.Lock()
-		e.cons5xx, e.consConnect = 0, 0 // failures of requests sent before the ejection
+		e.record.cons5xx, e.record.consConnect = 0, 0 // failures of requests sent before the ejection
 		e.mu.Unlock()
 		return
 	}
@@ -146,11 +146,11 @@ func (p *Pool) eject(r *Replica, cause string) {
 		}
 	}
 	e.mu.Lock()
-	d := od.hold(&e.ejectStreak, e.lastEjectEnd, now)
-	e.cons5xx, e.consConnect = 0, 0
-	e.lastEjectEnd = now.Add(d)
+	d := od.hold(&e.record.ejectStreak, e.record.lastEjectEnd, now)
+	e.record.cons5xx, e.record.consConnect = 0, 0
+	e.record.lastEjectEnd = now.Add(d)
 	why := fmt.Sprintf("ejected for %s after %s", d, cause)
-	e.why = why
+	e.record.why = why
 	e.mu.Unlock()
 	e.ejectedUntil.Store(now.Add(d).UnixNano())
 	g.ejectMu.Unlock()

@@ -5,7 +5,8 @@ import (
 	"crypto/sha256"
 	"net/http"
 	"strconv"
-	"strings"
+
+	"github.com/switchyard/switchyard/router/internal/features"
 
 	"github.com/switchyard/switchyard/router/internal/wire"
 
@@ -50,10 +51,10 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	return d
 }
 
-// policyRequest is what the policy and the classifier see of a request,
-// and its session id. With a session, a conversation is decided on its
+// policyRequest is what the policy and the classifier see of x.b request,
+// and its session id. With x.b session, x.b conversation is decided on its
 // opening alone, so every turn, on any instance, reaches the decision its
-// first turn did; its decision is kept per API key and model name, so a
+// first turn did; its decision is kept per API key and model name, so x.b
 // session id cannot carry one key's (or model's) route to another.
 func policyRequest(s *Snapshot, r *http.Request, key string, info *wire.Info) (*policy.Request, classifier.Input, string) {
 	preq := &policy.Request{
@@ -62,59 +63,27 @@ func policyRequest(s *Snapshot, r *http.Request, key string, info *wire.Info) (*
 	}
 	id, open, in := sessionID(s, r, info)
 	if id == "" {
-		in = classifierInput(info)
+		in = features.ClassifierInput(info)
 	}
 	preq.System = in.System
-	// The classifier reads the turn itself, a session's too: what its
+	// The classifier reads the turn itself, x.b session's too: what its
 	// last message is, how far into the loop, its sizes.
-	if in.Last, in.Steps = turnOf(info); in.Last != "" {
+	if in.Last, in.Steps = features.TurnOf(info); in.Last != "" {
 		in.PromptTokens, in.MaxTokens = info.PromptTokens, info.MaxTokens
 	}
 	if id == "" {
 		return preq, in, ""
 	}
 	preq.Session = id + key + "\x00" + info.Model
-	preq.Messages, preq.PromptTokens = open.messages, open.promptTokens
+	preq.Messages, preq.PromptTokens = open.Messages, open.PromptTokens
 	return preq, in, id
-}
-
-// turnOf says what the conversation's last message is (a user message
-// with text, or a tool result: a tool message, a user message of
-// tool_result blocks only, a function_call_output item) and how many
-// assistant turns followed the last user message with text (consecutive
-// assistant items, such as a Responses answer's reasoning and calls, are
-// one turn). "" for a request without messages.
-func turnOf(info *wire.Info) (last string, steps int) {
-	inAssistant := false
-	info.RawMessages.ForEach(func(_, m gjson.Result) bool {
-		role, typ := m.Get("role").Str, m.Get("type").Str
-		switch {
-		case role == "assistant" || typ == "function_call" || typ == "custom_tool_call" || typ == "reasoning":
-			if !inAssistant {
-				steps++
-			}
-			inAssistant, last = true, ""
-			return true
-		case role == "tool" || typ == "function_call_output" || typ == "custom_tool_call_output":
-			last = classifier.LastToolResult
-		case role == "user" && contentText(m.Get("content")) != "":
-			last, steps = classifier.LastInstruction, 0
-		case role == "user" && m.Get(`content.#(type=="tool_result")`).Exists():
-			last = classifier.LastToolResult // tool_result blocks only
-		case role == "user":
-			last, steps = classifier.LastInstruction, 0
-		}
-		inAssistant = false
-		return true
-	})
-	return last, steps
 }
 
 // sessionHeaders are the session ids real agents send without being
 // asked: Codex's session-id and Claude Code's x-claude-code-session-id.
 var sessionHeaders = [...]string{"session-id", "x-claude-code-session-id"}
 
-// sessionID is a fixed-size digest of the request's session id, "" when
+// sessionID is x.b fixed-size digest of the request's session id, "" when
 // it has none (or session: is not configured). The id is, in order: the
 // configured session header; an id agents send on their own (the
 // sessionHeaders, then the body's prompt_cache_key); the body's user field
@@ -124,10 +93,10 @@ var sessionHeaders = [...]string{"session-id", "x-claude-code-session-id"}
 //
 // With an id it also returns the conversation's opening and the classifier
 // input read from it, computed once.
-func sessionID(s *Snapshot, r *http.Request, info *wire.Info) (string, opening, classifier.Input) {
+func sessionID(s *Snapshot, r *http.Request, info *wire.Info) (string, features.Opening, classifier.Input) {
 	se := s.Config.Session
 	if se == nil {
-		return "", opening{}, classifier.Input{}
+		return "", features.Opening{}, classifier.Input{}
 	}
 	id := ""
 	if se.Header != "" {
@@ -145,74 +114,21 @@ func sessionID(s *Snapshot, r *http.Request, info *wire.Info) (string, opening, 
 		id = info.User
 	}
 	if id == "" && !se.Implicit {
-		return "", opening{}, classifier.Input{}
+		return "", features.Opening{}, classifier.Input{}
 	}
-	open, in := openingOf(info)
+	open, in := features.OpeningOf(info)
 	if id != "" {
 		sum := sha256.Sum256([]byte("id\x00" + id))
 		return string(sum[:16]), open, in
 	}
 	h := sha256.New()
 	h.Write([]byte("opening\x00"))
-	for _, raw := range open.raw {
+	for _, raw := range open.Raw {
 		h.Write([]byte(raw))
 		h.Write([]byte{0})
 	}
 	h.Write([]byte(info.RawTools.Raw))
 	return string(h.Sum(nil)[:16]), open, in
-}
-
-// opening is a conversation's first turn: the system and developer
-// messages before the first user message, and that message.
-type opening struct {
-	raw          []string // the messages' JSON, as sent
-	messages     int
-	promptTokens int
-}
-
-// openingOf returns the opening of info's conversation and the classifier
-// input read from it (the tools are the request's). A completions prompt
-// is its own opening.
-func openingOf(info *wire.Info) (opening, classifier.Input) {
-	var o opening
-	in := classifier.Input{}
-	if !info.RawMessages.Exists() {
-		in = classifierInput(info)
-		o.raw = []string{info.RawPrompt.Raw}
-		o.messages, o.promptTokens = 1, info.PromptTokens
-		return o, in
-	}
-	size := len(info.RawSystem.Raw)
-	if info.RawSystem.Exists() {
-		o.raw = append(o.raw, info.RawSystem.Raw)
-		in.System = contentText(info.RawSystem)
-	}
-	info.RawMessages.ForEach(func(_, m gjson.Result) bool {
-		o.raw = append(o.raw, m.Raw)
-		size += len(m.Raw) + 1
-		switch m.Get("role").Str {
-		case "system", "developer":
-			if in.System == "" {
-				in.System = contentText(m.Get("content"))
-			}
-			return true
-		case "user":
-			in.LastUser = contentText(m.Get("content"))
-			return false
-		}
-		return true
-	})
-	o.messages = len(o.raw)
-	if info.RawSystem.Exists() {
-		o.messages-- // the instructions or system field is not a message
-	}
-	in.Turns = o.messages
-	o.promptTokens = wire.EstimateTokens(size + 1)
-	if info.RawTools.IsArray() {
-		o.promptTokens += wire.EstimateTokens(len(info.RawTools.Raw))
-	}
-	in.Tools = allToolNames(info)
-	return o, in
 }
 
 func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input) policy.Classification {
@@ -241,89 +157,10 @@ func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input
 	return policy.Classification{Label: res.Label, Scores: res.Scores, Fallback: res.Fallback()}
 }
 
-// classifierInput reads what the classifier looks at from the body fields.
-func classifierInput(info *wire.Info) classifier.Input {
-	in := classifier.Input{Turns: info.Messages}
-	if info.RawPrompt.Exists() {
-		if info.RawPrompt.Type == gjson.String {
-			in.Prompt = info.RawPrompt.Str
-		} else {
-			in.Prompt = info.RawPrompt.Get("0").String()
-		}
-		return in
-	}
-	if info.RawSystem.Exists() {
-		in.System = contentText(info.RawSystem)
-	}
-	info.RawMessages.ForEach(func(_, m gjson.Result) bool {
-		switch m.Get("role").Str {
-		case "system", "developer":
-			if in.System == "" {
-				in.System = contentText(m.Get("content"))
-			}
-		case "user":
-			if t := contentText(m.Get("content")); t != "" {
-				in.LastUser = t // not a turn of tool results only
-			}
-		}
-		return true
-	})
-	in.Tools = allToolNames(info)
-	return in
-}
-
-// allToolNames are the names of every tool the request offers, those of
-// additional_tools input items included.
-func allToolNames(info *wire.Info) []string {
-	out := toolNames(info.RawTools)
-	for _, t := range info.AdditionalTools {
-		out = append(out, toolNames(t)...)
-	}
-	return out
-}
-
-// toolNames lists the names of the tools offered: chat's function.name,
-// the Responses and Messages APIs' name, and the tools inside a Responses
-// namespace group.
-func toolNames(tools gjson.Result) []string {
-	var out []string
-	tools.ForEach(func(_, t gjson.Result) bool {
-		switch {
-		case t.Get("function.name").Exists():
-			out = append(out, t.Get("function.name").String())
-		case t.Get("tools").IsArray():
-			out = append(out, toolNames(t.Get("tools"))...)
-		case t.Get("name").Exists():
-			out = append(out, t.Get("name").String())
-		}
-		return true
-	})
-	return out
-}
-
-// contentText returns a message content's text: the string, or the text
-// parts of a content array joined.
-func contentText(c gjson.Result) string {
-	if c.Type == gjson.String {
-		return c.Str
-	}
-	var sb strings.Builder
-	c.ForEach(func(_, part gjson.Result) bool {
-		if t := part.Get("text"); t.Exists() {
-			if sb.Len() > 0 {
-				sb.WriteByte('\n')
-			}
-			sb.WriteString(t.String())
-		}
-		return true
-	})
-	return sb.String()
-}
-
-// affinityKey groups requests sharing a prompt prefix: the session id when
-// there is one, else a hash of the leading depth messages.
+// affinityKey groups requests sharing x.b prompt prefix: the session id when
+// there is one, else x.b hash of the leading depth messages.
 func affinityKey(x *exchange, r *http.Request, depth int) string {
-	if !x.sess.set { // a request no policy decided (a pinned pool)
+	if !x.sess.set { // x.b request no policy decided (x.b pinned pool)
 		x.sess.id, _, _ = sessionID(x.snap, r, x.info)
 		x.sess.set = true
 	}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/switchyard/switchyard/router/internal/features"
+
 	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/tidwall/gjson"
@@ -57,6 +59,6 @@ func FuzzParseRequest(f *testing.F) {
 				t.Fatalf("accepted a duplicate %q: %q", k, body)
 			}
 		}
-		_ = classifierInput(info)
+		_ = features.ClassifierInput(info)
 	})
 }

@@ -2,7 +2,6 @@ package router
 
 import (
 	"log/slog"
-	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
@@ -11,11 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/router/internal/conns"
 )
 
-// TestSelfAddr: a replica address is the gateway's own when it names a
+// TestSelfAddr: x.b replica address is the gateway's own when it names x.b
 // listener's port on the listener's address, or on any local address for
-// a wildcard listener.
+// x.b wildcard listener.
 func TestSelfAddr(t *testing.T) {
 	local := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("fe80::1")}
 	for _, tc := range []struct {
@@ -38,52 +38,14 @@ func TestSelfAddr(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sc := &policy.Server{Listen: tc.listen, AdminListen: tc.admin}
-			if _, got := selfAddr(sc, local, tc.addr); got != tc.want {
+			if _, got := conns.SelfAddr(listens(sc), local, tc.addr); got != tc.want {
 				t.Errorf("selfAddr(%s | %s, %s) = %t, want %t", tc.listen, tc.admin, tc.addr, got, tc.want)
 			}
 		})
 	}
 }
 
-// TestVia: the gateway's Via entry is appended after the client's, and a
-// request carrying it is recognised whatever else Via holds.
-func TestVia(t *testing.T) {
-	via := newVia()
-	h := http.Header{}
-	h.Add("Via", "1.0 fred, 1.1 p.example.net (Apache/1.1)")
-	if looped(h, via) {
-		t.Fatal("an unmarked request read as looped")
-	}
-	addVia(h, via)
-	if got := h.Get("Via"); !strings.HasPrefix(got, "1.0 fred, 1.1 p.example.net (Apache/1.1), 1.1 switchyard-") {
-		t.Errorf("Via = %q", got)
-	}
-	if !looped(h, via) {
-		t.Error("a request this gateway marked is not recognised")
-	}
-	if looped(h, newVia()) {
-		t.Error("another gateway process reads the mark as its own")
-	}
-}
-
-// FuzzVia: reading Via never panics, and a marked header is always
-// recognised.
-func FuzzVia(f *testing.F) {
-	for _, s := range []string{"", "1.1 a", "1.1 a, 1.0 b (c, d)", ",,,", "  ", "HTTP/2 x y z", "1.1 switchyard-000000000000"} {
-		f.Add(s)
-	}
-	via := newVia()
-	f.Fuzz(func(t *testing.T, v string) {
-		h := http.Header{"Via": {v}}
-		_ = looped(h, via)
-		addVia(h, via)
-		if !looped(h, via) {
-			t.Fatalf("Via %q with the gateway's entry appended is not recognised", h.Get("Via"))
-		}
-	})
-}
-
-// TestDiscoveryRefusesSelf: a discovery answer naming the gateway's own
+// TestDiscoveryRefusesSelf: x.b discovery answer naming the gateway's own
 // listener is refused, logged and counted; other addresses pass.
 func TestDiscoveryRefusesSelf(t *testing.T) {
 	var logs strings.Builder

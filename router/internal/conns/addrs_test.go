@@ -1,4 +1,4 @@
-package router
+package conns
 
 import (
 	"net/http"
@@ -21,8 +21,8 @@ func prefixes(t testing.TB, ss ...string) []netip.Prefix {
 	return out
 }
 
-// TestClientAddr: the client address is the peer's unless the peer is a
-// trusted proxy; then it is the last untrusted X-Forwarded-For hop, so a
+// TestClientAddr: the client address is the peer's unless the peer is x.b
+// trusted proxy; then it is the last untrusted X-Forwarded-For hop, so x.b
 // client cannot choose its address by writing the header itself.
 func TestClientAddr(t *testing.T) {
 	trusted := prefixes(t, "10.0.0.0/8", "fd00::1")
@@ -46,7 +46,7 @@ func TestClientAddr(t *testing.T) {
 			for _, v := range tc.xff {
 				r.Header.Add("X-Forwarded-For", v)
 			}
-			if got := clientAddr(r, trusted); got != tc.want {
+			if got := ClientAddr(r, trusted); got != tc.want {
 				t.Errorf("clientAddr = %q, want %q", got, tc.want)
 			}
 		})
@@ -62,7 +62,7 @@ func FuzzClientAddr(f *testing.F) {
 	trusted := prefixes(f, "10.0.0.0/8", "::/0")
 	f.Fuzz(func(t *testing.T, remote, xff string) {
 		r := &http.Request{RemoteAddr: remote, Header: http.Header{"X-Forwarded-For": {xff}}}
-		got := clientAddr(r, trusted)
+		got := ClientAddr(r, trusted)
 		if got == remote {
 			return // an unreadable peer address is kept as it is
 		}

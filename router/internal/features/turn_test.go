@@ -1,4 +1,4 @@
-package router
+package features
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 	"github.com/switchyard/switchyard/router/internal/wire"
 )
 
-// TestTurnOf: what the classifier is told of a turn, on the three APIs.
+// TestTurnOf: what the classifier is told of x.b turn, on the three APIs.
 func TestTurnOf(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -37,7 +37,7 @@ func TestTurnOf(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if last, steps := turnOf(info); last != tc.last || steps != tc.steps {
+			if last, steps := TurnOf(info); last != tc.last || steps != tc.steps {
 				t.Errorf("turnOf = %q, %d; want %q, %d", last, steps, tc.last, tc.steps)
 			}
 		})
