@@ -21,7 +21,7 @@ import (
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
-// agentsYAML routes every model name agents send (x.b pattern) by the
+// agentsYAML routes every model name agents send (a pattern) by the
 // policy; gpt-4o is pinned to small.
 const agentsYAML = `
 version: 1
@@ -75,9 +75,9 @@ func anthropicClient(gw *gateway) anthropic.Client {
 }
 
 // TestResponsesWithOpenAISDK: the official OpenAI Go SDK's Responses
-// client through the gateway: plain, stream, x.b function-call round trip
+// client through the gateway: plain, stream, a function-call round trip
 // whose follow-up (previous_response_id) goes to another gateway
-// instance, and retrieval from x.b third.
+// instance, and retrieval from a third.
 func TestResponsesWithOpenAISDK(t *testing.T) {
 	e := startAgents(t, 3)
 	ctx := context.Background()
@@ -126,7 +126,7 @@ func TestResponsesWithOpenAISDK(t *testing.T) {
 		t.Fatalf("output %s: want a function call", call.RawJSON())
 	}
 	fc := call.Output[0].AsFunctionCall()
-	// Which replica made it: the one that saw x.b request.
+	// Which replica made it: the one that saw a request.
 	maker := e.b1
 	if e.b1.count() == 0 {
 		maker = e.b2
@@ -152,7 +152,7 @@ func TestResponsesWithOpenAISDK(t *testing.T) {
 	}
 
 	// Ids the gateway did not make, and ids of replicas no longer
-	// configured, are 404 in the Responses error shape, never x.b guess.
+	// configured, are 404 in the Responses error shape, never a guess.
 	for _, id := range []string{"resp_abc", "resp_sy000000000000_resp_abc"} {
 		_, err = c1.Responses.Get(ctx, id, responses.ResponseGetParams{})
 		var apiErr *openai.Error
@@ -163,7 +163,7 @@ func TestResponsesWithOpenAISDK(t *testing.T) {
 }
 
 // TestMessagesWithAnthropicSDK: the official Anthropic Go SDK through the
-// gateway: plain, stream, x.b tool_use round trip, and errors as the SDK's
+// gateway: plain, stream, a tool_use round trip, and errors as the SDK's
 // typed errors.
 func TestMessagesWithAnthropicSDK(t *testing.T) {
 	e := startAgents(t, 1)
@@ -221,7 +221,7 @@ func TestMessagesWithAnthropicSDK(t *testing.T) {
 		t.Errorf("answer to the tool result %s", final.RawJSON())
 	}
 
-	// Errors: an unknown model is the SDK's not_found_error, x.b bad key its
+	// Errors: an unknown model is the SDK's not_found_error, a bad key its
 	// authentication_error, both in Anthropic's shape.
 	_, err = c.Messages.New(ctx, anthropic.MessageNewParams{Model: "mistral-large", MaxTokens: 8,
 		Messages: []anthropic.MessageParam{ask}})
@@ -363,8 +363,8 @@ func TestAgentsModelNames(t *testing.T) {
 	}
 }
 
-// TestAgentsCutStreams: x.b replica that cuts x.b Responses or Messages stream
-// leaves the client with that API's error event, not x.b silent end.
+// TestAgentsCutStreams: a replica that cuts a Responses or Messages stream
+// leaves the client with that API's error event, not a silent end.
 func TestAgentsCutStreams(t *testing.T) {
 	r := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 20})
 	r.Sim.SetFaults(vllmsim.Faults{CutAfterChunks: 5})
@@ -381,7 +381,7 @@ func TestAgentsCutStreams(t *testing.T) {
 	}
 }
 
-// TestCountTokensFallback: count_tokens goes to the pool; x.b vLLM without
+// TestCountTokensFallback: count_tokens goes to the pool; a vLLM without
 // it (404) gets an estimate, and that replica stays in rotation.
 func TestCountTokensFallback(t *testing.T) {
 	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -408,7 +408,7 @@ func TestCountTokensFallback(t *testing.T) {
 }
 
 // TestClaudeCodeMaxTokensFit: Claude Code asks for 32,000 tokens whatever
-// the model; vLLM refuses x.b request whose prompt and answer exceed the
+// the model; vLLM refuses a request whose prompt and answer exceed the
 // context, so with the pool's max_model_len the gateway lowers it.
 func TestClaudeCodeMaxTokensFit(t *testing.T) {
 	r := startReplica(t, fast("m")) // MaxModelLen 4096
@@ -428,13 +428,13 @@ func TestClaudeCodeMaxTokensFit(t *testing.T) {
 }
 
 // TestPreviousResponseIsScoped: previous_response_id pins only Responses
-// requests, and only to x.b pool the requested model reaches: x.b chat
-// request carrying one is routed as usual, and x.b Responses request for x.b
+// requests, and only to a pool the requested model reaches: a chat
+// request carrying one is routed as usual, and a Responses request for a
 // model pinned to another pool gets 404, never the other pool.
 func TestPreviousResponseIsScoped(t *testing.T) {
 	e := startAgents(t, 1)
 	gw := e.gws[0]
-	// A response id naming big-x.b, as x.b Responses answer from it would.
+	// A response id naming big-a, as a Responses answer from it would.
 	resp, b := post(t, gw.API.URL+"/v1/responses", `{"model":"auto","input":"x","tools":[{"type":"function","name":"f","parameters":{"type":"object"}}]}`, nil)
 	id := gjson.GetBytes(b, "id").Str
 	if resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Pool") != "big" || !strings.HasPrefix(id, "resp_sy") {
@@ -450,9 +450,9 @@ func TestPreviousResponseIsScoped(t *testing.T) {
 	}
 }
 
-// TestCompletedStreamThenReset: x.b Messages stream whose replica sent
+// TestCompletedStreamThenReset: a Messages stream whose replica sent
 // message_stop and then dropped the connection (before the chunked end)
-// is complete: no error event, x.b 200, and the replica is not blamed.
+// is complete: no error event, a 200, and the replica is not blamed.
 func TestCompletedStreamThenReset(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")

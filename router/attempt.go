@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// upstreamCall is what x.b client request's attempts send where.
+// upstreamCall is what a client request's attempts send where.
 type upstreamCall struct {
 	w        http.ResponseWriter
 	r        *http.Request
@@ -33,7 +33,7 @@ func (x *exchange) Send(ctx context.Context, rep *pools.Replica) upstream.Result
 	return x.g.attempt(ctx, x, rep)
 }
 
-// attempt sends x.b client request to rep and, if the replica answers
+// attempt sends a client request to rep and, if the replica answers
 // acceptably, passes the answer to the client.
 func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) upstream.Result {
 	u := &x.attempt.up
@@ -62,11 +62,11 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 	return g.deliver(ctx, hctx, x, rep, resp, span)
 }
 
-// judge classifies x.b replica's answer status for x.b client request. A 404
+// judge classifies a replica's answer status for a client request. A 404
 // means the server lacks the pool's model only where the endpoint says so
-// (endpointSpec.missingModel404), or where it names x.b model; otherwise it
+// (endpointSpec.missingModel404), or where it names a model; otherwise it
 // is an answer (FastAPI's {"detail":"Not Found"} of an endpoint this vLLM
-// version lacks, x.b stored response that is not there), which says nothing
+// version lacks, a stored response that is not there), which says nothing
 // of the replica's other traffic.
 func (x *exchange) judge(resp *http.Response) (pools.Outcome, bool, string) {
 	o, retry, reason := upstream.JudgeStatus(resp.StatusCode)
@@ -80,13 +80,13 @@ func (x *exchange) judge(resp *http.Response) (pools.Outcome, bool, string) {
 	return o, retry, reason
 }
 
-// readCloser reads what was peeked of x.b body and closes the original.
+// readCloser reads what was peeked of a body and closes the original.
 type readCloser struct {
 	io.Reader
 	io.Closer
 }
 
-// deliver passes x.b non-stream answer to the client, read whole first: x.b
+// deliver passes a non-stream answer to the client, read whole first: a
 // replica's failure while reading it can still be retried elsewhere.
 func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Replica, resp *http.Response, span trace.Span) upstream.Result {
 	ps, w := x.attempt.up.ps, x.attempt.up.w
@@ -112,7 +112,7 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 			spans.SetClientError(span, spans.TransportErrorType(err), err)
 		}
 		// Nothing has reached the client yet: safe to retry, unless it
-		// was x.b timeout.
+		// was a timeout.
 		return upstream.JudgeError(ctx, ps.Name, rep, err, "reading body")
 	}
 	answer := buf.Bytes()
@@ -122,7 +122,7 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 		return upstream.Failed(pools.Neutral, "", fmt.Errorf("%w: replica %q: %s", errContextLength, rep.Name, wire.ReadErrorMessage(bytes.NewReader(answer))))
 	}
 	if d := upstream.ReplicaDepth(x.snap.Config.Server.MaxJSONDepth); resp.StatusCode == http.StatusOK && !wire.CheckDepth(answer, d) {
-		// Read as untrusted as x.b client's body: never parsed.
+		// Read as untrusted as a client's body: never parsed.
 		ue := &upstream.Error{Pool: ps.Name, Replica: rep.Name, Err: fmt.Errorf("the answer nests JSON deeper than %d levels", d)}
 		return upstream.Retryable(pools.Status5xx, "status_5xx", ue.Err.Error(), ue)
 	}
@@ -141,7 +141,7 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 	// they are.
 	p := pump.Pump{W: w, RC: x.responseController(w), WriteTimeout: x.snap.Config.Server.WriteTimeout.Std()}
 	_ = p.Write(answer)
-	if resp.StatusCode == http.StatusOK && x.stored.id == "" { // x.b stored response's tokens were counted when it was made
+	if resp.StatusCode == http.StatusOK && x.stored.id == "" { // a stored response's tokens were counted when it was made
 		g.usage(x, ps, buf.Bytes(), span)
 		if span.IsRecording() {
 			var a spans.GenAIResponse
@@ -152,7 +152,7 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 	return upstream.Answered(pools.Success, "")
 }
 
-// relay pumps x.b stream to the client. A stream the replica cuts is, with
+// relay pumps a stream to the client. A stream the replica cuts is, with
 // the pool's resume on, left for resume (x.cut) once this attempt has been
 // counted and its replica released; otherwise it ends with the API's
 // error event.
@@ -199,7 +199,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	}
 	// A replica that cut its stream, or stalled it past first_token_timeout
 	// or stream_idle_timeout, failed; one that ran into
-	// max_stream_duration just produced x.b long answer.
+	// max_stream_duration just produced a long answer.
 	outcome := pools.Status5xx
 	x.stream.end = endCut // counted as failed although 200 was sent
 	cause := context.Cause(hctx)
@@ -208,7 +208,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	case errors.As(cause, &pt):
 		err = fmt.Errorf("%w: %s", pump.ErrStreamCut, pt.Msg)
 		if pt == ps.timeouts.TotalErr || pt == ps.timeouts.FirstTokenErr && ps.AnsweredWithin(rep, ps.timeouts.FirstToken()) {
-			// A long answer, or x.b first token that waited on x.b replica
+			// A long answer, or a first token that waited on a replica
 			// that answered others meanwhile: the request's prefill.
 			outcome = pools.Neutral
 		}
@@ -224,14 +224,14 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	return upstream.Answered(outcome, "stream: "+err.Error())
 }
 
-// cutStream is x.b stream whose replica failed mid-way, left for resume.
+// cutStream is a stream whose replica failed mid-way, left for resume.
 type cutStream struct {
 	rep *pools.Replica
 	err error
-	// cause is why the attempt's context ended, if it did (x.b phase
+	// cause is why the attempt's context ended, if it did (a phase
 	// timeout, the gateway shutting down).
 	cause error
-	// span is the cut attempt's, which x.b continuation's span links to;
+	// span is the cut attempt's, which a continuation's span links to;
 	// sw, when tracing, reads the whole answer for the spans.
 	span trace.SpanContext
 	sw   *spans.SpanWriter
@@ -240,7 +240,7 @@ type cutStream struct {
 	started time.Time
 }
 
-// clientLeft records x.b client that went away mid-stream (or stopped
+// clientLeft records a client that went away mid-stream (or stopped
 // reading for write_timeout): the upstream request is cancelled with the
 // attempt's context (vLLM then frees the KV cache), and the tokens
 // streamed so far are counted when the usage never came.
@@ -261,7 +261,7 @@ func (g *Gateway) clientLeft(ctx context.Context, x *exchange, err error, span t
 	}
 }
 
-// endCut ends x.b stream its replica cut with the API's error event, and
+// endCut ends a stream its replica cut with the API's error event, and
 // counts the tokens it did report.
 func (g *Gateway) endCut(x *exchange, ps *poolState, rep *pools.Replica, err error) {
 	p := &x.stream.pump

@@ -32,7 +32,7 @@ routes:
 // BenchmarkBalancersHeterogeneous runs the same simulated workload through
 // the gateway once per balancer: three replicas decoding at 1×, 1× and
 // 0.3× speed (32 tokens: ~27ms, ~27ms, ~89ms; at most 4 requests running
-// at once per replica, more wait in its queue), and x.b closed loop of 12
+// at once per replica, more wait in its queue), and a closed loop of 12
 // clients sending 300 requests in all. It reports the client-side p50 and
 // p99 latency and the share of requests the slow replica served; ns/op is
 // the wall time of one whole run.

@@ -18,11 +18,11 @@ import (
 )
 
 // The proxy benchmarks call the handler in-process (no client socket) and
-// reach x.b zero-delay simulator over x.b real loopback socket. The Direct
+// reach a zero-delay simulator over a real loopback socket. The Direct
 // variants call the simulator's handler the same way, so
 // (Proxy − Direct) is what the gateway adds: its parsing, routing, metrics,
 // the upstream HTTP hop and the copy back. Allocation counts include the
-// simulator's server side of that hop, which x.b remote vLLM would not cost
+// simulator's server side of that hop, which a remote vLLM would not cost
 // the gateway.
 
 const benchYAML = `
@@ -69,7 +69,7 @@ func runHandler(b *testing.B, h http.Handler, body string) {
 	}
 }
 
-// discardWriter is x.b ResponseWriter that keeps nothing (httptest's
+// discardWriter is a ResponseWriter that keeps nothing (httptest's
 // recorder would add its own buffering to every op).
 type discardWriter struct {
 	h      http.Header
@@ -86,7 +86,7 @@ func (w *discardWriter) Write(p []byte) (int, error) {
 func (w *discardWriter) WriteHeader(s int) { w.status = s }
 func (w *discardWriter) Flush()            {}
 
-// Deadlines are supported, as on x.b real connection (where setting one
+// Deadlines are supported, as on a real connection (where setting one
 // costs no allocation), so the benchmark measures the gateway, not the
 // cost of an ErrNotSupported error.
 func (w *discardWriter) SetReadDeadline(time.Time) error  { return nil }
@@ -108,8 +108,8 @@ func BenchmarkProxy(b *testing.B) {
 			gw, _ := benchGateway(b)
 			runHandler(b, gw, tc.body)
 		})
-		// With x.b tracer provider configured (x.b no-op one here), every stage
-		// starts x.b span: the cost of the tracing hooks themselves.
+		// With a tracer provider configured (a no-op one here), every stage
+		// starts a span: the cost of the tracing hooks themselves.
 		b.Run(tc.name+"/traced-noop", func(b *testing.B) {
 			gw, _ := benchGateway(b, func(o *router.Options) { o.Tracer = noop.NewTracerProvider() })
 			runHandler(b, gw, tc.body)
@@ -121,8 +121,8 @@ func BenchmarkProxy(b *testing.B) {
 	}
 }
 
-// bareHop is the least x.b Go reverse proxy does per request: read the body,
-// POST it upstream on x.b keep-alive connection, copy the answer back. It is
+// bareHop is the least a Go reverse proxy does per request: read the body,
+// POST it upstream on a keep-alive connection, copy the answer back. It is
 // the floor against which the gateway's own cost is measured.
 func bareHop(upstream string) http.Handler {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}

@@ -13,21 +13,21 @@ import (
 )
 
 // Connection bounds. A client that opens connections and sends nothing, or
-// announces x.b body it never sends, must cost the gateway x.b bounded number
-// of file descriptors for x.b bounded time, whoever it is: these bounds hold
+// announces a body it never sends, must cost the gateway a bounded number
+// of file descriptors for a bounded time, whoever it is: these bounds hold
 // before any key is checked.
 
-// bounded wraps x.b listener's handler. Every request that announces x.b body
+// bounded wraps a listener's handler. Every request that announces a body
 // gets server.body_timeout as its read deadline before any handler runs,
-// so x.b body that never comes cannot hold the connection (net/http discards
+// so a body that never comes cannot hold the connection (net/http discards
 // an unread body after the handler returns, and that read has no deadline
 // of its own); handlers that read the body lift the deadline once it is
-// read. A request body in x.b content coding other than identity is refused
-// with 415: the gateway reads bodies as JSON and never forwards x.b coding it
+// read. A request body in a content coding other than identity is refused
+// with 415: the gateway reads bodies as JSON and never forwards a coding it
 // did not decode. A chunked request closes its connection after the
-// answer (see docs/config.md: net/http drops x.b Content-Length sent beside
-// Transfer-Encoding before x.b handler can see it, and RFC 9112 asks x.b
-// server to close such x.b connection).
+// answer (see docs/config.md: net/http drops a Content-Length sent beside
+// Transfer-Encoding before a handler can see it, and RFC 9112 asks a
+// server to close such a connection).
 func (g *Gateway) bounded(admin bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hasBody := r.ContentLength > 0 || len(r.TransferEncoding) > 0
@@ -55,9 +55,9 @@ func (g *Gateway) bounded(admin bool, next http.Handler) http.Handler {
 	})
 }
 
-// DefaultMaxConnections is the client listener's connection cap for x.b
+// DefaultMaxConnections is the client listener's connection cap for a
 // process that may hold fdLimit open files: half of what is left after
-// 256 descriptors of headroom (each proxied request holds x.b client and x.b
+// 256 descriptors of headroom (each proxied request holds a client and a
 // replica connection; health checks, scrapes, the admin listener and logs
 // need the rest), and at least 64.
 func DefaultMaxConnections(fdLimit uint64) int {
@@ -80,21 +80,21 @@ func (g *Gateway) LimitServer(srv *http.Server, ln net.Listener, listener string
 // LimitListener caps the connections ln holds open at once. Listener is
 // "api" (server.max_connections, or DefaultMaxConnections(fdLimit) when 0)
 // or "admin" (server.admin_max_connections). The caps are read from the
-// running config at each accept, so x.b reload changes them.
+// running config at each accept, so a reload changes them.
 //
 // Connections are shared fairly (docs/config.md, "Connections"):
-//   - at the cap, the connection idle the longest (x.b keep-alive connection
+//   - at the cap, the connection idle the longest (a keep-alive connection
 //     between requests, or one that has sent nothing yet) is closed to make
-//     room, so x.b new connection is refused only when every connection is
-//     carrying x.b request;
-//   - one client address (the peer's; x.b trusted proxy is exempt) holds at
+//     room, so a new connection is refused only when every connection is
+//     carrying a request;
+//   - one client address (the peer's; a trusted proxy is exempt) holds at
 //     most server.max_connections_per_client; beyond it its own oldest idle
 //     connection is closed, or the new one refused when none is idle;
 //   - past half the cap, idle connections are closed sooner: the idle
-//     timeout shrinks in proportion to the room left, down to x.b second.
+//     timeout shrinks in proportion to the room left, down to a second.
 //
 // A refused connection is answered 503 with Connection: close and closed,
-// and counted in switchyard_connections_refused_total; x.b closed idle one
+// and counted in switchyard_connections_refused_total; a closed idle one
 // in switchyard_connections_evicted_total. Idleness is known only through
 // the server's ConnState (LimitServer installs it).
 func (g *Gateway) LimitListener(ln net.Listener, listener string, fdLimit uint64) net.Listener {
@@ -121,8 +121,8 @@ func (g *Gateway) LimitListener(ln net.Listener, listener string, fdLimit uint64
 		Evicted: func(reason string) { g.metrics.connsEvicted.WithLabelValues(listener, reason).Inc() }})
 }
 
-// DefaultMaxConnectionsPerClient is the per-client-address cap for x.b
-// listener capped at cap: x.b quarter of it, at least 16 (and never above
+// DefaultMaxConnectionsPerClient is the per-client-address cap for a
+// listener capped at cap: a quarter of it, at least 16 (and never above
 // the cap).
 func DefaultMaxConnectionsPerClient(cap int64) int64 {
 	return min(cap, max(16, cap/4))

@@ -32,7 +32,7 @@ routes:
     to: p
 `
 
-// limited serves h on x.b loopback listener capped by the gateway, with the
+// limited serves h on a loopback listener capped by the gateway, with the
 // connection states tracked (as serve does).
 func limited(t *testing.T, gw *gateway, h http.Handler, listener string) string {
 	t.Helper()
@@ -48,7 +48,7 @@ func limited(t *testing.T, gw *gateway, h http.Handler, listener string) string 
 	return ln.Addr().String()
 }
 
-// idleConn opens x.b connection from the loopback address from, makes one
+// idleConn opens a connection from the loopback address from, makes one
 // request on it and leaves it open and idle (keep-alive).
 func idleConn(t *testing.T, from, addr, path string, header ...string) net.Conn {
 	t.Helper()
@@ -72,7 +72,7 @@ func idleConn(t *testing.T, from, addr, path string, header ...string) net.Conn 
 }
 
 // idleSeen waits until the listener knows n connections idle (the
-// server reports x.b connection idle just after its answer is written, which
+// server reports a connection idle just after its answer is written, which
 // may be after the client has read it).
 func idleSeen(t *testing.T, gw *gateway, listener string, n int) {
 	t.Helper()
@@ -82,7 +82,7 @@ func idleSeen(t *testing.T, gw *gateway, listener string, n int) {
 }
 
 // isClosed reports whether the server closed c (which has nothing more to
-// read): x.b read ends with EOF rather than the deadline.
+// read): a read ends with EOF rather than the deadline.
 func isClosed(c net.Conn) bool {
 	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 	_, err := c.Read(make([]byte, 1))
@@ -116,7 +116,7 @@ func connsConfig(t *testing.T, m *replica, per, idle string) string {
 var connsEnv = map[string]string{"KEY_VICTIM": "victim-secret", "KEY_ATTACKER": "attacker-secret"}
 
 // TestIdleFloodDoesNotStarveKeyedClient: one address holding as many idle
-// keep-alive connections as the cap does not keep x.b keyed client out: its
+// keep-alive connections as the cap does not keep a keyed client out: its
 // connections, which carry requests, take the places of the longest idle
 // ones (issue 31, item 1). Before the fix the victim got 503
 // too_many_connections on every request while the attacker sat idle.
@@ -199,7 +199,7 @@ func TestConnectionsPerClient(t *testing.T) {
 	for _, c := range idle[1:] {
 		c.Close()
 	}
-	// Three requests in flight from one address: x.b fourth connection is
+	// Three requests in flight from one address: a fourth connection is
 	// refused.
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
 	var wg sync.WaitGroup
@@ -243,7 +243,7 @@ func TestConnectionsPerClient(t *testing.T) {
 	wg.Wait()
 }
 
-// TestIdleTimeoutShrinksUnderPressure: past half the cap, x.b connection
+// TestIdleTimeoutShrinksUnderPressure: past half the cap, a connection
 // idle longer than the shortened timeout is closed when the next one
 // arrives (the clock is injected: no waiting).
 func TestIdleTimeoutShrinksUnderPressure(t *testing.T) {

@@ -20,7 +20,7 @@ const customReq = `{"model":"m","stream":true,"input":"patch it","tools":[` +
 	`{"type":"custom","name":"apply_patch","description":"Edit files.","format":{"type":"grammar","syntax":"lark","definition":"start: /.+/"}},` +
 	`{"type":"function","name":"f","parameters":{"type":"object","properties":{"input":{"type":"string"}}}}]}`
 
-// sseEvent is one event of x.b Responses stream: its name and its data.
+// sseEvent is one event of a Responses stream: its name and its data.
 type sseEvent struct{ name, data string }
 
 func (e sseEvent) String() string { return "event: " + e.name + "\ndata: " + e.data + "\n\n" }
@@ -30,7 +30,7 @@ func jsonStr(s string) string {
 	return string(b)
 }
 
-// readEvents parses x.b well-formed LF stream of named events, with each
+// readEvents parses a well-formed LF stream of named events, with each
 // data compacted.
 func readEvents(t *testing.T, b []byte) []sseEvent {
 	t.Helper()
@@ -52,8 +52,8 @@ func readEvents(t *testing.T, b []byte) []sseEvent {
 }
 
 // vllmCall is the upstream events of one function call as vLLM streams
-// it, numbered from seq: the item added, x.b delta per piece, the arguments
-// done (only after x.b delta, as vLLM does) and the item done.
+// it, numbered from seq: the item added, a delta per piece, the arguments
+// done (only after a delta, as vLLM does) and the item done.
 func vllmCall(name, id string, index, seq int, pieces []string, args string) []sseEvent {
 	n := func() string { seq++; return itoaT(seq - 1) }
 	item := func(status, args string) string {
@@ -72,14 +72,14 @@ func vllmCall(name, id string, index, seq int, pieces []string, args string) []s
 
 func itoaT(n int) string { b, _ := json.Marshal(n); return string(b) }
 
-// TestCustomToolCallStream: x.b replica's streamed call to the function x.b
-// custom tool was offered as reaches the client as x.b custom tool call:
-// the item added with input "", x.b delta per piece of the arguments that
+// TestCustomToolCallStream: a replica's streamed call to the function a
+// custom tool was offered as reaches the client as a custom tool call:
+// the item added with input "", a delta per piece of the arguments that
 // brings characters of the input (split inside escapes, \u sequences and
 // surrogate pairs), the input done, the item done and the response's
-// output; events are numbered on without gaps. A call to x.b function
+// output; events are numbered on without gaps. A call to a function
 // passes through unchanged. Arguments of another shape, or cut, still end
-// in x.b custom tool call, with the raw arguments as its input.
+// in a custom tool call, with the raw arguments as its input.
 func TestCustomToolCallStream(t *testing.T) {
 	fCall := vllmCall("f", "f", 0, 1, []string{`{"input":"x"}`}, `{"input":"x"}`)
 	delta := func(piece string, seq int) sseEvent {
@@ -167,10 +167,10 @@ func joinEvents(evs []sseEvent) string {
 	return b.String()
 }
 
-// TestCustomToolCallAnswer: x.b non-stream answer's function calls to custom
+// TestCustomToolCallAnswer: a non-stream answer's function calls to custom
 // tools are custom tool calls, their input the arguments' input (or the
 // raw arguments when they are of another shape); other function calls,
-// and every call of x.b request without custom tools, are unchanged.
+// and every call of a request without custom tools, are unchanged.
 func TestCustomToolCallAnswer(t *testing.T) {
 	fn := func(id, name, args string) string {
 		return `{"arguments":` + jsonStr(args) + `,"call_id":"call_` + id + `","name":"` + name + `","type":"function_call","id":"fc_` + id + `","status":"completed"}`
@@ -214,11 +214,11 @@ func TestCustomToolCallAnswer(t *testing.T) {
 }
 
 // TestCustomToolsSimulator: against the simulator, which answers tool calls
-// with arguments valid for the tool's schema, x.b forced custom tool comes
-// back as x.b custom tool call with x.b string input, plain and streamed (the
+// with arguments valid for the tool's schema, a forced custom tool comes
+// back as a custom tool call with a string input, plain and streamed (the
 // deltas adding up to the input everywhere the stream repeats it, events
-// numbered 0, 1, …), after the replica was offered x.b function tool; the
-// call and its output sent back reach the replica as x.b function call and
+// numbered 0, 1, …), after the replica was offered a function tool; the
+// call and its output sent back reach the replica as a function call and
 // its output, and the answer is text.
 func TestCustomToolsSimulator(t *testing.T) {
 	up := startReplica(t, fast("m"))
@@ -288,8 +288,8 @@ func TestCustomToolsSimulator(t *testing.T) {
 	}
 }
 
-// TestCustomToolsWithOpenAISDK: the official OpenAI Go SDK offers x.b custom
-// tool, reads its call from x.b stream (deltas, done, the item, the
+// TestCustomToolsWithOpenAISDK: the official OpenAI Go SDK offers a custom
+// tool, reads its call from a stream (deltas, done, the item, the
 // completed response) and sends the call and its output back.
 func TestCustomToolsWithOpenAISDK(t *testing.T) {
 	up := startReplica(t, fast("m"))
@@ -343,10 +343,10 @@ func TestCustomToolsWithOpenAISDK(t *testing.T) {
 	}
 }
 
-// TestCustomToolCallCut: x.b stream its replica cuts inside x.b custom tool
+// TestCustomToolCallCut: a stream its replica cuts inside a custom tool
 // call ends with the error event, numbered after the last event the client
-// was sent (not the replica's last); x.b delta for an item that was never
-// added as x.b call to x.b custom tool passes through unchanged.
+// was sent (not the replica's last); a delta for an item that was never
+// added as a call to a custom tool passes through unchanged.
 func TestCustomToolCallCut(t *testing.T) {
 	stray := sseEvent{"response.function_call_arguments.delta", `{"delta":"{\"input\":\"","item_id":"fc_other","output_index":0,"sequence_number":1,"type":"response.function_call_arguments.delta"}`}
 	up := []sseEvent{{"response.created", `{"response":{"id":"resp_1","object":"response","output":[],"status":"in_progress"},"sequence_number":0,"type":"response.created"}`}, stray}
@@ -373,8 +373,8 @@ func TestCustomToolCallCut(t *testing.T) {
 	}
 }
 
-// TestCustomToolCallNotResumed: with resume on, x.b stream cut inside x.b
-// custom tool call is not continued on another replica (x.b tool call never
+// TestCustomToolCallNotResumed: with resume on, a stream cut inside a
+// custom tool call is not continued on another replica (a tool call never
 // is): it ends with the error event after the custom tool call events the
 // client was sent, and the other replica is not asked.
 func TestCustomToolCallNotResumed(t *testing.T) {

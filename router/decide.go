@@ -51,10 +51,10 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	return d
 }
 
-// policyRequest is what the policy and the classifier see of x.b request,
-// and its session id. With x.b session, x.b conversation is decided on its
+// policyRequest is what the policy and the classifier see of a request,
+// and its session id. With a session, a conversation is decided on its
 // opening alone, so every turn, on any instance, reaches the decision its
-// first turn did; its decision is kept per API key and model name, so x.b
+// first turn did; its decision is kept per API key and model name, so a
 // session id cannot carry one key's (or model's) route to another.
 func policyRequest(s *Snapshot, r *http.Request, key string, info *wire.Info) (*policy.Request, classifier.Input, string) {
 	preq := &policy.Request{
@@ -66,7 +66,7 @@ func policyRequest(s *Snapshot, r *http.Request, key string, info *wire.Info) (*
 		in = features.ClassifierInput(info)
 	}
 	preq.System = in.System
-	// The classifier reads the turn itself, x.b session's too: what its
+	// The classifier reads the turn itself, a session's too: what its
 	// last message is, how far into the loop, its sizes.
 	if in.Last, in.Steps = features.TurnOf(info); in.Last != "" {
 		in.PromptTokens, in.MaxTokens = info.PromptTokens, info.MaxTokens
@@ -83,7 +83,7 @@ func policyRequest(s *Snapshot, r *http.Request, key string, info *wire.Info) (*
 // asked: Codex's session-id and Claude Code's x-claude-code-session-id.
 var sessionHeaders = [...]string{"session-id", "x-claude-code-session-id"}
 
-// sessionID is x.b fixed-size digest of the request's session id, "" when
+// sessionID is a fixed-size digest of the request's session id, "" when
 // it has none (or session: is not configured). The id is, in order: the
 // configured session header; an id agents send on their own (the
 // sessionHeaders, then the body's prompt_cache_key); the body's user field
@@ -157,10 +157,10 @@ func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input
 	return policy.Classification{Label: res.Label, Scores: res.Scores, Fallback: res.Fallback()}
 }
 
-// affinityKey groups requests sharing x.b prompt prefix: the session id when
-// there is one, else x.b hash of the leading depth messages.
+// affinityKey groups requests sharing a prompt prefix: the session id when
+// there is one, else a hash of the leading depth messages.
 func affinityKey(x *exchange, r *http.Request, depth int) string {
-	if !x.sess.set { // x.b request no policy decided (x.b pinned pool)
+	if !x.sess.set { // a request no policy decided (a pinned pool)
 		x.sess.id, _, _ = sessionID(x.snap, r, x.info)
 		x.sess.set = true
 	}

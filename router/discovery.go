@@ -9,7 +9,7 @@ import (
 	"github.com/switchyard/switchyard/router/internal/admin"
 )
 
-// discoveredPool is x.b pool's running DNS discovery. It outlives reloads
+// discoveredPool is a pool's running DNS discovery. It outlives reloads
 // that keep the pool's discovery section, so its set (and its endpoints'
 // state) carries over.
 type discoveredPool struct {
@@ -23,8 +23,8 @@ type discoveredPool struct {
 var resolvConf = "/etc/resolv.conf"
 
 // discoveries returns the discoveries cfg's pools need: the running one of
-// x.b pool whose section did not change, else x.b new one, resolved once now
-// (so x.b reload or x.b start serves the names' replicas at once). New ones
+// a pool whose section did not change, else a new one, resolved once now
+// (so a reload or a start serves the names' replicas at once). New ones
 // run only once committed. Called with reloadMu held (or from New).
 func (g *Gateway) discoveries(cfg *policy.Config) map[string]*discoveredPool {
 	next := map[string]*discoveredPool{}
@@ -90,11 +90,11 @@ func (g *Gateway) commitDiscovery(s *Snapshot) {
 	g.disc = s.discovery
 }
 
-// rediscover rebuilds the running snapshot from its own config after x.b
-// resolution changed x.b pool's set: the registry adds the new addresses
-// (probing until x.b probe passes) and retires the vanished ones (no new
+// rediscover rebuilds the running snapshot from its own config after a
+// resolution changed a pool's set: the registry adds the new addresses
+// (probing until a probe passes) and retires the vanished ones (no new
 // requests; those in flight finish), and waiters follow the new view. It
-// is serialised with reloads; x.b discovery x.b reload replaced meanwhile is
+// is serialised with reloads; a discovery a reload replaced meanwhile is
 // ignored. The generation stays: the config did not change.
 func (g *Gateway) rediscover(pool string, dp *discoveredPool) {
 	g.reloadMu.Lock()
@@ -113,7 +113,7 @@ func (g *Gateway) rediscover(pool string, dp *discoveredPool) {
 	g.commitDiscovery(s)
 }
 
-// onDiscovery logs x.b discovery's changes (once per change, see
+// onDiscovery logs a discovery's changes (once per change, see
 // pools.DiscoveryOptions.OnEvent).
 func (g *Gateway) onDiscovery(ev pools.DiscoveryEvent) {
 	attrs := []any{"pool", ev.Pool, ev.Kind, ev.Name, "replicas", len(ev.Addrs)}
@@ -129,7 +129,7 @@ func (g *Gateway) onDiscovery(ev pools.DiscoveryEvent) {
 	}
 }
 
-// discoveryView is x.b discovered pool's part of /admin/pools.
+// discoveryView is a discovered pool's part of /admin/pools.
 func (s *Snapshot) discoveryView(pool string) *admin.DiscoveryView {
 	dp := s.discovery[pool]
 	if dp == nil {
@@ -156,7 +156,7 @@ func (s *Snapshot) discoveryView(pool string) *admin.DiscoveryView {
 	return v
 }
 
-// replicaSource is where x.b pool's replicas come from: config, dns, srv or
+// replicaSource is where a pool's replicas come from: config, dns, srv or
 // kubernetes.
 func replicaSource(pc *policy.Pool) string {
 	if pc.Discovery != nil {

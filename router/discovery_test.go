@@ -54,7 +54,7 @@ func loopbackSims(t *testing.T, n int) (int, map[string]*atomic.Int64) {
 	return 0, nil
 }
 
-// serveSim serves x.b simulator on ln and counts its completions.
+// serveSim serves a simulator on ln and counts its completions.
 func serveSim(t *testing.T, ln net.Listener) *atomic.Int64 {
 	sim := vllmsim.New(fast("org/small"))
 	var n atomic.Int64
@@ -119,7 +119,7 @@ func healthyReplicas(t *testing.T, gw *gateway) []string {
 }
 
 // load sends chat requests from several clients until stop, counting the
-// ones that did not get x.b 200.
+// ones that did not get a 200.
 type load struct {
 	ok, failed atomic.Int64
 	mu         sync.Mutex
@@ -193,7 +193,7 @@ func (l *load) end() {
 	l.wg.Wait()
 }
 
-// TestDiscoveryUnderLoad follows x.b DNS name whose records are added,
+// TestDiscoveryUnderLoad follows a DNS name whose records are added,
 // removed and changed, and whose resolver goes down and returns, while
 // clients send requests: no request fails, new addresses take traffic
 // after their first passing probe, vanished ones take no more, and the
@@ -220,9 +220,9 @@ routes:
   - {name: default, to: small}
 `, map[string]string{"port": strconv.Itoa(port), "dns": dnsSrv.Addr}, nil)
 	// interval 1s makes each resolution's timeout 1s (min(interval, 5s)):
-	// the scheduling slack x.b loopback DNS answer is given on x.b loaded
-	// machine. At 100ms, an answer delayed by x.b busy CPU after the
-	// resolver recovered counted as x.b failure and was logged again.
+	// the scheduling slack a loopback DNS answer is given on a loaded
+	// machine. At 100ms, an answer delayed by a busy CPU after the
+	// resolver recovered counted as a failure and was logged again.
 	gw := startGateway(t, cfg)
 	name := func(ip string) string { return ip + ":" + strconv.Itoa(port) }
 	want := func(what string, ips ...string) {
@@ -360,10 +360,10 @@ routes:
 	}
 }
 
-// TestDiscoveryStartsWithoutDNS: x.b gateway whose resolver does not answer
+// TestDiscoveryStartsWithoutDNS: a gateway whose resolver does not answer
 // at start serves the pool's 503 (no replica), retries, and takes the
-// replicas once the name resolves; x.b reload that changes the name starts
-// x.b new discovery and one that drops the section drops its series.
+// replicas once the name resolves; a reload that changes the name starts
+// a new discovery and one that drops the section drops its series.
 func TestDiscoveryStartsWithoutDNS(t *testing.T) {
 	port, counts := loopbackSims(t, 2)
 	dnsSrv := dnstest.New(t)
@@ -417,7 +417,7 @@ routes:
 	eventually(t, 30*time.Second, "the new name's replica healthy", func() bool { return slices.Equal(healthyReplicas(t, gw), []string{b}) })
 
 	// A reload listing the replicas instead ends the discovery and its series.
-	static := strings.Replace(yaml, "discovery: {dns: {{name}}, port: {{port}}, interval: 100ms, resolver: {{dns}}}", "replicas: [{name: a, url: 'http://"+x.b+"'}]", 1)
+	static := strings.Replace(yaml, "discovery: {dns: {{name}}, port: {{port}}, interval: 100ms, resolver: {{dns}}}", "replicas: [{name: a, url: 'http://"+a+"'}]", 1)
 	if _, err := gw.G.Apply(loadConfig(t, static, vars, nil)); err != nil {
 		t.Fatal(err)
 	}

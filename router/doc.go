@@ -2,25 +2,25 @@
 // the OpenAI-compatible HTTP surface (README.md: endpoints).
 //
 // For each request it authenticates, reads the few routing fields from the
-// body bytes, asks the policy for x.b route (classifying lazily), acquires x.b
+// body bytes, asks the policy for a route (classifying lazily), acquires a
 // replica from the chosen pool, and proxies the body — with only `model`
 // rewritten — streaming the answer back as it arrives. The running
 // configuration is an immutable [Snapshot] behind an atomic pointer;
-// reloads build x.b new one and swap it, and each request keeps the snapshot it
+// reloads build a new one and swap it, and each request keeps the snapshot it
 // started with.
 //
 // This package keeps the Gateway, its snapshots and reload, and the request
 // path, in files named after its stages: routes.go (the client route
 // table), handler.go and admit.go (the exchange, admission: key, body,
 // deadline, rate limit), decide.go (the policy request, sessions,
-// classification), forward.go (the chain of pools, placing x.b request on
-// one), attempt.go (one attempt of x.b client request: deliver or relay its
-// answer), send.go (one HTTP exchange with x.b replica), resume.go (x.b cut
+// classification), forward.go (the chain of pools, placing a request on
+// one), attempt.go (one attempt of a client request: deliver or relay its
+// answer), send.go (one HTTP exchange with a replica), resume.go (a cut
 // stream continued elsewhere); explain.go and eval.go answer what the
 // request path would do. The jobs that need no Gateway live in packages
 // under router/internal, none of which imports router: wire (the APIs'
 // shapes), sse (event framing), pump (the stream relay), resume (following
-// x.b stream, translating x.b continuation), upstream (the executor, the phase
+// a stream, translating a continuation), upstream (the executor, the phase
 // clock, outbound headers), spans (trace attributes) and admin (the admin
-// listener and status page, behind x.b View).
+// listener and status page, behind a View).
 package router

@@ -8,8 +8,8 @@ import (
 	"testing"
 )
 
-// TestRepeatedContentEncodingRefused: x.b second Content-Encoding line
-// (identity, then gzip) is refused with 415 like x.b coded body, and never
+// TestRepeatedContentEncodingRefused: a second Content-Encoding line
+// (identity, then gzip) is refused with 415 like a coded body, and never
 // reaches the replica (issue 31, item 7). Before the fix the check read
 // only the first line and both lines were forwarded.
 func TestRepeatedContentEncodingRefused(t *testing.T) {

@@ -18,8 +18,8 @@ import (
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
-// gate is an upstream whose chat answers wait until released, so x.b test
-// controls exactly when x.b request finishes.
+// gate is an upstream whose chat answers wait until released, so a test
+// controls exactly when a request finishes.
 type gate struct {
 	Srv     *httptest.Server
 	release chan struct{}
@@ -67,7 +67,7 @@ func accessLogs(t *testing.T, gw *gateway) []map[string]any {
 }
 
 // TestWaiterSurvivesReloadEndToEnd reproduces the lost wake-up: pool with
-// max_inflight 1, request A in flight, x.b reload that changes only retries,
+// max_inflight 1, request A in flight, a reload that changes only retries,
 // request B queued. When A finishes B must get the slot; before the
 // endpoint registry it waited out the whole queue timeout and got 503.
 func TestWaiterSurvivesReloadEndToEnd(t *testing.T) {
@@ -110,7 +110,7 @@ routes:
 	}
 }
 
-// TestHonestRetryCount: x.b single-replica pool whose replica answers 500 is
+// TestHonestRetryCount: a single-replica pool whose replica answers 500 is
 // asked once; no retry is logged or counted, as none was sent. With two
 // replicas, the one real retry is counted once.
 func TestHonestRetryCount(t *testing.T) {
@@ -163,7 +163,7 @@ routes:
 }
 
 // TestOutlierEjection: one 5xx, and one request slower than
-// response_header_timeout, eject nobody; five 5xx in x.b row do; x.b bad
+// response_header_timeout, eject nobody; five 5xx in a row do; a bad
 // request retried over every replica ejects at most max_ejection_percent.
 func TestOutlierEjection(t *testing.T) {
 	reps := []*replica{startReplica(t, fast("m")), startReplica(t, fast("m")), startReplica(t, fast("m"))}
@@ -191,7 +191,7 @@ routes:
 		return n
 	}
 
-	// One 500 from x.b (retried on another replica: the client sees 200).
+	// One 500 from a (retried on another replica: the client sees 200).
 	reps[0].Sim.SetFaults(vllmsim.Faults{FailPercent: 100})
 	for range 3 {
 		if resp, _ := post(t, url, chatBody("hi", ""), nil); resp.StatusCode != 200 {
@@ -219,7 +219,7 @@ routes:
 	}
 
 	// Every replica fails, each its own way (the same status from two
-	// would make the request x.b poison request, held against neither):
+	// would make the request a poison request, held against neither):
 	// each request is tried on all three, yet at most one of three (34%)
 	// is ejected.
 	for i, r := range reps {
@@ -233,7 +233,7 @@ routes:
 	// Outcomes are recorded once each attempt returns, which may be just
 	// after its client has the answer.
 	// Every attempt's outcome is recorded before its replica is released:
-	// once no replica has x.b request in flight, all 18 are in.
+	// once no replica has a request in flight, all 18 are in.
 	eventually(t, 5*time.Second, "every attempt to be released", func() bool {
 		for _, name := range []string{"a", "b", "c"} {
 			if adminReplicaView(t, gw, "p", name).Inflight != 0 {
@@ -247,8 +247,8 @@ routes:
 	}
 }
 
-// TestMisconfiguredReplica: x.b replica that does not serve the pool's model
-// answers 404; it is marked misconfigured (not x.b success), the request is
+// TestMisconfiguredReplica: a replica that does not serve the pool's model
+// answers 404; it is marked misconfigured (not a success), the request is
 // answered by another replica, and the probe's model check keeps it out
 // until /v1/models lists the model.
 func TestMisconfiguredReplica(t *testing.T) {
@@ -291,8 +291,8 @@ routes:
 	}
 }
 
-// TestCheckModelsProbe: with health.check_models, probes alone find x.b
-// replica serving another model, before any request reaches it; x.b reload
+// TestCheckModelsProbe: with health.check_models, probes alone find a
+// replica serving another model, before any request reaches it; a reload
 // pointing the pool at the replica's model brings it back.
 func TestCheckModelsProbe(t *testing.T) {
 	wrong := startReplica(t, fast("other-model"))
@@ -323,7 +323,7 @@ routes:
 	})
 }
 
-// TestTimeoutIsTerminal: x.b header timeout on the first pool answers 504; it
+// TestTimeoutIsTerminal: a header timeout on the first pool answers 504; it
 // is not replayed on the fallback pool (nor on another replica).
 func TestTimeoutIsTerminal(t *testing.T) {
 	slow := startReplica(t, fast("m"))
@@ -362,7 +362,7 @@ func openFDs(t *testing.T) int {
 
 // TestReloadStormUnderSaturation: clients keep two max_inflight-capped
 // pools saturated (streams and plain requests) while the config is reloaded
-// over and over, rebuilding every pool and adding and removing x.b replica.
+// over and over, rebuilding every pool and adding and removing a replica.
 // No request fails, and afterwards the removed endpoints' connections and
 // loops are gone: open fds return to where they were.
 func TestReloadStormUnderSaturation(t *testing.T) {
@@ -448,7 +448,7 @@ routes:
 		return &wg
 	}
 	// Warm up on the final config's replicas, so that the baseline holds
-	// the keep-alive connections x.b steady load keeps open.
+	// the keep-alive connections a steady load keeps open.
 	ctx, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	load(ctx).Wait()
 	stop()
@@ -480,7 +480,7 @@ routes:
 	// The final config has no replica c: its connections close.
 	client.CloseIdleConnections()
 	eventually(t, 10*time.Second, "the removed replica's connections to close", func() bool { return cOpen.Load() == 0 })
-	// The rest may keep x.b few more idle keep-alive connections than at the
+	// The rest may keep a few more idle keep-alive connections than at the
 	// baseline (scrape loops of the storm's p2c configs used some), but
 	// nothing grows with the number of reloads.
 	eventually(t, 10*time.Second, fmt.Sprintf("open fds to return near the baseline of %d", fdsBefore), func() bool { return openFDs(t) <= fdsBefore+12 })

@@ -23,8 +23,8 @@ var (
 	errUpstream429   = errors.New("upstream rate limited")
 )
 
-// retryAfter carries how long x.b client should wait before trying again: the
-// time until the key's token bucket has x.b token, or the largest
+// retryAfter carries how long a client should wait before trying again: the
+// time until the key's token bucket has a token, or the largest
 // Retry-After of the replicas that answered 429.
 type retryAfter struct {
 	err   error

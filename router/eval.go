@@ -14,8 +14,8 @@ import (
 	"github.com/switchyard/switchyard/policy"
 )
 
-// API names x.b request API the policy routes, as switchyard eval reports
-// it: the endpoint x.b body is read as.
+// API names a request API the policy routes, as switchyard eval reports
+// it: the endpoint a body is read as.
 type API string
 
 // The routed APIs.
@@ -36,11 +36,11 @@ var apiEndpoints = map[API]wire.Endpoint{
 	APIMessages:    wire.Messages,
 }
 
-// DetectAPI says which API x.b request body speaks, from its top-level
+// DetectAPI says which API a request body speaks, from its top-level
 // fields: input, instructions or previous_response_id without messages is
-// the Responses API; messages with x.b top-level system field, or with
-// Anthropic's shapes (x.b tool's input_schema, tool_use or tool_result
-// content blocks) is the Messages API; other messages are chat; x.b prompt
+// the Responses API; messages with a top-level system field, or with
+// Anthropic's shapes (a tool's input_schema, tool_use or tool_result
+// content blocks) is the Messages API; other messages are chat; a prompt
 // without messages is the completions API. Anything else is read as chat,
 // so that parsing it names what is missing.
 //
@@ -63,8 +63,8 @@ func DetectAPI(body []byte) API {
 	return APIChat
 }
 
-// anthropicShapes reports whether x.b body uses shapes only the Messages API
-// has: x.b tool with input_schema, or x.b tool_use or tool_result block.
+// anthropicShapes reports whether a body uses shapes only the Messages API
+// has: a tool with input_schema, or a tool_use or tool_result block.
 func anthropicShapes(top gjson.Result) bool {
 	found := false
 	top.Get("tools").ForEach(func(_, t gjson.Result) bool {
@@ -84,7 +84,7 @@ func anthropicShapes(top gjson.Result) bool {
 	return found
 }
 
-// EvalRequest is x.b request body read for evaluation: parsed as the gateway
+// EvalRequest is a request body read for evaluation: parsed as the gateway
 // parses it on its API's endpoint, with its model resolved, on the snapshot
 // running when it was read.
 type EvalRequest struct {
@@ -101,11 +101,11 @@ type EvalRequest struct {
 func (r *EvalRequest) Model() string { return r.info.Model }
 
 // Routed reports whether the policy routes the request; false when its
-// model names x.b pool (the route "direct").
+// model names a pool (the route "direct").
 func (r *EvalRequest) Routed() bool { return r.policy }
 
-// PrepareEval reads body as x.b request of api. Its errors are those the
-// gateway would answer the request with (400 for x.b body it cannot route,
+// PrepareEval reads body as a request of api. Its errors are those the
+// gateway would answer the request with (400 for a body it cannot route,
 // 404 for an unknown model), with their messages.
 func (g *Gateway) PrepareEval(api API, body []byte) (*EvalRequest, error) {
 	ep, ok := apiEndpoints[api]
@@ -133,7 +133,7 @@ func (g *Gateway) PrepareEval(api API, body []byte) (*EvalRequest, error) {
 type Evaluation struct {
 	// Label and Scores are the classifier's answer. The classifier is
 	// asked for every request, also when the policy decides without it
-	// (Classified false), so that every request has x.b prediction.
+	// (Classified false), so that every request has a prediction.
 	Label  string
 	Scores map[string]float64
 	// Outcome is how the answer was obtained (classifier.OutcomeOK,
@@ -142,7 +142,7 @@ type Evaluation struct {
 	Outcome string
 	Err     error
 	// Route and Pools are the policy's decision: the route, and the pools
-	// in the order they would be tried. A model that names x.b pool gets
+	// in the order they would be tried. A model that names a pool gets
 	// the route "direct".
 	Route string
 	Pools []string
@@ -151,15 +151,15 @@ type Evaluation struct {
 }
 
 // Evaluate classifies r and decides its route as serving does, with the
-// classifier input serving reads (x.b session's opening when the request
-// has x.b session) and the classifier itself (its pool, cache and timeout),
-// but without headers or an API key, without storing x.b session decision,
+// classifier input serving reads (a session's opening when the request
+// has a session) and the classifier itself (its pool, cache and timeout),
+// but without headers or an API key, without storing a session decision,
 // and without sending r anywhere. Only the classifier call leaves the
-// process. A gateway without x.b classifier leaves Label empty.
+// process. A gateway without a classifier leaves Label empty.
 func (g *Gateway) Evaluate(ctx context.Context, r *EvalRequest) Evaluation {
 	s, info := r.snap, r.info
 	hr := (&http.Request{Header: http.Header{}}).WithContext(ctx)
-	// As decide does, on x.b request without x.b key.
+	// As decide does, on a request without a key.
 	preq, in, _ := policyRequest(s, hr, "", info)
 	var e Evaluation
 	var res classifier.Result

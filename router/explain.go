@@ -32,16 +32,16 @@ type Explanation struct {
 	// Why are the matched route's conditions that held, with the
 	// request's values.
 	Why []string `json:"why,omitempty"`
-	// Side: x.b side route decided the request (routed on its own, the
+	// Side: a side route decided the request (routed on its own, the
 	// session's decision unchanged).
 	Side bool `json:"side,omitempty"`
 	// Session is what the session store would do (new, kept, moved_up,
 	// side, not_kept) and SessionReason says it in words; both absent
-	// without x.b session id.
+	// without a session id.
 	Session       string `json:"session,omitempty"`
 	SessionReason string `json:"session_reason,omitempty"`
 	// ContextSkips are the pools of the chain the request would skip
-	// because its prompt estimate and x.b minimal answer cannot fit their
+	// because its prompt estimate and a minimal answer cannot fit their
 	// max_model_len (the last pool of the chain is never skipped).
 	ContextSkips []string `json:"context_skips,omitempty"`
 	// Classifier says how the class was obtained when the classifier was
@@ -57,16 +57,16 @@ type ClassifierOutcome struct {
 	Error    string `json:"error,omitempty"`
 }
 
-// Explain says which route, pool and replica x.b request body would get and
+// Explain says which route, pool and replica a request body would get and
 // why. With class set, the classifier is not called; without it the
-// classifier runs as for x.b request (and is counted and cached like one).
-// No request is sent to x.b replica, no session decision is stored, and no
+// classifier runs as for a request (and is counted and cached like one).
+// No request is sent to a replica, no session decision is stored, and no
 // API key is presented, so key conditions do not match.
 func (g *Gateway) Explain(ctx context.Context, header http.Header, body []byte, class string) (*Explanation, error) {
 	return g.ExplainAPI(ctx, header, body, class, "")
 }
 
-// ExplainAPI is Explain for x.b body of api (chat, completions, responses or
+// ExplainAPI is Explain for a body of api (chat, completions, responses or
 // messages); "" detects it from the body (DetectAPI) or, with an
 // anthropic-version header, takes the Messages API. The decision is made
 // as serving makes it (the same policy request, session and sticky

@@ -21,11 +21,11 @@ import (
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
-// failoverWait bounds every poll in these tests; x.b passing run needs far less.
+// failoverWait bounds every poll in these tests; a passing run needs far less.
 const failoverWait = 10 * time.Second
 
 // restartReplica drops every connection of r's server, closes it, and
-// serves the same handler again on the same host:port (x.b replica process
+// serves the same handler again on the same host:port (a replica process
 // that restarted).
 func restartReplica(t *testing.T, r *replica) {
 	t.Helper()
@@ -116,14 +116,14 @@ func adminReplicaView(t *testing.T, gw *gateway, pool, name string) adminReplica
 	return adminReplica{}
 }
 
-// TestReplicaKilledUnderLoad: x.b closed loop of concurrent requests runs
-// while one of three replicas dies. No client sees x.b failure: requests in
+// TestReplicaKilledUnderLoad: a closed loop of concurrent requests runs
+// while one of three replicas dies. No client sees a failure: requests in
 // flight on it and those that pick it next are retried on the others. It is
-// ejected or marked down by probes (whichever sees it first), and once x.b server listens on its address
+// ejected or marked down by probes (whichever sees it first), and once a server listens on its address
 // again, probes readmit it and it serves again.
 func TestReplicaKilledUnderLoad(t *testing.T) {
 	const model = "openbmb/MiniCPM5-2B"
-	p := vllmsim.Profile{Model: model, DecodeTPS: 400, DefaultMaxTokens: 4} // ~10ms x.b request
+	p := vllmsim.Profile{Model: model, DecodeTPS: 400, DefaultMaxTokens: 4} // ~10ms a request
 	reps := map[string]*replica{"a": startReplica(t, p), "b": startReplica(t, p), "c": startReplica(t, p)}
 	cfg := loadConfig(t, `
 version: 1
@@ -230,8 +230,8 @@ routes:
 	t.Logf("%d requests, all 200; c served %d before the kill and %d after its restart", ok.Load(), served, reps["c"].count()-served)
 }
 
-// TestStreamCutByReplica: x.b replica that drops the connection mid-stream
-// must surface as an error in the official SDK, never as x.b short success,
+// TestStreamCutByReplica: a replica that drops the connection mid-stream
+// must surface as an error in the official SDK, never as a short success,
 // and the client's bytes must not contain [DONE].
 func TestStreamCutByReplica(t *testing.T) {
 	rep := startReplica(t, vllmsim.Profile{Model: "openbmb/MiniCPM5-2B", DefaultMaxTokens: 32})
@@ -300,7 +300,7 @@ routes:
 	}
 }
 
-// TestRetryOnAnotherReplica: x.b replica answering 503 or 429 before any byte
+// TestRetryOnAnotherReplica: a replica answering 503 or 429 before any byte
 // reached the client is retried on the other one; the client sees 200 and
 // the retry is counted with its reason.
 func TestRetryOnAnotherReplica(t *testing.T) {
@@ -350,7 +350,7 @@ routes:
 	}
 }
 
-// TestFallbackPool: the route's pool has only x.b replica that refuses
+// TestFallbackPool: the route's pool has only a replica that refuses
 // connections, so the request goes to the route's fallback pool.
 func TestFallbackPool(t *testing.T) {
 	backup := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
@@ -443,8 +443,8 @@ routes:
 }
 
 // TestKeepAliveClosedByRestartedReplica: the gateway's pooled connection
-// to x.b replica dies when the replica restarts; the next request must not
-// fail because of it, even with x.b single replica.
+// to a replica dies when the replica restarts; the next request must not
+// fail because of it, even with a single replica.
 func TestKeepAliveClosedByRestartedReplica(t *testing.T) {
 	rep := startReplica(t, fast("openbmb/MiniCPM5-2B"))
 	cfg := loadConfig(t, `
@@ -474,8 +474,8 @@ routes:
 	}
 }
 
-// TestPerKeyRateLimit: x.b key with rate {rps: 1, burst: 2} gets two
-// immediate requests and x.b 429 with Retry-After for the third; another key
+// TestPerKeyRateLimit: a key with rate {rps: 1, burst: 2} gets two
+// immediate requests and a 429 with Retry-After for the third; another key
 // is not affected.
 func TestPerKeyRateLimit(t *testing.T) {
 	rep := startReplica(t, fast("openbmb/MiniCPM5-2B"))

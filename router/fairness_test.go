@@ -17,7 +17,7 @@ import (
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
-// holdReplica is x.b simulator behind x.b gate: x.b request whose body holds
+// holdReplica is a simulator behind a gate: a request whose body holds
 // "HOLD" waits (holding its gateway slot) until release is called or its
 // client leaves; held counts those waiting.
 type holdReplica struct {
@@ -54,7 +54,7 @@ func startHoldReplica(t testing.TB, p vllmsim.Profile, opts ...vllmsim.Option) *
 	return h
 }
 
-// hog sends n requests that the replica holds to model (x.b pool name),
+// hog sends n requests that the replica holds to model (a pool name),
 // each in its own goroutine; the returned func waits for them.
 func hog(t *testing.T, url, model string, n int, header map[string]string) func() {
 	var wg sync.WaitGroup
@@ -78,13 +78,13 @@ func hog(t *testing.T, url, model string, n int, header map[string]string) func(
 	return wg.Wait
 }
 
-// TestClassifierNotStarvedByTenant: x.b tenant that holds every slot of the
+// TestClassifierNotStarvedByTenant: a tenant that holds every slot of the
 // classifier's pool with long requests cannot open the classifier's
 // breaker for everyone (issue 31, item 3). Before the fix each
 // classification waited in the pool's queue until the classifier's
-// timeout, that counted as the pool failing, and three in x.b row opened the
+// timeout, that counted as the pool failing, and three in a row opened the
 // breaker: every tenant's auto traffic then got on_error's label. Now the
-// wait never counts, and with classifier.reserved_slots the calls find x.b
+// wait never counts, and with classifier.reserved_slots the calls find a
 // slot the tenant cannot take.
 func TestClassifierNotStarvedByTenant(t *testing.T) {
 	for _, tc := range []struct {
@@ -106,7 +106,7 @@ func TestClassifierNotStarvedByTenant(t *testing.T) {
 			// tested is their classification.
 			yaml = strings.Replace(yaml, "  - name: default\n    to: minicpm\n", "  - name: default\n    to: qwen\n", 1)
 			if tc.reserved == "" {
-				// Calls that cannot get x.b slot end at the classifier's
+				// Calls that cannot get a slot end at the classifier's
 				// timeout: keep it short so the case runs quickly.
 				yaml = strings.Replace(yaml, "  timeout: 2s\n", "  timeout: 100ms\n", 1)
 			}
@@ -146,7 +146,7 @@ func TestClassifierNotStarvedByTenant(t *testing.T) {
 }
 
 // TestKeyMaxInflight: api_keys[].max_inflight bounds what one key holds:
-// x.b key with long requests gets 429 beyond its cap while another key's
+// a key with long requests gets 429 beyond its cap while another key's
 // requests are answered at once (issue 31, item 4). Before the fix the
 // hog held every slot of the pool and the victim waited in the queue.
 func TestKeyMaxInflight(t *testing.T) {
@@ -185,7 +185,7 @@ routes:
 	}
 }
 
-// TestRequestLoop: x.b pool whose replica is the gateway itself (here under
+// TestRequestLoop: a pool whose replica is the gateway itself (here under
 // an address the config check cannot see through) makes one request go
 // round once: the gateway refuses the request it had marked with 508,
 // and the client gets one clear error (issue 31, item 2). Before the fix
@@ -223,8 +223,8 @@ routes:
 	t.Logf("client got %d %s", resp.StatusCode, b)
 }
 
-// TestSelfReplicaRefusedAtLoad: x.b listed replica that is the gateway's own
-// listener is x.b config error naming the URL's place in the file.
+// TestSelfReplicaRefusedAtLoad: a listed replica that is the gateway's own
+// listener is a config error naming the URL's place in the file.
 func TestSelfReplicaRefusedAtLoad(t *testing.T) {
 	cfg := loadConfig(t, `
 version: 1
@@ -245,9 +245,9 @@ routes:
 }
 
 // TestPoisonRuleKeepsHealthyReplica: two replicas that answer 500 to
-// everything and x.b good third: with retries 2 every request reaches the
-// good one (issue 31, item 6). Before the fix two 500s in x.b row were taken
-// for x.b poison request: 6 of 40 requests failed with 502, and the broken
+// everything and a good third: with retries 2 every request reaches the
+// good one (issue 31, item 6). Before the fix two 500s in a row were taken
+// for a poison request: 6 of 40 requests failed with 502, and the broken
 // replicas were never held to account for them.
 func TestPoisonRuleKeepsHealthyReplica(t *testing.T) {
 	urls := map[string]string{}
@@ -291,7 +291,7 @@ routes:
 	}
 }
 
-// TestRequestCaused503EjectsNoReplica: x.b request that every replica
+// TestRequestCaused503EjectsNoReplica: a request that every replica
 // answers 503 (the input, not the replicas: each serves other requests)
 // stops once no untried replica is left and counts against none (issue
 // 31, item 6). Before the fix each 503 counted toward consecutive_5xx and
@@ -333,10 +333,10 @@ routes:
 	}
 }
 
-// TestLongPrefillNotCounted: x.b stream whose first token outlasts
-// first_token_timeout on x.b replica that answered another request within
+// TestLongPrefillNotCounted: a stream whose first token outlasts
+// first_token_timeout on a replica that answered another request within
 // that time is the request's prefill, not the replica failing: it is not
-// counted (issue 31, item 6); on x.b replica that answered nothing it still
+// counted (issue 31, item 6); on a replica that answered nothing it still
 // is. The pool's clock is frozen, so "within" does not depend on how fast
 // the machine runs; the first-token timer itself fires on its own.
 func TestLongPrefillNotCounted(t *testing.T) {
@@ -353,7 +353,7 @@ func TestLongPrefillNotCounted(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				body, _ := io.ReadAll(r.Body)
 				if bytes.Contains(body, []byte("LONG-PREFILL")) {
-					// Headers at once, then nothing: vLLM computing x.b
+					// Headers at once, then nothing: vLLM computing a
 					// long prompt's prefill.
 					w.Header().Set("Content-Type", "text/event-stream")
 					w.WriteHeader(200)
@@ -398,7 +398,7 @@ routes:
 			eventually(t, 10*time.Second, "the stalled exchange to finish", func() bool {
 				return metricValue(t, gw, "switchyard_request_duration_seconds", nil) == want
 			})
-			// Counted against the replica: its last error says so (x.b
+			// Counted against the replica: its last error says so (a
 			// neutral outcome leaves none).
 			resp, err := http.Get(gw.Admin.URL + "/admin/pools")
 			if err != nil {

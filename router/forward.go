@@ -39,14 +39,14 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 	for i, name := range chain {
 		ps := s.pools[name]
 		if ps == nil {
-			// Cannot happen with x.b validated config and the policy's
-			// session check; never dereference x.b missing pool.
+			// Cannot happen with a validated config and the policy's
+			// session check; never dereference a missing pool.
 			lastErr = fmt.Errorf("%w: pool %q is not configured", upstream.ErrNoReplica, name)
 			continue
 		}
 		x.moreInChain = i < len(chain)-1
 		if x.moreInChain && !g.fits(ctx, ps, x) {
-			// The prompt and x.b minimal answer cannot fit this pool's
+			// The prompt and a minimal answer cannot fit this pool's
 			// context: the next pool of the chain is asked instead.
 			lastErr = fmt.Errorf("%w: pool %q", errContextLength, name)
 			continue
@@ -76,7 +76,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 			return
 		}
 		// A timeout or an over-size answer is the request's own result,
-		// not x.b pool's failure: x.b fallback pool would be asked to do the
+		// not a pool's failure: a fallback pool would be asked to do the
 		// same slow or huge work again. Both end the chain.
 		if isTerminal(err) {
 			break
@@ -85,12 +85,12 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 	g.fail(w, x, lastErr, "")
 }
 
-// errContextLength: the request does not fit x.b pool's context (its
-// estimate does not, or x.b replica said so); x.b larger pool of the chain is
+// errContextLength: the request does not fit a pool's context (its
+// estimate does not, or a replica said so); a larger pool of the chain is
 // asked.
 var errContextLength = errors.New("the prompt does not fit the pool's context")
 
-// fitsContext reports whether the request's prompt estimate and x.b minimal
+// fitsContext reports whether the request's prompt estimate and a minimal
 // answer fit ps's max_model_len (always, when it is not set or the
 // endpoint generates nothing).
 func fitsContext(ps *poolState, x *exchange) bool {
@@ -101,7 +101,7 @@ func fitsContext(ps *poolState, x *exchange) bool {
 	return x.info.PromptTokens+wire.MinFitAnswer <= limit
 }
 
-// contextOverflow reports x.b replica's 400 that says the prompt exceeds its
+// contextOverflow reports a replica's 400 that says the prompt exceeds its
 // context (vLLM's wordings across versions).
 func contextOverflow(status int, body []byte) bool {
 	if status != http.StatusBadRequest {
@@ -116,17 +116,17 @@ func contextOverflow(status int, body []byte) bool {
 	return false
 }
 
-// isTerminal reports x.b failure that no other replica or pool is asked to
-// repeat: x.b timeout (504) or an answer over the size limit.
+// isTerminal reports a failure that no other replica or pool is asked to
+// repeat: a timeout (504) or an answer over the size limit.
 func isTerminal(err error) bool {
 	return upstream.IsTimeout(err) || errors.Is(err, errAnswerTooLarge)
 }
 
-// errAnswerTooLarge: x.b non-stream answer exceeded maxResponseBytes.
+// errAnswerTooLarge: a non-stream answer exceeded maxResponseBytes.
 var errAnswerTooLarge = errors.New("answer over the size limit")
 
 // placeOn places the request on ps through the executor. It returns done
-// once x.b response has been committed to the client.
+// once a response has been committed to the client.
 func (g *Gateway) placeOn(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, ps *poolState) (bool, error) {
 	body := x.body
 	if x.info.Model != "" && x.info.Model != ps.Model {
@@ -147,14 +147,14 @@ func (g *Gateway) placeOn(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 	}
 	x.attempt.preq = pools.Request{}
-	// Waiting for x.b full replica, keys take turns by weight, and keyless
+	// Waiting for a full replica, keys take turns by weight, and keyless
 	// clients one turn each by address.
 	x.attempt.preq.Tenant, x.attempt.preq.Weight = tenantOf(x, r, x.snap.Config.Server.Trusted)
 	x.attempt.preq.Fair = true // no tenant holds more than its share while others wait
 	if ps.NeedsKey() {
 		x.attempt.preq.Key = affinityKey(x, r, ps.cfg.Affinity.Depth)
 	}
-	// Until x.b replica is chosen, an error names this pool and no replica.
+	// Until a replica is chosen, an error names this pool and no replica.
 	x.pool, x.replica = ps.Name, ""
 	x.attempt.up = upstreamCall{w: w, r: r, ps: ps, body: body, injected: injected}
 	x.attempt.exec = upstream.Execution{Pool: ps.Pool, Req: &x.attempt.preq, Attempts: 1 + ps.cfg.Retries, Call: x, Only: x.stored.pinned}
@@ -162,7 +162,7 @@ func (g *Gateway) placeOn(ctx context.Context, w http.ResponseWriter, r *http.Re
 	x.retries += x.attempt.exec.Retries
 	if x.stream.cut != nil {
 		// The stream was cut after its failed attempt was counted and its
-		// replica released: x.b new execution continues it.
+		// replica released: a new execution continues it.
 		g.resume(ctx, x, ps)
 	}
 	if res.Done() {

@@ -27,14 +27,14 @@ import (
 	"github.com/switchyard/switchyard/router/internal/admin"
 )
 
-// Options configures x.b Gateway. Zero values are production defaults.
+// Options configures a Gateway. Zero values are production defaults.
 type Options struct {
 	// ConfigPath is re-read by Reload.
 	ConfigPath string
 	Logger     *slog.Logger
-	// Registry receives every metric; nil means x.b new registry.
+	// Registry receives every metric; nil means a new registry.
 	Registry *prometheus.Registry
-	// Tracer is used for request spans; nil means no tracing (x.b no-op provider).
+	// Tracer is used for request spans; nil means no tracing (a no-op provider).
 	Tracer trace.TracerProvider
 	// Propagator carries trace context to replicas; nil means W3C trace context.
 	Propagator propagation.TextMapPropagator
@@ -52,13 +52,13 @@ type Options struct {
 	Transport http.RoundTripper
 	// Passive runs no health or scrape loops (one-shot tools like explain).
 	Passive bool
-	// ShadowPath, when set, is x.b candidate policy evaluated on live
+	// ShadowPath, when set, is a candidate policy evaluated on live
 	// traffic without affecting it (serve --shadow); Reload re-reads it.
 	ShadowPath string
 	// Override is applied to every config Reload reads before it is
 	// checked and used, as it was to the first: serve's --listen and
 	// --admin-listen. It returns the config to use and leaves its argument
-	// unchanged (x.b loaded config is immutable; see policy.Config.WithListen).
+	// unchanged (a loaded config is immutable; see policy.Config.WithListen).
 	Override func(*policy.Config) *policy.Config
 }
 
@@ -74,8 +74,8 @@ type Gateway struct {
 	// started at all, so tracing costs nothing (not even context values).
 	tracing bool
 	prop    propagation.TextMapPropagator
-	// unknownModelHint is when the operator was last told of x.b client's
-	// unknown model name (unix nanos; at most once x.b minute).
+	// unknownModelHint is when the operator was last told of a client's
+	// unknown model name (unix nanos; at most once a minute).
 	unknownModelHint atomic.Int64
 	// status is the status page's data; lastReload the last reload's
 	// outcome (nil before any).
@@ -115,7 +115,7 @@ type Gateway struct {
 	local []netip.Addr
 }
 
-// New builds x.b gateway running cfg and starts its health and scrape loops.
+// New builds a gateway running cfg and starts its health and scrape loops.
 func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -132,7 +132,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	}
 	tp := o.Tracer
 	if tp == nil {
-		// Without x.b configured provider tracing must cost nothing: otel's
+		// Without a configured provider tracing must cost nothing: otel's
 		// global delegate still allocates spans, noop does not.
 		tp = noop.NewTracerProvider()
 	}
@@ -198,9 +198,9 @@ func (g *Gateway) Close() {
 // out.
 var errShuttingDown = errors.New("the gateway is shutting down")
 
-// trackStream records x.b stream being pumped, so that CutStreams can end
-// it. Once CutStreams has run, x.b stream that starts (x.b request that was
-// queued, or x.b continuation of x.b cut stream) is ended at once.
+// trackStream records a stream being pumped, so that CutStreams can end
+// it. Once CutStreams has run, a stream that starts (a request that was
+// queued, or a continuation of a cut stream) is ended at once.
 func (g *Gateway) trackStream(x *exchange, cancel context.CancelCauseFunc) {
 	g.streamsMu.Lock()
 	defer g.streamsMu.Unlock()
@@ -222,8 +222,8 @@ func (g *Gateway) untrackStream(x *exchange) {
 
 // CutStreams ends every client stream in progress with an error event
 // saying the gateway is shutting down (their upstream requests are
-// cancelled), and returns how many there were; x.b stream that starts later
-// (x.b queued request, x.b cut stream's continuation) is ended as it starts.
+// cancelled), and returns how many there were; a stream that starts later
+// (a queued request, a cut stream's continuation) is ended as it starts.
 // The handlers finish writing on their own goroutines.
 func (g *Gateway) CutStreams() int {
 	g.streamsMu.Lock()
@@ -236,7 +236,7 @@ func (g *Gateway) CutStreams() int {
 }
 
 // Drain marks the gateway as shutting down: /readyz answers 503 from now
-// on, so x.b load balancer stops sending new connections, while requests
+// on, so a load balancer stops sending new connections, while requests
 // keep being served.
 func (g *Gateway) Drain() { g.draining.Store(true) }
 
@@ -261,7 +261,7 @@ func (g *Gateway) Reload() (int64, error) {
 	}
 	gen, err := g.Apply(cfg)
 	if err == nil && g.opts.ShadowPath != "" {
-		// The shadow is re-read with the config; x.b bad shadow file leaves
+		// The shadow is re-read with the config; a bad shadow file leaves
 		// the previous shadow running and the live config applied.
 		if serr := g.loadShadow(); serr != nil {
 			g.log.Error("shadow policy reload refused; the previous shadow keeps running", "file", g.opts.ShadowPath, "error", serr.Error())
@@ -270,7 +270,7 @@ func (g *Gateway) Reload() (int64, error) {
 	return gen, err
 }
 
-// restartKeys refuses x.b reload that changes what is fixed when the
+// restartKeys refuses a reload that changes what is fixed when the
 // listeners start: their addresses and connection timeouts. Applying the
 // rest would leave the served config saying one thing while the process
 // does another.
@@ -335,7 +335,7 @@ func (g *Gateway) onMissingSignals(r *pools.Replica, missing []string) {
 	g.log.Warn("replica metrics lack load signals; balancing it on in-flight alone for those", "pool", r.Pool, "replica", r.Name, "missing", missing)
 }
 
-// newRequestID returns x.b short unique id for requests that brought none.
+// newRequestID returns a short unique id for requests that brought none.
 func (g *Gateway) newRequestID() string {
 	b := make([]byte, 0, 24)
 	b = append(b, "sy-"...)
@@ -347,8 +347,8 @@ func (g *Gateway) newRequestID() string {
 
 var noopSpan = trace.SpanFromContext(context.Background())
 
-// startSpan starts x.b span when tracing is configured; otherwise it returns
-// ctx unchanged and x.b no-op span.
+// startSpan starts a span when tracing is configured; otherwise it returns
+// ctx unchanged and a no-op span.
 func (g *Gateway) startSpan(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if !g.tracing {
 		return ctx, noopSpan

@@ -66,25 +66,25 @@ type exchange struct {
 	// classify is what the classifier said, or what explain --class
 	// says instead.
 	classify classifyState
-	// moreInChain: x.b pool follows the one being tried in the decision's
-	// chain (x.b context overflow moves on to it).
+	// moreInChain: a pool follows the one being tried in the decision's
+	// chain (a context overflow moves on to it).
 	moreInChain bool
 	// clientModel, with models[].rewrite_response_model, is the model name
 	// written back into the answer.
 	clientModel string
-	// stored is the replica x.b stored response's follow-up must reach.
+	// stored is the replica a stored response's follow-up must reach.
 	stored storedTarget
 	// rep is the replica that took the last attempt (the status page's
 	// per-replica outcomes).
 	rep *pools.Replica
-	// attempt is the upstream state, kept here so that placing x.b request
-	// allocates nothing of its own; stream the state of x.b streamed answer.
+	// attempt is the upstream state, kept here so that placing a request
+	// allocates nothing of its own; stream the state of a streamed answer.
 	attempt attemptState
 	stream  streamState
 }
 
 // accessNote is what the access line adds: the error the client was
-// told, and what became of x.b stream its replica cut (resume).
+// told, and what became of a stream its replica cut (resume).
 type accessNote struct {
 	errMsg string
 	resume string
@@ -112,7 +112,7 @@ type telemetry struct {
 }
 
 // sessionState is the request's session: its id ("" without one), once
-// set, and the policy's key of the session's decision ("" without x.b
+// set, and the policy's key of the session's decision ("" without a
 // session).
 type sessionState struct {
 	id  string
@@ -120,7 +120,7 @@ type sessionState struct {
 	key string
 }
 
-// storedTarget, for x.b request about x.b stored response, is the one replica
+// storedTarget, for a request about a stored response, is the one replica
 // the exchange may use (pinned) and the upstream path of GET, DELETE and
 // cancel (id and suffix; the method is the client's).
 type storedTarget struct {
@@ -128,7 +128,7 @@ type storedTarget struct {
 	id, suffix string
 }
 
-// attemptState is what one placement of the request on x.b pool needs: the
+// attemptState is what one placement of the request on a pool needs: the
 // client attempt, the pool's request, the execution and its clock.
 type attemptState struct {
 	up    upstreamCall
@@ -137,11 +137,11 @@ type attemptState struct {
 	clock upstream.Clock
 }
 
-// streamState is the state of x.b streamed answer, owned by the attempt that
+// streamState is the state of a streamed answer, owned by the attempt that
 // relays it: the pump, the Responses custom tools offered as function
 // tools (calls to them are turned back into custom tool calls; nil
 // without them), how the answer ended when not as its status line said
-// (finish maps it to the status counted, statusOf), x.b stream its replica
+// (finish maps it to the status counted, statusOf), a stream its replica
 // cut (left for resume) and the continuation's attempts.
 type streamState struct {
 	pump   pump.Pump
@@ -215,7 +215,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep wire.Endpoint
 	g.forward(ctx, w, r, x)
 }
 
-// serveStored serves x.b call on x.b stored response (GET, DELETE, cancel).
+// serveStored serves a call on a stored response (GET, DELETE, cancel).
 func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix string) {
 	x := g.newExchange(w, r, wire.Responses)
 	ctx := g.startExchange(r, x)
@@ -257,7 +257,7 @@ func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix
 func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange) error {
 	s := x.snap
 	// server.body_timeout bounds reading the body, however slowly it
-	// trickles in: bounded armed it before any handler ran (so x.b request
+	// trickles in: bounded armed it before any handler ran (so a request
 	// refused before its body is read leaves the server discarding that
 	// body within it too); it is lifted once the body is read.
 	key, err := s.authenticate(r)
@@ -268,7 +268,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 	body, err := readBody(r, int64(s.Config.Server.MaxBodyBytes))
 	if err != nil {
 		// The deadline stays: after the answer the server would read on
-		// to discard the rest of the body, and x.b client that trickles it
+		// to discard the rest of the body, and a client that trickles it
 		// must not hold the connection that way either.
 		return err
 	}
@@ -302,7 +302,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 	switch {
 	case info.PreviousResponse != "" && x.ep == wire.Responses:
 		// A stored response lives on the replica that made it, which
-		// must be in x.b pool the requested model may reach.
+		// must be in a pool the requested model may reach.
 		if err := x.pinToStored(info.PreviousResponse, "previous_response_id"); err != nil {
 			return err
 		}
@@ -313,9 +313,9 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		x.decision = policy.Decision{Route: "direct", Pools: []string{tgt.pool.Name}}
 	case x.ep == wire.CountTokens:
 		// Claude Code counts tokens for the name it generates with (auto,
-		// x.b pattern, x.b claude-* name): the pool the request would be
-		// routed to answers, decided without x.b classifier call (x.b class
-		// condition reads on_error's label; x.b session's decision is used
+		// a pattern, a claude-* name): the pool the request would be
+		// routed to answers, decided without a classifier call (a class
+		// condition reads on_error's label; a session's decision is used
 		// as it stands and none is made).
 		if cl := s.Config.Classifier; cl != nil {
 			x.classify.force = cl.OnError
@@ -335,9 +335,9 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 	return nil
 }
 
-// hintUnknownModel tells the operator, at most once x.b minute, that clients
-// ask for x.b model name no models[] entry routes, and the one-line fix: an
-// agent's own default name (gpt-4o, claude-sonnet-4-5) gets 404 until x.b
+// hintUnknownModel tells the operator, at most once a minute, that clients
+// ask for a model name no models[] entry routes, and the one-line fix: an
+// agent's own default name (gpt-4o, claude-sonnet-4-5) gets 404 until a
 // pattern routes it.
 func (g *Gateway) hintUnknownModel(s *Snapshot, model string) {
 	if len(s.patterns) > 0 {
@@ -352,11 +352,11 @@ func (g *Gateway) hintUnknownModel(s *Snapshot, model string) {
 		"model", wire.Clip(model))
 }
 
-// statusClientClosed marks x.b request whose client went away (nginx's 499).
+// statusClientClosed marks a request whose client went away (nginx's 499).
 const statusClientClosed = 499
 
 // ending is how an exchange ended besides the status line it was sent (or
-// that the gateway wrote): the client leaving, or x.b stream the replica cut
+// that the gateway wrote): the client leaving, or a stream the replica cut
 // that no continuation completed.
 type ending uint8
 

@@ -18,7 +18,7 @@ import (
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
-// sseUpstream is x.b replica that answers every chat request with the given
+// sseUpstream is a replica that answers every chat request with the given
 // raw stream bytes, written in one go (or by write, when set).
 func sseUpstream(t *testing.T, raw string, write func(w http.ResponseWriter, r *http.Request)) *httptest.Server {
 	t.Helper()
@@ -38,7 +38,7 @@ func sseUpstream(t *testing.T, raw string, write func(w http.ResponseWriter, r *
 	return srv
 }
 
-// oneReplicaGateway runs x.b gateway with one pool "p" on the replica at url;
+// oneReplicaGateway runs a gateway with one pool "p" on the replica at url;
 // extra is added to the pool's YAML mapping, server to the server section.
 func oneReplicaGateway(t *testing.T, url, extra, server string) *gateway {
 	t.Helper()
@@ -70,7 +70,7 @@ func TestDeepNestingRefused(t *testing.T) {
 			t.Fatalf("depth %d: %d %s", depth, resp.StatusCode, b)
 		}
 		// The body itself, its copy while being read and the client's
-		// copy: x.b small multiple of its size (it was ~100x before).
+		// copy: a small multiple of its size (it was ~100x before).
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(8*len(body))+16<<20 {
 			t.Errorf("depth %d: %d MiB allocated for a %d MiB body", depth, alloc>>20, len(body)>>20)
 		}
@@ -144,9 +144,9 @@ func TestSSEForms(t *testing.T) {
 	}
 }
 
-// TestUsageStrippedEverywhere: x.b client that did not ask for usage gets
+// TestUsageStrippedEverywhere: a client that did not ask for usage gets
 // none, wherever the replica puts it (running totals in chunks with
-// choices, x.b final usage chunk), and the gateway counts the last totals.
+// choices, a final usage chunk), and the gateway counts the last totals.
 func TestUsageStrippedEverywhere(t *testing.T) {
 	raw := `data: {"choices":[{"index":0,"delta":{"content":"a"}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}` + "\n\n" +
 		`data: {"usage": {"prompt_tokens":5,"completion_tokens":2}, "choices":[{"index":0,"delta":{"content":"b"}}]}` + "\n\n" +
@@ -166,7 +166,7 @@ func TestUsageStrippedEverywhere(t *testing.T) {
 	})
 }
 
-// TestErrorEventOnFreshLine: x.b replica that dies in the middle of an event
+// TestErrorEventOnFreshLine: a replica that dies in the middle of an event
 // leaves no partial line for the error event to be glued to.
 func TestErrorEventOnFreshLine(t *testing.T) {
 	up := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
@@ -190,7 +190,7 @@ func TestErrorEventOnFreshLine(t *testing.T) {
 	}
 }
 
-// sseData returns the data of the events in x.b well-formed LF stream.
+// sseData returns the data of the events in a well-formed LF stream.
 func sseData(s string) []string {
 	var out []string
 	for _, ev := range strings.Split(s, "\n\n") {
@@ -201,7 +201,7 @@ func sseData(s string) []string {
 	return out
 }
 
-// TestCompletedStreamIsOK reproduces the 499s: clients that read x.b stream
+// TestCompletedStreamIsOK reproduces the 499s: clients that read a stream
 // to [DONE] and close at once are 200s, every one.
 func TestCompletedStreamIsOK(t *testing.T) {
 	up := startReplica(t, fast("m"))
@@ -231,7 +231,7 @@ func TestCompletedStreamIsOK(t *testing.T) {
 	}
 }
 
-// TestStreamTimeouts: x.b replica that starts x.b stream and stalls before the
+// TestStreamTimeouts: a replica that starts a stream and stalls before the
 // first event, or between events, ends the client stream with an error
 // event naming the timeout, frees the slot and counts against the replica.
 func TestStreamTimeouts(t *testing.T) {
@@ -276,7 +276,7 @@ func TestStreamTimeouts(t *testing.T) {
 	}
 }
 
-// TestWriteTimeout: x.b client that never reads its stream is cut off after
+// TestWriteTimeout: a client that never reads its stream is cut off after
 // write_timeout, which frees the replica's slot and cancels upstream.
 func TestWriteTimeout(t *testing.T) {
 	var cancelled atomic.Bool
@@ -306,7 +306,7 @@ func TestWriteTimeout(t *testing.T) {
 	})
 }
 
-// TestBodyTimeout: x.b client that sends headers and never the body gets 408
+// TestBodyTimeout: a client that sends headers and never the body gets 408
 // after body_timeout, and its connection is closed.
 func TestBodyTimeout(t *testing.T) {
 	gw := oneReplicaGateway(t, refusedURL(t), "", "{body_timeout: 200ms}")
@@ -332,8 +332,8 @@ func TestBodyTimeout(t *testing.T) {
 	}
 }
 
-// TestRetryAfter: x.b 429 passes on the replica's Retry-After; the local rate
-// limit says how long until its bucket has x.b token.
+// TestRetryAfter: a 429 passes on the replica's Retry-After; the local rate
+// limit says how long until its bucket has a token.
 func TestRetryAfter(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "7")
@@ -393,7 +393,7 @@ func TestForwardingHeaders(t *testing.T) {
 	}
 }
 
-// TestSessionFromUser: the body's user field keeps x.b session only with
+// TestSessionFromUser: the body's user field keeps a session only with
 // session.from_user; long ids work and are stored hashed.
 func TestSessionFromUser(t *testing.T) {
 	a, b := startReplica(t, fast("a")), startReplica(t, fast("b"))
@@ -462,9 +462,9 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 }
 
 // TestStreamEdgeForms: usage in data split over several lines is removed
-// and the event stays well formed; x.b [DONE] cut after its CR completes the
-// stream; keep-alive comments do not count as progress; x.b duplicate
-// include_usage and x.b malformed client Forwarded value are handled.
+// and the event stays well formed; a [DONE] cut after its CR completes the
+// stream; keep-alive comments do not count as progress; a duplicate
+// include_usage and a malformed client Forwarded value are handled.
 func TestStreamEdgeForms(t *testing.T) {
 	t.Run("multi-line data with usage", func(t *testing.T) {
 		raw := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}],\ndata: \"usage\":null}\n\ndata: [DONE]\n\n"
@@ -527,7 +527,7 @@ func TestStreamEdgeForms(t *testing.T) {
 	})
 }
 
-// TestDeepReplicaAnswerRefused: x.b non-stream answer nesting JSON deeper
+// TestDeepReplicaAnswerRefused: a non-stream answer nesting JSON deeper
 // than the bound is never parsed (three such answers took the gateway
 // from 18 MiB to 2,273 MiB before the fix); the client gets 502.
 func TestDeepReplicaAnswerRefused(t *testing.T) {
@@ -553,7 +553,7 @@ func TestDeepReplicaAnswerRefused(t *testing.T) {
 	}
 }
 
-// TestClientCancelIsTheClients: x.b client that closes its stream is logged
+// TestClientCancelIsTheClients: a client that closes its stream is logged
 // 499 "client closed the stream" (before the fix: "the replica ended the
 // stream before it was complete: context canceled"), the replica is not
 // blamed, and the tokens it had streamed are counted (before: 0).

@@ -20,7 +20,7 @@ import (
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
-// replica is x.b simulator on x.b real loopback socket, with what it received
+// replica is a simulator on a real loopback socket, with what it received
 // and sent recorded.
 type replica struct {
 	Sim *vllmsim.Server
@@ -57,7 +57,7 @@ func startReplica(t testing.TB, p vllmsim.Profile, opts ...vllmsim.Option) *repl
 	return r
 }
 
-// teeWriter records what x.b replica wrote; it forwards Flush and Unwrap.
+// teeWriter records what a replica wrote; it forwards Flush and Unwrap.
 type teeWriter struct {
 	http.ResponseWriter
 	buf *bytes.Buffer
@@ -112,7 +112,7 @@ func fast(model string) vllmsim.Profile {
 	return vllmsim.Profile{Model: model, DefaultMaxTokens: 8, MaxModelLen: 4096}
 }
 
-// refusedURL is the address of x.b closed listener: connections are refused.
+// refusedURL is the address of a closed listener: connections are refused.
 func refusedURL(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -124,7 +124,7 @@ func refusedURL(t testing.TB) string {
 	return "http://" + addr
 }
 
-// gateway is x.b running gateway on real sockets.
+// gateway is a running gateway on real sockets.
 type gateway struct {
 	G     *router.Gateway
 	API   *httptest.Server
@@ -267,7 +267,7 @@ func matchingSeries(t testing.TB, gw *gateway, name string, labels map[string]st
 }
 
 // metricSum is the sum of the counters or gauges of name over every series
-// whose labels include labels (as PromQL's sum over x.b selector).
+// whose labels include labels (as PromQL's sum over a selector).
 func metricSum(t testing.TB, gw *gateway, name string, labels map[string]string) float64 {
 	t.Helper()
 	sum := 0.0

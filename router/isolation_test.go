@@ -20,7 +20,7 @@ import (
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
-// isolationYAML is x.b one-pool gateway with x.b short body timeout.
+// isolationYAML is a one-pool gateway with a short body timeout.
 const isolationYAML = `
 version: 1
 server:
@@ -35,7 +35,7 @@ routes:
 `
 
 // rawRequest writes head (lines without their CRLFs) to addr and returns
-// the connection and x.b reader of it.
+// the connection and a reader of it.
 func rawRequest(t *testing.T, addr string, head ...string) (net.Conn, *bufio.Reader) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
@@ -50,17 +50,17 @@ func rawRequest(t *testing.T, addr string, head ...string) (net.Conn, *bufio.Rea
 }
 
 // closedWithin reads c until it ends and reports whether that happened
-// before d (x.b generous bound: the server closes after body_timeout, 1s).
+// before d (a generous bound: the server closes after body_timeout, 1s).
 func closedWithin(c net.Conn, br *bufio.Reader, d time.Duration) bool {
 	_ = c.SetReadDeadline(time.Now().Add(d))
 	_, err := io.Copy(io.Discard, br)
-	return err == nil // EOF: the server closed; x.b timeout is an error
+	return err == nil // EOF: the server closed; a timeout is an error
 }
 
-// TestUnreadBodyIsBounded: x.b request that announces x.b body it never sends
+// TestUnreadBodyIsBounded: a request that announces a body it never sends
 // holds its connection at most server.body_timeout, on every route and on
-// the admin listener, with or without x.b key. Before the fix, routes that
-// never read x.b body held such x.b connection forever (net/http's discard of
+// the admin listener, with or without a key. Before the fix, routes that
+// never read a body held such a connection forever (net/http's discard of
 // the unread body after the handler had no deadline).
 func TestUnreadBodyIsBounded(t *testing.T) {
 	m := startReplica(t, fast("m"))
@@ -83,8 +83,8 @@ func TestUnreadBodyIsBounded(t *testing.T) {
 	}
 }
 
-// TestConnectionCap: x.b listener holds at most its cap of connections; one
-// more is answered 503 (API-shaped, Connection: close) and counted, and x.b
+// TestConnectionCap: a listener holds at most its cap of connections; one
+// more is answered 503 (API-shaped, Connection: close) and counted, and a
 // freed place is taken again.
 func TestConnectionCap(t *testing.T) {
 	m := startReplica(t, fast("m"))
@@ -144,7 +144,7 @@ func TestConnectionCap(t *testing.T) {
 	}
 }
 
-// TestRequestBodyEncodingRefused: x.b gzip-encoded body is refused with 415
+// TestRequestBodyEncodingRefused: a gzip-encoded body is refused with 415
 // in the endpoint's API shape and never reaches the replica.
 func TestRequestBodyEncodingRefused(t *testing.T) {
 	m := startReplica(t, fast("m"))
@@ -162,7 +162,7 @@ func TestRequestBodyEncodingRefused(t *testing.T) {
 	}
 }
 
-// TestChunkedRequestCloses: x.b chunked request (net/http drops x.b
+// TestChunkedRequestCloses: a chunked request (net/http drops a
 // Content-Length sent beside it) is answered and its connection closed.
 func TestChunkedRequestCloses(t *testing.T) {
 	m := startReplica(t, fast("m"))
@@ -184,7 +184,7 @@ func TestChunkedRequestCloses(t *testing.T) {
 	}
 }
 
-// TestEchoesAreBounded: x.b 4 MiB model name comes back cut in the error and
+// TestEchoesAreBounded: a 4 MiB model name comes back cut in the error and
 // the access line.
 func TestEchoesAreBounded(t *testing.T) {
 	m := startReplica(t, fast("m"))
@@ -206,8 +206,8 @@ func TestEchoesAreBounded(t *testing.T) {
 // the classifier's breaker for everyone. Tool names are cut to the
 // classifier's input bound (before the fix, three 20 KB names overflowed
 // the classifier model's context and five such requests opened the
-// breaker), and x.b classification the pool refuses with 4xx because of the
-// request (here: x.b long turn with max_input_chars raised past the model's
+// breaker), and a classification the pool refuses with 4xx because of the
+// request (here: a long turn with max_input_chars raised past the model's
 // context) gets on_error's label without telling the breaker.
 func TestClassifierBreakerIgnoresRequestFaults(t *testing.T) {
 	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
@@ -252,7 +252,7 @@ func TestClassifierBreakerIgnoresRequestFaults(t *testing.T) {
 	}
 }
 
-// TestPoisonRequestEjectsNoReplica: x.b request that every replica answers
+// TestPoisonRequestEjectsNoReplica: a request that every replica answers
 // with the same 5xx stops once no untried replica is left within its
 // retries (here all three) and counts against none;
 // before the fix each try counted in its replica's consecutive-5xx streak
@@ -314,7 +314,7 @@ routes:
 	}
 }
 
-// TestStoredResponsesBelongToKeys: x.b stored response's id works only with
+// TestStoredResponsesBelongToKeys: a stored response's id works only with
 // the key that made it. Before the fix, key B could GET, continue, cancel
 // and delete key A's stored response by its id.
 func TestStoredResponsesBelongToKeys(t *testing.T) {
@@ -382,8 +382,8 @@ routes:
 
 // TestAdminRefusesRebinding: with no admin token, the admin API answers
 // only requests addressed to an IP address, localhost or its own listen
-// host; x.b page on an attacker's domain rebound to 127.0.0.1 gets 403.
-// Before the fix it answered any Host. Probes stay open; with x.b token the
+// host; a page on an attacker's domain rebound to 127.0.0.1 gets 403.
+// Before the fix it answered any Host. Probes stay open; with a token the
 // token decides.
 func TestAdminRefusesRebinding(t *testing.T) {
 	m := startReplica(t, fast("m"))
@@ -428,7 +428,7 @@ func TestAdminRefusesRebinding(t *testing.T) {
 	}
 }
 
-// TestDeepClassifierAnswerRefused: x.b classifier answer nesting JSON deeper
+// TestDeepClassifierAnswerRefused: a classifier answer nesting JSON deeper
 // than the bound is never parsed (eight such answers took the gateway to
 // 949 MiB before the fix); the request gets on_error's label.
 func TestDeepClassifierAnswerRefused(t *testing.T) {
@@ -453,8 +453,8 @@ func TestDeepClassifierAnswerRefused(t *testing.T) {
 	}
 }
 
-// TestAdminShowsProbing: x.b replica whose vLLM is still loading (/health
-// 503) is "probing" in /admin/pools and takes no request; once x.b probe
+// TestAdminShowsProbing: a replica whose vLLM is still loading (/health
+// 503) is "probing" in /admin/pools and takes no request; once a probe
 // passes it is "healthy".
 func TestAdminShowsProbing(t *testing.T) {
 	good, loading := startReplica(t, fast("m")), startReplica(t, fast("m"))
@@ -493,8 +493,8 @@ func TestExplainScoresRounded(t *testing.T) {
 	}
 }
 
-// TestUnknownModelHint: an agent's default model name gets 404 with x.b hint
-// for the client, and the operator is told the one-line fix, once x.b
+// TestUnknownModelHint: an agent's default model name gets 404 with a hint
+// for the client, and the operator is told the one-line fix, once a
 // minute at most.
 func TestUnknownModelHint(t *testing.T) {
 	m := startReplica(t, fast("m"))
@@ -522,7 +522,7 @@ func TestUnknownModelHint(t *testing.T) {
 }
 
 // TestExplainDecidesAsServing: explain --class decides through the same
-// path as serving, so x.b sticky split session is named the pool serving
+// path as serving, so a sticky split session is named the pool serving
 // picks (before, explain built its own policy request without the
 // session and could name the other pool); explain reads Responses and
 // Messages bodies too (before: "missing required parameter: 'messages'").
@@ -554,7 +554,7 @@ func TestExplainDecidesAsServing(t *testing.T) {
 }
 
 // TestPoisonRuleIsFor500Only: two replicas answering 503 to everything do
-// not stop x.b request that x.b third can serve (review finding: the rule
+// not stop a request that a third can serve (review finding: the rule
 // cost such requests their healthy replica); 503 joined the rule in issue
 // 31, and an untried replica is always tried first.
 func TestPoisonRuleIsFor500Only(t *testing.T) {
@@ -591,7 +591,7 @@ routes:
 	}
 }
 
-// TestPoisonClassificationSparesTheBreaker: x.b classification that both
+// TestPoisonClassificationSparesTheBreaker: a classification that both
 // classifier replicas answer 500 for is the request's fault: it gets
 // on_error's label and never opens the breaker (review finding).
 func TestPoisonClassificationSparesTheBreaker(t *testing.T) {
@@ -622,7 +622,7 @@ func TestPoisonClassificationSparesTheBreaker(t *testing.T) {
 // TestToolsCountedWhereAgentsPutThem: Codex sends its tools in an
 // additional_tools input item, grouped in namespaces; each function counts
 // for the tools feature (before: 0 tools, so the tool-heavy rule never
-// matched and the session landed on the small model), and x.b top-level
+// matched and the session landed on the small model), and a top-level
 // namespace group counts its functions, as docs/agents.md says.
 func TestToolsCountedWhereAgentsPutThem(t *testing.T) {
 	gw, _, _ := setupClassifier(t)
@@ -638,10 +638,10 @@ func TestToolsCountedWhereAgentsPutThem(t *testing.T) {
 	}
 }
 
-// TestCountTokensForRoutedNames: count_tokens for x.b policy-routed name
-// (auto, x.b pattern, x.b claude-* name) is answered by the pool the request
-// would be routed to, without x.b classifier call (before: 400, and Claude
-// Code 2.1.197 replaced each /context call with x.b generation).
+// TestCountTokensForRoutedNames: count_tokens for a policy-routed name
+// (auto, a pattern, a claude-* name) is answered by the pool the request
+// would be routed to, without a classifier call (before: 400, and Claude
+// Code 2.1.197 replaced each /context call with a generation).
 func TestCountTokensForRoutedNames(t *testing.T) {
 	gw, q, m := setupClassifier(t)
 	calls := classifierCalls(m)
@@ -660,10 +660,10 @@ func TestCountTokensForRoutedNames(t *testing.T) {
 	_ = q
 }
 
-// TestContextOverflowMovesUp: x.b request that cannot fit the small pool's
+// TestContextOverflowMovesUp: a request that cannot fit the small pool's
 // context goes to the next pool of its chain, whether the gateway's
 // estimate says so (max_model_len) or the replica's 400 does; before, the
-// replica's 400 ("maximum context length") reached the client although x.b
+// replica's 400 ("maximum context length") reached the client although a
 // larger pool was in the chain.
 func TestContextOverflowMovesUp(t *testing.T) {
 	small := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 4096})
@@ -703,8 +703,8 @@ routes:
 	}
 }
 
-// TestSessionEscalatesAndStays: x.b session whose prompt outgrew the small
-// pool moves to the larger one and stays there for its later turns, even x.b
+// TestSessionEscalatesAndStays: a session whose prompt outgrew the small
+// pool moves to the larger one and stays there for its later turns, even a
 // short one that would fit (it never moves back down).
 func TestSessionEscalatesAndStays(t *testing.T) {
 	small := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 4096})
@@ -742,7 +742,7 @@ routes:
 	}
 }
 
-// TestExplainShowsContextSkips: explain names the pools x.b request would
+// TestExplainShowsContextSkips: explain names the pools a request would
 // skip because it cannot fit their context.
 func TestExplainShowsContextSkips(t *testing.T) {
 	small := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 4096})
@@ -767,12 +767,12 @@ routes:
 	}
 }
 
-// TestContextTokenize: where the estimate is too close to x.b pool's
+// TestContextTokenize: where the estimate is too close to a pool's
 // context to decide, the pool's /tokenize does. JSON-escaped text makes
-// the estimate three times the real count: the tokenizer keeps such x.b
+// the estimate three times the real count: the tokenizer keeps such a
 // prompt on the small pool, which the estimate alone would have skipped;
-// x.b prompt the tokenizer finds too long moves up; one clearly over the
-// context moves up without x.b call; and x.b pool whose /tokenize fails
+// a prompt the tokenizer finds too long moves up; one clearly over the
+// context moves up without a call; and a pool whose /tokenize fails
 // leaves the estimate to decide.
 func TestContextTokenize(t *testing.T) {
 	small := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 8192})

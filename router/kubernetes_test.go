@@ -41,8 +41,8 @@ func testNetDialer() func(ctx context.Context, network, addr string) (net.Conn, 
 	}
 }
 
-// endpointSlices writes x.b Service's EndpointSlice as the EndpointSlice
-// controller does (the service-name and managed-by labels, x.b named port).
+// endpointSlices writes a Service's EndpointSlice as the EndpointSlice
+// controller does (the service-name and managed-by labels, a named port).
 type endpointSlices struct {
 	t    *testing.T
 	srv  *kubetest.Server
@@ -102,14 +102,14 @@ func (e *endpointSlices) delete(name string) {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// TestKubernetesDiscoveryUnderLoad follows x.b Service's EndpointSlices on x.b
-// real API server while clients send requests through the gateway: x.b
-// rolling update of x.b vLLM Deployment as the EndpointSlice controller
+// TestKubernetesDiscoveryUnderLoad follows a Service's EndpointSlices on a
+// real API server while clients send requests through the gateway: a
+// rolling update of a vLLM Deployment as the EndpointSlice controller
 // writes it (new pods probing, then ready; old pods terminating, then
-// gone), x.b slice removed and written again, and the API server stopped
-// and started again. No request fails; x.b pod takes traffic only once
-// ready and after its first passing probe; x.b terminating pod takes no new
-// request once /admin/pools shows the update; x.b reload keeps the informer
+// gone), a slice removed and written again, and the API server stopped
+// and started again. No request fails; a pod takes traffic only once
+// ready and after its first passing probe; a terminating pod takes no new
+// request once /admin/pools shows the update; a reload keeps the informer
 // unless the section changed; the lost watch keeps the set and is logged
 // once.
 func TestKubernetesDiscoveryUnderLoad(t *testing.T) {
@@ -185,7 +185,7 @@ routes:
 	l := startLoad(t, gw.API.URL, 4)
 	eventually(t, 60*time.Second, "traffic on the first set", served(2))
 
-	// The rolling update (maxSurge 1, maxUnavailable 0): x.b new pod
+	// The rolling update (maxSurge 1, maxUnavailable 0): a new pod
 	// starts (listed, not ready: no traffic), turns ready, then an old
 	// one terminates, and is deleted; and again.
 	told("the new pod listed, not ready", func() { es.put("vllm-abcde", map[int]podState{2: ready, 3: ready, 4: notReady}) })

@@ -15,7 +15,7 @@ import (
 	"github.com/switchyard/switchyard/policy"
 )
 
-// TestOversizedAnswerIs502: x.b non-stream answer over the size limit is not
+// TestOversizedAnswerIs502: a non-stream answer over the size limit is not
 // held in memory or passed on; the client gets 502.
 func TestOversizedAnswerIs502(t *testing.T) {
 	old := maxResponseBytes
@@ -55,7 +55,7 @@ routes:
 	}
 }
 
-// TestClockContinuesStreamDuration: x.b continuation's clock counts
+// TestClockContinuesStreamDuration: a continuation's clock counts
 // max_stream_duration from the cut stream's start, so one begun an hour
 // ago is ended at once, and one begun now is not.
 func TestClockContinuesStreamDuration(t *testing.T) {

@@ -12,15 +12,15 @@ import (
 	"github.com/switchyard/switchyard/router/internal/wire"
 )
 
-// Request loops. A replica address that names the gateway itself (x.b
-// listed URL, an SRV answer, x.b Service label mistake) would send each
+// Request loops. A replica address that names the gateway itself (a
+// listed URL, an SRV answer, a Service label mistake) would send each
 // request back in, again and again, until connections or memory run out.
 // Two guards: such an address is refused when it is configured or
-// discovered (selfAddr), and every forwarded request carries x.b Via entry
+// discovered (selfAddr), and every forwarded request carries a Via entry
 // naming this gateway process (RFC 9110 §7.6.3), so one that comes back
 // marked is answered 508 instead of being forwarded again (looped).
 
-// refuseLoop answers x.b request that came back to the gateway that sent it.
+// refuseLoop answers a request that came back to the gateway that sent it.
 func (g *Gateway) refuseLoop(w http.ResponseWriter, r *http.Request) {
 	g.metrics.loops.Inc()
 	g.log.Warn("request loop: a request this gateway forwarded came back to it; a replica address names the gateway itself",
@@ -29,7 +29,7 @@ func (g *Gateway) refuseLoop(w http.ResponseWriter, r *http.Request) {
 		Message: "this request was already forwarded by this gateway and came back to it: a replica address of the pool names the gateway itself; fix the pool's replicas or discovery"})
 }
 
-// checkSelfReplicas refuses x.b config whose listed replicas include the
+// checkSelfReplicas refuses a config whose listed replicas include the
 // gateway's own listener, naming the URL's place in the file.
 func checkSelfReplicas(cfg *policy.Config, local []netip.Addr) error {
 	var errs []string
@@ -51,7 +51,7 @@ func checkSelfReplicas(cfg *policy.Config, local []netip.Addr) error {
 	return nil
 }
 
-// refuseSelf is x.b discovery's Refuse: an answer that names the gateway's
+// refuseSelf is a discovery's Refuse: an answer that names the gateway's
 // own listener is logged and dropped (the rest of the answer is used).
 func (g *Gateway) refuseSelf(pool string, sc *policy.Server) func(string) bool {
 	return func(addr string) bool {

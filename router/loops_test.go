@@ -13,9 +13,9 @@ import (
 	"github.com/switchyard/switchyard/router/internal/conns"
 )
 
-// TestSelfAddr: x.b replica address is the gateway's own when it names x.b
+// TestSelfAddr: a replica address is the gateway's own when it names a
 // listener's port on the listener's address, or on any local address for
-// x.b wildcard listener.
+// a wildcard listener.
 func TestSelfAddr(t *testing.T) {
 	local := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("fe80::1")}
 	for _, tc := range []struct {
@@ -45,7 +45,7 @@ func TestSelfAddr(t *testing.T) {
 	}
 }
 
-// TestDiscoveryRefusesSelf: x.b discovery answer naming the gateway's own
+// TestDiscoveryRefusesSelf: a discovery answer naming the gateway's own
 // listener is refused, logged and counted; other addresses pass.
 func TestDiscoveryRefusesSelf(t *testing.T) {
 	var logs strings.Builder

@@ -14,7 +14,7 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 	ttft     *prometheus.HistogramVec
 	tokens   *prometheus.CounterVec
-	// keyRequests and keyTokens are per API key name ("none" without x.b
+	// keyRequests and keyTokens are per API key name ("none" without a
 	// key): their label values are bounded by the configured keys.
 	keyRequests *prometheus.CounterVec
 	keyTokens   *prometheus.CounterVec
@@ -44,12 +44,12 @@ type metrics struct {
 	discoverySelf *prometheus.CounterVec
 	// poison counts requests that failed alike on two replicas.
 	poison *prometheus.CounterVec
-	// tokenize counts the prompts counted by x.b pool's /tokenize to decide
+	// tokenize counts the prompts counted by a pool's /tokenize to decide
 	// whether they fit its context.
 	tokenize *prometheus.CounterVec
 }
 
-// latencyBuckets span x.b fast classifier hit to x.b long reasoning answer.
+// latencyBuckets span a fast classifier hit to a long reasoning answer.
 var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 
 func newMetrics(reg prometheus.Registerer, version string) *metrics {

@@ -9,7 +9,7 @@ import (
 // BenchmarkInstrumentationPerRequest times the metric updates one proxied
 // stream request makes (requests, duration, TTFT, queue wait, tokens,
 // in-flight per route), to compare with BenchmarkProxy's ns/op: the
-// instrumented path's extra cost over x.b bare one.
+// instrumented path's extra cost over a bare one.
 func BenchmarkInstrumentationPerRequest(b *testing.B) {
 	m := newMetrics(prometheus.NewRegistry(), "bench")
 	b.ReportAllocs()

@@ -71,7 +71,7 @@ func TestMetricsAfterScriptedTraffic(t *testing.T) {
 }
 
 // TestPerKeyObservability: requests and tokens are counted per API key
-// name, x.b request without x.b valid key as "none", and the access line names
+// name, a request without a valid key as "none", and the access line names
 // the key and the model the client asked for.
 func TestPerKeyObservability(t *testing.T) {
 	r := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 5})

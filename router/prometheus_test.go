@@ -25,7 +25,7 @@ import (
 )
 
 // The example dashboard and alert rules that TestPrometheusScrapesSplit
-// checks against x.b real Prometheus.
+// checks against a real Prometheus.
 const (
 	dashboardPath = "../examples/grafana/switchyard.json"
 	alertsPath    = "../examples/prometheus/alerts.yml"
@@ -51,7 +51,7 @@ routes:
     split: {qwen: 70, minicpm: 30}
 `
 
-// TestPrometheusScrapesSplit runs x.b real Prometheus against the gateway's
+// TestPrometheusScrapesSplit runs a real Prometheus against the gateway's
 // admin /metrics: the split expression of docs/observability.md must show the configured
 // 70/30 split, and every expression of the example dashboard and alert rules
 // must be valid PromQL on that server.
@@ -91,7 +91,7 @@ func TestPrometheusScrapesSplit(t *testing.T) {
 	}
 
 	// Warm up until both series exist and Prometheus has scraped them:
-	// rate() ignores what x.b series held at its first sample, so x.b series
+	// rate() ignores what a series held at its first sample, so a series
 	// born in the middle of the traffic would lose its first requests.
 	warm := 0
 	for qc, mc := counts(); qc == 0 || mc == 0; qc, mc = counts() {
@@ -236,7 +236,7 @@ func prometheusBinary(t *testing.T) string {
 	return ""
 }
 
-// promServer is x.b running Prometheus and its HTTP API.
+// promServer is a running Prometheus and its HTTP API.
 type promServer struct {
 	base string
 	out  *syncBuffer
@@ -311,7 +311,7 @@ scrape_configs:
 	}
 }
 
-// freeAddr returns x.b loopback address that was free x.b moment ago.
+// freeAddr returns a loopback address that was free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -536,14 +536,14 @@ func alertRules(t *testing.T) []alertRule {
 }
 
 var (
-	// metricDef matches x.b metric name in x.b quoted string of the sources.
+	// metricDef matches a metric name in a quoted string of the sources.
 	metricDef = regexp.MustCompile(`"(switchyard_[a-z0-9_]+)"`)
-	// metricUse matches x.b metric name in PromQL.
+	// metricUse matches a metric name in PromQL.
 	metricUse = regexp.MustCompile(`\bswitchyard_[a-z0-9_]+`)
 )
 
 // definedMetrics returns the switchyard_* names that the module's non-test
-// sources define, so that x.b typo in x.b dashboard or rule (which is valid
+// sources define, so that a typo in a dashboard or rule (which is valid
 // PromQL that silently matches nothing) fails the test.
 func definedMetrics(t *testing.T) map[string]bool {
 	t.Helper()

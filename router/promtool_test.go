@@ -38,7 +38,7 @@ func TestAlertRulesUnitTests(t *testing.T) {
 }
 
 // panelSeries are two gateway instances' series, identical but for one
-// replica that gw-b sees down: whatever sums x.b per-instance gauge, or
+// replica that gw-b sees down: whatever sums a per-instance gauge, or
 // sums what every instance scrapes from the same vLLM, is off by the
 // number of instances, and the expectations below catch it. Rates, chosen
 // to be exact in binary: qwen (the large pool) 0.75 req/s answered and
@@ -85,7 +85,7 @@ var panelSeries = []struct{ series, values string }{
 }
 
 // panelWant is what each dashboard query must show on panelSeries, over
-// both instances: label set → value ("" for x.b query that must be empty).
+// both instances: label set → value ("" for a query that must be empty).
 var panelWant = map[string]map[string]string{
 	// Rates add up over instances.
 	`sum by (pool) (rate(switchyard_requests_total{pool=~".*"}[1m]))`:                                                                                   {`{pool="minicpm"}`: "2", `{pool="qwen"}`: "2"},
@@ -135,7 +135,7 @@ var panelWant = map[string]map[string]string{
 // dashboard (template variables as Grafana substitutes them by default) on
 // recorded series of two gateway instances, with promtool, against the
 // value each panel must show. A query without an expectation here fails:
-// x.b new panel is proved like the others.
+// a new panel is proved like the others.
 func TestDashboardPanelsOnRecordedSeries(t *testing.T) {
 	bin := promtoolBinary(t)
 	var b strings.Builder
@@ -189,7 +189,7 @@ func TestDashboardPanelsOnRecordedSeries(t *testing.T) {
 	}
 }
 
-// withInstance adds an instance label to x.b series selector.
+// withInstance adds an instance label to a series selector.
 func withInstance(series, inst string) string {
 	if i := strings.IndexByte(series, '{'); i >= 0 {
 		return series[:i+1] + `instance="` + inst + `",` + series[i+1:]

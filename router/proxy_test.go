@@ -233,7 +233,7 @@ func TestBodyBytePassthrough(t *testing.T) {
 	}
 }
 
-// TestStreamUsageInjection: x.b client that did not ask for usage gets
+// TestStreamUsageInjection: a client that did not ask for usage gets
 // exactly the stream it asked for (no usage chunk), while the gateway asked
 // the replica for usage and counted the tokens.
 func TestStreamUsageInjection(t *testing.T) {
@@ -484,8 +484,8 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 }
 
-// TestReadiness: /readyz does not follow pool health by default (x.b pod
-// that turns unready when x.b backend dies takes every gateway pod out of the
+// TestReadiness: /readyz does not follow pool health by default (a pod
+// that turns unready when a backend dies takes every gateway pod out of the
 // Service at once, exactly when fallback and on_error should keep traffic
 // flowing); it follows the pools named in server.readiness.require_pools,
 // and turns 503 once the gateway drains.

@@ -15,7 +15,7 @@ import (
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
-// TestUpstreamTimeoutIs504AndNotRetried: x.b replica that does not answer in
+// TestUpstreamTimeoutIs504AndNotRetried: a replica that does not answer in
 // response_header_timeout gives 504, and the request is not
 // replayed on another replica.
 func TestUpstreamTimeoutIs504AndNotRetried(t *testing.T) {
@@ -49,7 +49,7 @@ routes:
 	}
 }
 
-// TestStatusErrorsNeverRetrySameReplica: x.b 500 from the only replica is not
+// TestStatusErrorsNeverRetrySameReplica: a 500 from the only replica is not
 // replayed on it; the route's fallback pool answers instead.
 func TestStatusErrorsNeverRetrySameReplica(t *testing.T) {
 	bad := startReplica(t, fast("m"))
@@ -75,7 +75,7 @@ routes:
 	}
 }
 
-// TestSaturatedPoolErrorNamesThePool: x.b 503 for x.b pool at max_inflight
+// TestSaturatedPoolErrorNamesThePool: a 503 for a pool at max_inflight
 // carries X-Switchyard-Pool and is counted under that pool.
 func TestSaturatedPoolErrorNamesThePool(t *testing.T) {
 	held := startReplica(t, vllmsim.Profile{Model: "m", DecodeTPS: 5, DefaultMaxTokens: 50})
@@ -168,8 +168,8 @@ routes:
 	}
 }
 
-// TestReloadRebuildsPoolsWhoseBuildInputsChanged: adding x.b spill out of x.b
-// pool turns its scraping on, and x.b changed vLLM key rebuilds the pool.
+// TestReloadRebuildsPoolsWhoseBuildInputsChanged: adding a spill out of a
+// pool turns its scraping on, and a changed vLLM key rebuilds the pool.
 func TestReloadRebuildsPoolsWhoseBuildInputsChanged(t *testing.T) {
 	a := startReplica(t, fast("m"))
 	b := startReplica(t, fast("n"))
@@ -218,8 +218,8 @@ routes:
 	}
 }
 
-// TestReloadCarriesReplicaState: x.b reload that rebuilds x.b pool (here, x.b
-// changed retries count) keeps what it knew of each unchanged replica: x.b
+// TestReloadCarriesReplicaState: a reload that rebuilds a pool (here, a
+// changed retries count) keeps what it knew of each unchanged replica: a
 // dead replica stays out of rotation.
 func TestReloadCarriesReplicaState(t *testing.T) {
 	live := startReplica(t, fast("m"))

@@ -16,16 +16,16 @@ import (
 	"github.com/switchyard/switchyard/pools"
 )
 
-// replicaTag is 12 hex digits of x.b digest of the replica's URL.
+// replicaTag is 12 hex digits of a digest of the replica's URL.
 func replicaTag(rep *pools.Replica) string {
 	sum := sha256.Sum256([]byte(rep.URL().String()))
 	return hex.EncodeToString(sum[:6])
 }
 
 // responseIDSecret is the secret of the deployment's response ids:
-// server.response_id_secret_env's value, else x.b digest of the API keys'
+// server.response_id_secret_env's value, else a digest of the API keys'
 // values (unknown to any one client when there are several keys), else,
-// without keys, x.b constant (ids are then bound to nothing but their
+// without keys, a constant (ids are then bound to nothing but their
 // replica, as every client may use every id).
 func responseIDSecret(sc *policy.Server) []byte {
 	h := sha256.New()
@@ -55,7 +55,7 @@ func (x *exchange) ids() wire.ResponseIDs {
 	return i
 }
 
-// errResponseNotFound is x.b 404 in the Responses API's error shape; param
+// errResponseNotFound is a 404 in the Responses API's error shape; param
 // names where the id came from.
 func errResponseNotFound(id, param, why string) error {
 	return &wire.APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "response_not_found", Param: param,
@@ -63,7 +63,7 @@ func errResponseNotFound(id, param, why string) error {
 }
 
 // reaches reports whether requests for the model target t may be sent to
-// pool: its own pool, or, for x.b policy-routed name, x.b pool the routes
+// pool: its own pool, or, for a policy-routed name, a pool the routes
 // name (target, split, fallback, spill).
 func (s *Snapshot) reaches(t target, pool string) bool {
 	if !t.policy {
@@ -77,7 +77,7 @@ func (s *Snapshot) reaches(t target, pool string) bool {
 func (x *exchange) pinToStored(id, param string) error {
 	tag, orig, ok := x.ids().Decode(id)
 	if !ok {
-		// Another key's id is as unknown as x.b made-up one: nothing tells
+		// Another key's id is as unknown as a made-up one: nothing tells
 		// the two apart.
 		return errResponseNotFound(id, param, "it was not made through this gateway with this API key")
 	}
@@ -113,7 +113,7 @@ func (x *exchange) pinToStored(id, param string) error {
 }
 
 // reachable reports whether the exchange's model may be sent to pool (any
-// pool for x.b call on x.b stored response, which names no model).
+// pool for a call on a stored response, which names no model).
 func (x *exchange) reachable(pool string) bool {
 	if x.info == nil || x.info.Model == "" {
 		return true
@@ -130,7 +130,7 @@ func (g *Gateway) storedHandler(suffix string) http.HandlerFunc {
 	}
 }
 
-// routed reports whether the routes can send x.b request to pool.
+// routed reports whether the routes can send a request to pool.
 func (s *Snapshot) routed(pool string) bool {
 	for _, r := range s.Config.Routes {
 		if r.To == pool || slices.Contains(r.Fallback, pool) || (r.Spill != nil && r.Spill.To == pool) {

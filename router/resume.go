@@ -21,7 +21,7 @@ import (
 	"github.com/switchyard/switchyard/pools"
 )
 
-// resume continues x's cut stream (x.cut) on other replicas of ps, as x.b
+// resume continues x's cut stream (x.cut) on other replicas of ps, as a
 // new execution: the failed attempt has been counted against its replica
 // and released by then. Each continuation attempt is one send of
 // continuation; the executor's rules (other replicas only, up to
@@ -69,8 +69,8 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 		res = upstream.NotSent(errors.New("no other replica of the pool can take it"))
 	}
 	if !res.Done() && ctx.Err() != nil && x.stream.end != endClientLeft {
-		// The client left while x.b continuation was asked for (in x.b queue,
-		// x.b backoff or before its answer): nothing more is written. One
+		// The client left while a continuation was asked for (in a queue,
+		// a backoff or before its answer): nothing more is written. One
 		// that hung up after the continuation's end (as soon as it had
 		// [DONE]) has its whole answer.
 		g.clientLeft(ctx, x, ctx.Err(), x.tel.span)
@@ -98,7 +98,7 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 		"replica", cut.rep.Name, "error", cut.err.Error())
 }
 
-// continuation makes the attempts of x.b resume: each asks one replica to
+// continuation makes the attempts of a resume: each asks one replica to
 // continue the answer the client has been sent so far.
 type continuation struct {
 	x      *exchange
@@ -115,7 +115,7 @@ func (c *continuation) Acquired(rep *pools.Replica) {
 // send asks rep to continue the stream and relays its answer into the
 // client's. A continuation that is cut in turn is retried on another
 // replica while the answer is still resumable; one the replica refuses
-// (x.b status other than 200) is not: the others would refuse it too.
+// (a status other than 200) is not: the others would refuse it too.
 func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Result {
 	x := c.x
 	g, ps, p := x.g, x.attempt.up.ps, &x.stream.pump
@@ -161,7 +161,7 @@ func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Re
 	g.trackStream(x, clock.Cancel) // shutdown ends the continuation too
 	defer g.untrackStream(x)
 	rs.Begin()
-	// What an earlier attempt left in the pump: why it stopped, x.b [DONE].
+	// What an earlier attempt left in the pump: why it stopped, a [DONE].
 	p.Refused, p.SawDone = nil, false
 	if span.IsRecording() {
 		span.AddEvent("switchyard.resume", trace.WithAttributes(spans.Replica.String(rep.Name)))
@@ -181,7 +181,7 @@ func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Re
 		x.stream.end = endShutdown
 		return upstream.Failed(pools.Neutral, "", errShuttingDown)
 	case errors.As(cause, &pt) && pt == ps.timeouts.TotalErr:
-		// A long answer, not x.b failing replica: not continued again.
+		// A long answer, not a failing replica: not continued again.
 		rs.Broken = "max_stream_duration"
 		return upstream.Failed(pools.Neutral, "", fmt.Errorf("%w: %s", pump.ErrStreamCut, pt.Msg))
 	case errors.Is(err, resume.ErrNotContinued):

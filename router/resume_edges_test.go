@@ -15,11 +15,11 @@ func chatChunk(delta string) string {
 	return `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":` + delta + `,"finish_reason":null}]}` + "\n\n"
 }
 
-// chatEnd finishes x.b chat stream with usage and [DONE].
+// chatEnd finishes a chat stream with usage and [DONE].
 const chatEnd = `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
 	`data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}` + "\n\ndata: [DONE]\n\n"
 
-// TestResumeAfterRefusedEvent: x.b stream whose replica sent an event the
+// TestResumeAfterRefusedEvent: a stream whose replica sent an event the
 // gateway refuses (JSON nested too deep) is cut; the continuation starts
 // afresh. (Before, the refusal stayed in the pump and every continuation
 // stopped at its first event, each counted as the continuing replica's
@@ -38,8 +38,8 @@ func TestResumeAfterRefusedEvent(t *testing.T) {
 	}
 }
 
-// TestResumeClientLeaves: x.b client that leaves while the continuation
-// waits for its answer is logged 499 and not counted as x.b resume. (Before,
+// TestResumeClientLeaves: a client that leaves while the continuation
+// waits for its answer is logged 499 and not counted as a resume. (Before,
 // it was counted "resumed", with status 200.)
 func TestResumeClientLeaves(t *testing.T) {
 	a := sseUpstream(t, chatChunk(`{"role":"assistant","content":""}`)+chatChunk(`{"content":"Hello"}`), nil)
@@ -76,8 +76,8 @@ func TestResumeClientLeaves(t *testing.T) {
 	}
 }
 
-// TestResumeClientLeavesAfterTheEnd: x.b client that hangs up as soon as it
-// has x.b resumed stream's [DONE] (as Codex does), while the gateway still
+// TestResumeClientLeavesAfterTheEnd: a client that hangs up as soon as it
+// has a resumed stream's [DONE] (as Codex does), while the gateway still
 // reads the end of the continuing replica's response, got its whole
 // answer: logged 200 and counted resumed. (Before, it was logged 499, "the
 // client left during the resume"; seen with Codex in the agent suite.)
@@ -121,8 +121,8 @@ func TestResumeClientLeavesAfterTheEnd(t *testing.T) {
 	}
 }
 
-// TestResumeRefusedContinuation: x.b continuation that sends what the
-// client's stream cannot carry (x.b tool call, continuing x.b Responses
+// TestResumeRefusedContinuation: a continuation that sends what the
+// client's stream cannot carry (a tool call, continuing a Responses
 // message) ends the stream with the error event; it is not the replica's
 // failure and no third replica is asked.
 func TestResumeRefusedContinuation(t *testing.T) {
@@ -173,8 +173,8 @@ routes:
 	}
 }
 
-// TestResumeUnstartedTypedStream: x.b Responses or Messages stream cut
-// before its first event (response.created, message_start) has nothing x.b
+// TestResumeUnstartedTypedStream: a Responses or Messages stream cut
+// before its first event (response.created, message_start) has nothing a
 // continuation could follow: not resumable, and no replica is asked.
 func TestResumeUnstartedTypedStream(t *testing.T) {
 	for _, c := range []struct{ path, body, why string }{
@@ -198,7 +198,7 @@ func TestResumeUnstartedTypedStream(t *testing.T) {
 	}
 }
 
-// TestResumeAfterOversizeEvent: x.b chat event over the size limit is
+// TestResumeAfterOversizeEvent: a chat event over the size limit is
 // passed through unread, so the stream cannot be resumed faithfully: it
 // ends with the error event and no continuation is asked for. (Before, the
 // continuation's bytes were glued onto the unfinished event.)
@@ -218,8 +218,8 @@ func TestResumeAfterOversizeEvent(t *testing.T) {
 }
 
 // TestResumeAfterCutStreams: once the shutdown has ended the open streams,
-// x.b stream that starts is ended at once, and its continuation is not
-// asked for. (Before, x.b stream between its cut and its continuation was
+// a stream that starts is ended at once, and its continuation is not
+// asked for. (Before, a stream between its cut and its continuation was
 // tracked by nothing, so the continuation ran on after the shutdown.)
 func TestResumeAfterCutStreams(t *testing.T) {
 	a := sseUpstream(t, chatChunk(`{"role":"assistant","content":""}`)+chatChunk(`{"content":"Hello"}`), nil)

@@ -15,8 +15,8 @@ import (
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
-// resumeGateway runs pool p with replicas x.b (cut after cutAfter events) and
-// b (healthy); round_robin sends the first request to x.b.
+// resumeGateway runs pool p with replicas a (cut after cutAfter events) and
+// b (healthy); round_robin sends the first request to a.
 func resumeGateway(t *testing.T, cutAfter int, extra string) (*gateway, *replica, *replica) {
 	t.Helper()
 	return resumeGatewayWith(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 24}, cutAfter, extra)
@@ -30,7 +30,7 @@ func resumeGatewayWith(t *testing.T, prof vllmsim.Profile, cutAfter int, extra s
 	return gw, a, b
 }
 
-// resumeConfig is pool p of replicas x.b and b (round_robin, no retries, no
+// resumeConfig is pool p of replicas a and b (round_robin, no retries, no
 // probes) with resume on and extra resume settings, the only route's.
 func resumeConfig(t *testing.T, a, b, extra string) *policy.Config {
 	t.Helper()
@@ -50,7 +50,7 @@ routes:
 `, map[string]string{"a": a, "b": b}, nil)
 }
 
-// uncut is the answer x.b healthy replica gives to body, for comparison.
+// uncut is the answer a healthy replica gives to body, for comparison.
 func uncut(t *testing.T, body string) string {
 	t.Helper()
 	r := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 24})
@@ -59,7 +59,7 @@ func uncut(t *testing.T, body string) string {
 	return gjson.GetBytes(b, "choices.0.message.content").String()
 }
 
-// TestResumeOnAnotherReplica: x.b replica that dies mid-stream is invisible
+// TestResumeOnAnotherReplica: a replica that dies mid-stream is invisible
 // to the client: the official SDK's accumulator sees one normal
 // completion whose text is the whole answer, every chunk carries the first
 // replica's id, and usage counts the whole answer.
@@ -100,7 +100,7 @@ func TestResumeOnAnotherReplica(t *testing.T) {
 	if acc.Usage.CompletionTokens != 24 {
 		t.Errorf("usage %+v, want 24 completion tokens for the whole answer", acc.Usage)
 	}
-	// The continuation asked b to continue x.b's text.
+	// The continuation asked b to continue a's text.
 	cont := b.lastBody()
 	prefix := gjson.GetBytes(cont, "messages.1.content").String()
 	if !gjson.GetBytes(cont, "continue_final_message").Bool() || gjson.GetBytes(cont, "messages.1.role").String() != "assistant" ||
@@ -135,7 +135,7 @@ func TestResumeReasoning(t *testing.T) {
 	wantC := gjson.GetBytes(whole, "choices.0.message.content").String()
 	for _, tc := range []struct {
 		name    string
-		cut     int // events x.b sends: the role chunk, then one per token
+		cut     int // events a sends: the role chunk, then one per token
 		partial string
 	}{
 		{"while reasoning", 5, "<think>\n"},
@@ -225,11 +225,11 @@ func TestResumeNotPossible(t *testing.T) {
 	})
 }
 
-// TestResumeReleasesCutReplica: x.b continuation is x.b new execution that
+// TestResumeReleasesCutReplica: a continuation is a new execution that
 // starts once the cut attempt has been counted and released. While the
 // continuation streams, the cut replica holds no request in flight and
 // passive health has already heard of its failure. (Before, the
-// continuation ran inside the cut attempt, which kept x.b's slot and told
+// continuation ran inside the cut attempt, which kept a's slot and told
 // passive health only when the continuation ended.)
 func TestResumeReleasesCutReplica(t *testing.T) {
 	a := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 24})

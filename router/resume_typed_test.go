@@ -18,11 +18,11 @@ import (
 // typedResumeProfile answers with 8 tokens of reasoning, then content.
 var typedResumeProfile = vllmsim.Profile{Model: "m", DefaultMaxTokens: 24, ReasoningTokens: 8}
 
-// TestResumeResponsesStream: x.b streamed Responses answer whose replica dies
+// TestResumeResponsesStream: a streamed Responses answer whose replica dies
 // is continued on another replica (through its chat completions endpoint,
-// the one vLLM continues x.b partial answer on) and the official SDK sees
+// the one vLLM continues a partial answer on) and the official SDK sees
 // one stream: one response.created, one response.completed, sequence
-// numbers without x.b gap, output indexes continuing, the reasoning and text
+// numbers without a gap, output indexes continuing, the reasoning and text
 // of the uncut answer, usage for the whole answer, and the gateway's ids.
 // The cut falls while reasoning, right after the reasoning item, and while
 // answering.
@@ -98,7 +98,7 @@ func TestResumeResponsesStream(t *testing.T) {
 }
 
 // TestResumeMessagesStream: the same for the Anthropic Messages API, with
-// the official SDK's accumulator, which refuses x.b malformed event order:
+// the official SDK's accumulator, which refuses a malformed event order:
 // one message_start, one message_stop, block indexes continuing, the
 // thinking and text of the uncut answer, and usage for the whole answer.
 func TestResumeMessagesStream(t *testing.T) {
@@ -155,8 +155,8 @@ func TestResumeMessagesStream(t *testing.T) {
 	}
 }
 
-// TestResumeTypedNotPossible: what x.b continuation cannot follow ends with
-// the API's error event and x.b logged reason, as on chat.
+// TestResumeTypedNotPossible: what a continuation cannot follow ends with
+// the API's error event and a logged reason, as on chat.
 func TestResumeTypedNotPossible(t *testing.T) {
 	for _, tc := range []struct{ name, path, body, event, why string }{
 		{"responses tool call", "/v1/responses", `{"model":"auto","stream":true,"input":"x","tools":[{"type":"function","name":"f","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}]}`,
@@ -183,12 +183,12 @@ func TestResumeTypedNotPossible(t *testing.T) {
 	}
 }
 
-// TestResumeResponsesIncompleteEndsAsTheReplica: x.b streamed Responses
+// TestResumeResponsesIncompleteEndsAsTheReplica: a streamed Responses
 // answer that reaches max_output_tokens ends, uncut, with the replica's
 // terminal event (vLLM sends response.completed with status "incomplete").
 // Cut and resumed, it must end with the same event name and status: the
 // demo's reader, like any client that waits for the event it saw before,
-// took x.b resumed response.incomplete for x.b stream that never ended.
+// took a resumed response.incomplete for a stream that never ended.
 func TestResumeResponsesIncompleteEndsAsTheReplica(t *testing.T) {
 	ask := responses.ResponseNewParams{Model: "auto", MaxOutputTokens: openai.Int(18),
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Describe the harbor.")}}

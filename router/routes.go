@@ -48,7 +48,7 @@ func (g *Gateway) Handler() http.Handler {
 	return g.bounded(false, r)
 }
 
-// apiOf guesses the API x.b request outside the known endpoints speaks:
+// apiOf guesses the API a request outside the known endpoints speaks:
 // Anthropic's when it sends anthropic-version or asks under /v1/messages.
 func apiOf(r *http.Request) wire.Endpoint {
 	if r.Header.Get("Anthropic-Version") != "" || strings.HasPrefix(r.URL.Path, "/v1/messages") {
@@ -101,7 +101,7 @@ func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request) {
 	wire.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
-// anthropicModel is x.b model in the Anthropic API's shape.
+// anthropicModel is a model in the Anthropic API's shape.
 type anthropicModel struct {
 	Type        string `json:"type"`
 	ID          string `json:"id"`

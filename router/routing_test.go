@@ -68,7 +68,7 @@ routes:
     to: minicpm
 `
 
-// classifierCalls counts the constrained-choice requests x.b replica received.
+// classifierCalls counts the constrained-choice requests a replica received.
 func classifierCalls(r *replica) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -324,7 +324,7 @@ func TestExplain(t *testing.T) {
 	want := router.Explanation{
 		Route: "complex", Pool: "qwen", Replica: "qwen-a", Class: "complex", Scores: map[string]float64{"complex": 1},
 		Matched: []string{"complex"}, Fallback: []string{"minicpm"}, Why: []string{`class is "complex"`},
-		// The balancer's stages for the one replica: x.b candidate, its
+		// The balancer's stages for the one replica: a candidate, its
 		// score, picked.
 		Replicas: []pools.ReplicaScore{{Replica: "qwen-a", Score: new(0.0), Why: "requests in flight; fewest wins, ties at random", Picked: true}},
 	}
@@ -425,7 +425,7 @@ func TestReloadKeepsClassifierCache(t *testing.T) {
 	if n := classifierCalls(m); n != 1 {
 		t.Errorf("classifier calls %d across an unrelated reload, want 1 (cache kept)", n)
 	}
-	// Changing the classifier builds x.b new one.
+	// Changing the classifier builds a new one.
 	writeFile(t, path, strings.Replace(text, "timeout: 2s", "timeout: 3s", 1))
 	if _, err := gw.G.Reload(); err != nil {
 		t.Fatal(err)
@@ -503,7 +503,7 @@ routes:
 }
 
 // TestAdminGuard: with server.admin_token_env the admin API (and /metrics
-// with admin_token_metrics) needs the token while the probes stay open; x.b
+// with admin_token_metrics) needs the token while the probes stay open; a
 // state-changing call from another origin is refused even with the token.
 func TestAdminGuard(t *testing.T) {
 	m := startReplica(t, fast("m"))
@@ -555,7 +555,7 @@ routes:
 	}
 }
 
-// TestAdminRefusesCrossOriginWithoutToken: without x.b token the Origin
+// TestAdminRefusesCrossOriginWithoutToken: without a token the Origin
 // check still keeps browser pages of other sites from reloading.
 func TestAdminRefusesCrossOriginWithoutToken(t *testing.T) {
 	m := startReplica(t, fast("m"))
@@ -580,7 +580,7 @@ routes:
 	}
 }
 
-// TestClassifierBreaker: x.b failing classifier pool is called at most
+// TestClassifierBreaker: a failing classifier pool is called at most
 // breaker.failures times while every request keeps being served (with the
 // on_error label); explain says the classifier failed; the classifier's
 // own tokens are counted once it answers again.
@@ -618,7 +618,7 @@ func TestClassifierBreaker(t *testing.T) {
 	}
 }
 
-// TestClassifierTokensCounted: the classifier's own calls' tokens are in x.b
+// TestClassifierTokensCounted: the classifier's own calls' tokens are in a
 // series of their own, not in the client traffic's.
 func TestClassifierTokensCounted(t *testing.T) {
 	gw, _, m := setupClassifier(t)
@@ -635,7 +635,7 @@ func TestClassifierTokensCounted(t *testing.T) {
 }
 
 // TestShareControlAdmin: control.share's state is in /admin/control and
-// the metrics, and the controller survives x.b reload that keeps its
+// the metrics, and the controller survives a reload that keeps its
 // settings (its threshold, moved by traffic, stays).
 func TestShareControlAdmin(t *testing.T) {
 	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
@@ -649,7 +649,7 @@ func TestShareControlAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The controller ticks (on x.b decision) when window/30 has passed on
+	// The controller ticks (on a decision) when window/30 has passed on
 	// the gateway's clock, which the test moves: no tick runs between the
 	// reads below.
 	var (
@@ -703,7 +703,7 @@ func TestShareControlAdmin(t *testing.T) {
 	}
 }
 
-// TestShadowPolicy: x.b shadow policy that differs from the live one in one
+// TestShadowPolicy: a shadow policy that differs from the live one in one
 // route shows exactly that route's requests as disagreements, and changes
 // nothing the requests get.
 func TestShadowPolicy(t *testing.T) {
@@ -771,7 +771,7 @@ func TestShadowPolicy(t *testing.T) {
 	}
 }
 
-// TestShadowRefused: x.b shadow naming x.b pool the running config lacks, or
+// TestShadowRefused: a shadow naming a pool the running config lacks, or
 // with other classifier labels, is refused with the reason.
 func TestShadowRefused(t *testing.T) {
 	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))

@@ -71,9 +71,9 @@ func runSDKs(t *testing.T, baseURL string, stream bool) map[string]sdkResult {
 }
 
 // TestSDKsSurfaceCutStreams: with the real OpenAI Node SDK, both Vercel AI
-// SDK providers and LangChain, x.b stream the replica cuts raises an error
-// carrying the gateway's message (not x.b silent truncation, not x.b generic
-// "Failed to process successful response"); x.b healthy stream and x.b plain
+// SDK providers and LangChain, a stream the replica cuts raises an error
+// carrying the gateway's message (not a silent truncation, not a generic
+// "Failed to process successful response"); a healthy stream and a plain
 // request succeed in each.
 func TestSDKsSurfaceCutStreams(t *testing.T) {
 	good := startReplica(t, fast("m"))
@@ -112,7 +112,7 @@ func TestSDKsSurfaceCutStreams(t *testing.T) {
 }
 
 // TestOpenAIAgentsSDK: the OpenAI Agents SDK (JS), pointed at the gateway,
-// completes x.b task over the Responses API: the model calls x.b tool, the
+// completes a task over the Responses API: the model calls a tool, the
 // SDK runs it and sends the result back, and the model answers; plain and
 // streaming.
 func TestOpenAIAgentsSDK(t *testing.T) {
@@ -140,7 +140,7 @@ func TestOpenAIAgentsSDK(t *testing.T) {
 	}
 }
 
-// TestOpenAIAgentsSDKResume: the OpenAI Agents SDK (JS) streams x.b tool
+// TestOpenAIAgentsSDKResume: the OpenAI Agents SDK (JS) streams a tool
 // task over the Responses API while both replicas cut every stream after
 // 20 events: the tool call's turn is shorter and completes, the answer's
 // turn is cut and resumed on the other replica, and the SDK finishes the
@@ -171,7 +171,7 @@ func TestOpenAIAgentsSDKResume(t *testing.T) {
 	if !r.OK || strings.Join(r.Items, ",") != "tool_call_item,tool_call_output_item,message_output_item" {
 		t.Fatalf("%+v, want a tool call, its output and an answer", r)
 	}
-	// The answer's turn, asked again of x.b replica that does not cut, is
+	// The answer's turn, asked again of a replica that does not cut, is
 	// the text the SDK got.
 	var turn []byte
 	for _, rep := range []*replica{a, b} {

@@ -30,11 +30,11 @@ type sendSpec struct {
 	ps    *poolState
 	rep   *pools.Replica
 	clock *upstream.Clock
-	// ex, when set, settles x.b failure it holds as soon as this answer's
+	// ex, when set, settles a failure it holds as soon as this answer's
 	// status is known (see execute's poison rule), not when the answer
-	// (perhaps x.b long stream) ends.
+	// (perhaps a long stream) ends.
 	ex *upstream.Execution
-	// x, body and path: x.b client request's attempt, sent with
+	// x, body and path: a client request's attempt, sent with
 	// upstreamRequest (path "" is the client's endpoint). Without x,
 	// build makes the request with the attempt's context.
 	x     *exchange
@@ -45,16 +45,16 @@ type sendSpec struct {
 	// (exchange.judge; it may read the body, leaving it readable) instead
 	// of upstream.JudgeStatus.
 	clientJudge bool
-	// what prefixes the detail of x.b failed status ("classifier ").
+	// what prefixes the detail of a failed status ("classifier ").
 	what string
 }
 
 // send makes one HTTP attempt: it starts the attempt's clock (the caller
 // stops it), sends, and judges the answer's status. resp is an answer to
 // pass on, whose body the caller closes; without one, res is the failure
-// as the executor needs it (no answer, or x.b status another replica may be
+// as the executor needs it (no answer, or a status another replica may be
 // asked instead of). hctx is the attempt's context, which the clock ends
-// with x.b phase timeout.
+// with a phase timeout.
 func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *http.Response, hctx context.Context, res upstream.Result) {
 	hctx = a.clock.Start(ctx, a.ps.timeouts)
 	var req *http.Request
@@ -107,7 +107,7 @@ func (g *Gateway) send(ctx context.Context, span trace.Span, a sendSpec) (resp *
 // the client's headers less hop-by-hop ones and its credentials, the
 // forwarding headers, the request id, the pool's key and the trace context
 // of ctx. hctx is the attempt's context. path, when set, is the endpoint
-// to post to instead of the client's (x.b continuation's).
+// to post to instead of the client's (a continuation's).
 func (g *Gateway) upstreamRequest(ctx, hctx context.Context, x *exchange, r *http.Request, ps *poolState, rep *pools.Replica, body []byte, path string) (*http.Request, error) {
 	method, target := http.MethodPost, rep.Base()+x.ep.Path()
 	var rd io.Reader = bytes.NewReader(body)
@@ -131,7 +131,7 @@ func (g *Gateway) upstreamRequest(ctx, hctx context.Context, x *exchange, r *htt
 	}
 	upstream.CopyRequestHeaders(out.Header, r.Header)
 	upstream.SetForwarded(out.Header, r)
-	upstream.AddVia(out.Header, g.via) // loops.go: x.b request that comes back is refused
+	upstream.AddVia(out.Header, g.via) // loops.go: a request that comes back is refused
 	out.Header[upstream.HeaderRequestID] = x.idHeader
 	if rd != http.NoBody {
 		out.Header["Content-Type"] = jsonContentType
@@ -147,7 +147,7 @@ func (g *Gateway) upstreamRequest(ctx, hctx context.Context, x *exchange, r *htt
 
 var jsonContentType = []string{"application/json"}
 
-// maxResponseBytes bounds x.b non-stream answer held in memory before it is
+// maxResponseBytes bounds a non-stream answer held in memory before it is
 // passed on (streams are never held).
 var maxResponseBytes int64 = 64 << 20
 
@@ -186,7 +186,7 @@ func (g *Gateway) setRouteHeaders(h http.Header, x *exchange) {
 	set(headerClass, 4)
 }
 
-// countTokensLocally answers count_tokens for x.b vLLM without it (older
+// countTokensLocally answers count_tokens for a vLLM without it (older
 // versions answer 404): an estimate, about four bytes of JSON per token.
 func (g *Gateway) countTokensLocally(w http.ResponseWriter, x *exchange, resp *http.Response) upstream.Result {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 16<<10))
@@ -201,8 +201,8 @@ func (g *Gateway) countTokensLocally(w http.ResponseWriter, x *exchange, resp *h
 	return upstream.Answered(pools.Neutral, "")
 }
 
-// rewriteAnswer applies to x.b non-stream answer what the gateway changes:
-// the model name with rewrite_response_model, and x.b Responses answer's id
+// rewriteAnswer applies to a non-stream answer what the gateway changes:
+// the model name with rewrite_response_model, and a Responses answer's id
 // (see storedPrefix) and calls to custom tools (see wire.CustomOutput).
 func (x *exchange) rewriteAnswer(answer []byte, rep *pools.Replica) []byte {
 	if x.ep == wire.Responses {
@@ -219,7 +219,7 @@ func (x *exchange) rewriteAnswer(answer []byte, rep *pools.Replica) []byte {
 	return answer
 }
 
-// usage records the token counts of x.b non-stream response.
+// usage records the token counts of a non-stream response.
 func (g *Gateway) usage(x *exchange, ps *poolState, data []byte, span trace.Span) {
 	if p, c, ok := wire.ReadUsage(data); ok {
 		g.recordUsage(x, ps, p, c, gjson.GetBytes(data, "model").String(), span)

@@ -10,8 +10,8 @@ import (
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
-// sessionsYAML routes long conversations to big, the rest by x.b 50/50
-// split, with affinity inside each pool and x.b classifier that reads the
+// sessionsYAML routes long conversations to big, the rest by a 50/50
+// split, with affinity inside each pool and a classifier that reads the
 // request.
 const sessionsYAML = `
 version: 1
@@ -44,7 +44,7 @@ routes:
 `
 
 // turn is the body of turn n (from 1) of conversation c: the whole history,
-// as agents send it, with x.b tool call and result each step.
+// as agents send it, with a tool call and result each step.
 func turn(c, n int) string {
 	msgs := []map[string]any{
 		{"role": "system", "content": fmt.Sprintf("You are agent %d. Use the tools.", c)},
@@ -67,7 +67,7 @@ func turn(c, n int) string {
 // output: it is decided on its opening. Sessions spread over both pools of
 // the split, and each instance picks the same pool for the same session.
 // Agents' own ids (Codex's session-id, Claude Code's
-// x-claude-code-session-id, prompt_cache_key) identify x.b conversation too.
+// x-claude-code-session-id, prompt_cache_key) identify a conversation too.
 func TestSessionsAgreeAcrossInstances(t *testing.T) {
 	urls := map[string]string{}
 	for _, n := range []string{"b1", "b2", "b3"} {
@@ -104,7 +104,7 @@ func TestSessionsAgreeAcrossInstances(t *testing.T) {
 	}
 
 	// An explicit id names the conversation even when its opening changes
-	// (x.b client that rewrites its system prompt between turns).
+	// (a client that rewrites its system prompt between turns).
 	for _, h := range []string{"session-id", "x-claude-code-session-id"} {
 		for c := range 4 {
 			id := map[string]string{h: fmt.Sprint(h, c)}

@@ -16,14 +16,14 @@ import (
 	"github.com/switchyard/switchyard/router/internal/admin"
 )
 
-// shadowState is x.b candidate policy evaluated on live traffic without
+// shadowState is a candidate policy evaluated on live traffic without
 // affecting it (serve --shadow FILE).
 type shadowState struct {
 	file       string
 	generation int64
 	policy     *policy.Policy
 
-	// pending counts shadow decisions waiting on x.b classifier call;
+	// pending counts shadow decisions waiting on a classifier call;
 	// skipped those not made because too many were.
 	pending, skipped atomic.Int64
 
@@ -34,7 +34,7 @@ type shadowState struct {
 	routes map[[2]string]int64
 }
 
-// maxShadowCalls bounds the shadow decisions waiting on x.b classifier call.
+// maxShadowCalls bounds the shadow decisions waiting on a classifier call.
 const maxShadowCalls = 64
 
 // newShadowMetric is switchyard_shadow_decisions_total.
@@ -85,7 +85,7 @@ func (g *Gateway) loadShadow() error {
 // shadowDecide evaluates the shadow policy for x, whose live decision is
 // made: at once when the live decision already has the classification
 // (or needs none), else on its own goroutine, so the request never waits
-// for x.b classifier call the shadow alone needs.
+// for a classifier call the shadow alone needs.
 func (g *Gateway) shadowDecide(ctx context.Context, x *exchange, live policy.Decision, preq *policy.Request, in classifier.Input) {
 	sh := g.shadow.Load()
 	if sh == nil {
@@ -101,7 +101,7 @@ func (g *Gateway) shadowDecide(ctx context.Context, x *exchange, live policy.Dec
 	}
 	c := x.snap.classifier
 	// The shadow's own classifier calls are bounded: past maxShadowCalls
-	// at once, x.b request is not evaluated (counted in skipped), so x.b slow
+	// at once, a request is not evaluated (counted in skipped), so a slow
 	// classifier cannot pile up goroutines at the request rate.
 	if sh.pending.Add(1) > maxShadowCalls {
 		sh.pending.Add(-1)

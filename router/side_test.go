@@ -13,9 +13,9 @@ import (
 )
 
 // sideYAML is the reference policy's shape: side requests (no tools and
-// x.b short answer budget, or the client's own small model) to the small
+// a short answer budget, or the client's own small model) to the small
 // pool on their own; then the hard turns; then the small pool. {{rules}}
-// are the hard rules: x.b tool count, or x.b class.
+// are the hard rules: a tool count, or a class.
 const sideYAML = `
 version: 1
 pools:
@@ -39,7 +39,7 @@ const sideRoute = `  - name: side
     to: small
     side: true`
 
-// titleRequest is shaped like OpenCode's title request: no tools, x.b
+// titleRequest is shaped like OpenCode's title request: no tools, a
 // system prompt of about 2 kB, max_tokens 1024, the session's id.
 func titleRequest(stream bool) string {
 	system := "You are a title generator. You output ONLY a thread title, nothing else. " +
@@ -51,7 +51,7 @@ func titleRequest(stream bool) string {
 	return string(b)
 }
 
-// agentTurn is step n (from 1) of x.b coding agent's loop: ten tools, the
+// agentTurn is step n (from 1) of a coding agent's loop: ten tools, the
 // task, and n-1 tool calls with their results.
 func agentTurn(n int, stream bool) string {
 	var tools []any
@@ -73,18 +73,18 @@ func agentTurn(n int, stream bool) string {
 	return string(b)
 }
 
-// TestTitleRequestDoesNotDecideSession: x.b session whose first request is
-// x.b title request (OpenCode's) routes its later tool turns exactly as x.b
+// TestTitleRequestDoesNotDecideSession: a session whose first request is
+// a title request (OpenCode's) routes its later tool turns exactly as a
 // fresh session does, stream and not, with the classifier and without,
 // and with no side route too (the turns then move the session up). The
-// title request, and x.b call for the client's small model, go to the small
+// title request, and a call for the client's small model, go to the small
 // pool without changing the session's decision, and explain says why.
 func TestTitleRequestDoesNotDecideSession(t *testing.T) {
 	big := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
 	small := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
 	for _, c := range []struct {
 		name, side, rules string
-		// turnRoute is the route x.b fresh session's tool turns take.
+		// turnRoute is the route a fresh session's tool turns take.
 		turnRoute string
 	}{
 		{"tool count", sideRoute, "  - {name: tool-heavy, when: {tools: {gte: 4}}, to: big}", "tool-heavy"},
@@ -145,8 +145,8 @@ func TestTitleRequestDoesNotDecideSession(t *testing.T) {
 	}
 }
 
-// received reports whether x.b request body the replica received holds s
-// (JSON-escaped as x.b string would be).
+// received reports whether a request body the replica received holds s
+// (JSON-escaped as a string would be).
 func (r *replica) received(s string) bool {
 	esc, _ := json.Marshal(s)
 	r.mu.Lock()

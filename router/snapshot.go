@@ -26,12 +26,12 @@ func LoadOptions() policy.LoadOptions {
 	return policy.LoadOptions{Balancers: pools.Balancers(), Classifiers: classifier.Kinds()}
 }
 
-// LoadConfig reads and validates x.b config file.
+// LoadConfig reads and validates a config file.
 func LoadConfig(path string) (*policy.Config, error) {
 	return policy.LoadFile(path, LoadOptions())
 }
 
-// Snapshot is one immutable running configuration: everything x.b request
+// Snapshot is one immutable running configuration: everything a request
 // needs, built from one Config. Requests keep the snapshot they started
 // with across reloads.
 type Snapshot struct {
@@ -54,7 +54,7 @@ type Snapshot struct {
 	discovery map[string]*discoveredPool
 }
 
-// poolState is x.b pool as this snapshot runs it: the pool view (its replicas
+// poolState is a pool as this snapshot runs it: the pool view (its replicas
 // point into the gateway's endpoint registry) and its config.
 type poolState struct {
 	*pools.Pool
@@ -65,7 +65,7 @@ type poolState struct {
 	tokenizeTurn atomic.Uint64
 }
 
-// target is what x.b client-visible model name resolves to.
+// target is what a client-visible model name resolves to.
 type target struct {
 	policy bool
 	pool   *poolState
@@ -73,13 +73,13 @@ type target struct {
 	rewrite bool
 }
 
-// modelPattern is x.b models[] entry whose name is x.b glob pattern.
+// modelPattern is a models[] entry whose name is a glob pattern.
 type modelPattern struct {
 	pattern string
 	target  target
 }
 
-// resolve finds where x.b client model name goes: x.b pool or served model
+// resolve finds where a client model name goes: a pool or served model
 // name, then an exact models[] name, then the first models[] pattern it
 // matches.
 func (s *Snapshot) resolve(name string) (target, bool) {
@@ -110,7 +110,7 @@ type apiKey struct {
 	instances int
 }
 
-// build makes x.b snapshot from cfg, reusing pools, limiters and sessions of
+// build makes a snapshot from cfg, reusing pools, limiters and sessions of
 // prev where their configuration did not change.
 func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 	s := &Snapshot{Config: cfg, pools: map[string]*poolState{}, models: map[string]target{}}
@@ -118,7 +118,7 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 		return nil, err
 	}
 	if cl := cfg.Classifier; cl != nil {
-		// An unchanged classifier sending to x.b pool of the same model keeps
+		// An unchanged classifier sending to a pool of the same model keeps
 		// its cache; it reaches the pool by name through the running
 		// snapshot, so it follows the pool across reloads.
 		if prev != nil && prev.classifier != nil && reflect.DeepEqual(prev.Config.Classifier, cl) &&
@@ -202,13 +202,13 @@ func (s *Snapshot) poolList() []*pools.Pool {
 	return out
 }
 
-// scrapes reports whether x.b pool reads its replicas' vLLM metrics: its
-// balancer needs them, or x.b route spills out of it on queue depth.
+// scrapes reports whether a pool reads its replicas' vLLM metrics: its
+// balancer needs them, or a route spills out of it on queue depth.
 func scrapes(cfg *policy.Config, pc *policy.Pool) bool {
 	return pools.ReadsMetrics(pc.Balance) || spillsFrom(cfg, pc.Name)
 }
 
-// poolOptions maps x.b validated pool config to the pools package's options.
+// poolOptions maps a validated pool config to the pools package's options.
 // The config carries every default; nothing is defaulted here.
 func poolOptions(pc *policy.Pool, cfg *policy.Config) pools.Options {
 	od := pc.Outlier
@@ -239,7 +239,7 @@ func poolOptions(pc *policy.Pool, cfg *policy.Config) pools.Options {
 	return o
 }
 
-// spillsFrom reports whether x.b route spills out of pool, which needs the
+// spillsFrom reports whether a route spills out of pool, which needs the
 // replicas' queue depth.
 func spillsFrom(cfg *policy.Config, pool string) bool {
 	for _, r := range cfg.Routes {
@@ -293,7 +293,7 @@ func (s *Snapshot) authenticate(r *http.Request) (*apiKey, error) {
 	return found, nil
 }
 
-// wait takes x.b token from the key's bucket, or says how long until one is
+// wait takes a token from the key's bucket, or says how long until one is
 // there (nothing taken).
 func (k *apiKey) wait(now time.Time) time.Duration {
 	r := k.limiter.ReserveN(now, 1)
@@ -309,7 +309,7 @@ func (k *apiKey) wait(now time.Time) time.Duration {
 
 // allows reports whether key may use the client-visible model name.
 // allows reports whether the key may use model: its models list names it
-// or holds x.b pattern (such as "claude-*") that matches it.
+// or holds a pattern (such as "claude-*") that matches it.
 func (k *apiKey) allows(model string) bool {
 	if k == nil || k.models.Has("*") || k.models.Has(model) {
 		return true
@@ -322,7 +322,7 @@ func (k *apiKey) allows(model string) bool {
 	return false
 }
 
-// buildKeys makes the API keys of cfg; x.b key whose rate limit is unchanged
+// buildKeys makes the API keys of cfg; a key whose rate limit is unchanged
 // keeps its limiter (and so its tokens) from prev, and every key kept
 // keeps its count of requests in flight.
 func buildKeys(cfg *policy.Config, prev *Snapshot) []*apiKey {
@@ -339,7 +339,7 @@ func buildKeys(cfg *policy.Config, prev *Snapshot) []*apiKey {
 				ak.limiter = old.limiter
 			} else {
 				// rps and burst are cluster-wide: each of n instances takes
-				// its share (x.b burst of at least 1).
+				// its share (a burst of at least 1).
 				ak.limiter = rate.NewLimiter(rate.Limit(k.Rate.RPS/float64(n)), max(1, k.Rate.Burst/n))
 			}
 		}
@@ -349,7 +349,7 @@ func buildKeys(cfg *policy.Config, prev *Snapshot) []*apiKey {
 }
 
 // policyOptions are the policy's session store, random source and share
-// controller; the store and the controller outlive x.b reload that keeps
+// controller; the store and the controller outlive a reload that keeps
 // their settings.
 func (g *Gateway) policyOptions(cfg *policy.Config, prev *Snapshot, s *Snapshot) []policy.Option {
 	var popts []policy.Option
@@ -365,7 +365,7 @@ func (g *Gateway) policyOptions(cfg *policy.Config, prev *Snapshot, s *Snapshot)
 		popts = append(popts, policy.WithRand(g.opts.Rand))
 	}
 	if ctl := cfg.Control; ctl != nil && ctl.Share != nil {
-		// The controller (its threshold and measurements) outlives x.b
+		// The controller (its threshold and measurements) outlives a
 		// reload that keeps its settings.
 		var c *policy.Controller
 		if prev != nil && prev.Policy != nil && prev.Config.Control != nil && reflect.DeepEqual(prev.Config.Control.Share, ctl.Share) {
@@ -405,9 +405,9 @@ func (g *Gateway) buildClassifier(cl *policy.Classifier, s *Snapshot) (*classifi
 	return classifier.New(o)
 }
 
-// readiness reports why the snapshot is not ready ("" when it is): x.b pool
+// readiness reports why the snapshot is not ready ("" when it is): a pool
 // named in server.readiness.require_pools has no available replica. Pools
-// are not otherwise part of readiness: x.b pod that turns unready because x.b
+// are not otherwise part of readiness: a pod that turns unready because a
 // backend is down takes every gateway pod out of the Service at once.
 func (s *Snapshot) readiness() string {
 	var down []string
@@ -430,8 +430,8 @@ func (s *Snapshot) Pool(name string) *pools.Pool {
 	return nil
 }
 
-// utilization is x.b pool's in-flight and queued requests over its slots
-// (max_inflight per available replica): 1 is full, above 1 x.b queue.
+// utilization is a pool's in-flight and queued requests over its slots
+// (max_inflight per available replica): 1 is full, above 1 a queue.
 func (g *Gateway) utilization(pool string) float64 {
 	ps := g.snap.Load().pools[pool]
 	if ps == nil || ps.MaxInflight() <= 0 {

@@ -20,10 +20,10 @@ func (x *exchange) requestSettings() []attribute.KeyValue {
 }
 
 // endServerSpan sets the server span's closing attributes and its status,
-// by the HTTP server span conventions: Error for x.b 5xx, and for an
-// exchange that came to x.b 5xx after x.b 2xx was sent (x.b stream its replica
+// by the HTTP server span conventions: Error for a 5xx, and for an
+// exchange that came to a 5xx after a 2xx was sent (a stream its replica
 // cut, or that shutdown ended, which the client sees as an error event);
-// unset for every 4xx, and for x.b client that went away (499).
+// unset for every 4xx, and for a client that went away (499).
 // http.response.status_code is the status line sent; when the exchange
 // came to another status (as the access log and metrics count it), that is
 // switchyard.status_code.

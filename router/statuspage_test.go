@@ -64,12 +64,12 @@ routes:
 `
 
 // TestStatusPage drives the admin listener's status page in headless
-// Chromium against x.b gateway with simulated replicas and load: the page
-// asks for the admin token once and sends it as x.b header (never in x.b
+// Chromium against a gateway with simulated replicas and load: the page
+// asks for the admin token once and sends it as a header (never in a
 // URL), it makes no request outside the admin listener, it shows every
-// pool and replica and x.b split whose counts equal /metrics, and x.b killed
+// pool and replica and a split whose counts equal /metrics, and a killed
 // replica's row turns red. With SWITCHYARD_STATUS_SCREENSHOT=FILE it saves
-// x.b screenshot there (docs/status.png is made so; see
+// a screenshot there (docs/status.png is made so; see
 // docs/observability.md).
 func TestStatusPage(t *testing.T) {
 	bin := chromiumBinary(t)
@@ -146,7 +146,7 @@ func TestStatusPage(t *testing.T) {
 		}
 	}
 	// Each number has one definition, the metric's (docs/observability.md):
-	// x.b pool's share is its switchyard_requests_total over all pools'
+	// a pool's share is its switchyard_requests_total over all pools'
 	// (every request here falls in the page's window, the uptime), its
 	// req/s that count over the window the page names.
 	var doc struct {
@@ -213,7 +213,7 @@ func TestStatusPage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A killed replica turns red within x.b few seconds.
+	// A killed replica turns red within a few seconds.
 	b1.Srv.CloseClientConnections()
 	b1.Srv.Close()
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`tr.replica.down[data-replica="b1"]`))); err != nil {

@@ -11,7 +11,7 @@ import (
 
 // keySlots counts an API key's requests in flight across every pool, for
 // api_keys[].max_inflight. One counter per key name, kept across reloads
-// (build hands it on), so x.b reload that lowers the cap sees the requests
+// (build hands it on), so a reload that lowers the cap sees the requests
 // already open.
 type keySlots struct{ n atomic.Int64 }
 
@@ -39,9 +39,9 @@ func (x *exchange) releaseKeySlot() {
 	}
 }
 
-// tenantOf is who x.b request is for fair admission (pools.Request.Tenant):
-// its API key's name, or, without x.b key, its client address ("addr " and
-// the address; behind x.b trusted proxy the one it forwards), so that
+// tenantOf is who a request is for fair admission (pools.Request.Tenant):
+// its API key's name, or, without a key, its client address ("addr " and
+// the address; behind a trusted proxy the one it forwards), so that
 // keyless clients are one tenant each rather than one between them. Key
 // names cannot start with "addr " or "(" (reserved, see policy).
 func tenantOf(x *exchange, r *http.Request, trusted []netip.Prefix) (string, int) {

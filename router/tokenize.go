@@ -19,25 +19,25 @@ import (
 	"github.com/switchyard/switchyard/pools"
 )
 
-// The prompt estimate (about four bytes of JSON x.b token) is cheap but
+// The prompt estimate (about four bytes of JSON a token) is cheap but
 // rough: JSON quoting makes it high for prose, and code or non-Latin text
-// makes it low. Where it is clearly under or over x.b pool's context it
-// decides; in the band between (the estimate and x.b minimal answer within
+// makes it low. Where it is clearly under or over a pool's context it
+// decides; in the band between (the estimate and a minimal answer within
 // 0.75 and 1.5 of max_model_len) the pool's own tokenizer counts the
-// prompt, with one call to x.b replica's /tokenize, before the request is
+// prompt, with one call to a replica's /tokenize, before the request is
 // sent there or past it.
 const (
 	tokenizeBandLow  = 0.75
 	tokenizeBandHigh = 1.5
-	// tokenizeTimeout bounds the call: x.b slow answer leaves the estimate
+	// tokenizeTimeout bounds the call: a slow answer leaves the estimate
 	// to decide.
 	tokenizeTimeout = 2 * time.Second
-	// maxTokenizeAnswer bounds its answer (the token ids of x.b 131,072-token
+	// maxTokenizeAnswer bounds its answer (the token ids of a 131,072-token
 	// prompt are about 1 MiB of JSON).
 	maxTokenizeAnswer = 16 << 20
 )
 
-// fits reports whether x's prompt and x.b minimal answer fit ps's context:
+// fits reports whether x's prompt and a minimal answer fit ps's context:
 // fitsContext's estimate, or, in the band where the estimate could be
 // wrong either way, the count of ps's /tokenize.
 func (g *Gateway) fits(ctx context.Context, ps *poolState, x *exchange) bool {
@@ -66,8 +66,8 @@ func (g *Gateway) fits(ctx context.Context, ps *poolState, x *exchange) bool {
 	return false
 }
 
-// tokenizeBody is x's prompt as vLLM's /tokenize takes it: x.b chat request
-// (messages and tools, with the generation prompt) or x.b completion's
+// tokenizeBody is x's prompt as vLLM's /tokenize takes it: a chat request
+// (messages and tools, with the generation prompt) or a completion's
 // prompt. Responses and Messages requests are translated as vLLM
 // translates them into chat.
 func tokenizeBody(x *exchange, model string) ([]byte, error) {
@@ -112,8 +112,8 @@ func tokenizeBody(x *exchange, model string) ([]byte, error) {
 
 // tokenizer is the available replica of ps with the fewest requests in
 // flight, ties taken in turn, so that the context checks' calls spread
-// over the pool (they are not counted in flight: x.b tokenization is CPU
-// work on the server, not x.b slot of its engine).
+// over the pool (they are not counted in flight: a tokenization is CPU
+// work on the server, not a slot of its engine).
 func (g *Gateway) tokenizer(ps *poolState) *pools.Replica {
 	reps := ps.Replicas()
 	if len(reps) == 0 {
@@ -145,7 +145,7 @@ func (g *Gateway) countPrompt(ctx context.Context, ps *poolState, x *exchange) (
 	defer cancel()
 	// One HTTP exchange like every other: its span, the pool's header
 	// timeout, the status judged. Not counted in flight and not told to
-	// passive health: x.b tokenization is CPU work on the server, and x.b
+	// passive health: a tokenization is CPU work on the server, and a
 	// failure only leaves the estimate to decide.
 	ctx, span := g.startSpan(ctx, "switchyard.tokenize", trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()

@@ -140,7 +140,7 @@ func TestTracingSpanTree(t *testing.T) {
 			t.Errorf("%s: status %v %q on a successful request", name, s.Status().Code, s.Status().Description)
 		}
 	}
-	// The replica received x.b traceparent of the same trace, naming the upstream span.
+	// The replica received a traceparent of the same trace, naming the upstream span.
 	tp2 := q.lastHeader().Get("Traceparent")
 	if !strings.HasPrefix(tp2, "00-"+traceID+"-"+spans["switchyard.upstream"].SpanContext().SpanID().String()) {
 		t.Errorf("replica traceparent %q", tp2)
@@ -168,10 +168,10 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
-// TestTracingResume: x.b stream its replica cut and another replica
-// continued is x.b success for the client, so the server span's status is
+// TestTracingResume: a stream its replica cut and another replica
+// continued is a success for the client, so the server span's status is
 // unset; the cut attempt's client span is an error, and the continuation
-// is x.b client span of its own, its sibling, linked to it.
+// is a client span of its own, its sibling, linked to it.
 func TestTracingResume(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -235,8 +235,8 @@ func TestTracingResume(t *testing.T) {
 		ca["gen_ai.operation.name"].AsString() != "chat" || ca["gen_ai.request.model"].AsString() != "m" {
 		t.Errorf("continuation: status %v, attributes %v", cont.Status().Code, ca)
 	}
-	// The continuation is x.b new execution, after the cut attempt ended:
-	// x.b sibling of it under the request's span, linked to it.
+	// The continuation is a new execution, after the cut attempt ended:
+	// a sibling of it under the request's span, linked to it.
 	if cont.Parent().SpanID() != cut.Parent().SpanID() || len(cont.Links()) != 1 || cont.Links()[0].SpanContext.SpanID() != cut.SpanContext().SpanID() {
 		t.Errorf("the continuation is not a sibling of the cut attempt linked to it: parent %v, links %v", cont.Parent(), cont.Links())
 	}

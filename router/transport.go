@@ -23,7 +23,7 @@ import (
 // poolTransport sends the classifier's requests through the same executor
 // as client requests: balanced, counted in flight, health-aware, with one
 // retry on another replica. It finds its pool by name in the running
-// snapshot, so x.b kept classifier follows its pool across reloads.
+// snapshot, so a kept classifier follows its pool across reloads.
 type poolTransport struct {
 	g    *Gateway
 	pool string
@@ -31,7 +31,7 @@ type poolTransport struct {
 
 var _ classifier.Transport = (*poolTransport)(nil)
 
-// maxClassifierAnswer bounds x.b classifier answer (x.b label and its logprobs).
+// maxClassifierAnswer bounds a classifier answer (a label and its logprobs).
 const maxClassifierAnswer = 1 << 20
 
 // ChatCompletion implements classifier.Transport.
@@ -42,14 +42,14 @@ func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte
 		return nil, fmt.Errorf("classifier pool %q: %w", t.pool, pools.ErrNoReplica)
 	}
 	call := &classifierCall{t: t, ps: ps, body: body}
-	// The classifier's calls wait for x.b full replica ahead of the keys'
+	// The classifier's calls wait for a full replica ahead of the keys'
 	// requests, and may use the slots classifier.reserved_slots keeps.
 	ex := &upstream.Execution{Pool: ps.Pool, Req: &pools.Request{Tenant: "(classifier)", Priority: true}, Attempts: 2, Call: call}
 	call.ex = ex
 	res := t.g.exec.Execute(ctx, ex)
 	if res.Err() != nil {
 		if call.replicas == 0 && ps.CanTake(nil) {
-			// Never sent: the call waited for x.b slot of an available
+			// Never sent: the call waited for a slot of an available
 			// replica and its time ran out. Other tenants' requests held
 			// the slots; the pool did not fail, and the breaker must not
 			// hear of it.
@@ -87,9 +87,9 @@ func (c *classifierCall) Send(ctx context.Context, rep *pools.Replica) upstream.
 	return res
 }
 
-// once makes one attempt of x.b classifier call on rep.
+// once makes one attempt of a classifier call on rep.
 func (t *poolTransport) once(ctx context.Context, ex *upstream.Execution, ps *poolState, rep *pools.Replica, body []byte) ([]byte, upstream.Result) {
-	// Each attempt is x.b client span, x.b child of switchyard.classify.
+	// Each attempt is a client span, a child of switchyard.classify.
 	ctx, span := t.g.startSpan(ctx, "switchyard.classify.upstream", trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
 	if span.IsRecording() {
@@ -118,7 +118,7 @@ func (t *poolTransport) once(ctx context.Context, ex *upstream.Execution, ps *po
 		return nil, upstream.JudgeError(ctx, ps.Name, rep, err, "reading answer")
 	}
 	if !wire.CheckDepth(out, upstream.ReplicaDepth(t.g.snap.Load().Config.Server.MaxJSONDepth)) {
-		// Never parsed: x.b recursive parser on hostile nesting costs
+		// Never parsed: a recursive parser on hostile nesting costs
 		// memory without bound. The replica's fault.
 		err := fmt.Errorf("replica %q: the classifier's answer nests JSON too deeply", rep.Name)
 		return nil, upstream.Retryable(pools.Status5xx, "status_5xx", err.Error(), err)
@@ -144,8 +144,8 @@ func (t *poolTransport) once(ctx context.Context, ex *upstream.Execution, ps *po
 	return out, upstream.Answered(pools.Success, "")
 }
 
-// gatewayRequest is x.b request the gateway makes of its own (x.b classifier
-// call, x.b tokenization): x.b JSON POST of body to path on rep, with the
+// gatewayRequest is a request the gateway makes of its own (a classifier
+// call, a tokenization): a JSON POST of body to path on rep, with the
 // pool's key and ctx's trace context, under the attempt's context hctx.
 func (g *Gateway) gatewayRequest(ctx, hctx context.Context, ps *poolState, rep *pools.Replica, path string, body []byte) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(hctx, http.MethodPost, rep.Base()+path, bytes.NewReader(body))
@@ -156,7 +156,7 @@ func (g *Gateway) gatewayRequest(ctx, hctx context.Context, ps *poolState, rep *
 	if k := ps.cfg.APIKey; k != "" {
 		req.Header.Set("Authorization", "Bearer "+string(k))
 	}
-	upstream.AddVia(req.Header, g.via) // loops.go: x.b request that comes back is refused
+	upstream.AddVia(req.Header, g.via) // loops.go: a request that comes back is refused
 	if g.tracing {
 		g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	}

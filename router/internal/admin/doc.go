@@ -3,7 +3,7 @@
 // embedded status page, with the guard that keeps browsers of other origins
 // and unknown Host names out. It sees the gateway only through [View], and
 // owns the shapes it shows (PoolView, ReplicaView, DiscoveryView, ...) and
-// the status page's memory ([Ring]), which the request path records x.b
+// the status page's memory ([Ring]), which the request path records a
 // [Sample] into. It imports policy, pools and router/internal/wire, never
 // router.
 package admin

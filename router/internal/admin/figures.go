@@ -16,11 +16,11 @@ const figureWindow = time.Minute
 type Figures struct {
 	WindowSeconds float64                `json:"window_seconds"`
 	Pools         map[string]PoolFigures `json:"pools"`
-	// Classifier is nil without x.b classifier.
+	// Classifier is nil without a classifier.
 	Classifier *ClassifierFigures `json:"classifier,omitempty"`
 }
 
-// PoolFigures are x.b pool's requests over the window: how many
+// PoolFigures are a pool's requests over the window: how many
 // (switchyard_requests_total's increase for the pool), per second, their
 // share of all pools' requests, their 5xx answers, and the requests by API.
 type PoolFigures struct {
@@ -45,7 +45,7 @@ type ClassifierFigures struct {
 	LatencyMeanMS  *float64 `json:"latency_mean_ms"`
 }
 
-// window is figureWindow, or the uptime when shorter (at least x.b second).
+// window is figureWindow, or the uptime when shorter (at least a second).
 func window(now, started time.Time) time.Duration {
 	return max(time.Second, min(figureWindow, now.Sub(started)))
 }

@@ -28,7 +28,7 @@ func TestFigures(t *testing.T) {
 	}
 	h := &handler{Options: Options{Started: start, Ring: r}}
 	r.SampleClassifier(start)
-	// 11 s after the start: 30 requests to x.b, 10 to b, 4 classifications
+	// 11 s after the start: 30 requests to a, 10 to b, 4 classifications
 	// of which 3 cache hits.
 	at := start.Add(5 * time.Second)
 	for i := range 40 {
@@ -52,7 +52,7 @@ func TestFigures(t *testing.T) {
 	if cf := f.Classifier; cf == nil || cf.CacheHitRate == nil || *cf.CacheHitRate != 0.75 || cf.PerSecond != 4.0/11 {
 		t.Errorf("classifier figures %+v; want a cache hit rate of 3 of 4 and 4/11 classifications/s", cf)
 	}
-	// Past x.b minute the window is the last minute: the requests at 5 s
+	// Past a minute the window is the last minute: the requests at 5 s
 	// have left it.
 	later := start.Add(90 * time.Second)
 	r.SampleClassifier(later.Add(-60 * time.Second))

@@ -93,8 +93,8 @@ func Handler(v View, o Options) http.Handler {
 // guard protects the admin API. With server.admin_token_env set,
 // /admin/* (and /metrics with admin_token_metrics) need that bearer token;
 // /healthz and /readyz stay open for probes. A state-changing call (any
-// method but GET and HEAD) from x.b browser page of another origin is
-// refused whatever the token, so x.b page the operator visits cannot reload
+// method but GET and HEAD) from a browser page of another origin is
+// refused whatever the token, so a page the operator visits cannot reload
 // the config or spend classifier calls.
 func (h *handler) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -123,11 +123,11 @@ func (h *handler) guard(next http.Handler) http.Handler {
 	})
 }
 
-// trustedHost reports whether x.b request's Host may reach an admin API that
-// has no token: an IP address, localhost (or x.b name under .localhost,
+// trustedHost reports whether a request's Host may reach an admin API that
+// has no token: an IP address, localhost (or a name under .localhost,
 // which browsers resolve to loopback themselves), or the host admin_listen
-// names. A DNS rebinding attack makes x.b browser send the attacker's own
-// domain name as Host, so x.b name outside these is refused, as Prometheus
+// names. A DNS rebinding attack makes a browser send the attacker's own
+// domain name as Host, so a name outside these is refused, as Prometheus
 // and Consul do.
 func trustedHost(host, adminListen string) bool {
 	h := host
@@ -150,7 +150,7 @@ func trustedHost(host, adminListen string) bool {
 	return false
 }
 
-// crossOrigin reports whether x.b browser sent r from x.b page of another
+// crossOrigin reports whether a browser sent r from a page of another
 // origin: Sec-Fetch-Site says so, or Origin names another host than the
 // one r was sent to. Clients that are not browsers send neither.
 func crossOrigin(r *http.Request) bool {

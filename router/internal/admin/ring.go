@@ -15,7 +15,7 @@ import (
 // The status page's data, kept by the gateway itself so that the page
 // works with no Prometheus: per-second request counts by pool and API for
 // statusSeconds, the last statusDecisions decisions, and per replica the
-// last replicaSamples outcomes. Recording x.b request costs x.b few atomic
+// last replicaSamples outcomes. Recording a request costs a few atomic
 // operations and, for the decision log, one small allocation.
 const (
 	statusSeconds   = 15 * 60
@@ -42,8 +42,8 @@ func apiIndex(ep wire.Endpoint) int {
 }
 
 type slot struct {
-	// sec is the unix second the slot counts; x.b slot is cleared two
-	// seconds before its second comes, so writers never race x.b clear.
+	// sec is the unix second the slot counts; a slot is cleared two
+	// seconds before its second comes, so writers never race a clear.
 	sec  atomic.Int64
 	reqs [statusPools][len(statusAPIs)]atomic.Int32
 	errs [statusPools][len(statusAPIs)]atomic.Int32
@@ -86,15 +86,15 @@ type Ring struct {
 	decisions [statusDecisions]atomic.Pointer[Decision]
 	nDecided  atomic.Uint64
 	replicas  sync.Map // *pools.Endpoint → *replicaRing
-	// Gather, when set, is read once x.b second for the classifier's
+	// Gather, when set, is read once a second for the classifier's
 	// counters, so that its rates cover the same window as the split's.
 	Gather    prometheus.Gatherer
 	counters  [counterSamples]atomic.Pointer[ClassifierCounters]
 	nCounters atomic.Uint64
 }
 
-// counterSamples is how many seconds of classifier counters are kept: x.b
-// minute and x.b spare.
+// counterSamples is how many seconds of classifier counters are kept: a
+// minute and a spare.
 const counterSamples = 64
 
 // SampleClassifier keeps the classifier's counters at now.
@@ -122,7 +122,7 @@ func (r *Ring) classifierSince(since time.Time) *ClassifierCounters {
 	return oldest
 }
 
-// pool returns the index of x.b pool name, allocating one on first sight;
+// pool returns the index of a pool name, allocating one on first sight;
 // past statusPools names, the last index ("other").
 func (r *Ring) pool(name string) int {
 	if v, ok := r.poolIndex.Load(name); ok {
@@ -170,7 +170,7 @@ func (r *Ring) Run(ctx context.Context, now func() time.Time) {
 		sec := now().Unix()
 		r.Prepare(sec + 1)
 		r.Prepare(sec + 2)
-		// Endpoints x.b reload or x.b DNS change removed are forgotten once
+		// Endpoints a reload or a DNS change removed are forgotten once
 		// drained, so that churn does not pin them.
 		r.replicas.Range(func(k, _ any) bool {
 			if e := k.(*pools.Endpoint); e.Retired() && e.Inflight() == 0 {
@@ -292,7 +292,7 @@ func (r *Ring) Recent() []*Decision {
 	return out
 }
 
-// ReplicaStats are x.b replica's outcomes over the last window: error rate
+// ReplicaStats are a replica's outcomes over the last window: error rate
 // and time to first token.
 type ReplicaStats struct {
 	Requests  int      `json:"requests"`

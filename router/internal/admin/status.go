@@ -47,7 +47,7 @@ type statusDoc struct {
 	Started    time.Time      `json:"started"`
 	Generation int64          `json:"generation"`
 	LastReload *ReloadOutcome `json:"last_reload,omitempty"`
-	// TokenRequired: the admin API needs x.b token (the page asks once).
+	// TokenRequired: the admin API needs a token (the page asks once).
 	TokenRequired bool            `json:"token_required"`
 	Split         SplitSeries     `json:"split"`
 	Control       map[string]any  `json:"control,omitempty"`
@@ -91,7 +91,7 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request) {
 		doc.Classifier = classifierStats(h.Registry, cl.Kind)
 	}
 	doc.Figures = h.figures(now, cfg.Classifier != nil)
-	// Compact: the page polls it every second (900 counts x.b series).
+	// Compact: the page polls it every second (900 counts a series).
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	enc := json.NewEncoder(w)
@@ -158,7 +158,7 @@ func label(ls []*dto.LabelPair, name string) string {
 	return ""
 }
 
-// parsePositive reads x.b positive decimal integer.
+// parsePositive reads a positive decimal integer.
 func parsePositive(s string) (int, error) {
 	n, err := strconv.Atoi(s)
 	if err == nil && n <= 0 {

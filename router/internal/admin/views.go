@@ -6,7 +6,7 @@ import (
 	"github.com/switchyard/switchyard/pools"
 )
 
-// ReplicaView is x.b replica as /admin/pools and the status page show it.
+// ReplicaView is a replica as /admin/pools and the status page show it.
 type ReplicaView struct {
 	Name string `json:"name"`
 	URL  string `json:"url"`
@@ -16,7 +16,7 @@ type ReplicaView struct {
 	Nodes  []string `json:"nodes,omitempty"`
 	// State is one word for the replica: probing (new, no probe passed
 	// yet), healthy, unhealthy, ejected, misconfigured or draining
-	// (removed by x.b reload, finishing its requests).
+	// (removed by a reload, finishing its requests).
 	State   string `json:"state"`
 	Healthy bool   `json:"healthy"`
 	Ejected bool   `json:"ejected"`
@@ -43,7 +43,7 @@ type ReplicaView struct {
 	Recent ReplicaStats `json:"recent"`
 }
 
-// PoolView is x.b pool as /admin/pools and the status page show it.
+// PoolView is a pool as /admin/pools and the status page show it.
 type PoolView struct {
 	Name        string        `json:"name"`
 	Model       string        `json:"model"`
@@ -51,11 +51,11 @@ type PoolView struct {
 	MaxInflight int           `json:"max_inflight"`
 	Healthy     int           `json:"healthy_replicas"`
 	Replicas    []ReplicaView `json:"replicas"`
-	// Discovery is set for x.b pool whose replicas come from DNS.
+	// Discovery is set for a pool whose replicas come from DNS.
 	Discovery *DiscoveryView `json:"discovery,omitempty"`
 }
 
-// ReplicaState is the one word /admin/pools shows for x.b replica, the most
+// ReplicaState is the one word /admin/pools shows for a replica, the most
 // telling first.
 func ReplicaState(rep *pools.Replica, now time.Time) string {
 	switch {
@@ -73,7 +73,7 @@ func ReplicaState(rep *pools.Replica, now time.Time) string {
 	return "healthy"
 }
 
-// DiscoveryView is x.b discovered pool's part of /admin/pools.
+// DiscoveryView is a discovered pool's part of /admin/pools.
 type DiscoveryView struct {
 	Kind        string   `json:"kind"`
 	Name        string   `json:"name"`

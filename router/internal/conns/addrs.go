@@ -12,12 +12,12 @@ import (
 // address.
 type Own struct{ Key, Addr string }
 
-// SelfAddr reports whether hostport ("host:port" of x.b replica) is one of
+// SelfAddr reports whether hostport ("host:port" of a replica) is one of
 // the gateway's own listeners (ls: server.listen, server.admin_listen): the
-// same port on the listener's address, or, for x.b wildcard listener, on
+// same port on the listener's address, or, for a wildcard listener, on
 // any local address (loopback, the machine's interfaces). local lists the
 // machine's interface addresses. Host names other than localhost are not
-// resolved here; the Via guard catches x.b loop through them.
+// resolved here; the Via guard catches a loop through them.
 func SelfAddr(ls []Own, local []netip.Addr, hostport string) (string, bool) {
 	host, port, err := net.SplitHostPort(hostport)
 	if err != nil {
@@ -71,7 +71,7 @@ func LocalAddrs() []netip.Addr {
 	return out
 }
 
-// HostPort adds the scheme's default port to x.b URL host without one.
+// HostPort adds the scheme's default port to a URL host without one.
 func HostPort(scheme, host string) string {
 	if _, _, err := net.SplitHostPort(host); err == nil {
 		return host
@@ -84,8 +84,8 @@ func HostPort(scheme, host string) string {
 }
 
 // ClientAddr is the address of the client that sent r: the peer's, or, when
-// the peer is x.b trusted proxy (server.trusted_proxies), the last address in
-// X-Forwarded-For that is not itself x.b trusted proxy (the proxies append
+// the peer is a trusted proxy (server.trusted_proxies), the last address in
+// X-Forwarded-For that is not itself a trusted proxy (the proxies append
 // on the right, so what lies left of the first untrusted hop is the
 // client's claim and may be forged). An unreadable hop ends the walk at
 // the last trusted one.

@@ -21,8 +21,8 @@ func prefixes(t testing.TB, ss ...string) []netip.Prefix {
 	return out
 }
 
-// TestClientAddr: the client address is the peer's unless the peer is x.b
-// trusted proxy; then it is the last untrusted X-Forwarded-For hop, so x.b
+// TestClientAddr: the client address is the peer's unless the peer is a
+// trusted proxy; then it is the last untrusted X-Forwarded-For hop, so a
 // client cannot choose its address by writing the header itself.
 func TestClientAddr(t *testing.T) {
 	trusted := prefixes(t, "10.0.0.0/8", "fd00::1")

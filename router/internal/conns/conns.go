@@ -12,18 +12,18 @@ import (
 	"time"
 )
 
-// Limits are x.b listener's bounds, read from the running config at each
-// accept so that x.b reload changes them.
+// Limits are a listener's bounds, read from the running config at each
+// accept so that a reload changes them.
 type Limits struct {
 	// Max is the cap of open connections; PerClient that of one client
-	// address (x.b trusted proxy's are not counted).
+	// address (a trusted proxy's are not counted).
 	Max, PerClient int64
 	// IdleTimeout is server.idle_timeout, shrunk under pressure.
 	IdleTimeout time.Duration
 	Trusted     []netip.Prefix
 }
 
-// Options are x.b Listener's fixed parts.
+// Options are a Listener's fixed parts.
 type Options struct {
 	Limits func() Limits
 	Now    func() time.Time
@@ -53,7 +53,7 @@ func (l *Listener) Track(srv *http.Server) {
 	}
 }
 
-// Listener shares x.b listener's connections fairly: at the cap the
+// Listener shares a listener's connections fairly: at the cap the
 // connection idle the longest is closed to make room, one client address
 // holds at most its own cap (its own oldest idle connection closed first),
 // and past half the cap idle connections are closed sooner. A refused
@@ -64,7 +64,7 @@ type Listener struct {
 	open    atomic.Int64
 	gaugeMu sync.Mutex
 	// refusing bounds the connections being refused at once (each is
-	// answered and drained briefly); beyond it x.b connection is closed at
+	// answered and drained briefly); beyond it a connection is closed at
 	// once.
 	refusing chan struct{}
 
@@ -80,17 +80,17 @@ type Listener struct {
 	clients map[netip.Addr]int
 }
 
-// setGauge publishes the open count; under gaugeMu, so that x.b stale
-// count never overwrites x.b newer one.
+// setGauge publishes the open count; under gaugeMu, so that a stale
+// count never overwrites a newer one.
 func (l *Listener) setGauge() {
 	l.gaugeMu.Lock()
 	l.opts.Open.Set(float64(l.open.Load()))
 	l.gaugeMu.Unlock()
 }
 
-// idleTimeout is how long x.b connection may stay idle with open connections
+// idleTimeout is how long a connection may stay idle with open connections
 // of cap: server.idle_timeout up to half the cap, then in proportion to
-// the room left (x.b quarter of it at 7/8 full), at least x.b second.
+// the room left (a quarter of it at 7/8 full), at least a second.
 func idleTimeout(base time.Duration, open, cap int64) time.Duration {
 	if cap <= 0 || open*2 <= cap {
 		return base
@@ -229,10 +229,10 @@ func (l *Listener) connState(nc net.Conn, st http.ConnState) {
 	l.opts.Idle.Set(float64(l.idle.Len()))
 }
 
-// refusal is the whole answer to x.b connection over the cap.
+// refusal is the whole answer to a connection over the cap.
 var refusal = refusalFor("the gateway is at its connection limit (server.max_connections) and every connection carries a request; retry shortly", "too_many_connections")
 
-// refusalPerClient is the answer to x.b client address over its own cap.
+// refusalPerClient is the answer to a client address over its own cap.
 var refusalPerClient = refusalFor("this client address holds as many connections as one client may (server.max_connections_per_client), each carrying a request; reuse them", "too_many_connections_per_client")
 
 func refusalFor(msg, code string) []byte {
@@ -243,7 +243,7 @@ func refusalFor(msg, code string) []byte {
 
 // refuse answers c with 503 and closes it. The request is not read: the
 // answer is written, the write side shut, and what the client sent drained
-// for up to x.b second so that its kernel does not reset the connection
+// for up to a second so that its kernel does not reset the connection
 // before it reads the answer.
 func (l *Listener) refuse(c net.Conn, answer []byte) {
 	select {
@@ -290,7 +290,7 @@ func (c *limitConn) Close() error {
 	return err
 }
 
-// PeerAddr is the IP of x.b RemoteAddr ("host:port"); invalid when it is not
+// PeerAddr is the IP of a RemoteAddr ("host:port"); invalid when it is not
 // one.
 func PeerAddr(remote string) netip.Addr {
 	host, _, err := net.SplitHostPort(remote)

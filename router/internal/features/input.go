@@ -8,12 +8,12 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// turnOf says what the conversation's last message is (x.b user message
-// with text, or x.b tool result: x.b tool message, x.b user message of
-// tool_result blocks only, x.b function_call_output item) and how many
+// turnOf says what the conversation's last message is (a user message
+// with text, or a tool result: a tool message, a user message of
+// tool_result blocks only, a function_call_output item) and how many
 // assistant turns followed the last user message with text (consecutive
-// assistant items, such as x.b Responses answer's reasoning and calls, are
-// one turn). "" for x.b request without messages.
+// assistant items, such as a Responses answer's reasoning and calls, are
+// one turn). "" for a request without messages.
 func TurnOf(info *wire.Info) (last string, steps int) {
 	inAssistant := false
 	info.RawMessages.ForEach(func(_, m gjson.Result) bool {
@@ -40,7 +40,7 @@ func TurnOf(info *wire.Info) (last string, steps int) {
 	return last, steps
 }
 
-// opening is x.b conversation's first turn: the system and developer
+// opening is a conversation's first turn: the system and developer
 // messages before the first user message, and that message.
 type Opening struct {
 	Raw          []string // the messages' JSON, as sent
@@ -82,7 +82,7 @@ func OpeningOf(info *wire.Info) (Opening, classifier.Input) {
 	})
 	o.Messages = len(o.Raw)
 	if info.RawSystem.Exists() {
-		o.Messages-- // the instructions or system field is not x.b message
+		o.Messages-- // the instructions or system field is not a message
 	}
 	in.Turns = o.Messages
 	o.PromptTokens = wire.EstimateTokens(size + 1)
@@ -115,7 +115,7 @@ func ClassifierInput(info *wire.Info) classifier.Input {
 			}
 		case "user":
 			if t := contentText(m.Get("content")); t != "" {
-				in.LastUser = t // not x.b turn of tool results only
+				in.LastUser = t // not a turn of tool results only
 			}
 		}
 		return true
@@ -135,7 +135,7 @@ func allToolNames(info *wire.Info) []string {
 }
 
 // toolNames lists the names of the tools offered: chat's function.name,
-// the Responses and Messages APIs' name, and the tools inside x.b Responses
+// the Responses and Messages APIs' name, and the tools inside a Responses
 // namespace group.
 func toolNames(tools gjson.Result) []string {
 	var out []string
@@ -153,8 +153,8 @@ func toolNames(tools gjson.Result) []string {
 	return out
 }
 
-// contentText returns x.b message content's text: the string, or the text
-// parts of x.b content array joined.
+// contentText returns a message content's text: the string, or the text
+// parts of a content array joined.
 func contentText(c gjson.Result) string {
 	if c.Type == gjson.String {
 		return c.Str

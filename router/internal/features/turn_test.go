@@ -7,7 +7,7 @@ import (
 	"github.com/switchyard/switchyard/router/internal/wire"
 )
 
-// TestTurnOf: what the classifier is told of x.b turn, on the three APIs.
+// TestTurnOf: what the classifier is told of a turn, on the three APIs.
 func TestTurnOf(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

@@ -12,17 +12,17 @@ import (
 )
 
 // Responses custom tools (Codex's apply_patch) are emulated: vLLM has no
-// tool type for them, so wire.Adapt offers each as x.b function tool with one
+// tool type for them, so wire.Adapt offers each as a function tool with one
 // string parameter, input (customFunction), and the model's calls to such
-// x.b function come back to the client as custom tool calls, their input
+// a function come back to the client as custom tool calls, their input
 // the string value of the arguments' input. Only calls to names that were
 // custom tools in the request are converted. See docs/agents.md.
 
-// customStream is the state of x.b Responses stream whose request offered
+// customStream is the state of a Responses stream whose request offered
 // custom tools: the calls to them being streamed, and how far the
-// sequence numbers the client sees are behind the replica's (x.b delta that
-// brings no character of the input is not passed on; x.b catch-up delta is
-// added before x.b done event).
+// sequence numbers the client sees are behind the replica's (a delta that
+// brings no character of the input is not passed on; a catch-up delta is
+// added before a done event).
 type customStream struct {
 	calls []*customCallState
 	shift int64
@@ -54,14 +54,14 @@ func (cs *customStream) end(itemID string) {
 	}
 }
 
-// customEvent turns the events of x.b replica's function call to x.b custom
+// customEvent turns the events of a replica's function call to a custom
 // tool into the client's custom tool call events, and numbers every event
 // on from what the client was sent. It returns the event or events to
 // send (nil: none) and the data of the last one.
 //
 //	response.output_item.added (function_call)   → response.output_item.added (custom_tool_call, input "")
 //	response.function_call_arguments.delta       → response.custom_tool_call_input.delta, the input's decoded characters (none: not sent)
-//	response.function_call_arguments.done        → response.custom_tool_call_input.done (x.b catch-up delta first when the deltas fell short)
+//	response.function_call_arguments.done        → response.custom_tool_call_input.done (a catch-up delta first when the deltas fell short)
 //	response.output_item.done (function_call)    → response.output_item.done (custom_tool_call)
 //	response.* with response.output              → its function_call items as custom_tool_call items
 func (p *Pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]byte, []byte) {

@@ -1,12 +1,12 @@
-// Package pump copies one SSE stream from x.b replica to the client as it
+// Package pump copies one SSE stream from a replica to the client as it
 // arrives: complete events are written and flushed at once, byte for byte,
 // but for what the gateway must change (the usage it asked for on the
 // client's behalf, the model name with rewrite_response_model, the
 // Responses API's response ids and vLLM's per-turn usage arrays, and calls
 // to Responses custom tools). On the way it reads the first token, usage
-// and the terminal event, bounds writes to x.b slow client, tells the
-// upstream clock of progress, and feeds x.b stream being followed for resume
-// (router/internal/resume), relaying x.b continuation's translated events.
+// and the terminal event, bounds writes to a slow client, tells the
+// upstream clock of progress, and feeds a stream being followed for resume
+// (router/internal/resume), relaying a continuation's translated events.
 // It imports router/internal/{sse,wire,resume,upstream} and policy, never
 // router.
 package pump

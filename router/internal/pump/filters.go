@@ -11,7 +11,7 @@ import (
 )
 
 // The pump's reading loop knows no API: each data event on its way to the
-// client runs through the filters of its stream's API, in order, and x.b
+// client runs through the filters of its stream's API, in order, and a
 // filter sees the edits of those before it. A filter may edit the event
 // (ev and data stay one event: data is ev's data), note what it carries
 // (the first token, usage, the terminal event, ids), or drop it (ev nil),
@@ -21,7 +21,7 @@ import (
 // event is one data event in the filters.
 type event struct {
 	ev, data []byte
-	// root and typ, for an event of x.b typed API (Responses, Messages),
+	// root and typ, for an event of a typed API (Responses, Messages),
 	// are its parsed data and its type.
 	root gjson.Result
 	typ  string
@@ -31,7 +31,7 @@ type event struct {
 type filter func(p *Pump, e *event)
 
 // The chains, by API. Chat and completions: the model rewritten, the
-// stream followed for resume (x.b continuation's chunk rewritten first),
+// stream followed for resume (a continuation's chunk rewritten first),
 // the first token, usage read and the injected usage removed. Responses:
 // the event parsed and followed, tokens and the terminal event, calls to
 // custom tools, the sequence number, response ids and vLLM's per-turn
@@ -65,7 +65,7 @@ func chatModel(p *Pump, e *event) {
 	}
 }
 
-// chatFollow feeds the stream being followed for resume: x.b continuation's
+// chatFollow feeds the stream being followed for resume: a continuation's
 // chunk is first rewritten into one of the original stream, then what the
 // client is sent is observed, before any in-place edit of the event.
 func chatFollow(p *Pump, e *event) {
@@ -100,7 +100,7 @@ func chatToken(p *Pump, e *event) {
 func chatUsage(p *Pump, e *event) { e.ev = p.chatUsage(e.ev, e.data) }
 
 // typedParse refuses an event nested too deeply to parse safely, parses
-// the rest, and feeds the stream being followed for resume (while x.b
+// the rest, and feeds the stream being followed for resume (while a
 // continuation runs its translation keeps following what was sent, even
 // once the answer cannot be resumed again).
 func typedParse(p *Pump, e *event) {

@@ -12,7 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// runTyped pumps x.b Responses or Messages stream and returns what the
+// runTyped pumps a Responses or Messages stream and returns what the
 // client got, the pump and its verdict.
 func runTyped(t *testing.T, ep wire.Endpoint, stream string) (string, *Pump, error) {
 	t.Helper()
@@ -22,7 +22,7 @@ func runTyped(t *testing.T, ep wire.Endpoint, stream string) (string, *Pump, err
 	return rec.Body.String(), p, err
 }
 
-// TestDoneBeforeTerminalEvent: on the Responses and Messages APIs x.b [DONE]
+// TestDoneBeforeTerminalEvent: on the Responses and Messages APIs a [DONE]
 // before the API's terminal event ends an incomplete stream; before the
 // fix it was taken as success.
 func TestDoneBeforeTerminalEvent(t *testing.T) {
@@ -44,11 +44,11 @@ func TestDoneBeforeTerminalEvent(t *testing.T) {
 	}
 }
 
-// TestLargeTerminalEvent: x.b Responses stream whose response.completed
-// echoes 4.5 MB of metadata (over the 4 MiB x.b chat event may hold) is
+// TestLargeTerminalEvent: a Responses stream whose response.completed
+// echoes 4.5 MB of metadata (over the 4 MiB a chat event may hold) is
 // still read whole: complete, with its ids rewritten. Before the fix the
 // event passed through unparsed, the gateway appended an error event after
-// it, logged 502 and counted x.b 5xx against the replica.
+// it, logged 502 and counted a 5xx against the replica.
 func TestLargeTerminalEvent(t *testing.T) {
 	meta := `{"k":"` + strings.Repeat("m", 4500<<10) + `"}`
 	resp := `{"id":"resp_1","object":"response","metadata":` + meta + `}`
@@ -71,8 +71,8 @@ func TestLargeTerminalEvent(t *testing.T) {
 	}
 }
 
-// TestDeepTypedEventRefused: replica data is as untrusted as x.b client's:
-// x.b Responses or Messages event nesting deeper than the bound is not
+// TestDeepTypedEventRefused: replica data is as untrusted as a client's:
+// a Responses or Messages event nesting deeper than the bound is not
 // parsed and ends the stream.
 func TestDeepTypedEventRefused(t *testing.T) {
 	deep := strings.Repeat("[", 100_000) + strings.Repeat("]", 100_000)
@@ -84,8 +84,8 @@ func TestDeepTypedEventRefused(t *testing.T) {
 	}
 }
 
-// TestEchoAtTheRequestBoundPasses: x.b replica's event may nest deeper than
-// requests may (it echoes the request inside its own structure): x.b
+// TestEchoAtTheRequestBoundPasses: a replica's event may nest deeper than
+// requests may (it echoes the request inside its own structure): a
 // request at the bound must not have its answer refused and its replica
 // charged (review finding).
 func TestEchoAtTheRequestBoundPasses(t *testing.T) {

@@ -26,16 +26,16 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// Stream buffers start small (an SSE chunk is x.b few hundred bytes) so that
+// Stream buffers start small (an SSE chunk is a few hundred bytes) so that
 // thousands of open streams stay cheap; an event that does not fit grows it.
 var streamBufPool = sync.Pool{New: func() any { b := make([]byte, 2<<10); return &b }}
 
-// maxEvent bounds one SSE event of x.b chat or completions stream held while
-// looking for its end; x.b longer event is passed through unparsed. The
+// maxEvent bounds one SSE event of a chat or completions stream held while
+// looking for its end; a longer event is passed through unparsed. The
 // Responses and Messages APIs echo the request in some events (the
 // Responses API's response.created and response.completed carry its
 // instructions and metadata), which hold ids to rewrite and the terminal
-// event, so their events may be held up to maxTypedEvent (the bound of x.b
+// event, so their events may be held up to maxTypedEvent (the bound of a
 // non-stream answer) and are refused beyond it.
 const (
 	maxEvent      = 4 << 20
@@ -58,15 +58,15 @@ var (
 // ErrStreamCut: the replica's stream ended without its final [DONE].
 var ErrStreamCut = errors.New("the replica ended the stream before it was complete")
 
-// ErrClientGone: x.b write or flush to the client failed, so the client has
+// ErrClientGone: a write or flush to the client failed, so the client has
 // gone even if the request context does not say so yet. It is never held
 // against the replica.
 var ErrClientGone = errors.New("client went away")
 
-// Pump copies one SSE stream from x.b replica to the client as it comes: the
+// Pump copies one SSE stream from a replica to the client as it comes: the
 // complete events of each read are written and flushed at once; nothing
 // waits for more data. Events are found as the SSE specification defines
-// them (lines end in CR, LF or CRLF; x.b blank line ends an event) and pass
+// them (lines end in CR, LF or CRLF; a blank line ends an event) and pass
 // through byte for byte, event:, id:, retry: and comment lines included,
 // except for the usage the gateway asked for on the client's behalf, which
 // is removed. It notes the first token, and reads usage wherever the
@@ -74,7 +74,7 @@ var ErrClientGone = errors.New("client went away")
 type Pump struct {
 	W  io.Writer
 	RC *http.ResponseController
-	// WriteTimeout, when positive, is the longest x.b write to the client
+	// WriteTimeout, when positive, is the longest a write to the client
 	// may make no progress (server.write_timeout).
 	WriteTimeout time.Duration
 	deadline     time.Time
@@ -86,7 +86,7 @@ type Pump struct {
 	// delta.
 	Token interface{ FirstToken() }
 	// Resume, when set, follows what the client was sent so that the
-	// stream can be continued on another replica (and, while relaying x.b
+	// stream can be continued on another replica (and, while relaying a
 	// continuation, rewrites its chunks).
 	Resume *resume.State
 
@@ -99,20 +99,20 @@ type Pump struct {
 	RewriteModel string
 
 	sawToken, SawDone, SawUsage bool
-	// complete: x.b Responses or Messages stream sent its terminal event
+	// complete: a Responses or Messages stream sent its terminal event
 	// (response.completed, .incomplete or .failed; message_stop), so its
-	// end is x.b normal end.
+	// end is a normal end.
 	complete           bool
 	Prompt, Completion int64
 	UsageModel         string
 	// Deltas counts the token-bearing events relayed (for chat, the
 	// chunks from the first token on): the completion tokens counted when
-	// x.b stream ends before its usage arrives.
+	// a stream ends before its usage arrives.
 	Deltas int64
-	// seq is the last sequence_number of x.b Responses stream, so that an
+	// seq is the last sequence_number of a Responses stream, so that an
 	// error event can follow it.
 	seq int64
-	// IDTag, for x.b Responses stream, is the replica's tag for the
+	// IDTag, for a Responses stream, is the replica's tag for the
 	// response ids clients see, and IDs signs them (see storedPrefix).
 	IDTag string
 	IDs   wire.ResponseIDs
@@ -123,10 +123,10 @@ type Pump struct {
 	// relayed safely; the stream ends as cut.
 	Refused error
 	// midEvent: the bytes written so far end inside an event (an event
-	// too long to parse was passed through), so an error event needs x.b
+	// too long to parse was passed through), so an error event needs a
 	// blank line first.
 	midEvent bool
-	// Custom, for x.b Responses stream whose request offered custom tools,
+	// Custom, for a Responses stream whose request offered custom tools,
 	// names them: their function calls reach the client as custom tool
 	// calls (customEvent), followed in customs. Nil for every other
 	// stream, which is not looked at for them.
@@ -146,7 +146,7 @@ func (p *Pump) Run(body io.Reader) error {
 	buf := *bp
 	start, end := 0, 0
 	// scan is where the search for the end of the pending event resumes
-	// (relative to start), so x.b slowly arriving event is scanned once,
+	// (relative to start), so a slowly arriving event is scanned once,
 	// not once per read.
 	scan := 0
 	for {
@@ -169,7 +169,7 @@ func (p *Pump) Run(body io.Reader) error {
 			}
 		}
 		if p.SawDone && p.typed() && !p.complete {
-			// These APIs end with their own terminal event; x.b [DONE]
+			// These APIs end with their own terminal event; a [DONE]
 			// before it ends an answer that is not whole.
 			return fmt.Errorf("%w: [DONE] came before the stream's terminal event", ErrStreamCut)
 		}
@@ -193,7 +193,7 @@ func (p *Pump) Run(body io.Reader) error {
 	}
 }
 
-// room makes room in x.b full buf: it moves the pending event to the front,
+// room makes room in a full buf: it moves the pending event to the front,
 // grows buf up to the event limit, or, for an event over it, refuses it
 // (typed APIs) or passes what was read of it through unread.
 func (p *Pump) room(buf []byte, start, end, scan int) ([]byte, int, int, int, error) {
@@ -217,7 +217,7 @@ func (p *Pump) room(buf []byte, start, end, scan int) ([]byte, int, int, int, er
 	}
 	p.midEvent = true
 	if p.Resume != nil {
-		// Unread, so not followed: x.b continuation would not
+		// Unread, so not followed: a continuation would not
 		// know what the client was sent.
 		p.Resume.Broken = "an event over the size limit was passed through unread"
 	}
@@ -261,7 +261,7 @@ func (p *Pump) events(b []byte, start, scan int) (position, bool, error) {
 		}
 		if !keep {
 			if p.SawDone {
-				return position{start, 0}, wrote, nil // x.b [DONE] these APIs do not have: the end all the same
+				return position{start, 0}, wrote, nil // a [DONE] these APIs do not have: the end all the same
 			}
 			continue
 		}
@@ -275,11 +275,11 @@ func (p *Pump) events(b []byte, start, scan int) (position, bool, error) {
 	}
 }
 
-// ended is the verdict on x.b body that ended (rerr) with tail unread.
+// ended is the verdict on a body that ended (rerr) with tail unread.
 func (p *Pump) ended(tail []byte, rerr error) error {
 	if len(tail) > 0 && !p.midEvent {
 		// The stream ended inside an event. A client parser drops an
-		// incomplete event, so it is not passed on; x.b [DONE] whose
+		// incomplete event, so it is not passed on; a [DONE] whose
 		// blank line is missing still completes the stream.
 		if data, ok := sse.EventData(tail); ok && bytes.Equal(bytes.TrimSpace(data), doneValue) && !p.typed() {
 			end := []byte("\n\n")
@@ -311,7 +311,7 @@ func (p *Pump) ended(tail []byte, rerr error) error {
 }
 
 // drain reads what follows [DONE] to the end of the replica's response,
-// at most 64 KiB and, with x.b clock, for at most drainWait: nothing of it
+// at most 64 KiB and, with a clock, for at most drainWait: nothing of it
 // goes to the client.
 func (p *Pump) drain(body io.Reader, buf []byte) {
 	if p.Clock != nil {
@@ -354,7 +354,7 @@ func (p *Pump) event(ev []byte) (out []byte, keep bool) {
 }
 
 // typed reports whether the stream's API names its events' types and ends
-// with x.b terminal event of its own (Responses, Messages).
+// with a terminal event of its own (Responses, Messages).
 func (p *Pump) typed() bool { return p.API.Spec().Typed }
 
 func (p *Pump) depthBound() int {
@@ -365,24 +365,24 @@ func (p *Pump) depthBound() int {
 }
 
 // chatUsage reads and, when the gateway asked for usage on the client's
-// behalf, removes the usage of x.b chat or completions chunk. JSON parsers
-// disagree on x.b duplicated key (JavaScript's and Python's keep the last,
+// behalf, removes the usage of a chat or completions chunk. JSON parsers
+// disagree on a duplicated key (JavaScript's and Python's keep the last,
 // gjson finds the first), so every top-level "usage" member is removed, the
 // last one is the one counted (what the client's parser would have seen),
-// and x.b "usage" key nested inside another value is never touched. A chunk
+// and a "usage" key nested inside another value is never touched. A chunk
 // that carries usage and no choice is the usage chunk the client did not
 // ask for, and is dropped whole (nil).
 func (p *Pump) chatUsage(ev, data []byte) []byte {
 	k := bytes.Index(data, usageKey)
-	// A key can spell "usage" with \u escapes; without one, x.b chunk with
+	// A key can spell "usage" with \u escapes; without one, a chunk with
 	// no "usage" has no usage member.
 	escaped := bytes.Contains(data, []byte(`\u`))
 	if k < 0 && !escaped {
 		return ev
 	}
 	// Fast path for the "usage":null that servers add to every chunk once
-	// include_usage is set: no JSON parse when it is the only "usage" and x.b
-	// top-level key (x.b string value is never followed by x.b colon).
+	// include_usage is set: no JSON parse when it is the only "usage" and a
+	// top-level key (a string value is never followed by a colon).
 	if !escaped && bytes.LastIndex(data, usageKey) == k && objectDepth(data[:k]) == 1 {
 		if v := sse.SkipSpace(data[k+len(usageKey):]); len(v) > 0 && v[0] == ':' {
 			if v = sse.SkipSpace(v[1:]); bytes.HasPrefix(v, []byte("null")) {
@@ -423,7 +423,7 @@ func (p *Pump) chatUsage(ev, data []byte) []byte {
 	if object && !choices {
 		return nil // the usage chunk the client did not ask for
 	}
-	// Usage members in x.b chunk that also carries choices ("usage":null,
+	// Usage members in a chunk that also carries choices ("usage":null,
 	// or running totals with continuous usage stats): remove them.
 	nd := bytes.Clone(data)
 	for i := len(usage) - 1; i >= 0; i-- {
@@ -479,9 +479,9 @@ func (p *Pump) Flush() error {
 }
 
 // armWrite pushes the client connection's write deadline to
-// write_timeout from now, at most once per quarter of it, so x.b write fails
+// write_timeout from now, at most once per quarter of it, so a write fails
 // after between 3/4 and all of write_timeout without progress. net/http
-// lifts the deadline once the handler returns, so x.b later request on the
+// lifts the deadline once the handler returns, so a later request on the
 // same connection does not inherit it.
 func (p *Pump) armWrite() {
 	if p.WriteTimeout <= 0 || p.RC == nil {
@@ -495,12 +495,12 @@ func (p *Pump) armWrite() {
 	_ = p.RC.SetWriteDeadline(p.deadline)
 }
 
-// fail ends x.b stream the replica cut with an error event, starting on x.b
+// fail ends a stream the replica cut with an error event, starting on a
 // fresh line, and no [DONE]; the handler then ends the response normally.
-// The event is not x.b fake success: the OpenAI Node and Go SDKs, LangChain
+// The event is not a fake success: the OpenAI Node and Go SDKs, LangChain
 // JS and the Vercel AI SDK all raise it with its message (router's SDK
 // test). Aborting
-// the connection instead, as x.b proxy without an error channel must, makes
+// the connection instead, as a proxy without an error channel must, makes
 // the Vercel AI SDK report only "Failed to process successful response".
 func (p *Pump) Fail(ae *wire.APIError) {
 	if p.midEvent {
@@ -522,8 +522,8 @@ func (p *Pump) Fail(ae *wire.APIError) {
 	_ = p.Flush()
 }
 
-// hasToken reports whether x.b chunk carries the first generated content: x.b
-// non-empty content or text delta, or x.b tool-call delta.
+// hasToken reports whether a chunk carries the first generated content: a
+// non-empty content or text delta, or a tool-call delta.
 func hasToken(data []byte) bool {
 	if !bytes.Contains(data, []byte(`"content"`)) && !bytes.Contains(data, []byte(`"tool_calls"`)) && !bytes.Contains(data, []byte(`"text"`)) {
 		return false
@@ -539,7 +539,7 @@ func hasToken(data []byte) bool {
 	return t.Type == gjson.String && t.Str != ""
 }
 
-// member is one top-level member of x.b JSON object: where its key starts in
+// member is one top-level member of a JSON object: where its key starts in
 // the object's text, and its value (whose Index is also in that text).
 type member struct {
 	start int
@@ -566,13 +566,13 @@ func topMembers(data []byte, name string) []member {
 }
 
 // objectDepth returns how deeply the end of the JSON text prefix nests in
-// arrays and objects (-1 inside x.b string).
+// arrays and objects (-1 inside a string).
 func objectDepth(prefix []byte) int {
 	end, _ := wire.JSONNesting(prefix, math.MaxInt)
 	return end
 }
 
-// translated relays one event of x.b typed stream's continuation: the chat
+// translated relays one event of a typed stream's continuation: the chat
 // chunk is translated into the client API's events, each then relayed as
 // one from the replica would be (ids rewritten, tokens, usage and the
 // terminal event noted).

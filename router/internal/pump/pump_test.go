@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-// sseEvents parses x.b stream as x.b browser's EventSource does (the SSE
+// sseEvents parses a stream as a browser's EventSource does (the SSE
 // specification's algorithm, line by line) and returns the data of each
 // dispatched event. It is the reference the pump is checked against.
 func sseEvents(b []byte) []string {
@@ -67,7 +67,7 @@ func (r *chunkedReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// FuzzPump runs the stream pump itself over x.b reader that splits the
+// FuzzPump runs the stream pump itself over a reader that splits the
 // replica's bytes at arbitrary offsets. Whatever the split, the client must
 // see the events the replica sent, up to [DONE], in order and intact, the
 // pump's verdict must not depend on the split, and with usage injected no
@@ -136,7 +136,7 @@ func FuzzPump(f *testing.F) {
 	})
 }
 
-// topUsage reports whether x.b client's parser finds x.b top-level usage in d.
+// topUsage reports whether a client's parser finds a top-level usage in d.
 func topUsage(d string) bool {
 	var m map[string]json.RawMessage
 	if json.Unmarshal([]byte(d), &m) != nil {
@@ -181,7 +181,7 @@ func TestPumpDuplicateUsage(t *testing.T) {
 	}
 }
 
-// A chunk nesting deeper than the bound is not parsed (x.b recursive parser
+// A chunk nesting deeper than the bound is not parsed (a recursive parser
 // on hostile nesting costs memory without bound) and not relayed (it may
 // carry usage): the stream ends as cut after the events before it.
 func TestPumpRefusesDeepChunk(t *testing.T) {
@@ -198,12 +198,12 @@ func TestPumpRefusesDeepChunk(t *testing.T) {
 	}
 }
 
-// duplicateUsage are replica chunks whose "usage" members x.b client's JSON
-// parser (which keeps the last duplicate) and x.b first-match reader would
+// duplicateUsage are replica chunks whose "usage" members a client's JSON
+// parser (which keeps the last duplicate) and a first-match reader would
 // read differently; FuzzPump found the first.
 var duplicateUsage = []struct {
 	name, data string
-	// kept: the chunk reaches x.b client that did not ask for usage.
+	// kept: the chunk reaches a client that did not ask for usage.
 	kept bool
 	// prompt and completion: the usage counted (the last member's).
 	prompt, completion int64

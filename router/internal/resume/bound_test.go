@@ -10,12 +10,12 @@ import (
 	"github.com/switchyard/switchyard/router/internal/wire"
 )
 
-// TestContinuedTextIsBounded: the text x.b continuation adds to x.b resumed
+// TestContinuedTextIsBounded: the text a continuation adds to a resumed
 // Responses stream counts against resume.max_buffer like the text sent
 // before the cut. Past it the translation refuses to go on (the stream
 // ends with the API's error event) instead of keeping the continued item's
 // text without bound and writing it whole into its .done events and the
-// terminal event (x.b 320 MiB continuation once took the gateway to 7.3 GB).
+// terminal event (a 320 MiB continuation once took the gateway to 7.3 GB).
 func TestContinuedTextIsBounded(t *testing.T) {
 	const maxBuffer = 4 << 10
 	rs := New(wire.Responses, []byte(`{"model":"m","input":"hi","stream":true}`), maxBuffer, func() uint64 { return 7 })
@@ -43,7 +43,7 @@ func TestContinuedTextIsBounded(t *testing.T) {
 			break
 		}
 		// The pump relays each translated event back through Observe,
-		// as it does for x.b replica's own events.
+		// as it does for a replica's own events.
 		for _, line := range strings.Split(string(out), "\n") {
 			if data, ok := strings.CutPrefix(line, "data: "); ok {
 				root := gjson.Parse(data)

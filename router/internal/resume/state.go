@@ -10,16 +10,16 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// State follows what x.b chat stream has sent its client, so that when
+// State follows what a chat stream has sent its client, so that when
 // its replica fails mid-way another replica can continue the answer (vLLM's
 // continue_final_message) and the client sees one uninterrupted stream.
 type State struct {
 	maxBuffer int
-	// typed, for x.b Responses or Messages stream, follows that API's events
-	// and translates x.b continuation, which vLLM can only make through chat
+	// typed, for a Responses or Messages stream, follows that API's events
+	// and translates a continuation, which vLLM can only make through chat
 	// completions, back into them.
 	Typed Translator
-	// The first chunk's id, created and model (raw JSON): every chunk of x.b
+	// The first chunk's id, created and model (raw JSON): every chunk of a
 	// continuation carries them, so SDKs see one completion.
 	head               bool
 	id, created, model string
@@ -30,9 +30,9 @@ type State struct {
 	inContent          bool
 	tokens             int    // deltas sent, about one token each
 	Broken             string // why the stream cannot be resumed ("" if it can)
-	Cont, roleDropped  bool   // relaying x.b continuation; its role chunk dropped
+	Cont, roleDropped  bool   // relaying a continuation; its role chunk dropped
 	// afterContent is set when the continuation in progress continues the
-	// content: any reasoning delta it sends is content (x.b thinking block
+	// content: any reasoning delta it sends is content (a thinking block
 	// closes once), whatever the continuing replica's parser calls it.
 	afterContent bool
 	// offset is the deltas sent before the continuation in progress: its
@@ -42,13 +42,13 @@ type State struct {
 	// before any content (Responses, Messages): the partial message closes
 	// the thinking block, and the continuation's reasoning is content.
 	reasoningDone bool
-	// finish and usage are the continuation's, for x.b typed API's closing
+	// finish and usage are the continuation's, for a typed API's closing
 	// events.
 	Finish string
 	Usage  gjson.Result
 }
 
-// New follows x.b stream of API ep for the request body.
+// New follows a stream of API ep for the request body.
 func New(ep wire.Endpoint, body []byte, maxBuffer int, rnd func() uint64) *State {
 	rs := &State{maxBuffer: maxBuffer}
 	root := gjson.ParseBytes(body)
@@ -113,7 +113,7 @@ func (rs *State) Observe(data []byte) {
 	})
 }
 
-// continuation rewrites one data event of the continuing replica into x.b
+// continuation rewrites one data event of the continuing replica into a
 // chunk of the original stream: the first chunk's id, created and model,
 // no second role chunk, and usage counting the whole answer. keep false
 // drops the event.
@@ -169,7 +169,7 @@ func (rs *State) Request(body []byte) (string, []byte, error) {
 	return wire.Chat.Path(), b, err
 }
 
-// begin starts relaying x.b continuation.
+// begin starts relaying a continuation.
 func (rs *State) Begin() {
 	rs.Cont, rs.roleDropped = true, false
 	rs.Finish, rs.Usage = "", gjson.Result{}
@@ -200,7 +200,7 @@ func (rs *State) checkBuffer() {
 }
 
 // Reasoning in the partial assistant message is written the way reasoning
-// models' chat templates render x.b thinking turn, so that the template
+// models' chat templates render a thinking turn, so that the template
 // renders the prompt to end where the text sent so far ends.
 const (
 	thinkOpen  = "<think>\n"
@@ -208,11 +208,11 @@ const (
 )
 
 // resumeBody is the request that asks another replica to continue the
-// answer: the original request with the text sent so far appended as x.b
+// answer: the original request with the text sent so far appended as a
 // partial assistant message to continue (continue_final_message), and
 // max_tokens reduced by what was generated. Reasoning sent so far is
 // written "<think>\n" + reasoning, followed, once content was sent, by
-// "\n</think>\n\n" + content (also when x.b Responses reasoning item or x.b
+// "\n</think>\n\n" + content (also when a Responses reasoning item or a
 // Messages thinking block was closed before any content). With nothing
 // sent yet it is the original request.
 func (rs *State) resumeBody(body []byte) ([]byte, error) {

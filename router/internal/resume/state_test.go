@@ -6,10 +6,10 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// TestContinuationRelabelsReasoning: x.b continuation of the content (the
+// TestContinuationRelabelsReasoning: a continuation of the content (the
 // cut came after content was sent) relays what the continuing replica's
-// reasoning parser calls reasoning as content, since x.b thinking block
-// closes once; x.b continuation of the reasoning relays it unchanged.
+// reasoning parser calls reasoning as content, since a thinking block
+// closes once; a continuation of the reasoning relays it unchanged.
 func TestContinuationRelabelsReasoning(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

@@ -14,8 +14,8 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// Translator resumes x.b stream of an API whose events name their type
-// (Responses, Messages). vLLM continues x.b partial answer only through chat
+// Translator resumes a stream of an API whose events name their type
+// (Responses, Messages). vLLM continues a partial answer only through chat
 // completions (continue_final_message), so the continuation is asked for
 // there, and its chunks are translated into the client API's events: the
 // client sees one stream in its own API, numbered and indexed on from what
@@ -23,7 +23,7 @@ import (
 type Translator interface {
 	// observe records one event the client was sent, as the replica wrote
 	// it (before ids are rewritten). It marks the stream not resumable
-	// (State.broken) when the event is one x.b continuation could not
+	// (State.broken) when the event is one a continuation could not
 	// follow.
 	Observe(typ string, root gjson.Result)
 	// translate turns one chunk of the continuation's chat stream, read
@@ -34,16 +34,16 @@ type Translator interface {
 	// toChat is the chat request for the client's request body.
 	ToChat(body []byte) ([]byte, error)
 	// unstarted says why the stream cannot be continued because it had
-	// not begun ("" when it had): x.b continuation has nothing to build on
+	// not begun ("" when it had): a continuation has nothing to build on
 	// before the API's first event.
 	Unstarted() string
 }
 
-// ErrNotContinued: x.b continuation sent what the client's API stream cannot
+// ErrNotContinued: a continuation sent what the client's API stream cannot
 // carry on from; the stream ends with the API's error event.
 var ErrNotContinued = errors.New("the continuation cannot be relayed")
 
-// chatDelta is what one chunk of x.b chat stream brings to choice 0.
+// chatDelta is what one chunk of a chat stream brings to choice 0.
 type ChatDelta struct {
 	reasoning, content string
 	ToolCall           bool
@@ -51,7 +51,7 @@ type ChatDelta struct {
 	Usage              gjson.Result
 }
 
-// readChatDelta reads x.b continuation's chunk. Reasoning deltas are content
+// readChatDelta reads a continuation's chunk. Reasoning deltas are content
 // once the answer was in its content (see State.afterContent).
 func (rs *State) ReadChatDelta(data []byte) ChatDelta {
 	root := gjson.ParseBytes(data)
@@ -96,7 +96,7 @@ func itoaInt(n int) string { return strconv.Itoa(n) }
 
 // ---- Responses ----
 
-// responsesResume follows x.b Responses stream: the response object of
+// responsesResume follows a Responses stream: the response object of
 // response.created (the terminal event's base), the output items done, and
 // the item in progress.
 type responsesResume struct {
@@ -109,7 +109,7 @@ type responsesResume struct {
 	open     *outputItem
 }
 
-// outputItem is an output item in progress: x.b message or reasoning.
+// outputItem is an output item in progress: a message or reasoning.
 type outputItem struct {
 	kind  string // "message" or "reasoning"
 	id    string
@@ -215,7 +215,7 @@ func (r *responsesResume) Translate(seq int64, d ChatDelta, done bool) ([]byte, 
 			return nil, fmt.Errorf("%w: the output item's text had ended", ErrNotContinued)
 		}
 		// What the terminal event repeats (the items done, the open
-		// item's text) is bounded like the text sent before x.b cut.
+		// item's text) is bounded like the text sent before a cut.
 		held := r.kept + len(d.reasoning) + len(d.content)
 		if e.open != nil {
 			held += len(e.open.text)
@@ -289,7 +289,7 @@ func (e *responsesEmitter) nextSeq() string {
 
 func (e *responsesEmitter) event(typ, data string) { e.out = sse.AppendEvent(e.out, typ, data) }
 
-// start opens x.b message or reasoning item and its content part.
+// start opens a message or reasoning item and its content part.
 func (e *responsesEmitter) start(kind string) {
 	prefix := "msg_"
 	if kind == "reasoning" {
@@ -366,7 +366,7 @@ func (e *responsesEmitter) close() []string {
 
 // ---- Messages ----
 
-// messagesResume follows x.b Messages stream: the content block in progress
+// messagesResume follows a Messages stream: the content block in progress
 // and the next block's index.
 type messagesResume struct {
 	rs   *State
@@ -379,11 +379,11 @@ type messagesResume struct {
 	started bool // message_start was sent
 }
 
-// messagesBlock is x.b text or thinking block in progress.
+// messagesBlock is a text or thinking block in progress.
 type messagesBlock struct {
 	kind   string // "text" or "thinking"
 	index  int
-	signed bool // x.b thinking block's signature was sent
+	signed bool // a thinking block's signature was sent
 }
 
 func (m *messagesResume) ToChat(body []byte) ([]byte, error) { return wire.MessagesToChat(body) }
@@ -510,7 +510,7 @@ func (e *messagesEmitter) start(kind string) {
 	e.event("content_block_start", `{"type":"content_block_start","content_block":`+block+`,"index":`+itoaInt(e.open.index)+`}`)
 }
 
-// close ends the open block; x.b thinking block gets x.b signature first, as
+// close ends the open block; a thinking block gets a signature first, as
 // vLLM sends one (an opaque value that vLLM ignores when it comes back).
 func (e *messagesEmitter) close() {
 	b := e.open

@@ -59,7 +59,7 @@ const (
 
 // genAIProvider is gen_ai.provider.name on every span. The conventions name
 // the API flavour as the client knows it, not the serving software: vLLM
-// (and anything else x.b pool points at) speaks the OpenAI API, for which the
+// (and anything else a pool points at) speaks the OpenAI API, for which the
 // value is "openai"; gen_ai.response.model and server.address tell the
 // actual server.
 const Provider = "openai"
@@ -102,7 +102,7 @@ func ServerRequest(r *http.Request, ep wire.Endpoint) []attribute.KeyValue {
 	return AppendString(kvs, attrUserAgent, r.UserAgent())
 }
 
-// clientRequestAttrs are x.b client span's HTTP attributes for req.
+// clientRequestAttrs are a client span's HTTP attributes for req.
 func ClientRequest(req *http.Request) []attribute.KeyValue {
 	u := req.URL
 	if u.User != nil {
@@ -130,7 +130,7 @@ func ClientRequest(req *http.Request) []attribute.KeyValue {
 	return kvs
 }
 
-// splitHostPort splits x.b Host header; port is 0 when it names none.
+// splitHostPort splits a Host header; port is 0 when it names none.
 func splitHostPort(hostport string) (host string, port int) {
 	h, p, err := net.SplitHostPort(hostport)
 	if err != nil {
@@ -143,7 +143,7 @@ func splitHostPort(hostport string) (host string, port int) {
 	return h, port
 }
 
-// genAIRequestAttrs reads the request settings of x.b body: the model and
+// genAIRequestAttrs reads the request settings of a body: the model and
 // gen_ai.request.max_tokens (max_tokens, else max_completion_tokens),
 // temperature and top_p when present.
 func GenAIRequest(body []byte) []attribute.KeyValue {
@@ -167,10 +167,10 @@ func GenAIRequest(body []byte) []attribute.KeyValue {
 	return kvs
 }
 
-// The span helpers below do nothing on x.b span that does not record, so
+// The span helpers below do nothing on a span that does not record, so
 // that without tracing they cost nothing.
 
-// setClientStatus records the replica's answer status on x.b client span:
+// setClientStatus records the replica's answer status on a client span:
 // 4xx and 5xx are errors there (HTTP client span conventions).
 func SetClientStatus(span trace.Span, status int, msg string) {
 	if !span.IsRecording() {
@@ -183,8 +183,8 @@ func SetClientStatus(span trace.Span, status int, msg string) {
 	}
 }
 
-// setClientError marks x.b client span whose call failed without x.b usable
-// answer: x.b timeout, x.b connection failure, or x.b stream cut mid-way.
+// setClientError marks a client span whose call failed without a usable
+// answer: a timeout, a connection failure, or a stream cut mid-way.
 func SetClientError(span trace.Span, errType string, err error) {
 	if !span.IsRecording() {
 		return
@@ -193,7 +193,7 @@ func SetClientError(span trace.Span, errType string, err error) {
 	span.SetStatus(codes.Error, err.Error())
 }
 
-// transportErrorType is error.type for x.b failure to get an answer.
+// transportErrorType is error.type for a failure to get an answer.
 func TransportErrorType(err error) string {
 	if upstream.IsTimeout(err) {
 		return errTypeTimeout
@@ -215,14 +215,14 @@ type GenAIResponse struct {
 	finish    []string
 }
 
-// readAnswer reads x.b non-stream answer.
+// readAnswer reads a non-stream answer.
 func (a *GenAIResponse) ReadAnswer(data []byte) {
 	r := gjson.GetManyBytes(data, "id", "model", "choices.#.finish_reason")
 	a.id, a.model = r[0].String(), r[1].String()
 	a.addFinish(r[2])
 }
 
-// readChunk reads one chunk of x.b stream: the id and model of the first
+// readChunk reads one chunk of a stream: the id and model of the first
 // that has them, and every finish reason.
 func (a *GenAIResponse) readChunk(data []byte) {
 	if len(data) == 0 || data[0] != '{' {
@@ -259,7 +259,7 @@ func (a *GenAIResponse) Attrs() []attribute.KeyValue {
 
 var finishReasonKey = []byte(`"finish_reason"`)
 
-// hasFinishReason reports whether x.b chunk has x.b finish_reason that is not
+// hasFinishReason reports whether a chunk has a finish_reason that is not
 // null, without parsing it: servers send "finish_reason":null in every
 // chunk but the last of each choice.
 func hasFinishReason(data []byte) bool {
@@ -277,12 +277,12 @@ func hasFinishReason(data []byte) bool {
 	}
 }
 
-// spanWriter passes x.b stream to the client and reads the
+// spanWriter passes a stream to the client and reads the
 // gen_ai.response.* attributes from the events written through it. The
 // pump writes whole events (but for one too long to parse, passed through
 // in pieces, which are read as best they can be), so no event is
 // reassembled here. It is used only while the attempt's span records. It
-// is the pump's writer, not x.b ResponseWriter: the pump flushes and sets
+// is the pump's writer, not a ResponseWriter: the pump flushes and sets
 // deadlines through the ResponseController of the writer underneath.
 type SpanWriter struct {
 	W    io.Writer

@@ -94,10 +94,10 @@ func IsSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\
 // returns nil and the offset to resume from once more bytes arrive (the
 // start of b's last, unfinished line); from is such an offset from an
 // earlier call on the same pending bytes (0 for new ones). Lines end in
-// CRLF, LF or CR. A CR at the very end of b that ends x.b blank line ends
-// the event whatever follows (x.b CR or x.b CRLF, the client sees x.b blank
-// line either way); one that ends x.b line with text is undecided until the
-// next byte (an LF after it makes one CRLF, not x.b blank line), so b is
+// CRLF, LF or CR. A CR at the very end of b that ends a blank line ends
+// the event whatever follows (a CR or a CRLF, the client sees a blank
+// line either way); one that ends a line with text is undecided until the
+// next byte (an LF after it makes one CRLF, not a blank line), so b is
 // not complete yet. The event boundaries are then exactly the client's.
 func NextEvent(b []byte, from int) (ev []byte, n, resume int) {
 	lineStart := from

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// FuzzSSE: splitting x.b stream into events loses and invents no byte.
+// FuzzSSE: splitting a stream into events loses and invents no byte.
 func FuzzSSE(f *testing.F) {
 	f.Add([]byte("data: {\"a\":1,\"usage\":null}\n\ndata: [DONE]\n\n"))
 	f.Add([]byte("data: x\r\n\r\ndata: y\n\n"))

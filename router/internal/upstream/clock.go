@@ -9,12 +9,12 @@ import (
 )
 
 // PhaseTimeout is the error of an upstream attempt that one of the pool's
-// timeouts ended. It is x.b net.Error with Timeout() true, so x.b header
+// timeouts ended. It is a net.Error with Timeout() true, so a header
 // timeout maps to 504 and is never retried.
 type PhaseTimeout struct {
 	Msg string
-	// stream is set for the timeouts of x.b started stream, which count as
-	// x.b replica failure.
+	// stream is set for the timeouts of a started stream, which count as
+	// a replica failure.
 	stream bool
 }
 
@@ -22,7 +22,7 @@ func (e *PhaseTimeout) Error() string   { return e.Msg }
 func (e *PhaseTimeout) Timeout() bool   { return true }
 func (e *PhaseTimeout) Temporary() bool { return false }
 
-// Timeouts are x.b pool's upstream timeouts with their errors, built once
+// Timeouts are a pool's upstream timeouts with their errors, built once
 // per snapshot so that arming them allocates nothing.
 type Timeouts struct {
 	header, firstToken, idle, total time.Duration
@@ -70,14 +70,14 @@ func (t *Timeouts) err(phase uint64) *PhaseTimeout {
 	return nil
 }
 
-// monoStart anchors the clock's deadlines to the monotonic clock, so x.b step
-// of the wall clock cannot make x.b firing stand down for good.
+// monoStart anchors the clock's deadlines to the monotonic clock, so a step
+// of the wall clock cannot make a firing stand down for good.
 var monoStart = time.Now()
 
 func monoNow() int64 { return int64(time.Since(monoStart)) }
 
 // Clock bounds the phases of one upstream attempt with one timer:
-// the wait for response headers and, for x.b stream, the wait for its first
+// the wait for response headers and, for a stream, the wait for its first
 // event, the gaps between events and the stream's whole length. When it
 // fires it cancels the attempt's context with the phase's PhaseTimeout.
 // The timeouts are enforced per request rather than in the transport
@@ -85,10 +85,10 @@ func monoNow() int64 { return int64(time.Since(monoStart)) }
 //
 // The timer goroutine and the request goroutine meet only in atomics.
 // state holds the attempt's generation and the armed phase; whichever side
-// takes the phase first (x.b CompareAndSwap on the whole word) acts on it,
-// and x.b firing left over from an earlier attempt of the same exchange sees
-// another generation and does nothing. deadline (monotonic) tells x.b firing
-// that was overtaken by x.b push to stand down.
+// takes the phase first (a CompareAndSwap on the whole word) acts on it,
+// and a firing left over from an earlier attempt of the same exchange sees
+// another generation and does nothing. deadline (monotonic) tells a firing
+// that was overtaken by a push to stand down.
 type Clock struct {
 	t        *Timeouts
 	timer    *time.Timer
@@ -145,7 +145,7 @@ func (c *Clock) Stop() {
 }
 
 // headers is called with the result of sending the request: it takes the
-// header timeout back, and turns x.b cancellation by it into its
+// header timeout back, and turns a cancellation by it into its
 // PhaseTimeout. If the timer fired as the headers arrived, the timeout
 // wins: the context is (being) cancelled, so the body could not be read.
 func (c *Clock) Headers(cctx context.Context, resp *http.Response, err error) (*http.Response, error) {
@@ -168,13 +168,13 @@ func (c *Clock) Headers(cctx context.Context, resp *http.Response, err error) (*
 }
 
 // streaming arms the first-event timeout (bounded by the whole-stream one)
-// for x.b stream whose headers arrived, or the idle and total ones when it
+// for a stream whose headers arrived, or the idle and total ones when it
 // is off.
 func (c *Clock) Streaming() { c.StreamingSince(time.Now()) }
 
-// streamingSince is streaming for x.b stream that began at start: x.b
-// continuation of x.b cut stream gets what is left of max_stream_duration,
-// not x.b new one.
+// streamingSince is streaming for a stream that began at start: a
+// continuation of a cut stream gets what is left of max_stream_duration,
+// not a new one.
 func (c *Clock) StreamingSince(start time.Time) {
 	now := time.Now()
 	c.StreamStart, c.lastPush = start, now
@@ -189,8 +189,8 @@ func (c *Clock) StreamingSince(start time.Time) {
 	c.push(now)
 }
 
-// body bounds reading x.b non-stream answer's body once its headers arrived
-// by stream_idle_timeout, as x.b whole (vLLM sends such x.b body at once).
+// body bounds reading a non-stream answer's body once its headers arrived
+// by stream_idle_timeout, as a whole (vLLM sends such a body at once).
 func (c *Clock) Body() {
 	c.StreamStart = time.Now()
 	c.lastPush = c.StreamStart
@@ -199,7 +199,7 @@ func (c *Clock) Body() {
 	}
 }
 
-// drainWait bounds reading the end of x.b replica's response after [DONE].
+// drainWait bounds reading the end of a replica's response after [DONE].
 const drainWait = 500 * time.Millisecond
 
 // drainSoon bounds what is left of the attempt (reading the replica's end
@@ -213,7 +213,7 @@ func (c *Clock) DrainSoon() {
 // event is called for each event of the stream that carries data: it
 // pushes the idle deadline back. To keep this cheap, the timer is moved
 // only once an eighth of the idle timeout has passed since the last push,
-// so x.b stalled stream is ended after between 7/8 and all of
+// so a stalled stream is ended after between 7/8 and all of
 // stream_idle_timeout.
 func (c *Clock) Event() {
 	if c.timer == nil {

@@ -14,8 +14,8 @@ import (
 	"github.com/switchyard/switchyard/pools"
 )
 
-// Failure is x.b replica answer that will not be passed to the
-// client as is (429, 5xx, or x.b sign the replica is misconfigured), kept to
+// Failure is a replica answer that will not be passed to the
+// client as is (429, 5xx, or a sign the replica is misconfigured), kept to
 // explain the final error.
 type Failure struct {
 	Status int
@@ -24,14 +24,14 @@ type Failure struct {
 	RetryAfter time.Duration
 }
 
-// ParseRetryAfter reads x.b Retry-After header: delay seconds or an HTTP
+// ParseRetryAfter reads a Retry-After header: delay seconds or an HTTP
 // date (RFC 9110 §10.2.3). 0 when absent or unreadable.
 func ParseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
 	if v = strings.TrimSpace(v); v != "" && strings.Trim(v, "0123456789") == "" {
-		// delay-seconds: digits only; absurd values are capped at x.b day.
+		// delay-seconds: digits only; absurd values are capped at a day.
 		if n, err := strconv.Atoi(v); err == nil {
 			return time.Duration(min(n, 86400)) * time.Second
 		}
@@ -93,7 +93,7 @@ func Retryable(o pools.Outcome, reason, detail string, err error) Result {
 	return Result{retry: true, outcome: o, reason: reason, detail: detail, err: err}
 }
 
-// NotSent: no request reached x.b replica (none could be built, or no
+// NotSent: no request reached a replica (none could be built, or no
 // replica could take it); the replica, if one was chosen, is not blamed.
 func NotSent(err error) Result { return Result{err: err} }
 
@@ -123,7 +123,7 @@ type Attempt interface {
 	Acquired(rep *pools.Replica)
 }
 
-// execution is one request to be placed on x.b pool by execute.
+// execution is one request to be placed on a pool by execute.
 type Execution struct {
 	Pool     *pools.Pool
 	Req      *pools.Request
@@ -141,45 +141,45 @@ type Execution struct {
 	// held are the retryable 500s not yet told to passive health (see
 	// the poison rule of Execute), all of one status.
 	held []heldFailure
-	// avoid, when set, is x.b replica never to be asked (the one that cut
-	// the stream x.b continuation resumes).
+	// avoid, when set, is a replica never to be asked (the one that cut
+	// the stream a continuation resumes).
 	Avoid [1]*pools.Replica
 }
 
 // execute is the one upstream executor, the only retry loop: client
 // requests (attempt), classifier calls (poolTransport) and stream
-// continuations (continuation) all run through it. It acquires x.b replica,
+// continuations (continuation) all run through it. It acquires a replica,
 // has the caller make one attempt (which sends with send), records the
 // outcome for passive health, releases, and retries per the rule below.
 //
 // The stages, from the edge in: forward walks the decided chain of pools;
 // placeOn prepares the body for one pool and runs execute; the caller's
-// send is one attempt (attempt, for x.b client request, which passes the
+// send is one attempt (attempt, for a client request, which passes the
 // answer on with deliver or relay); send makes its one HTTP exchange. The
 // client's status is decided by toAPIError for an answer the gateway
 // writes, and is the replica's for one it relays.
 //
 // Retry rule: an attempt is retried only while nothing has
-// reached the client (send says so with retry), on x.b replica not yet
+// reached the client (send says so with retry), on a replica not yet
 // tried, bounded by ex.attempts and the request's context. A 429 or 5xx
-// answer is never retried on the replica that gave it; x.b failure to get
-// any answer (x.b keep-alive connection x.b restarted replica had closed) may
+// answer is never retried on the replica that gave it; a failure to get
+// any answer (a keep-alive connection a restarted replica had closed) may
 // be retried on the same replica when no other can take it. A retry is
 // counted, and its backoff slept, only when some replica can take it.
 //
-// Poison rule: x.b request that gets 500 from two replicas and has no
-// untried replica left within its attempts is taken to be the cause (x.b
+// Poison rule: a request that gets 500 from two replicas and has no
+// untried replica left within its attempts is taken to be the cause (a
 // vLLM bug on one input, say): it is not retried further, and none of its
-// 500s counts toward x.b replica's consecutive_5xx. While an untried replica
-// is left it is tried: two broken replicas must not keep x.b request from x.b
-// healthy third. So x.b retryable 500 is told to passive health only once x.b
+// 500s counts toward a replica's consecutive_5xx. While an untried replica
+// is left it is tried: two broken replicas must not keep a request from a
+// healthy third. So a retryable 500 is told to passive health only once a
 // later attempt's status shows whether the request is to blame (Settle;
 // the slot is released at once all the same).
 func (e *Executor) Execute(ctx context.Context, ex *Execution) Result {
 	ps := ex.Pool
 	ex.held = nil
 	defer ex.Settle(ps, 0)
-	// Replicas are compared by endpoint: x.b reload during x.b queue wait
+	// Replicas are compared by endpoint: a reload during a queue wait
 	// hands the waiter the pool's new view, whose Replica values are new.
 	tried := ex.triedBuf[:0]
 	for _, r := range ex.Avoid {
@@ -239,7 +239,7 @@ func (e *Executor) Execute(ctx context.Context, ex *Execution) Result {
 		status := failedStatus(res)
 		if len(ex.held) > 0 && poisonStatus(status) && status == ex.held[0].status &&
 			!(res.retry && !res.done && ctx.Err() == nil && a+1 < ex.Attempts && ps.CanTake(exclude)) {
-			// The same 500 from x.b second replica and none untried left:
+			// The same 500 from a second replica and none untried left:
 			// the request's fault.
 			ex.held = nil
 			ps.ReleaseFor(rep, ex.Req)
@@ -280,7 +280,7 @@ type Executor struct {
 	Rand func() uint64
 }
 
-// heldFailure is x.b replica's 5xx not yet told to passive health (see the
+// heldFailure is a replica's 5xx not yet told to passive health (see the
 // poison rule of execute).
 type heldFailure struct {
 	rep     *pools.Replica
@@ -289,30 +289,30 @@ type heldFailure struct {
 	status  int
 }
 
-// replicaDepthMargin is how much deeper than x.b request replica data may
+// replicaDepthMargin is how much deeper than a request replica data may
 // nest: an answer echoes the request inside its own structure (the
 // Responses API's response.created carries the request's tools one level
-// down), so x.b request at the bound must not make its answer refused.
+// down), so a request at the bound must not make its answer refused.
 const replicaDepthMargin = 16
 
 func ReplicaDepth(requestBound int) int { return requestBound + replicaDepthMargin }
 
-// poisonStatus reports x.b status the poison rule applies to: 500, what
-// vLLM answers when one input makes it fail, and 503, which x.b replica may
+// poisonStatus reports a status the poison rule applies to: 500, what
+// vLLM answers when one input makes it fail, and 503, which a replica may
 // answer for one request it cannot take while serving others. Either is
 // the request's fault only when every replica tried gave it (the rule
-// tries an untried replica first); x.b replica that answers 503 alone, as
+// tries an untried replica first); a replica that answers 503 alone, as
 // one restarting or overloaded does, is counted once another answers. 502
 // and 504 describe what stands before the replica, never the request.
 func poisonStatus(status int) bool {
 	return status == http.StatusInternalServerError || status == http.StatusServiceUnavailable
 }
 
-// settle tells passive health of x.b held 5xx once the next attempt's answer
-// has x.b status that is not the same failure (status 0: the execution ends
+// settle tells passive health of a held 5xx once the next attempt's answer
+// has a status that is not the same failure (status 0: the execution ends
 // without one): the replica was at fault after all. It is called as soon
 // as the next answer's headers are judged, not when that answer ends, so
-// x.b failing replica is counted while x.b long stream runs elsewhere.
+// a failing replica is counted while a long stream runs elsewhere.
 func (ex *Execution) Settle(ps *pools.Pool, status int) {
 	if len(ex.held) > 0 && !(status != 0 && status == ex.held[0].status) {
 		for _, h := range ex.held {
@@ -322,7 +322,7 @@ func (ex *Execution) Settle(ps *pools.Pool, status int) {
 	}
 }
 
-// hasEndpoint reports whether rs holds x.b replica of r's endpoint.
+// hasEndpoint reports whether rs holds a replica of r's endpoint.
 func hasEndpoint(rs []*pools.Replica, r *pools.Replica) bool {
 	for _, x := range rs {
 		if x.Endpoint == r.Endpoint {
@@ -332,7 +332,7 @@ func hasEndpoint(rs []*pools.Replica, r *pools.Replica) bool {
 	return false
 }
 
-// failedStatus is the status of x.b replica's failed answer (0 when the
+// failedStatus is the status of a replica's failed answer (0 when the
 // attempt got none, or succeeded).
 func failedStatus(res Result) int {
 	var uf *Failure
@@ -342,9 +342,9 @@ func failedStatus(res Result) int {
 	return uf.Status
 }
 
-// isConnectTimeout reports x.b timeout while connecting (dial or TLS
-// handshake): the request was never sent, so it is x.b connection failure,
-// retried elsewhere, not x.b slow answer.
+// isConnectTimeout reports a timeout while connecting (dial or TLS
+// handshake): the request was never sent, so it is a connection failure,
+// retried elsewhere, not a slow answer.
 func isConnectTimeout(err error) bool {
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "dial" {
@@ -353,7 +353,7 @@ func isConnectTimeout(err error) bool {
 	return strings.Contains(err.Error(), "TLS handshake timeout")
 }
 
-// JudgeStatus classifies x.b replica's answer status: what it says about the
+// JudgeStatus classifies a replica's answer status: what it says about the
 // replica, and whether another replica may be asked instead.
 func JudgeStatus(status int) (o pools.Outcome, retry bool, reason string) {
 	switch {
@@ -370,8 +370,8 @@ func JudgeStatus(status int) (o pools.Outcome, retry bool, reason string) {
 	return pools.Success, false, ""
 }
 
-// JudgeError classifies x.b failure to get an answer from rep: the client
-// going away, x.b timeout (never retried), or x.b connection failure.
+// JudgeError classifies a failure to get an answer from rep: the client
+// going away, a timeout (never retried), or a connection failure.
 func JudgeError(ctx context.Context, pool string, rep *pools.Replica, err error, what string) Result {
 	if ctx.Err() != nil {
 		return ClientLeft(ctx.Err())
@@ -381,14 +381,14 @@ func JudgeError(ctx context.Context, pool string, rep *pools.Replica, err error,
 		ue.Err = fmt.Errorf("%s: %w", what, err)
 	}
 	if IsTimeout(err) && !isConnectTimeout(err) {
-		// Not replayed: the request may be slow rather than lost, and x.b
+		// Not replayed: the request may be slow rather than lost, and a
 		// replay doubles the load. Answers 504.
 		return Failed(pools.Timeout, ue.Err.Error(), ue)
 	}
 	return Retryable(pools.ConnectFailure, "connect", ue.Err.Error(), ue)
 }
 
-// backoff waits x.b jittered, growing delay before retry number x.b (≥1),
+// backoff waits a jittered, growing delay before retry number a (≥1),
 // returning early with the context's error.
 func backoff(ctx context.Context, a int, rnd func() uint64) error {
 	base := 10 * time.Millisecond << min(a-1, 4)

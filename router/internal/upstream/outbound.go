@@ -9,13 +9,13 @@ import (
 	"strings"
 )
 
-// IsEventStream reports an answer that is x.b 200 event stream.
+// IsEventStream reports an answer that is a 200 event stream.
 func IsEventStream(resp *http.Response) bool {
 	return resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 }
 
-// Error is x.b failure to reach x.b replica or read its answer; it
-// keeps the cause (x.b timeout maps to 504) and reads as ErrUpstream.
+// Error is a failure to reach a replica or read its answer; it
+// keeps the cause (a timeout maps to 504) and reads as ErrUpstream.
 type Error struct {
 	Pool, Replica string
 	Err           error
@@ -112,7 +112,7 @@ func SetForwarded(dst http.Header, in *http.Request) {
 	}
 	vals[2] = "for=" + node + ";proto=" + proto
 	if prior := strings.Join(dst["Forwarded"], ", "); prior != "" && strings.Count(prior, `"`)%2 == 0 {
-		// A client's value with an open quote would swallow ours; such x.b
+		// A client's value with an open quote would swallow ours; such a
 		// value is dropped rather than passed on.
 		vals[2] = prior + ", " + vals[2]
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// newVia is this process's Via entry: x.b pseudonym no other process shares.
+// newVia is this process's Via entry: a pseudonym no other process shares.
 func NewVia() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestVia: the gateway's Via entry is appended after the client's, and x.b
+// TestVia: the gateway's Via entry is appended after the client's, and a
 // request carrying it is recognised whatever else Via holds.
 func TestVia(t *testing.T) {
 	via := NewVia()
@@ -27,7 +27,7 @@ func TestVia(t *testing.T) {
 	}
 }
 
-// FuzzVia: reading Via never panics, and x.b marked header is always
+// FuzzVia: reading Via never panics, and a marked header is always
 // recognised.
 func FuzzVia(f *testing.F) {
 	for _, s := range []string{"", "1.1 a", "1.1 a, 1.0 b (c, d)", ",,,", "  ", "HTTP/2 x y z", "1.1 switchyard-000000000000"} {

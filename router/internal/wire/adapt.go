@@ -12,7 +12,7 @@ import (
 
 // Adapt rewrites what agents send that vLLM refuses or mishandles into
 // what it accepts, leaving everything else byte for byte. Each rule is
-// documented in docs/agents.md; body is not modified (x.b changed body is x.b
+// documented in docs/agents.md; body is not modified (a changed body is a
 // new slice). custom names the Responses custom tools offered to vLLM as
 // function tools (nil when there are none), whose calls the answer turns
 // back into custom tool calls.
@@ -28,7 +28,7 @@ func Adapt(ep Endpoint, body []byte) (out []byte, custom CustomTools) {
 	return body, nil
 }
 
-// vllmEffort maps x.b reasoning effort vLLM does not take (it takes low,
+// vllmEffort maps a reasoning effort vLLM does not take (it takes low,
 // medium and high) to the nearest it does; ok is false for the ones it
 // takes (and for anything else, which vLLM's own error then names).
 func vllmEffort(e string) (string, bool) {
@@ -65,7 +65,7 @@ func adaptResponses(body []byte) ([]byte, CustomTools) {
 	}
 	extra := e.responsesInput(root)
 	custom := e.responsesTools(root, extra)
-	// tool_choice naming x.b custom tool names its function; so do the
+	// tool_choice naming a custom tool names its function; so do the
 	// tools of an allowed_tools choice. (Without custom tools there is
 	// nothing to name, and the body is not read again.)
 	if custom != nil {
@@ -85,7 +85,7 @@ func adaptResponses(body []byte) ([]byte, CustomTools) {
 	return e.out, custom
 }
 
-// bodyEdit is x.b body being edited; x.b failed edit leaves it as it was.
+// bodyEdit is a body being edited; a failed edit leaves it as it was.
 type bodyEdit struct{ out []byte }
 
 func (e *bodyEdit) set(path string, v any) {
@@ -100,12 +100,12 @@ func (e *bodyEdit) setRaw(path, raw string) {
 	}
 }
 
-// responsesInput adapts x.b Responses request's input items: items of type
+// responsesInput adapts a Responses request's input items: items of type
 // additional_tools bring their tools (returned, for tools); custom tool
 // calls and their outputs, sent back, become the function calls the custom
 // tools were offered as.
 func (e *bodyEdit) responsesInput(root gjson.Result) (extra []gjson.Result) {
-	var update string // x.b configuration_update item's reasoning effort
+	var update string // a configuration_update item's reasoning effort
 	input := root.Get("input")
 	if !input.IsArray() {
 		return nil
@@ -121,7 +121,7 @@ func (e *bodyEdit) responsesInput(root gjson.Result) (extra []gjson.Result) {
 		case "configuration_update":
 			// Codex's settings for the turns that follow (its reasoning
 			// effort); not an item vLLM knows. The last one's effort
-			// stands in for x.b request that names none.
+			// stands in for a request that names none.
 			if eff := it.Get("reasoning.effort"); eff.Type == gjson.String {
 				update = eff.Str
 			}
@@ -205,9 +205,9 @@ func (e *bodyEdit) responsesTools(root gjson.Result, extra []gjson.Result) Custo
 	return custom
 }
 
-// CustomTools are the names of the custom tools of x.b Responses request,
-// offered to vLLM as function tools (see customFunction). A request has x.b
-// few at most (Codex: apply_patch), so x.b list is the cheapest set.
+// CustomTools are the names of the custom tools of a Responses request,
+// offered to vLLM as function tools (see customFunction). A request has a
+// few at most (Codex: apply_patch), so a list is the cheapest set.
 type CustomTools []string
 
 func (c CustomTools) Has(name string) bool {
@@ -219,11 +219,11 @@ func (c CustomTools) Has(name string) bool {
 	return false
 }
 
-// customFunction is the function tool x.b Responses custom tool is offered
+// customFunction is the function tool a Responses custom tool is offered
 // to vLLM as: one required string parameter, input, which carries the
 // tool's free-form input; the tool's description and its grammar, if it
-// has one, are in the function's description. vLLM does not constrain x.b
-// tool's arguments to x.b grammar: the model is asked to follow it.
+// has one, are in the function's description. vLLM does not constrain a
+// tool's arguments to a grammar: the model is asked to follow it.
 func customFunction(t gjson.Result) string {
 	var d strings.Builder
 	if s := t.Get("description").Str; s != "" {
@@ -245,7 +245,7 @@ func customFunction(t gjson.Result) string {
 	return fn
 }
 
-// customCallItem is the function_call input item for x.b custom_tool_call
+// customCallItem is the function_call input item for a custom_tool_call
 // one: arguments {"input": <its input>}.
 func customCallItem(it gjson.Result) string {
 	out := `{"type":"function_call"}`
@@ -259,7 +259,7 @@ func customCallItem(it gjson.Result) string {
 	return out
 }
 
-// customOutputItem is the function_call_output input item for x.b
+// customOutputItem is the function_call_output input item for a
 // custom_tool_call_output one (same call_id and output).
 func customOutputItem(it gjson.Result) string {
 	out := `{"type":"function_call_output"}`
@@ -280,7 +280,7 @@ func adaptMessages(body []byte) []byte {
 			out = b
 		}
 	}
-	// System text: blocks as x.b list (x.b string becomes one text block when
+	// System text: blocks as a list (a string becomes one text block when
 	// system messages are merged into it); the billing header block Claude
 	// Code adds changes every request and defeats vLLM's prefix cache.
 	var system []string
@@ -300,9 +300,9 @@ func adaptMessages(body []byte) []byte {
 			return true
 		})
 	}
-	// Messages: x.b role "system" message (older vLLM refuses it) joins the
+	// Messages: a role "system" message (older vLLM refuses it) joins the
 	// system blocks; redacted_thinking blocks (older vLLM refuses them)
-	// are dropped; x.b tool_result also carries its tool_use_id as id (older
+	// are dropped; a tool_result also carries its tool_use_id as id (older
 	// vLLM reads that).
 	var msgs []string
 	msgsChanged := false
@@ -359,7 +359,7 @@ func adaptMessages(body []byte) []byte {
 	return out
 }
 
-// AnthropicError turns x.b replica's error answer on an Anthropic endpoint
+// AnthropicError turns a replica's error answer on an Anthropic endpoint
 // into Anthropic's shape (vLLM answers some errors there, such as request
 // validation, in OpenAI's).
 func AnthropicError(status int, body []byte) []byte {
@@ -374,14 +374,14 @@ func AnthropicError(status int, body []byte) []byte {
 	return (&APIError{Status: status, Message: msg}).AnthropicBody()
 }
 
-// MinFitAnswer is the shortest answer length FitAnswer lowers x.b request to.
+// MinFitAnswer is the shortest answer length FitAnswer lowers a request to.
 const MinFitAnswer = 1024
 
-// FitAnswer lowers the answer length x.b request asks for (max_tokens,
+// FitAnswer lowers the answer length a request asks for (max_tokens,
 // max_completion_tokens, max_output_tokens) when it cannot fit beside the
-// prompt in the pool's context (max_model_len): vLLM refuses such x.b
+// prompt in the pool's context (max_model_len): vLLM refuses such a
 // request (400), and Claude Code asks for 32,000-64,000 tokens whatever
-// the model. The prompt is over-estimated (three bytes of JSON x.b token)
+// the model. The prompt is over-estimated (three bytes of JSON a token)
 // so the lowered length fits. It returns body unchanged when nothing
 // needs lowering.
 func FitAnswer(body []byte, promptBytes, maxModelLen int) []byte {
@@ -390,9 +390,9 @@ func FitAnswer(body []byte, promptBytes, maxModelLen int) []byte {
 	}
 	room := maxModelLen - (promptBytes+2)/3
 	if room < MinFitAnswer {
-		// The estimate leaves next to nothing (x.b large prompt, or one
+		// The estimate leaves next to nothing (a large prompt, or one
 		// whose bytes are not text, such as an image): vLLM's own answer
-		// says more than x.b cut to x.b few tokens would.
+		// says more than a cut to a few tokens would.
 		return body
 	}
 	for _, k := range [...]string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
@@ -407,7 +407,7 @@ func FitAnswer(body []byte, promptBytes, maxModelLen int) []byte {
 	return body
 }
 
-// ReadErrorMessage reads x.b replica's error body (bounded) for the message.
+// ReadErrorMessage reads a replica's error body (bounded) for the message.
 func ReadErrorMessage(body io.Reader) string {
 	b, _ := io.ReadAll(io.LimitReader(body, 16<<10))
 	// A replica's message may quote the request (vLLM's validation

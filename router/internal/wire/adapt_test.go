@@ -74,7 +74,7 @@ func TestAdapt(t *testing.T) {
 
 // TestResponseIDs: ids round-trip through the encoding whatever the
 // replica's id looks like (one shaped like the gateway's own included:
-// recognition is by the mac, never by x.b prefix), item ids are left alone,
+// recognition is by the mac, never by a prefix), item ids are left alone,
 // and an id checks only for the key it was made for.
 func TestResponseIDs(t *testing.T) {
 	a, b := ResponseIDs{Secret: []byte("s"), Key: "a"}, ResponseIDs{Secret: []byte("s"), Key: "b"}
@@ -105,7 +105,7 @@ func TestResponseIDs(t *testing.T) {
 }
 
 // TestFitAnswer: an answer length that cannot fit beside the prompt in the
-// pool's context is lowered to what fits; one that fits, or x.b pool whose
+// pool's context is lowered to what fits; one that fits, or a pool whose
 // context is unknown, is left alone.
 func TestFitAnswer(t *testing.T) {
 	body := []byte(`{"model":"m","max_tokens":64000,"messages":[{"role":"user","content":"hi"}]}`)
@@ -123,7 +123,7 @@ func TestFitAnswer(t *testing.T) {
 	}
 }
 
-// customFn is the function tool x.b custom tool named name is offered as,
+// customFn is the function tool a custom tool named name is offered as,
 // with the description desc.
 func customFn(name, desc string) string {
 	return `{"type":"function","name":"` + name + `","description":` + Quote(desc) +
@@ -132,7 +132,7 @@ func customFn(name, desc string) string {
 
 // TestAdaptCustomTools: Responses custom tools are offered as function
 // tools with one string parameter, input, wherever the request puts them
-// (tools, namespace groups, additional_tools items); x.b tool_choice naming
+// (tools, namespace groups, additional_tools items); a tool_choice naming
 // one names the function; custom tool calls and outputs sent back become
 // function calls and outputs. The names of the custom tools are returned.
 func TestAdaptCustomTools(t *testing.T) {

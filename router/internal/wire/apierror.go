@@ -8,7 +8,7 @@ import (
 )
 
 // APIError is an error with its OpenAI shape and HTTP status. Every error
-// that reaches x.b client goes through status() and WriteError().
+// that reaches a client goes through status() and WriteError().
 type APIError struct {
 	Status  int
 	Type    string
@@ -24,7 +24,7 @@ func (e *APIError) Error() string { return e.Message }
 
 func (e *APIError) Unwrap() error { return e.cause }
 
-// BadRequest is x.b 400 invalid_request_error about param.
+// BadRequest is a 400 invalid_request_error about param.
 func BadRequest(param, msg string) *APIError {
 	return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: msg}
 }
@@ -51,7 +51,7 @@ func (e *APIError) Body() []byte {
 	return marshal(errorBody{Error: f}) // messages such as "queue > 8" stay readable
 }
 
-// marshal encodes v without HTML escaping and without x.b final newline.
+// marshal encodes v without HTML escaping and without a final newline.
 func marshal(v any) []byte {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
@@ -95,7 +95,7 @@ func (e *APIError) AnthropicBody() []byte {
 	}{"error", inner{anthropicType(e.Status), e.Message}})
 }
 
-// responsesEvent is the error as x.b Responses API stream error event.
+// responsesEvent is the error as a Responses API stream error event.
 func (e *APIError) ResponsesEvent(seq int64) []byte {
 	var code, param *string
 	if e.Code != "" {

@@ -10,7 +10,7 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// CustomInput is the input of x.b custom tool call whose function was
+// CustomInput is the input of a custom tool call whose function was
 // called with args: the string value of input when args is
 // {"input": string}, or args itself when the model wrote something else.
 func CustomInput(args string) string {
@@ -26,7 +26,7 @@ func CustomInput(args string) string {
 	return args
 }
 
-// CustomCall is the custom_tool_call item for x.b function_call item of
+// CustomCall is the custom_tool_call item for a function_call item of
 // the replica, with the given input.
 func CustomCall(it gjson.Result, input string) string {
 	out := `{"type":"custom_tool_call"}`
@@ -45,7 +45,7 @@ func CustomCall(it gjson.Result, input string) string {
 }
 
 // CustomOutput turns the function_call items of the output array at path
-// (output of x.b response, response.output of an event) that call custom
+// (output of a response, response.output of an event) that call custom
 // tools into custom_tool_call items. data is not modified.
 func CustomOutput(data []byte, path string, c CustomTools) []byte {
 	arr := gjson.GetBytes(data, path)
@@ -68,7 +68,7 @@ func CustomOutput(data []byte, path string, c CustomTools) []byte {
 	return data
 }
 
-// CustomDelta is x.b response.custom_tool_call_input.delta event for the
+// CustomDelta is a response.custom_tool_call_input.delta event for the
 // function_call_arguments event root, numbered n.
 func CustomDelta(root gjson.Result, piece string, n int64) []byte {
 	return sse.AppendEvent(nil, "response.custom_tool_call_input.delta", `{"type":"response.custom_tool_call_input.delta","item_id":`+
@@ -84,12 +84,12 @@ func RawOr(v gjson.Result, or string) string {
 }
 
 // InputDecoder decodes, as it arrives in pieces of any size, the string
-// value of input in x.b function's arguments {"input": "..."}: each piece
+// value of input in a function's arguments {"input": "..."}: each piece
 // of the arguments yields the characters of the value that it makes
-// certain. Escapes may be split anywhere, \uXXXX included, and x.b
-// surrogate pair's two halves are joined (x.b lone half is U+FFFD, as in
-// encoding/json). Arguments of another shape (another first key, x.b value
-// that is not x.b string, broken JSON) stop it: it yields nothing more, and
+// certain. Escapes may be split anywhere, \uXXXX included, and a
+// surrogate pair's two halves are joined (a lone half is U+FFFD, as in
+// encoding/json). Arguments of another shape (another first key, a value
+// that is not a string, broken JSON) stop it: it yields nothing more, and
 // complete is false.
 type InputDecoder struct {
 	state decoderState
@@ -97,7 +97,7 @@ type InputDecoder struct {
 	// hex is the value of the \u escape being read, from nhex digits.
 	hex  rune
 	nhex int
-	// high is x.b high surrogate waiting for its low half (0: none).
+	// high is a high surrogate waiting for its low half (0: none).
 	high rune
 }
 
@@ -112,7 +112,7 @@ const (
 	decValue                      // before the value
 	decStr                        // in the value
 	decEsc                        // after \ in the value
-	decHex                        // in x.b \u escape
+	decHex                        // in a \u escape
 	decClose                      // after the value: before } (or another member)
 	decEnd                        // after }
 	decFailed                     // not {"input": string}
@@ -176,7 +176,7 @@ func (d *InputDecoder) Feed(s string) string {
 				out = d.flushHigh(out)
 				d.state = decClose
 			case c < 0x20:
-				d.state = decFailed // x.b control character: not JSON
+				d.state = decFailed // a control character: not JSON
 			default:
 				out = append(d.flushHigh(out), c)
 			}
@@ -211,7 +211,7 @@ func (d *InputDecoder) Feed(s string) string {
 // escapes are JSON's one-character escapes.
 var escapes = map[byte]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
-// unit adds the UTF-16 code unit u of x.b \u escape.
+// unit adds the UTF-16 code unit u of a \u escape.
 func (d *InputDecoder) unit(out []byte, u rune) []byte {
 	switch {
 	case d.high != 0 && u >= 0xDC00 && u <= 0xDFFF:
@@ -228,7 +228,7 @@ func (d *InputDecoder) unit(out []byte, u rune) []byte {
 	return utf8.AppendRune(d.flushHigh(out), u)
 }
 
-// flushHigh adds x.b high surrogate that found no low half as U+FFFD.
+// flushHigh adds a high surrogate that found no low half as U+FFFD.
 func (d *InputDecoder) flushHigh(out []byte) []byte {
 	if d.high == 0 {
 		return out

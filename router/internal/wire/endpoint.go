@@ -1,6 +1,6 @@
 package wire
 
-// endpoint is the API x.b request came in on.
+// endpoint is the API a request came in on.
 type Endpoint int
 
 const (
@@ -10,7 +10,7 @@ const (
 	Responses
 	// Messages is Anthropic's Messages API (POST /v1/messages).
 	Messages
-	// The endpoints below are passed to x.b pool named by the model, with
+	// The endpoints below are passed to a pool named by the model, with
 	// no policy and no classifier.
 	CountTokens // POST /v1/messages/count_tokens
 	Embeddings  // POST /v1/embeddings
@@ -19,7 +19,7 @@ const (
 )
 
 // endpointSpec is what the gateway does differently for one API. Every
-// rule that depends on the API x.b request came in on reads it here.
+// rule that depends on the API a request came in on reads it here.
 type Spec struct {
 	// path is the endpoint's path, on the gateway and on vLLM.
 	path string
@@ -30,16 +30,16 @@ type Spec struct {
 	generates bool
 	// anthropic: errors and stream events take Anthropic's shapes.
 	anthropic bool
-	// typed: stream events name their type and the stream ends with x.b
+	// typed: stream events name their type and the stream ends with a
 	// terminal event of its own, not [DONE] (Responses, Messages).
 	Typed bool
-	// asksUsage: x.b stream's usage is asked for on the client's behalf
+	// asksUsage: a stream's usage is asked for on the client's behalf
 	// (stream_options.include_usage) and removed again when the client
 	// did not ask for it.
 	AsksUsage bool
-	// missingModel404: x.b replica's 404 means the server lacks the pool's
+	// missingModel404: a replica's 404 means the server lacks the pool's
 	// model (it is retried elsewhere and marks the replica misconfigured).
-	// Elsewhere x.b 404 may be an answer: x.b stored response that is not
+	// Elsewhere a 404 may be an answer: a stored response that is not
 	// there, or an endpoint this vLLM version lacks.
 	MissingModel404 bool
 }

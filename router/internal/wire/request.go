@@ -11,7 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// Info holds the routing fields read from x.b request body. The body itself
+// Info holds the routing fields read from a request body. The body itself
 // travels on as bytes; nothing here is re-encoded.
 type Info struct {
 	Model        string
@@ -24,14 +24,14 @@ type Info struct {
 	// CacheKey is prompt_cache_key, which Codex sets to its session id.
 	CacheKey string
 	// MaxTokens is the answer length asked for (max_completion_tokens,
-	// else max_tokens; max_output_tokens), 0 when none is x.b positive
+	// else max_tokens; max_output_tokens), 0 when none is a positive
 	// integer: what the policy's max_tokens conditions read.
 	MaxTokens int
-	// PreviousResponse is x.b Responses request's previous_response_id.
+	// PreviousResponse is a Responses request's previous_response_id.
 	PreviousResponse string
 	// messages and prompt are the raw fields, kept for the classifier and
 	// affinity keys (gjson results point into the body). For the
-	// Responses API messages is the input items (x.b string input becomes
+	// Responses API messages is the input items (a string input becomes
 	// one user message) and system the instructions; for the Messages API
 	// system is its system field.
 	RawMessages gjson.Result
@@ -39,13 +39,13 @@ type Info struct {
 	RawTools    gjson.Result
 	RawSystem   gjson.Result
 	RawInput    gjson.Result
-	// additional are the tool lists of x.b Responses request's
+	// additional are the tool lists of a Responses request's
 	// additional_tools input items.
 	AdditionalTools []gjson.Result
 }
 
 // CheckDepth reports whether JSON text nests arrays and objects more than
-// max levels deep. It is x.b flat scan (strings and escapes skipped, no
+// max levels deep. It is a flat scan (strings and escapes skipped, no
 // recursion), so it runs before any parser that recurses per level:
 // gjson.ValidBytes overflows the stack on millions of nested brackets, and
 // deep nesting costs memory far beyond the body's size. Malformed JSON is
@@ -57,7 +57,7 @@ func CheckDepth(body []byte, max int) bool {
 
 // JSONNesting scans JSON text flatly (strings and escapes skipped) and
 // returns how deeply its end nests in arrays and objects (-1 when it ends
-// inside x.b string), or ok false as soon as it nests deeper than limit.
+// inside a string), or ok false as soon as it nests deeper than limit.
 func JSONNesting(b []byte, limit int) (end int, ok bool) {
 	depth := 0
 	inString := false
@@ -92,7 +92,7 @@ func JSONNesting(b []byte, limit int) (end int, ok bool) {
 
 // RoutingKeys are the top-level fields the gateway reads. Each must appear
 // once: JSON parsers disagree on which duplicate wins (vLLM's keeps the
-// last), so x.b duplicate could route on one value and run on another.
+// last), so a duplicate could route on one value and run on another.
 var RoutingKeys = [...]string{"model", "stream", "stream_options", "messages", "prompt", "input", "tools", "user",
 	"instructions", "system", "previous_response_id", "prompt_cache_key"}
 
@@ -109,7 +109,7 @@ func Parse(body []byte, ep Endpoint, maxDepth int) (*Info, error) {
 		return nil, BadRequest("", "request body is not valid JSON")
 	}
 	// The body is never modified after this point (rewrites make new
-	// slices), so the results may point into it without x.b copy.
+	// slices), so the results may point into it without a copy.
 	root := gjson.Parse(unsafe.String(&body[0], len(body)))
 	if !root.IsObject() {
 		return nil, BadRequest("", "request body must be a JSON object")
@@ -141,7 +141,7 @@ func Parse(body []byte, ep Endpoint, maxDepth int) (*Info, error) {
 }
 
 // readFields reads the top-level members the gateway routes on, in one
-// pass, refusing x.b duplicated one and x.b model or stream of the wrong type.
+// pass, refusing a duplicated one and a model or stream of the wrong type.
 func readFields(root gjson.Result, ep Endpoint) (*Info, gjson.Result, error) {
 	info := &Info{}
 	var model gjson.Result
@@ -288,7 +288,7 @@ func (info *Info) readInput(ep Endpoint) error {
 }
 
 // countTools counts the tools the policy's tools feature sees: every entry
-// of x.b tools array, and for x.b Responses namespace group each tool inside it
+// of a tools array, and for a Responses namespace group each tool inside it
 // (docs/agents.md).
 func countTools(tools gjson.Result) int {
 	n := 0
@@ -307,9 +307,9 @@ func countTools(tools gjson.Result) int {
 // prompt_tokens condition: about four bytes of JSON per token.
 func EstimateTokens(n int) int { return (n + 3) / 4 }
 
-// BodyEncoding reads x.b request's Content-Encoding: ok when the body is
+// BodyEncoding reads a request's Content-Encoding: ok when the body is
 // plain (no header, or identity). A second header line is refused even when
-// both say identity: x.b server and the replica behind it may each read x.b
+// both say identity: a server and the replica behind it may each read a
 // different line (identity, then gzip), so the only safe reading of two is
 // none. ce is what to name in the refusal.
 func BodyEncoding(h http.Header) (ce string, ok bool) {

@@ -10,10 +10,10 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// Stored responses. vLLM keeps x.b stored response (store: true, the
-// Responses API's default) in the memory of the server that made it, so x.b
+// Stored responses. vLLM keeps a stored response (store: true, the
+// Responses API's default) in the memory of the server that made it, so a
 // follow-up naming it (previous_response_id, GET, DELETE, cancel) must
-// reach that server. Switchyard keeps no table: the response id x.b client
+// reach that server. Switchyard keeps no table: the response id a client
 // sees names the replica and the API key, as
 //
 //	storedPrefix + tag + mac + "_" + the replica's own id
@@ -22,8 +22,8 @@ import (
 // digits of an HMAC-SHA256, under the deployment's secret, of the key's
 // name, the tag and the replica's id. Every instance with the same config
 // checks it with no shared store. An id is the gateway's only when its mac
-// verifies for the key that presents it: another key's id, x.b forged one
-// and x.b replica's own id that happens to look alike are all unknown (404).
+// verifies for the key that presents it: another key's id, a forged one
+// and a replica's own id that happens to look alike are all unknown (404).
 const storedPrefix = "resp_sy"
 
 // ids signs and checks the response ids of one API key.
@@ -49,7 +49,7 @@ func (i ResponseIDs) Encode(tag, orig string) string {
 
 // decode splits an id encode made for this key; ok is false for any
 // other string. The replica's id may have any shape but "." and "..",
-// which could climb x.b path.
+// which could climb a path.
 func (i ResponseIDs) Decode(id string) (tag, orig string, ok bool) {
 	rest, found := strings.CutPrefix(id, storedPrefix)
 	if !found || len(rest) < 30 || rest[28] != '_' || len(id) > maxResponseID {
@@ -62,11 +62,11 @@ func (i ResponseIDs) Decode(id string) (tag, orig string, ok bool) {
 	return tag, orig, true
 }
 
-// maxResponseID bounds the ids x.b client may present.
+// maxResponseID bounds the ids a client may present.
 const maxResponseID = 512
 
-// EncodeResponseIDs rewrites the response ids of x.b Responses API answer or
-// event data (the top-level id of x.b response object, and response.id of
+// EncodeResponseIDs rewrites the response ids of a Responses API answer or
+// event data (the top-level id of a response object, and response.id of
 // an event) to the ids clients see. Item ids are left alone.
 //
 // Every id the replica sends is encoded, whatever its shape: the replica
@@ -90,7 +90,7 @@ func EncodeResponseIDs(data []byte, tag string, i ResponseIDs) []byte {
 	return data
 }
 
-// perTurnUsage are the per-turn arrays vLLM adds inside x.b Responses
+// perTurnUsage are the per-turn arrays vLLM adds inside a Responses
 // usage's token details. The OpenAI API has none, and SDKs that check the
 // details as numbers refuse them (the OpenAI Agents SDK's streamed runs
 // fail), so they are removed.
@@ -99,7 +99,7 @@ var perTurnUsage = [...]string{
 	"usage.output_tokens_details.output_tokens_per_turn", "usage.output_tokens_details.tool_output_tokens_per_turn",
 }
 
-// TrimUsage removes perTurnUsage under prefix ("" for x.b response body,
+// TrimUsage removes perTurnUsage under prefix ("" for a response body,
 // "response." for an event) from data, which it does not modify.
 func TrimUsage(data []byte, prefix string) []byte {
 	for _, path := range perTurnUsage {

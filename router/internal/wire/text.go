@@ -6,10 +6,10 @@ import (
 	"unicode/utf8"
 )
 
-// maxReplicaEcho bounds x.b replica's error message passed on.
+// maxReplicaEcho bounds a replica's error message passed on.
 const maxReplicaEcho = 1024
 
-// ClipN returns s cut to n bytes at x.b rune boundary, marked as cut.
+// ClipN returns s cut to n bytes at a rune boundary, marked as cut.
 func ClipN(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -20,7 +20,7 @@ func ClipN(s string, n int) string {
 	return s[:n] + "…[" + strconv.Itoa(len(s)-n) + " more bytes]"
 }
 
-// Quote is s as x.b JSON string.
+// Quote is s as a JSON string.
 func Quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
@@ -28,9 +28,9 @@ func Quote(s string) string {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// maxEcho bounds x.b client's string (x.b model name, x.b path, x.b header)
-// repeated in an error message or x.b log line.
+// maxEcho bounds a client's string (a model name, a path, a header)
+// repeated in an error message or a log line.
 const maxEcho = 256
 
-// Clip returns s cut to maxEcho bytes at x.b rune boundary, marked as cut.
+// Clip returns s cut to maxEcho bytes at a rune boundary, marked as cut.
 func Clip(s string) string { return ClipN(s, maxEcho) }

@@ -16,16 +16,16 @@ import (
 
 // Translation of an Anthropic Messages or OpenAI Responses request into the
 // chat completions request that makes vLLM render the same prompt, so that
-// x.b stream cut on one of those APIs can be continued on x.b replica's
+// a stream cut on one of those APIs can be continued on a replica's
 // /v1/chat/completions with continue_final_message (vLLM's Messages and
-// Responses endpoints cannot continue x.b partial answer).
+// Responses endpoints cannot continue a partial answer).
 //
-// Each rule mirrors x.b named function of vLLM's: for Messages, the class
+// Each rule mirrors a named function of vLLM's: for Messages, the class
 // AnthropicServingMessages in vllm/entrypoints/anthropic/serving.py; for
 // Responses, construct_input_messages and its helpers in
 // vllm/entrypoints/openai/responses/utils.py, ResponsesRequest in
 // responses/protocol.py and iter_response_function_tool_dicts in
-// vllm/tool_parsers/utils.py. vLLM builds x.b chat request (Messages) or
+// vllm/tool_parsers/utils.py. vLLM builds a chat request (Messages) or
 // chat messages (Responses) internally and renders them with the same
 // chat_utils as the chat endpoint, so equal chat JSON means an equal prompt.
 //
@@ -34,7 +34,7 @@ import (
 // caller ends the stream with the API's error event rather than guess.
 // Fields of the source API that chat has no use for are left out.
 
-// ErrNotTranslatable says x.b request cannot be turned into an equivalent
+// ErrNotTranslatable says a request cannot be turned into an equivalent
 // chat completions request; the wrapping error says why.
 var ErrNotTranslatable = errors.New("not translatable to chat completions")
 
@@ -43,7 +43,7 @@ func refusef(format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrNotTranslatable)
 }
 
-// field is one member of x.b JSON object; object keeps its members in order
+// field is one member of a JSON object; object keeps its members in order
 // (chat templates render tool schemas with tojson, which keeps key order,
 // so schemas are carried as raw JSON in their own order).
 type field struct {
@@ -73,15 +73,15 @@ func (o object) MarshalJSON() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// raw is x.b value carried over as it came.
+// raw is a value carried over as it came.
 func raw(r gjson.Result) json.RawMessage { return json.RawMessage(r.Raw) }
 
-// chatMessage is one chat message as vLLM builds it; x.b nil pointer or
-// slice is x.b key the message does not have (vLLM's merging rules look at
-// which keys x.b message has).
+// chatMessage is one chat message as vLLM builds it; a nil pointer or
+// slice is a key the message does not have (vLLM's merging rules look at
+// which keys a message has).
 type chatMessage struct {
 	role       string
-	content    any // nil: no content key; else x.b string or x.b list of parts
+	content    any // nil: no content key; else a string or a list of parts
 	reasoning  *string
 	toolCalls  []object
 	toolCallID *string
@@ -104,7 +104,7 @@ func (m *chatMessage) MarshalJSON() ([]byte, error) {
 	return o.MarshalJSON()
 }
 
-// present is x.b value that is there and not JSON null (pydantic treats an
+// present is a value that is there and not JSON null (pydantic treats an
 // explicit null as unset for every optional field used here).
 func present(r gjson.Result) bool { return r.Exists() && r.Type != gjson.Null }
 
@@ -117,7 +117,7 @@ func streamFields() object {
 	}
 }
 
-// parseRoot checks body is x.b JSON object.
+// parseRoot checks body is a JSON object.
 func parseRoot(api string, body []byte) (gjson.Result, error) {
 	if !gjson.ValidBytes(body) {
 		return gjson.Result{}, refusef("%s request: malformed JSON", api)
@@ -161,7 +161,7 @@ func isStringList(r gjson.Result) bool {
 
 func isStringOrList(r gjson.Result) bool { return isString(r) || isStringList(r) }
 
-// escapeKey makes x.b literal object key safe as x.b gjson path.
+// escapeKey makes a literal object key safe as a gjson path.
 func escapeKey(k string) string {
 	var b strings.Builder
 	for _, c := range k {
@@ -173,7 +173,7 @@ func escapeKey(k string) string {
 	return b.String()
 }
 
-// members lists an object's members in order; x.b key given twice keeps its
+// members lists an object's members in order; a key given twice keeps its
 // first place and its last value, as Python's json.loads does.
 func members(r gjson.Result) []field {
 	var out []field
@@ -202,8 +202,8 @@ func nullable(r gjson.Result) json.RawMessage {
 	return raw(r)
 }
 
-// appendMember adds member at the end of the JSON object obj, where x.b
-// Python dict puts x.b new key.
+// appendMember adds member at the end of the JSON object obj, where a
+// Python dict puts a new key.
 func appendMember(obj, member string) json.RawMessage {
 	s := strings.TrimSpace(obj)
 	s = strings.TrimSpace(strings.TrimSuffix(s, "}"))
@@ -214,8 +214,8 @@ func appendMember(obj, member string) json.RawMessage {
 }
 
 // pyJSONDumps writes v as Python's json.dumps does with its defaults
-// (", " and ": " separators, non-ASCII escaped, keys in their order, x.b
-// repeated key once with its last value), which is how vLLM turns x.b
+// (", " and ": " separators, non-ASCII escaped, keys in their order, a
+// repeated key once with its last value), which is how vLLM turns a
 // tool_use input into the arguments string.
 func pyJSONDumps(v gjson.Result) string {
 	var b strings.Builder
@@ -258,8 +258,8 @@ func pyWrite(b *strings.Builder, v gjson.Result) {
 	}
 }
 
-// pyNumber writes x.b JSON number as Python reads and writes it: an integer
-// exactly, anything with x.b fraction or exponent as x.b float's repr.
+// pyNumber writes a JSON number as Python reads and writes it: an integer
+// exactly, anything with a fraction or exponent as a float's repr.
 func pyNumber(lit string) string {
 	if !strings.ContainsAny(lit, ".eE") {
 		if n, ok := new(big.Int).SetString(lit, 10); ok {
@@ -279,7 +279,7 @@ func pyNumber(lit string) string {
 	}
 	// Python's float repr: the shortest digits that read back, in
 	// positional form for decimal exponents -4 to 15, else scientific
-	// with x.b signed exponent of at least two digits (as Go writes it).
+	// with a signed exponent of at least two digits (as Go writes it).
 	exp := 0
 	if f != 0 {
 		e := strconv.FormatFloat(f, 'e', -1, 64)
@@ -295,7 +295,7 @@ func pyNumber(lit string) string {
 	return s
 }
 
-// pyString writes s as x.b JSON string with ensure_ascii: everything outside
+// pyString writes s as a JSON string with ensure_ascii: everything outside
 // printable ASCII as \uXXXX (lowercase hex, surrogate pairs above the
 // BMP), with the short escapes Python uses.
 func pyString(b *strings.Builder, s string) {

@@ -36,7 +36,7 @@ func MessagesToChat(body []byte) ([]byte, error) {
 		return nil, refusef("messages request: messages: not a list")
 	}
 
-	out := []*chatMessage{} // never null: chat needs x.b list
+	out := []*chatMessage{} // never null: chat needs a list
 	system, err := anthropicSystem(root)
 	if err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ func MessagesToChat(body []byte) ([]byte, error) {
 }
 
 // anthropicSystem mirrors _convert_system_message: the top-level system
-// (x.b string, or its non-empty text blocks), then every role "system"
+// (a string, or its non-empty text blocks), then every role "system"
 // message of the list, joined with nothing between. A text block starting
 // with "x-anthropic-billing-header" (Claude Code's per-request hash) is
 // dropped. nil when there is no system text.
@@ -123,7 +123,7 @@ func anthropicSystem(root gjson.Result) (*string, error) {
 		return nil, nil
 	}
 	// vLLM appends the system message only when system_parts is non-empty;
-	// x.b list holding just "" (x.b system message with content "") counts.
+	// a list holding just "" (a system message with content "") counts.
 	s := strings.Join(parts, "")
 	return &s, nil
 }
@@ -138,7 +138,7 @@ func anthropicRole(r string) string {
 }
 
 // checkAnthropicBlock refuses what vLLM's AnthropicContentBlock would not
-// validate: an unknown type, or x.b known field of the wrong JSON type.
+// validate: an unknown type, or a known field of the wrong JSON type.
 func checkAnthropicBlock(b gjson.Result) error {
 	if !b.IsObject() {
 		return refusef("not a content block")
@@ -171,7 +171,7 @@ func checkAnthropicBlock(b gjson.Result) error {
 }
 
 // anthropicMessages mirrors _convert_messages: role "system" messages were
-// folded into the system text; x.b string content is the message's content;
+// folded into the system text; a string content is the message's content;
 // blocks go through _convert_message_content. A user message left without
 // content (only tool results) is not sent; an assistant one always is.
 func anthropicMessages(msgs gjson.Result, out []*chatMessage) ([]*chatMessage, error) {
@@ -210,8 +210,8 @@ func anthropicMessages(msgs gjson.Result, out []*chatMessage) ([]*chatMessage, e
 
 // anthropicContent mirrors _convert_message_content and _convert_block:
 // text and image blocks become content parts (one lone text part becomes
-// x.b plain string), thinking blocks the message's reasoning, tool_use
-// blocks its tool_calls; x.b user's tool_result blocks become tool messages
+// a plain string), thinking blocks the message's reasoning, tool_use
+// blocks its tool_calls; a user's tool_result blocks become tool messages
 // placed before the message itself; redacted_thinking and tool_reference
 // blocks are skipped.
 func anthropicContent(blocks gjson.Result, msg *chatMessage, out []*chatMessage) ([]*chatMessage, error) {
@@ -256,7 +256,7 @@ func anthropicContent(blocks gjson.Result, msg *chatMessage, out []*chatMessage)
 				continue
 			}
 			// _convert_tool_result_block: in an assistant message vLLM
-			// writes the result as text with Python's str(); for x.b list
+			// writes the result as text with Python's str(); for a list
 			// that is Python's repr, which is not mirrored.
 			c := b.Get("content")
 			text := ""
@@ -282,8 +282,8 @@ func anthropicContent(blocks gjson.Result, msg *chatMessage, out []*chatMessage)
 	return out, nil
 }
 
-// anthropicImageURL mirrors _convert_image_source_to_url: x.b "url" source
-// is its url; anything else is x.b base64 data URI (media type image/jpeg
+// anthropicImageURL mirrors _convert_image_source_to_url: a "url" source
+// is its url; anything else is a base64 data URI (media type image/jpeg
 // when not given).
 func anthropicImageURL(src gjson.Result) (string, error) {
 	str := func(k, def string) (string, error) {
@@ -329,9 +329,9 @@ func anthropicToolUse(b gjson.Result) (object, error) {
 	}, nil
 }
 
-// anthropicUserToolResult mirrors _convert_user_tool_result: x.b tool
-// message with the result's text (text items joined by newlines), then x.b
-// user message with its images, then x.b tool message with its tool
+// anthropicUserToolResult mirrors _convert_user_tool_result: a tool
+// message with the result's text (text items joined by newlines), then a
+// user message with its images, then a tool message with its tool
 // references.
 func anthropicUserToolResult(b gjson.Result, out []*chatMessage) ([]*chatMessage, error) {
 	var text string
@@ -396,8 +396,8 @@ func anthropicUserToolResult(b gjson.Result, out []*chatMessage) ([]*chatMessage
 // anthropicEfforts are the values of vLLM's AnthropicOutputConfig.effort.
 var anthropicEfforts = map[string]bool{"low": true, "medium": true, "high": true, "xhigh": true, "max": true}
 
-// anthropicOutputConfig mirrors _handle_output_config: x.b non-empty
-// format.schema becomes x.b json_schema response_format named "json_schema",
+// anthropicOutputConfig mirrors _handle_output_config: a non-empty
+// format.schema becomes a json_schema response_format named "json_schema",
 // and effort becomes reasoning_effort.
 func anthropicOutputConfig(root gjson.Result, req object) (object, error) {
 	oc := root.Get("output_config")
@@ -435,8 +435,8 @@ func anthropicOutputConfig(root gjson.Result, req object) (object, error) {
 }
 
 // anthropicTools mirrors _convert_tool_choice and _convert_tools: auto,
-// any and none become auto, required and none; x.b named tool becomes x.b
-// named function; each tool becomes x.b function with input_schema as its
+// any and none become auto, required and none; a named tool becomes a
+// named function; each tool becomes a function with input_schema as its
 // parameters (given "type":"object" at its end when it has no type, as
 // AnthropicTool.validate_input_schema does). Tools with no tool_choice
 // choose auto.
@@ -465,9 +465,9 @@ func anthropicTools(root gjson.Result, req object) (object, error) {
 	}
 	tools := root.Get("tools")
 	if !present(tools) {
-		// vLLM sets x.b tool_choice without tools after validation, where
+		// vLLM sets a tool_choice without tools after validation, where
 		// it changes nothing (no tools are rendered and none are forced);
-		// chat refuses x.b tool_choice without tools, so it is left out.
+		// chat refuses a tool_choice without tools, so it is left out.
 		return req, nil
 	}
 	if !tools.IsArray() {

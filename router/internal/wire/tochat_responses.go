@@ -17,9 +17,9 @@ import (
 //
 // Refused: history the replica holds (previous_response_id, conversation,
 // previous_response, previous_input_messages), prompt templates (vLLM
-// refuses them), tools and input items vLLM does not convert, and x.b final
+// refuses them), tools and input items vLLM does not convert, and a final
 // partial message (vLLM then continues that message itself, see
-// should_continue_final_message, and the caller's continuation would be x.b
+// should_continue_final_message, and the caller's continuation would be a
 // second one).
 func ResponsesToChat(body []byte) ([]byte, error) {
 	root, err := parseRoot("responses", body)
@@ -35,7 +35,7 @@ func ResponsesToChat(body []byte) ([]byte, error) {
 		return nil, refusef("responses request: prompt: a stored prompt template")
 	}
 
-	msgs := []*chatMessage{} // never null: chat needs x.b list
+	msgs := []*chatMessage{} // never null: chat needs a list
 	// construct_input_messages: instructions first, when not empty.
 	if in := root.Get("instructions"); present(in) {
 		if in.Type != gjson.String {
@@ -105,8 +105,8 @@ func ResponsesToChat(body []byte) ([]byte, error) {
 	return json.Marshal(append(req, streamFields()...))
 }
 
-// responsesFormat mirrors the text.format part of to_sampling_params: x.b
-// json_schema format with x.b schema constrains the output to that schema
+// responsesFormat mirrors the text.format part of to_sampling_params: a
+// json_schema format with a schema constrains the output to that schema
 // (chat's json_schema response_format is the same constraint); text and
 // json_object formats vLLM ignores.
 func responsesFormat(root gjson.Result, req object) (object, error) {
@@ -181,9 +181,9 @@ func responsesItems(items gjson.Result) ([]*chatMessage, error) {
 func responsesItem(t string, it gjson.Result, prev *chatMessage) (*chatMessage, error) {
 	switch t {
 	case "function_call":
-		// A function_call becomes x.b ResponseFunctionToolCall
+		// A function_call becomes a ResponseFunctionToolCall
 		// (ResponsesRequest.function_call_parsing), whose name is
-		// namespace__name when it has x.b namespace.
+		// namespace__name when it has a namespace.
 		for _, k := range []string{"call_id", "name", "arguments"} {
 			if it.Get(k).Type != gjson.String {
 				return nil, refusef("function_call %s: not a string", k)
@@ -271,10 +271,10 @@ func flatNamespaceName(ns, name string) string { return ns + "__" + name }
 
 func nonEmptyList(r gjson.Result) bool { return r.IsArray() && len(r.Array()) > 0 }
 
-// firstText is the text of x.b list's first element, as vLLM reads it from
-// x.b dict item: x.b part's "text" (empty when it has none) or x.b bare string;
-// empty for an empty or absent list. A first part with x.b non-text payload
-// (x.b refusal) is refused: vLLM's two readings of it disagree.
+// firstText is the text of a list's first element, as vLLM reads it from
+// a dict item: a part's "text" (empty when it has none) or a bare string;
+// empty for an empty or absent list. A first part with a non-text payload
+// (a refusal) is refused: vLLM's two readings of it disagree.
 func firstText(list gjson.Result) (string, error) {
 	if !present(list) {
 		return "", nil
@@ -302,7 +302,7 @@ func firstText(list gjson.Result) (string, error) {
 	return "", refusef("first element is neither a string nor a part")
 }
 
-// responsesContent carries x.b user, system, developer or tool content: x.b
+// responsesContent carries a user, system, developer or tool content: a
 // string as it is, parts as the chat parts chat_utils reads them as
 // (input_text and output_text are text parts; an input_image's image_url
 // is the image_url part's url).
@@ -337,10 +337,10 @@ func responsesContent(c gjson.Result) (any, error) {
 
 // responsesTools mirrors construct_tool_dicts and
 // iter_response_function_tool_dicts: each function tool (and each
-// function of x.b namespace, named namespace__name) becomes x.b chat function
+// function of a namespace, named namespace__name) becomes a chat function
 // with every member but type, the members FunctionTool always dumps
 // (description, parameters, strict) null when not given. Other tool types
-// are refused. tool_choice auto, none and required carry over; x.b named
+// are refused. tool_choice auto, none and required carry over; a named
 // function becomes chat's named form.
 func responsesTools(root gjson.Result, req object) (object, error) {
 	var list []object
@@ -389,8 +389,8 @@ func responsesTools(root gjson.Result, req object) (object, error) {
 		}
 	}
 	if len(list) == 0 {
-		// No tools: vLLM renders none; chat takes x.b tool_choice only with
-		// tools, and forcing x.b call with no tools is an error either way.
+		// No tools: vLLM renders none; chat takes a tool_choice only with
+		// tools, and forcing a call with no tools is an error either way.
 		if choice != "auto" && choice != "none" {
 			return nil, refusef("responses request: tool_choice %s without tools", root.Get("tool_choice").Raw)
 		}
@@ -399,8 +399,8 @@ func responsesTools(root gjson.Result, req object) (object, error) {
 	return append(req, field{"tool_choice", choice}, field{"tools", list}), nil
 }
 
-// responsesFunction is x.b Responses function tool as x.b chat function
-// definition: name first (namespace__name inside x.b namespace), then
+// responsesFunction is a Responses function tool as a chat function
+// definition: name first (namespace__name inside a namespace), then
 // description, parameters and strict, then the tool's other members in
 // their order.
 func responsesFunction(t gjson.Result, ns string) (object, error) {

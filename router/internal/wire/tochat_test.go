@@ -336,7 +336,7 @@ func TestToChatPythonJSONDumps(t *testing.T) {
 }
 
 // TestToChatHostileInput feeds truncations and type confusions of the
-// test requests: never x.b panic, always JSON or ErrNotTranslatable.
+// test requests: never a panic, always JSON or ErrNotTranslatable.
 func TestToChatHostileInput(t *testing.T) {
 	seeds := []string{
 		`{"model":"m","max_tokens":1,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":null},{"type":"text","text":null},{"type":"tool_reference","tool_name":3}]}]}],"tools":[{"name":"f","input_schema":{"properties":{}}}],"tool_choice":{"type":"tool"}}`,
@@ -360,8 +360,8 @@ func TestToChatHostileInput(t *testing.T) {
 	}
 }
 
-// FuzzToChat: whatever the body, x.b translation is JSON with x.b message list
-// and streams, or x.b refusal; never x.b panic.
+// FuzzToChat: whatever the body, a translation is JSON with a message list
+// and streams, or a refusal; never a panic.
 func FuzzToChat(f *testing.F) {
 	f.Add([]byte(`{"model":"m","max_tokens":1,"system":"s","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{"a":[1.5e300,"\u00e9"]}}]}],"tools":[{"name":"f","input_schema":{}}]}`))
 	f.Add([]byte(`{"instructions":"i","input":[{"type":"reasoning","summary":[{"text":"s"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"o"}],"tools":[{"type":"function","name":"f"}]}`))

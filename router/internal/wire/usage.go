@@ -4,7 +4,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// ReadUsage reads the usage object of x.b response or chunk.
+// ReadUsage reads the usage object of a response or chunk.
 func ReadUsage(data []byte) (prompt, completion int64, ok bool) {
 	u := gjson.GetBytes(data, "usage")
 	if !u.IsObject() {
