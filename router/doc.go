@@ -21,6 +21,8 @@
 // under router/internal, none of which imports router: wire (the APIs'
 // shapes), sse (event framing), pump (the stream relay), resume (following
 // a stream, translating a continuation), upstream (the executor, the phase
-// clock, outbound headers), spans (trace attributes) and admin (the admin
-// listener and status page, behind a View).
+// clock, outbound headers, the Via loop guard), conns (connection bounds),
+// features (what the policy and classifier read of a request), spans
+// (trace attributes) and admin (the admin listener and status page, behind
+// a View).
 package router
