@@ -43,6 +43,16 @@ var (
 	messagesFilters  = []filter{typedParse, messagesNote, messagesModel}
 )
 
+// filtered runs one event through the filters of p's API and returns what
+// to send the client (nil: drop it).
+func (p *Pump) filtered(ev, data []byte) []byte {
+	p.cur = event{ev: ev, data: data}
+	p.filter(&p.cur)
+	out := p.cur.ev
+	p.cur = event{} // no reference into the read buffer outlives the event
+	return out
+}
+
 // filter runs e through the filters of p's API.
 func (p *Pump) filter(e *event) {
 	chain := chatFilters

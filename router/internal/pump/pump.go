@@ -132,6 +132,9 @@ type Pump struct {
 	// stream, which is not looked at for them.
 	Custom  wire.CustomTools
 	customs *customStream
+	// cur is the event in the filters: a field, so that passing it to
+	// them (calls through function values) allocates nothing.
+	cur event
 }
 
 // Run pumps body to the client until the stream ends. It returns nil once
@@ -348,9 +351,8 @@ func (p *Pump) event(ev []byte) (out []byte, keep bool) {
 		}
 		return ev, true
 	}
-	e := event{ev: ev, data: data}
-	p.filter(&e)
-	return e.ev, e.ev != nil
+	out = p.filtered(ev, data)
+	return out, out != nil
 }
 
 // typed reports whether the stream's API names its events' types and ends
@@ -614,9 +616,7 @@ func (p *Pump) translated(data []byte) ([]byte, bool) {
 		}
 		evs = evs[n:]
 		d, _ := sse.EventData(ev)
-		e := event{ev: ev, data: d}
-		p.filter(&e)
-		out = append(out, e.ev...)
+		out = append(out, p.filtered(ev, d)...)
 		if p.Refused != nil {
 			return nil, false
 		}
