@@ -157,9 +157,12 @@ func responsesCustom(p *Pump, e *event) {
 	e.ev = nev
 }
 
+// responsesSeq keeps the highest sequence number the client was sent, so
+// that an event the gateway adds (an error, a continuation's) follows every
+// one of them even when the replica's numbers went back.
 func responsesSeq(p *Pump, e *event) {
 	if n := e.root.Get("sequence_number"); n.Exists() {
-		p.seq = n.Int()
+		p.seq = max(p.seq, n.Int())
 	}
 }
 

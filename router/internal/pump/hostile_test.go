@@ -96,3 +96,24 @@ func TestEchoAtTheRequestBoundPasses(t *testing.T) {
 		t.Fatalf("an echo of a request at the bound: %v", err)
 	}
 }
+
+// TestErrorEventSequenceNeverGoesBack: a replica whose sequence numbers go
+// backwards (7, then 3) and then cuts the stream: the error event the
+// gateway ends it with follows the highest number the client was sent (8),
+// so a client that checks the order never sees it go back (issue 31).
+// Before the fix it followed the last one (4).
+func TestErrorEventSequenceNeverGoesBack(t *testing.T) {
+	stream := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":7,\"response\":{\"id\":\"resp_1\",\"object\":\"response\"}}\n\n" +
+		"event: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"sequence_number\":3,\"response\":{\"id\":\"resp_1\",\"object\":\"response\"}}\n\n"
+	rec := httptest.NewRecorder()
+	p := &Pump{W: rec, RC: http.NewResponseController(rec), API: wire.Responses}
+	if err := p.Run(strings.NewReader(stream)); !errors.Is(err, ErrStreamCut) {
+		t.Fatalf("run = %v, want a cut stream", err)
+	}
+	p.Fail(&wire.APIError{Status: http.StatusBadGateway, Type: "upstream_error", Code: "upstream_failed", Message: "cut"})
+	out := rec.Body.String()
+	i := strings.LastIndex(out, "data: ")
+	if got := gjson.Get(out[i+len("data: "):], "sequence_number").Int(); got != 8 {
+		t.Errorf("the error event's sequence_number is %d, want 8 (after the 7 the client saw)\n%s", got, out)
+	}
+}
