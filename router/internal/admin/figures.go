@@ -50,8 +50,9 @@ func window(now, started time.Time) time.Duration {
 	return max(time.Second, min(figureWindow, now.Sub(started)))
 }
 
-// figures computes the page's numbers at now.
-func (h *handler) figures(now time.Time, withClassifier bool) Figures {
+// figures computes the page's numbers at now; cur is the classifier's
+// counters now (nil without a classifier).
+func (h *handler) figures(now time.Time, cur *ClassifierCounters) Figures {
 	w := window(now, h.Started)
 	f := Figures{WindowSeconds: w.Seconds(), Pools: map[string]PoolFigures{}}
 	// The per-second slots of the window: from the one holding its start
@@ -79,8 +80,8 @@ func (h *handler) figures(now time.Time, withClassifier bool) Figures {
 		}
 		f.Pools[pool] = pf
 	}
-	if withClassifier && h.Ring.Gather != nil {
-		f.Classifier = classifierFigures(h.Ring.classifierSince(now.Add(-w)), gatherClassifier(h.Ring.Gather), now)
+	if cur != nil {
+		f.Classifier = classifierFigures(h.Ring.classifierSince(now.Add(-w)), *cur, now)
 	}
 	return f
 }

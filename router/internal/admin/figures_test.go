@@ -42,7 +42,8 @@ func TestFigures(t *testing.T) {
 		c.Classify(t.Context(), classifier.Input{LastUser: "the same question"})
 	}
 	now := start.Add(11 * time.Second)
-	f := h.figures(now, true)
+	cur := gatherClassifier(reg)
+	f := h.figures(now, &cur)
 	if f.WindowSeconds != 11 {
 		t.Errorf("window %vs at 11 s of uptime, want 11", f.WindowSeconds)
 	}
@@ -56,7 +57,8 @@ func TestFigures(t *testing.T) {
 	// have left it.
 	later := start.Add(90 * time.Second)
 	r.SampleClassifier(later.Add(-60 * time.Second))
-	f = h.figures(later, true)
+	cur = gatherClassifier(reg)
+	f = h.figures(later, &cur)
 	if f.WindowSeconds != 60 || f.Pools["a"].Requests != 0 {
 		t.Errorf("at 90 s: window %vs, pool a %+v; want 60 s and none", f.WindowSeconds, f.Pools["a"])
 	}

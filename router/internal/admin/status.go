@@ -87,10 +87,13 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request) {
 		doc.Control = map[string]any{"share": state}
 	}
 	doc.Shadow = h.view.Shadow()
+	var cur *ClassifierCounters
 	if cl := cfg.Classifier; cl != nil {
-		doc.Classifier = classifierStats(h.Registry, cl.Kind)
+		c := gatherClassifier(h.Registry) // one gather for both views
+		cur = &c
+		doc.Classifier = &classifierStat{Kind: cl.Kind, Results: c.Results, DurationSum: c.DurationSum, Calls: c.Calls, BreakerOpen: c.BreakerOpen}
 	}
-	doc.Figures = h.figures(now, cfg.Classifier != nil)
+	doc.Figures = h.figures(now, cur)
 	// Compact: the page polls it every second (900 counts a series).
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -107,6 +110,8 @@ type ClassifierCounters struct {
 	Results     map[string]float64
 	DurationSum float64
 	Calls       float64
+	// BreakerOpen: the classifier's circuit breaker is open.
+	BreakerOpen bool
 }
 
 // gatherClassifier reads the classifier's counters from reg.
@@ -127,25 +132,13 @@ func gatherClassifier(reg prometheus.Gatherer) ClassifierCounters {
 				c.DurationSum += m.GetHistogram().GetSampleSum()
 				c.Calls += float64(m.GetHistogram().GetSampleCount())
 			}
-		}
-	}
-	return c
-}
-
-// classifierStats reads the classifier's counters from reg.
-func classifierStats(reg prometheus.Gatherer, kind string) *classifierStat {
-	c := gatherClassifier(reg)
-	st := &classifierStat{Kind: kind, Results: c.Results, DurationSum: c.DurationSum, Calls: c.Calls}
-	if fams, err := reg.Gather(); err == nil {
-		for _, f := range fams {
-			if f.GetName() == "switchyard_classifier_circuit_open" {
-				for _, m := range f.GetMetric() {
-					st.BreakerOpen = m.GetGauge().GetValue() == 1
-				}
+		case "switchyard_classifier_circuit_open":
+			for _, m := range f.GetMetric() {
+				c.BreakerOpen = m.GetGauge().GetValue() == 1
 			}
 		}
 	}
-	return st
+	return c
 }
 
 // label is the value of the label name among ls ("" when absent).
