@@ -48,43 +48,61 @@ const (
 // (arrival order among equal tags). So while several tenants wait, each
 // gets slots in proportion to its weight whatever the size of its burst,
 // and within a tenant the order is strictly first come, first served.
-// Entries of waiters served elsewhere or gone are dropped lazily.
+// Priority waiters are a tier of their own, served before the rest, with
+// tags of their own. Entries of waiters served elsewhere or gone are
+// dropped lazily.
 type waitQueue struct {
 	items []queued
 	head  int
 	// maxCap is the largest cap of any waiter queued since the queue was
 	// last empty (an upper bound, never lowered while it holds waiters).
 	maxCap int64
-	// vtime is the start tag of the last waiter served; finish is each
-	// tenant's last finish tag. Both restart when the queue empties.
+	// tiers are the priority waiters' (0) and the others' (1) tags.
+	tiers [2]tagClock
+}
+
+// tagClock is one tier's start-time fair queueing: vtime is the start tag
+// of the last waiter served; finish is each tenant's last finish tag. Both
+// restart when the queue empties.
+type tagClock struct {
 	vtime  float64
 	finish map[string]float64
 }
 
-// queued is one entry of a waitQueue.
+// queued is one entry of a waitQueue, ordered by tier, then start tag.
 type queued struct {
 	w     *waiter
+	tier  int
 	start float64
+}
+
+// before reports whether a is served before b.
+func (a queued) before(b queued) bool {
+	return a.tier < b.tier || (a.tier == b.tier && a.start < b.start)
 }
 
 func (q *waitQueue) len() int { return len(q.items) - q.head }
 
 func (q *waitQueue) push(w *waiter) {
-	if q.finish == nil {
-		q.finish = map[string]float64{}
+	// Priority waiters (the classifier's calls) form a tier of their own,
+	// served before every other waiter; within each tier tenants take
+	// turns by weight (a classifier call carries the tenant whose request
+	// it classifies, so one tenant's burst of calls does not delay
+	// another's classification by all of it).
+	e := queued{w: w, tier: 1}
+	if w.priority {
+		e.tier = 0
 	}
-	// A priority waiter's tag is below every tenant's (tags are never
-	// negative): it goes after the priority waiters already queued and
-	// before everyone else, and it moves no tenant's tags.
-	start := -1.0
-	if !w.priority {
-		start = max(q.vtime, q.finish[w.tenant])
-		q.finish[w.tenant] = start + 1/w.weight
+	c := &q.tiers[e.tier]
+	if c.finish == nil {
+		c.finish = map[string]float64{}
 	}
-	// After every entry with a start tag at or before this one: FIFO
-	// among equals, and a tenant's own waiters keep their order.
-	i := q.head + sort.Search(q.len(), func(k int) bool { return q.items[q.head+k].start > start })
-	q.items = slices.Insert(q.items, i, queued{w: w, start: start})
+	e.start = max(c.vtime, c.finish[w.tenant])
+	c.finish[w.tenant] = e.start + 1/w.weight
+	// After every entry served at or before this one: FIFO among equals,
+	// and a tenant's own waiters keep their order.
+	i := q.head + sort.Search(q.len(), func(k int) bool { return e.before(q.items[q.head+k]) })
+	q.items = slices.Insert(q.items, i, e)
 	if m := w.max.Load(); m <= 0 {
 		q.maxCap = 1 << 62 // unlimited
 	} else {
@@ -111,13 +129,18 @@ func (q *waitQueue) pop() {
 
 // reset empties the queue's bookkeeping once it holds no entry.
 func (q *waitQueue) reset() {
-	q.items, q.head, q.maxCap, q.vtime = q.items[:0], 0, 0, 0
-	clear(q.finish)
+	q.items, q.head, q.maxCap = q.items[:0], 0, 0
+	for i := range q.tiers {
+		q.tiers[i].vtime = 0
+		clear(q.tiers[i].finish)
+	}
 }
 
 // served notes that the entry k places behind the head is being served.
 func (q *waitQueue) served(k int) {
-	q.vtime = max(q.vtime, q.items[q.head+k].start)
+	e := q.items[q.head+k]
+	c := &q.tiers[e.tier]
+	c.vtime = max(c.vtime, e.start)
 }
 
 // admit counts one more request on e if that keeps it within max (0 = no

@@ -26,7 +26,8 @@ type Request struct {
 	// Priority requests (the classifier's calls) are served before every
 	// other waiter of a full replica, and may use the pool's reserved slots
 	// (Options.Reserved): a tenant holding the pool's slots delays them by
-	// at most one slot's turn.
+	// at most one slot's turn. Among themselves they take turns by Tenant
+	// and Weight, as other waiters do.
 	Priority bool
 	// Fair requests count against their tenant's share of a replica's
 	// slots (share.go) and must be released with ReleaseFor.

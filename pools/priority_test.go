@@ -92,3 +92,25 @@ func TestReservedSlotWaiter(t *testing.T) {
 		t.Fatalf("hog's queued request: %v", err)
 	}
 }
+
+// TestPriorityWaitersTakeTurns: priority requests (the classifier's calls,
+// each carrying the tenant whose request it classifies) take turns by
+// tenant among themselves, as other waiters do: a burst of one tenant's
+// classifier calls queued first does not make another tenant's call wait
+// behind all of it, and all of them still go before the other waiters.
+// Before the fix the classifier's calls were one FIFO, so a tenant that
+// sent many requests at once delayed every other tenant's classification
+// by its whole burst.
+func TestPriorityWaitersTakeTurns(t *testing.T) {
+	p := newPool(t, pools.Options{Balance: "least_outstanding", Replicas: specs(1), MaxInflight: 1, QueueTimeout: time.Minute})
+	var reqs []pools.Request
+	for range 4 {
+		reqs = append(reqs, pools.Request{Tenant: "flood", Priority: true})
+	}
+	reqs = append(reqs, pools.Request{Tenant: "other"}, pools.Request{Tenant: "victim", Priority: true}, pools.Request{Tenant: "victim", Priority: true})
+	got := serveQueue(t, p, reqs)
+	want := []string{"flood", "victim", "flood", "victim", "flood", "flood", "other"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("service order (-want +got):\n%s", d)
+	}
+}

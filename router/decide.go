@@ -37,7 +37,10 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 			// answer; everything else is decided as serving decides.
 			return policy.Classification{Label: x.classify.force, Scores: map[string]float64{x.classify.force: 1}}
 		}
-		return g.classify(ctx, x, in)
+		// The classifier's call waits for its pool's slots in this
+		// request's tenant's turn among the other classifier calls.
+		name, weight := tenantOf(x, r, s.Config.Server.Trusted)
+		return g.classify(withTenant(ctx, name, weight), x, in)
 	}, explain)
 	if d.Sticky && d.Classified && s.classifier != nil {
 		s.classifier.CountSticky(d.Class)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
+	"github.com/tidwall/gjson"
 )
 
 // holdReplica is a simulator behind a gate: a request whose body holds
@@ -410,5 +411,88 @@ routes:
 				t.Errorf("counted against the replica: %t, want %t (/admin/pools: %s)", counted, tc.counted, pb)
 			}
 		})
+	}
+}
+
+// TestClassifierCallsTakeTurnsByTenant: the classifier's calls wait for its
+// pool's slots in the turn of the tenant whose request each classifies: a
+// key that sends a burst of requests at once does not make another key's
+// classification wait behind all of its calls. Before the fix every call
+// was the classifier's own tenant, one FIFO, and the second key's call
+// was served after the whole burst.
+func TestClassifierCallsTakeTurnsByTenant(t *testing.T) {
+	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
+	m := startHoldReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
+	var mu sync.Mutex
+	var order []string
+	rec := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method == http.MethodPost {
+			for _, who := range []string{"burst-", "other-"} {
+				if bytes.Contains(body, []byte(who)) {
+					mu.Lock()
+					order = append(order, strings.TrimSuffix(who, "-"))
+					mu.Unlock()
+				}
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		m.Srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(rec.Close)
+	yaml := strings.Replace(classifierYAML, "    replicas: [{name: minicpm-a, url: \"{{minicpm}}\"}]\n",
+		"    replicas: [{name: minicpm-a, url: \"{{minicpm}}\"}]\n    max_inflight: 1\n    queue_timeout: 1m\n", 1)
+	yaml = strings.Replace(yaml, "  timeout: 2s\n", "  timeout: 1m\n  cache: {size: 0}\n", 1)
+	// The requests themselves go to the other pool: what is tested is
+	// their classification.
+	yaml = strings.Replace(yaml, "  - name: default\n    to: minicpm\n", "  - name: default\n    to: qwen\n", 1)
+	yaml = strings.Replace(yaml, "version: 1\n", "version: 1\nserver:\n  api_keys:\n    - {name: burst, key_env: KEY_BURST}\n    - {name: other, key_env: KEY_OTHER}\n", 1)
+	gw := startGateway(t, loadConfig(t, yaml, map[string]string{"qwen": q.Srv.URL, "minicpm": rec.URL},
+		map[string]string{"KEY_BURST": "burst-secret", "KEY_OTHER": "other-secret"}))
+	url := gw.API.URL + "/v1/chat/completions"
+	waiting := func() int64 {
+		req, _ := http.NewRequest(http.MethodGet, gw.Admin.URL+"/admin/pools", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return -1
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var n int64
+		for _, v := range gjson.GetBytes(b, "pools.#.replicas.#.waiting").Array() {
+			for _, w := range v.Array() {
+				n += w.Int()
+			}
+		}
+		return n
+	}
+	var wg sync.WaitGroup
+	send := func(key, text string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, b := post(t, url, chatBody(text, ""), map[string]string{"Authorization": "Bearer " + key})
+			if resp.StatusCode != 200 {
+				t.Errorf("%q: %d %s", text, resp.StatusCode, b)
+			}
+		}()
+	}
+	// The burst's first call holds the classifier's one slot; three more
+	// queue, then the other key's.
+	send("burst-secret", "HOLD burst-0")
+	eventually(t, 10*time.Second, "the first call to hold the slot", func() bool { return m.held.Load() == 1 })
+	for i := 1; i <= 3; i++ {
+		send("burst-secret", fmt.Sprintf("burst-%d", i))
+		eventually(t, 10*time.Second, "the burst to queue", func() bool { return waiting() == int64(i) })
+	}
+	send("other-secret", "other-0")
+	eventually(t, 10*time.Second, "the other key's call to queue", func() bool { return waiting() == 4 })
+	m.release()
+	wg.Wait()
+	want := []string{"burst", "burst", "other", "burst", "burst"}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(order, " ") != strings.Join(want, " ") {
+		t.Errorf("the classifier's replica got calls in the order %v, want %v (the other key's second)", order, want)
 	}
 }

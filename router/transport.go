@@ -43,8 +43,11 @@ func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte
 	}
 	call := &classifierCall{t: t, ps: ps, body: body}
 	// The classifier's calls wait for a full replica ahead of the keys'
-	// requests, and may use the slots classifier.reserved_slots keeps.
-	ex := &upstream.Execution{Pool: ps.Pool, Req: &pools.Request{Tenant: "(classifier)", Priority: true}, Attempts: 2, Call: call}
+	// requests, and may use the slots classifier.reserved_slots keeps;
+	// among themselves they take turns by the tenant whose request each
+	// classifies.
+	tenant, weight := tenantFrom(ctx)
+	ex := &upstream.Execution{Pool: ps.Pool, Req: &pools.Request{Tenant: tenant, Weight: weight, Priority: true}, Attempts: 2, Call: call}
 	call.ex = ex
 	res := t.g.exec.Execute(ctx, ex)
 	if res.Err() != nil {
