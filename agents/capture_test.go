@@ -152,7 +152,9 @@ func (r *recorder) write(t *testing.T, file string, paths [][2]string) {
 // testdata/agents/sessions, one file per agent (bench/capacity --workload
 // replay reads them). Each agent runs against a cluster whose replicas
 // script its own tools' calls, as if the model did the task; its side
-// requests (OpenCode's title request) are recorded as they come. It runs
+// requests (OpenCode's title request) are recorded as they come (a title
+// request is turn 1 too, so its answer is the scripted first call, which
+// the task does not use). It runs
 // only with SWITCHYARD_CAPTURE=1, as it rewrites those files:
 //
 //	npm ci --prefix testdata/agents && npm ci --prefix testdata/agents/capture
