@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,10 +29,32 @@ type capturedRequest struct {
 }
 
 // capturedHeaders are the headers kept: the session ids agents send and
-// the Messages API's version.
+// the Messages API's version; any other header whose name holds "Session"
+// is kept too.
 var capturedHeaders = []string{"X-Session-Id", "Session-Id", "X-Claude-Code-Session-Id", "Anthropic-Version"}
 
 var osVersion = regexp.MustCompile(`OS Version: [^\\"]*`)
+
+// machinePath finds an absolute path into the machine's folders: /tmp/,
+// /root/, /home/ or /work/ at the start of a path (not inside one, as in
+// Qwen Code's "~/.qwen/tmp/"; Codex names its root agent "/root", without
+// a slash after it).
+var machinePath = regexp.MustCompile(`(^|[^A-Za-z0-9._~/-])/(tmp|root|home|work)/`)
+
+// agentExample is a path that an agent's own prompt holds as an example
+// (Qwen Code's read_file: "e.g., '/home/user/project/file.txt'"), not one
+// of the machine's.
+const agentExample = "'/home/user/project/"
+
+// machineLeak is where body names one of the machine's folders, or a test's
+// temporary folder in any spelling ("TestCaptureSessions…"), or -1.
+func machineLeak(body string) int {
+	clean := strings.ReplaceAll(body, agentExample, strings.Repeat("_", len(agentExample)))
+	if loc := machinePath.FindStringIndex(clean); loc != nil {
+		return loc[0]
+	}
+	return strings.Index(body, "TestCaptureSessions")
+}
 
 // recorder stands between an agent and the gateway and keeps what the
 // agent sends.
@@ -38,6 +62,9 @@ type recorder struct {
 	mu   sync.Mutex
 	reqs []capturedRequest
 	raw  [][]byte
+	// names are the header names of the first request, logged for
+	// whoever looks for an agent's session header.
+	names []string
 }
 
 // recordThrough returns a copy of c whose gateway address is a recorder
@@ -61,7 +88,15 @@ func recordThrough(t *testing.T, c *cluster) (*cluster, *recorder) {
 					cr.Headers[h] = v
 				}
 			}
+			for h, v := range r.Header {
+				if strings.Contains(h, "Session") && len(v) > 0 {
+					cr.Headers[h] = v[0]
+				}
+			}
 			rec.mu.Lock()
+			if len(rec.reqs) == 0 {
+				rec.names = slices.Sorted(maps.Keys(r.Header))
+			}
 			rec.reqs = append(rec.reqs, cr)
 			rec.raw = append(rec.raw, body)
 			rec.mu.Unlock()
@@ -95,10 +130,8 @@ func (r *recorder) write(t *testing.T, file string, paths [][2]string) {
 		}
 		// Claude Code writes the machine's kernel release into its prompt.
 		body = osVersion.ReplaceAllString(body, "OS Version: Linux")
-		for _, leak := range []string{"/tmp/", "/root/", "/home/", "/work/"} { // Codex names its root agent "/root"
-			if strings.Contains(body, leak) {
-				t.Fatalf("request %d still holds a machine path (%s): %.300s", i, leak, body)
-			}
+		if at := machineLeak(body); at >= 0 {
+			t.Fatalf("request %d still holds a machine path: …%s…", i, body[max(0, at-150):min(len(body), at+150)])
 		}
 		var compact bytes.Buffer
 		if err := json.Compact(&compact, []byte(body)); err != nil {
@@ -114,34 +147,94 @@ func (r *recorder) write(t *testing.T, file string, paths [][2]string) {
 	}
 }
 
-// TestCaptureSessions records what the real agents send during a tool task
-// into testdata/agents/sessions (bench/capacity --workload replay reads
-// them). It runs only with SWITCHYARD_CAPTURE=1, as it rewrites those
-// files: SWITCHYARD_CAPTURE=1 go test ./agents/ -run TestCaptureSessions.
+// TestCaptureSessions records what real agents send during one tool task
+// (captureTask: create notes.txt, read it back, edit it, answer) into
+// testdata/agents/sessions, one file per agent (bench/capacity --workload
+// replay reads them). Each agent runs against a cluster whose replicas
+// script its own tools' calls, as if the model did the task; its side
+// requests (OpenCode's title request) are recorded as they come (a title
+// request is turn 1 too, so its answer is the scripted first call, which
+// the task does not use). It runs
+// only with SWITCHYARD_CAPTURE=1, as it rewrites those files:
+//
+//	npm ci --prefix testdata/agents && npm ci --prefix testdata/agents/capture
+//	SWITCHYARD_CAPTURE=1 go test ./agents/ -run TestCaptureSessions -timeout 20m
 func TestCaptureSessions(t *testing.T) {
 	if os.Getenv("SWITCHYARD_CAPTURE") != "1" {
 		t.Skip("set SWITCHYARD_CAPTURE=1 to rewrite testdata/agents/sessions")
 	}
 	dir := filepath.Join(agentsDir(t), "sessions")
-	t.Run("claude-code", func(t *testing.T) {
-		agent(t, "claude")
-		work := t.TempDir()
-		file := filepath.Join(work, "hello.txt")
-		c := startCluster(t, writeScenario(file, "hello from the simulator\n", "I wrote hello.txt."))
-		rc, rec := recordThrough(t, c)
-		claude(t, rc, work, "Write hello.txt saying hello.", 2*time.Minute, nil)
-		hasFile(t, file, "hello from the simulator\n")
-		home, _ := filepath.Abs(filepath.Dir(work))
-		rec.write(t, filepath.Join(dir, "claude-code.jsonl"), [][2]string{{work, "$WORK"}, {home, "$TMP"}})
-	})
-	t.Run("codex", func(t *testing.T) {
-		agent(t, "codex")
-		work := t.TempDir()
-		c := startCluster(t, "turns:\n  - calls:\n      - tool: exec_command\n        arguments: {cmd: \"printf 'hello from codex\\n' > hello.txt\"}\n  - text: \"I wrote hello.txt.\"\n")
-		rc, rec := recordThrough(t, c)
-		codex(t, rc, work, "Write hello.txt saying hello.", 2*time.Minute)
-		hasFile(t, filepath.Join(work, "hello.txt"), "hello from codex\n")
-		home, _ := filepath.Abs(filepath.Dir(work))
-		rec.write(t, filepath.Join(dir, "codex.jsonl"), [][2]string{{work, "$WORK"}, {home, "$TMP"}})
-	})
+	const done = "notes.txt now reads alpha, delta, gamma."
+	for _, a := range []struct {
+		name string
+		// steps are the agent's own tools' calls for the task, in a
+		// work folder.
+		steps func(work string) []step
+		run   func(t *testing.T, c *cluster, work string)
+	}{
+		{"claude-code", func(work string) []step {
+			f := filepath.Join(work, "notes.txt")
+			return []step{
+				{"Write", map[string]any{"file_path": f, "content": "alpha\nbeta\ngamma\n"}},
+				{"Read", map[string]any{"file_path": f}},
+				{"Edit", map[string]any{"file_path": f, "old_string": "beta", "new_string": "delta"}},
+			}
+		}, func(t *testing.T, c *cluster, work string) {
+			// Its quick calls on the small model (titles and the like) are
+			// part of what it sends: allowed here, unlike in the suite.
+			claude(t, c, work, captureTask, 3*time.Minute, []string{"DISABLE_NON_ESSENTIAL_MODEL_CALLS="})
+		}},
+		{"codex", func(string) []step {
+			return []step{
+				{"exec_command", map[string]any{"cmd": "printf 'alpha\\nbeta\\ngamma\\n' > notes.txt"}},
+				{"exec_command", map[string]any{"cmd": "cat notes.txt"}},
+				{"exec_command", map[string]any{"cmd": "sed -i 's/^beta$/delta/' notes.txt"}},
+			}
+		}, func(t *testing.T, c *cluster, work string) { codex(t, c, work, captureTask, 3*time.Minute) }},
+		{"opencode", func(work string) []step {
+			f := filepath.Join(work, "notes.txt")
+			return []step{
+				{"write", map[string]any{"filePath": f, "content": "alpha\nbeta\ngamma\n"}},
+				{"read", map[string]any{"filePath": f}},
+				{"edit", map[string]any{"filePath": f, "oldString": "beta", "newString": "delta"}},
+			}
+		}, func(t *testing.T, c *cluster, work string) { openCode(t, c, work, captureTask, 3*time.Minute) }},
+		{"qwen-code", func(work string) []step {
+			f := filepath.Join(work, "notes.txt")
+			return []step{
+				{"write_file", map[string]any{"file_path": f, "content": "alpha\nbeta\ngamma\n"}},
+				{"read_file", map[string]any{"file_path": f}},
+				{"edit", map[string]any{"file_path": f, "old_string": "beta", "new_string": "delta"}},
+			}
+		}, func(t *testing.T, c *cluster, work string) { qwenCode(t, c, work, captureTask, 3*time.Minute) }},
+		{"pi", func(string) []step {
+			return []step{
+				{"write", map[string]any{"path": "notes.txt", "content": "alpha\nbeta\ngamma\n"}},
+				{"read", map[string]any{"path": "notes.txt"}},
+				{"edit", map[string]any{"path": "notes.txt", "edits": []any{map[string]any{"oldText": "beta", "newText": "delta"}}}},
+			}
+		}, func(t *testing.T, c *cluster, work string) { pi(t, c, work, captureTask, 3*time.Minute) }},
+		{"cline", func(work string) []step {
+			f := filepath.Join(work, "notes.txt")
+			return []step{
+				{"editor", map[string]any{"path": f, "new_text": "alpha\nbeta\ngamma\n"}},
+				{"read_files", map[string]any{"files": []any{map[string]any{"path": f}}}},
+				{"editor", map[string]any{"path": f, "old_text": "beta", "new_text": "delta"}},
+			}
+		}, func(t *testing.T, c *cluster, work string) { cline(t, c, work, captureTask, 3*time.Minute) }},
+	} {
+		t.Run(a.name, func(t *testing.T) {
+			work := t.TempDir()
+			c := startCluster(t, stepScenario(a.steps(work), done))
+			rc, rec := recordThrough(t, c)
+			a.run(t, rc, work)
+			hasFile(t, filepath.Join(work, "notes.txt"), captureWant)
+			tmp, _ := filepath.Abs(filepath.Dir(work))
+			// Qwen Code also names a folder after the work folder's path,
+			// its slashes made dashes.
+			slug := strings.ReplaceAll(work, "/", "-")
+			rec.write(t, filepath.Join(dir, a.name+".jsonl"), [][2]string{{work, "$WORK"}, {slug, "-$WORK"}, {tmp, "$TMP"}, {agentsDir(t), "$AGENTS"}})
+			t.Logf("%s: %d requests recorded; the first one's headers: %q", a.name, len(rec.reqs), rec.names)
+		})
+	}
 }

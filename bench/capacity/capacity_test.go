@@ -2,9 +2,56 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/vllmsim"
 )
+
+// machinePath finds an absolute path into the machine's folders, at the
+// start of a path; agentExample is one that an agent's prompt holds as an
+// example (as agents' capture_test.go has them).
+var machinePath = regexp.MustCompile(`(^|[^A-Za-z0-9._~/-])/(tmp|root|home|work)/`)
+
+const agentExample = "'/home/user/project/"
+
+// machineLeak is where body names one of the machine's folders, or a test's
+// temporary folder in any spelling ("TestCaptureSessions…"), or -1.
+func machineLeak(body string) int {
+	clean := strings.ReplaceAll(body, agentExample, strings.Repeat("_", len(agentExample)))
+	if loc := machinePath.FindStringIndex(clean); loc != nil {
+		return loc[0]
+	}
+	return strings.Index(body, "TestCaptureSessions")
+}
+
+// TestMachineLeak: what the session files' check finds and what it lets
+// pass.
+func TestMachineLeak(t *testing.T) {
+	for body, leaks := range map[string]bool{
+		`{"cwd":"/tmp/TestCaptureSessionspi1/001"}`:           true,
+		`"see /root/.config"`:                                 true,
+		`"/home/alice/notes.txt"`:                             true,
+		`"Current working directory: /work/wt-30"`:            true,
+		`"-tmp-TestCaptureSessionsqwen-code1-001/memory"`:     true,
+		`"$WORK/notes.txt", "$TMP/003/.codex"`:                false,
+		`"durable under ~/.qwen/tmp/<project-hash>/"`:         false,
+		`"(e.g., '/home/user/project/file.txt')"`:             false,
+		`"agent_path": "/root"`:                               false,
+		`"$AGENTS/capture/node_modules/pi-coding-agent/docs"`: false,
+	} {
+		if got := machineLeak(body) >= 0; got != leaks {
+			t.Errorf("machineLeak(%s) found a leak: %t, want %t", body, got, leaks)
+		}
+	}
+}
 
 // TestRoutedBeatsQwenOnly is a short, time-scaled capacity run: at a
 // quarter of the traffic on Qwen the routed cluster must clearly beat the
@@ -83,26 +130,127 @@ func TestAffinityKeepsConversationsCached(t *testing.T) {
 }
 
 // TestReplayCapturedSessions: every captured request of every agent is
-// answered through the reference policy and counted once.
+// answered through the reference policy and counted once, in its pool and
+// its route, with its prompt tokens.
 func TestReplayCapturedSessions(t *testing.T) {
-	rs, err := Replay(context.Background(), "../../testdata/agents/sessions")
+	rs, err := Replay(context.Background(), sessionsDir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := map[string]ReplayResult{}
 	for _, r := range rs {
-		pools := 0
-		for _, n := range r.ByPool {
+		got[r.Agent] = r
+		pools, routes, poolTokens, routeTokens := 0, 0, 0, 0
+		for p, n := range r.ByPool {
 			pools += n
+			poolTokens += r.TokensByPool[p]
 		}
-		if r.Requests == 0 || pools != r.Requests || len(r.Routes) != r.Requests || r.Bound <= 0 {
+		for route, n := range r.ByRoute {
+			routes += n
+			routeTokens += r.TokensByRoute[route]
+		}
+		if r.Requests == 0 || pools != r.Requests || routes != r.Requests || len(r.Routes) != r.Requests ||
+			poolTokens != r.PromptTokens || routeTokens != r.PromptTokens || r.Gain <= 0 || r.Bottleneck == "" {
 			t.Errorf("%+v", r)
 		}
-		t.Logf("%s: %d requests, by pool %v, by route %v, bound %.2fx", r.Agent, r.Requests, r.ByPool, r.ByRoute, r.Bound)
+		t.Logf("%s: %d requests, by pool %v, by route %v, gain %.2fx (%s-bound)", r.Agent, r.Requests, r.ByPool, r.ByRoute, r.Gain, r.Bottleneck)
 	}
-	if len(rs) < 2 {
-		t.Errorf("%d agents replayed, want Claude Code and Codex at least", len(rs))
+	for _, agent := range capturedAgents {
+		if _, ok := got[agent]; !ok {
+			t.Errorf("%s was not replayed (agents: %v)", agent, slices.Sorted(maps.Keys(got)))
+		}
+	}
+	// OpenCode's title request names its small_model: the side route, on
+	// MiniCPM.
+	if oc := got["opencode"]; oc.ByRoute["side"] != 1 || oc.Routes[0] != "side" {
+		t.Errorf("opencode's routes %v, want its title request (the first) on side", oc.Routes)
 	}
 	if _, err := Replay(context.Background(), t.TempDir()); err == nil {
 		t.Error("an empty directory replayed without an error")
+	}
+}
+
+// sessionsDir holds the captured sessions.
+const sessionsDir = "../../testdata/agents/sessions"
+
+// capturedAgents are the agents agents' TestCaptureSessions records.
+var capturedAgents = []string{"claude-code", "cline", "codex", "opencode", "pi", "qwen-code"}
+
+// TestCapturedSessionsLoad: every session file loads (each line a request
+// with a path, a JSON body and a model), and none names a machine path
+// (the capture replaces the work folder, the temporary folder and the
+// agents' install folder with $WORK, $TMP and $AGENTS).
+func TestCapturedSessionsLoad(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(sessionsDir, "*.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var agents []string
+	for _, f := range files {
+		agents = append(agents, strings.TrimSuffix(filepath.Base(f), ".jsonl"))
+		reqs, err := loadSession(f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if len(reqs) < 4 {
+			t.Errorf("%s: %d requests, want the task's four turns at least", f, len(reqs))
+		}
+		for i, r := range reqs {
+			var body struct{ Model string }
+			if !strings.HasPrefix(r.Path, "/v1/") || json.Unmarshal(r.Body, &body) != nil || body.Model == "" {
+				t.Errorf("%s request %d: path %q, body without a model", f, i+1, r.Path)
+			}
+			if at := machineLeak(string(r.Body)); at >= 0 {
+				t.Errorf("%s request %d names a machine path: …%s…", f, i+1, r.Body[max(0, at-80):min(len(r.Body), at+80)])
+			}
+		}
+	}
+	if !slices.Equal(agents, capturedAgents) {
+		t.Errorf("session files of %v, want %v", agents, capturedAgents)
+	}
+}
+
+// TestLoadSessionRejects: a line that is not a request is an error naming
+// its line.
+func TestLoadSessionRejects(t *testing.T) {
+	for name, text := range map[string]string{
+		"not JSON":   `{"path": "/v1/chat/completions", "body": {"model": "m"}}` + "\n{",
+		"no path":    `{"body": {"model": "m"}}`,
+		"no body":    `{"path": "/v1/chat/completions"}`,
+		"other path": `{"path": "/admin/explain", "body": {"model": "m"}}`,
+		"empty":      "",
+	} {
+		f := filepath.Join(t.TempDir(), "agent.jsonl")
+		if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := loadSession(f); err == nil {
+			t.Errorf("%s: loaded", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestTurnChooser: the replay's classifier reads the turn from the
+// summary: a tool result is simple, a new instruction is judged on the
+// user's words only (not the system prompt or tools before them).
+func TestTurnChooser(t *testing.T) {
+	labels := []string{"simple", "complex"}
+	long := strings.Repeat("the system prompt says a great deal. ", 100)
+	for _, tc := range []struct {
+		name, summary, want string
+	}{
+		{"tool result", "Turns: 4\nLast message: a tool result, 1 assistant steps after the user's last message\nTools (9): a, b\nSystem prompt (start):\n" + long + "\nLast user message:\nwhy does it fail? debug it", "simple"},
+		{"short instruction", "Turns: 2\nLast message: a new instruction from the user\nTools (9): a, b\nSystem prompt (start):\n" + long + "\nLast user message:\nCreate notes.txt", "simple"},
+		{"instruction with a marker", "Turns: 2\nLast message: a new instruction from the user\nTools: none\nLast user message:\nDebug the failing test", "complex"},
+		{"long instruction", "Turns: 2\nLast message: a new instruction from the user\nTools: none\nLast user message:\n" + long, "complex"},
+		{"no turn", "Completion prompt:\nhi", "simple"},
+	} {
+		got, probs := turnChooser(vllmsim.ChoiceRequest{Choices: labels, Messages: []vllmsim.Message{{Role: "system", Content: "classify"}, {Role: "user", Content: tc.summary}}})
+		if got != tc.want || probs[got] < 0.5 {
+			t.Errorf("%s: %q %v, want %q", tc.name, got, probs, tc.want)
+		}
 	}
 }

@@ -17,7 +17,10 @@
 //
 // With --workload replay, the request sequences captured from real agents
 // (--sessions, testdata/agents/sessions) go through the reference policy,
-// and each agent's split per pool and route is printed (replay.go).
+// with a stated turn rule in place of the MiniCPM classifier, and each
+// agent's share of requests and of prompt tokens per pool and per route is
+// printed, with the capacity model's throughput gain over a Qwen-only
+// cluster on those requests (replay.go).
 //
 //	go run ./bench/capacity [--json] [--duration 4s] [--speedup 10]
 //	go run ./bench/capacity --workload agents [--balancers affinity,round_robin] [--duration 12s] [--workers 64]
