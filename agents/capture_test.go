@@ -3,6 +3,7 @@ package agents_test
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/switchyard/switchyard/internal/capture"
 	"io"
 	"maps"
 	"net/http"
@@ -34,27 +35,6 @@ type capturedRequest struct {
 var capturedHeaders = []string{"X-Session-Id", "Session-Id", "X-Claude-Code-Session-Id", "Anthropic-Version"}
 
 var osVersion = regexp.MustCompile(`OS Version: [^\\"]*`)
-
-// machinePath finds an absolute path into the machine's folders: /tmp/,
-// /root/, /home/ or /work/ at the start of a path (not inside one, as in
-// Qwen Code's "~/.qwen/tmp/"; Codex names its root agent "/root", without
-// a slash after it).
-var machinePath = regexp.MustCompile(`(^|[^A-Za-z0-9._~/-])/(tmp|root|home|work)/`)
-
-// agentExample is a path that an agent's own prompt holds as an example
-// (Qwen Code's read_file: "e.g., '/home/user/project/file.txt'"), not one
-// of the machine's.
-const agentExample = "'/home/user/project/"
-
-// machineLeak is where body names one of the machine's folders, or a test's
-// temporary folder in any spelling ("TestCaptureSessions…"), or -1.
-func machineLeak(body string) int {
-	clean := strings.ReplaceAll(body, agentExample, strings.Repeat("_", len(agentExample)))
-	if loc := machinePath.FindStringIndex(clean); loc != nil {
-		return loc[0]
-	}
-	return strings.Index(body, "TestCaptureSessions")
-}
 
 // recorder stands between an agent and the gateway and keeps what the
 // agent sends.
@@ -130,7 +110,7 @@ func (r *recorder) write(t *testing.T, file string, paths [][2]string) {
 		}
 		// Claude Code writes the machine's kernel release into its prompt.
 		body = osVersion.ReplaceAllString(body, "OS Version: Linux")
-		if at := machineLeak(body); at >= 0 {
+		if at := capture.MachineLeak(body); at >= 0 {
 			t.Fatalf("request %d still holds a machine path: …%s…", i, body[max(0, at-150):min(len(body), at+150)])
 		}
 		var compact bytes.Buffer

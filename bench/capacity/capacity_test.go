@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/switchyard/switchyard/internal/capture"
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -14,44 +14,6 @@ import (
 
 	"github.com/switchyard/switchyard/vllmsim"
 )
-
-// machinePath finds an absolute path into the machine's folders, at the
-// start of a path; agentExample is one that an agent's prompt holds as an
-// example (as agents' capture_test.go has them).
-var machinePath = regexp.MustCompile(`(^|[^A-Za-z0-9._~/-])/(tmp|root|home|work)/`)
-
-const agentExample = "'/home/user/project/"
-
-// machineLeak is where body names one of the machine's folders, or a test's
-// temporary folder in any spelling ("TestCaptureSessions…"), or -1.
-func machineLeak(body string) int {
-	clean := strings.ReplaceAll(body, agentExample, strings.Repeat("_", len(agentExample)))
-	if loc := machinePath.FindStringIndex(clean); loc != nil {
-		return loc[0]
-	}
-	return strings.Index(body, "TestCaptureSessions")
-}
-
-// TestMachineLeak: what the session files' check finds and what it lets
-// pass.
-func TestMachineLeak(t *testing.T) {
-	for body, leaks := range map[string]bool{
-		`{"cwd":"/tmp/TestCaptureSessionspi1/001"}`:           true,
-		`"see /root/.config"`:                                 true,
-		`"/home/alice/notes.txt"`:                             true,
-		`"Current working directory: /work/wt-30"`:            true,
-		`"-tmp-TestCaptureSessionsqwen-code1-001/memory"`:     true,
-		`"$WORK/notes.txt", "$TMP/003/.codex"`:                false,
-		`"durable under ~/.qwen/tmp/<project-hash>/"`:         false,
-		`"(e.g., '/home/user/project/file.txt')"`:             false,
-		`"agent_path": "/root"`:                               false,
-		`"$AGENTS/capture/node_modules/pi-coding-agent/docs"`: false,
-	} {
-		if got := machineLeak(body) >= 0; got != leaks {
-			t.Errorf("machineLeak(%s) found a leak: %t, want %t", body, got, leaks)
-		}
-	}
-}
 
 // TestRoutedBeatsQwenOnly is a short, time-scaled capacity run: at a
 // quarter of the traffic on Qwen the routed cluster must clearly beat the
@@ -201,7 +163,7 @@ func TestCapturedSessionsLoad(t *testing.T) {
 			if !strings.HasPrefix(r.Path, "/v1/") || json.Unmarshal(r.Body, &body) != nil || body.Model == "" {
 				t.Errorf("%s request %d: path %q, body without a model", f, i+1, r.Path)
 			}
-			if at := machineLeak(string(r.Body)); at >= 0 {
+			if at := capture.MachineLeak(string(r.Body)); at >= 0 {
 				t.Errorf("%s request %d names a machine path: …%s…", f, i+1, r.Body[max(0, at-80):min(len(r.Body), at+80)])
 			}
 		}
