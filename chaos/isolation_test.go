@@ -202,18 +202,22 @@ func (r victimRun) median() time.Duration {
 func (r victimRun) bigShare() float64 { return float64(r.big) / float64(max(1, r.all)) }
 
 // rss is the process's resident memory in bytes.
-func (p *proc) rss(t *testing.T) int64 {
+func (p *proc) rss(t *testing.T) int64 { return p.status(t, "VmRSS:") }
+
+// status reads one of /proc/PID/status's sizes (in kB there) in bytes.
+func (p *proc) status(t *testing.T, field string) int64 {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
 		t.Skipf("cannot read the gateway's memory: %v", err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
 			kb, _ := strconv.ParseInt(f[1], 10, 64)
 			return kb << 10
 		}
 	}
+	t.Skipf("no %s in /proc/PID/status", field)
 	return 0
 }
 

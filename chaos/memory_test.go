@@ -2,9 +2,7 @@ package chaos_test
 
 import (
 	"bufio"
-	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,21 +12,7 @@ import (
 )
 
 // hwm is the process's peak resident memory (VmHWM) in bytes.
-func (p *proc) hwm(t *testing.T) int64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		t.Skipf("cannot read the gateway's memory: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	t.Skip("no VmHWM in /proc/PID/status")
-	return 0
-}
+func (p *proc) hwm(t *testing.T) int64 { return p.status(t, "VmHWM:") }
 
 // hugeStream is what a client read of one Responses stream.
 type hugeStream struct {
