@@ -10,6 +10,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/switchyard/switchyard/router/internal/wire"
 )
 
 // sseEvents parses a stream as a browser's EventSource does (the SSE
@@ -70,8 +73,9 @@ func (r *chunkedReader) Read(p []byte) (int, error) {
 // FuzzPump runs the stream pump itself over a reader that splits the
 // replica's bytes at arbitrary offsets. Whatever the split, the client must
 // see the events the replica sent, up to [DONE], in order and intact, the
-// pump's verdict must not depend on the split, and with usage injected no
-// usage may reach the client.
+// pump's verdict must not depend on the split, with usage injected no
+// usage may reach the client, and what the client gets is valid UTF-8 (the
+// replica's events with each invalid byte U+FFFD, wire.ValidUTF8).
 func FuzzPump(f *testing.F) {
 	seeds := []string{
 		"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\ndata: [DONE]\n\n",
@@ -80,6 +84,7 @@ func FuzzPump(f *testing.F) {
 		"data: a\ndata: b\n\n: comment\n\nid: 7\nretry: 10\ndata: c\n\ndata: [DONE]",
 		"data: {\"choices\":[{\"index\":0}],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n",
 		"data: {\"choices\":[{\"delta\":{\"content\":\"cut\"}}]}\n\ndata: {\"cho",
+		"data: {\"choices\":[{\"delta\":{\"content\":\"a\xff\xfe\xe2\x82\"}}]}\n\n: \xc3\n\ndata: [DONE]\n\n",
 	}
 	for _, c := range duplicateUsage {
 		seeds = append(seeds, "data: "+c.data+"\n\ndata: [DONE]\n\n")
@@ -107,6 +112,10 @@ func FuzzPump(f *testing.F) {
 		if werr != nil && !errors.Is(werr, ErrStreamCut) {
 			t.Fatalf("error %v is not a cut stream", werr)
 		}
+		if !utf8.ValidString(whole) || !utf8.ValidString(split) {
+			t.Fatalf("the client got invalid UTF-8: %q / %q", whole, split)
+		}
+		stream = wire.ValidUTF8(stream)
 		gotWhole, gotSplit := sseEvents([]byte(whole)), sseEvents([]byte(split))
 		if !slices.Equal(gotWhole, gotSplit) {
 			t.Fatalf("events depend on the split:\n%q\n%q", gotWhole, gotSplit)

@@ -34,3 +34,43 @@ const maxEcho = 256
 
 // Clip returns s cut to maxEcho bytes at a rune boundary, marked as cut.
 func Clip(s string) string { return ClipN(s, maxEcho) }
+
+// ValidUTF8 is b with every byte that is not part of a UTF-8 character
+// replaced by U+FFFD, one for each such byte, as encoding/json writes a
+// string (so text the gateway writes with Quote and text it relays
+// agree). Valid b, the normal case, is returned as is, not copied.
+func ValidUTF8(b []byte) []byte {
+	if utf8.Valid(b) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+8)
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n == 1 {
+			out = utf8.AppendRune(out, utf8.RuneError)
+		} else {
+			out = append(out, b[:n]...)
+		}
+		b = b[n:]
+	}
+	return out
+}
+
+// PartialRune is the length (0 to 3) of the start of a UTF-8 character
+// that b ends with, cut short: the bytes to hold back when b is written
+// before the rest of its text has come.
+func PartialRune(b []byte) int {
+	for i := 1; i <= min(3, len(b)); i++ {
+		c := b[len(b)-i]
+		if c < utf8.RuneSelf {
+			return 0
+		}
+		if utf8.RuneStart(c) {
+			if utf8.FullRune(b[len(b)-i:]) {
+				return 0
+			}
+			return i
+		}
+	}
+	return 0
+}
