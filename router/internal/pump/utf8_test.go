@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/switchyard/switchyard/router/internal/resume"
 	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/tidwall/gjson"
@@ -104,5 +105,53 @@ func TestOversizeEventSanitised(t *testing.T) {
 	out := rec.Body.String()
 	if want := strings.Replace(stream, "\xff", "\uFFFD", 1); out != want {
 		t.Errorf("the client got %d bytes (valid UTF-8 %t), want the %d of the stream with U+FFFD for its one bad byte", len(out), utf8.ValidString(out), len(want))
+	}
+}
+
+// TestInvalidUTF8ContinuedAgrees: a Responses stream cut after a delta
+// with invalid UTF-8 and continued (resume) closes its item with the text
+// the client was sent: the continuation's .done and response.completed
+// repeat the U+FFFD the deltas carried. Before the fix the deltas carried
+// the raw bytes and the continuation's closing events, which encoding/json
+// writes, U+FFFD: the deltas no longer added up to the done text.
+func TestInvalidUTF8ContinuedAgrees(t *testing.T) {
+	rec := httptest.NewRecorder()
+	rs := resume.New(wire.Responses, []byte(`{"model":"m","input":"hi","stream":true}`), 1<<20, func() uint64 { return 7 })
+	p := &Pump{W: rec, RC: http.NewResponseController(rec), API: wire.Responses, Resume: rs}
+	cut := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"output\":[],\"status\":\"in_progress\"}}\n\n" +
+		"event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":{\"type\":\"message\",\"id\":\"msg_1\",\"content\":[],\"role\":\"assistant\",\"status\":\"in_progress\"}}\n\n" +
+		"event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"sequence_number\":2,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":\"\"}}\n\n" +
+		"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":3,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"" + bad + "\"}\n\n"
+	if err := p.Run(strings.NewReader(cut)); err == nil || rs.Broken != "" {
+		t.Fatalf("the cut stream: %v, not resumable: %q", err, rs.Broken)
+	}
+	if _, _, err := rs.Request([]byte(`{"model":"m","input":"hi","stream":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	rs.Begin()
+	p.Refused, p.SawDone = nil, false
+	cont := "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n" +
+		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" more\"}}]}\n\n" +
+		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
+	if err := p.Run(strings.NewReader(cont)); err != nil {
+		t.Fatalf("the continuation: %v", err)
+	}
+	out := rec.Body.Bytes()
+	if !utf8.Valid(out) {
+		t.Fatalf("the client got invalid UTF-8:\n%q", out)
+	}
+	var deltas, done, completed string
+	for _, d := range sseEvents(out) {
+		switch gjson.Get(d, "type").Str {
+		case "response.output_text.delta":
+			deltas += gjson.Get(d, "delta").Str
+		case "response.output_text.done":
+			done = gjson.Get(d, "text").Str
+		case "response.completed":
+			completed = gjson.Get(d, "response.output.0.content.0.text").Str
+		}
+	}
+	if want := clean + " more"; deltas != want || done != want || completed != want {
+		t.Errorf("deltas %q, done %q, completed %q; want %q in each", deltas, done, completed, want)
 	}
 }
