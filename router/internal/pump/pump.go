@@ -135,6 +135,8 @@ type Pump struct {
 	// cur is the event in the filters: a field, so that passing it to
 	// them (calls through function values) allocates nothing.
 	cur event
+	// ends is what of the answer ended: nothing after it is relayed.
+	ends endState
 }
 
 // Run pumps body to the client until the stream ends. It returns nil once

@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/switchyard/switchyard/router/internal/wire"
+
+	"github.com/tidwall/gjson"
 )
 
 // sseEvents parses a stream as a browser's EventSource does (the SSE
@@ -85,6 +87,7 @@ func FuzzPump(f *testing.F) {
 		"data: {\"choices\":[{\"index\":0}],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n",
 		"data: {\"choices\":[{\"delta\":{\"content\":\"cut\"}}]}\n\ndata: {\"cho",
 		"data: {\"choices\":[{\"delta\":{\"content\":\"a\xff\xfe\xe2\x82\"}}]}\n\n: \xc3\n\ndata: [DONE]\n\n",
+		"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\"}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}},{\"index\":1,\"text\":\"c\"}],\"usage\":null}\n\ndata: [DONE]\n\n",
 	}
 	for _, c := range duplicateUsage {
 		seeds = append(seeds, "data: "+c.data+"\n\ndata: [DONE]\n\n")
@@ -124,6 +127,14 @@ func FuzzPump(f *testing.F) {
 		if i := slices.IndexFunc(want, func(d string) bool { return strings.TrimSpace(d) == "[DONE]" }); i >= 0 {
 			want = want[:i+1]
 		}
+		if after := afterFinish(gotWhole); after != "" {
+			t.Fatalf("content after a finish reason reached the client: %q", after)
+		}
+		if slices.ContainsFunc(want, finishes) {
+			// Content after a finish reason is dropped: the client's
+			// events are not the replica's (checked above).
+			return
+		}
 		if injected {
 			for _, d := range gotWhole {
 				if topUsage(d) {
@@ -142,6 +153,43 @@ func FuzzPump(f *testing.F) {
 		if !slices.Equal(gotWhole, want) && !slices.Equal(gotWhole, sseEvents(append(bytes.Clone(stream), "\n\n"...))[:len(gotWhole)]) {
 			t.Fatalf("events differ from the replica's:\n got %q\nwant %q", gotWhole, want)
 		}
+	})
+}
+
+// afterFinish returns the first event that brings a choice something
+// after the choice's finish reason ("" if none).
+func afterFinish(events []string) string {
+	var ended []int64
+	for _, d := range events {
+		var chunk struct {
+			Choices []json.RawMessage
+		}
+		if json.Unmarshal([]byte(d), &chunk) != nil {
+			continue
+		}
+		var finishing []int64
+		for _, raw := range chunk.Choices {
+			c := gjson.ParseBytes(raw)
+			if slices.Contains(ended, c.Get("index").Int()) && carries(c) {
+				return d
+			}
+			if c.Get("finish_reason").Type == gjson.String {
+				finishing = append(finishing, c.Get("index").Int())
+			}
+		}
+		ended = append(ended, finishing...)
+	}
+	return ""
+}
+
+// finishes reports whether the data of a chat event gives a choice its
+// finish reason.
+func finishes(d string) bool {
+	if !gjson.Valid(d) {
+		return false
+	}
+	return slices.ContainsFunc(topMembers([]byte(d), "choices"), func(m member) bool {
+		return slices.ContainsFunc(m.val.Array(), func(c gjson.Result) bool { return c.Get("finish_reason").Type == gjson.String })
 	})
 }
 

@@ -1,0 +1,201 @@
+package pump
+
+import (
+	"bytes"
+	"slices"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/switchyard/switchyard/router/internal/sse"
+)
+
+// After its end, nothing of an answer is relayed: content a replica sends
+// for a chat choice after its finish reason, for a Responses output item
+// after its response.output_item.done, for a Messages content block after
+// its content_block_stop (or after the message_delta that gives the stop
+// reason), and every event after a typed stream's terminal event, is
+// dropped. Clients stop reading a choice or an item at its end; a replica
+// that goes on is broken, and what it adds would reach some clients and
+// not others.
+
+// maxEnded bounds the choices, items or blocks whose end is remembered:
+// a replica can name any number of indexes, and beyond this many the ends
+// of further ones are not kept (their later content is relayed).
+const maxEnded = 256
+
+// endState is what of the answer has ended.
+type endState struct {
+	// ended are the indexes of the chat choices, Responses output items
+	// or Messages content blocks that ended.
+	ended []int64
+	// stopped: the Messages stream gave its stop reason (no content
+	// block follows); over: a typed stream sent its terminal event.
+	stopped, over bool
+}
+
+func (s *endState) end(i int64) {
+	if len(s.ended) < maxEnded && !slices.Contains(s.ended, i) {
+		s.ended = append(s.ended, i)
+	}
+}
+
+func (s *endState) hasEnded(i int64) bool { return slices.Contains(s.ended, i) }
+
+var finishKey = []byte(`"finish_reason"`)
+
+// chatFinish drops what a chat or completions chunk brings to choices that
+// had their finish reason, and notes the choices it finishes. A chunk left
+// with no choice and no usage is dropped whole. The common chunk, before
+// any finish reason, is looked at without parsing it.
+func chatFinish(p *Pump, e *event) {
+	if len(p.ends.ended) == 0 && !mayFinish(e.data) {
+		return
+	}
+	if len(e.data) == 0 || e.data[0] != '{' || !gjson.ValidBytes(e.data) {
+		return
+	}
+	nd, edited, left := e.data, false, 0
+	// Every top-level "choices" member, as chatUsage reads "usage":
+	// parsers disagree on which duplicate counts.
+	members := topMembers(e.data, "choices")
+	for i := len(members) - 1; i >= 0; i-- {
+		m := members[i]
+		if !m.val.IsArray() {
+			continue
+		}
+		n, drop := 0, 0
+		m.val.ForEach(func(_, c gjson.Result) bool {
+			n++
+			if p.ends.hasEnded(c.Get("index").Int()) && carries(c) {
+				drop++
+			}
+			return true
+		})
+		// Ends are noted after the whole chunk is read: content in the
+		// chunk that carries the finish reason is the choice's last.
+		m.val.ForEach(func(_, c gjson.Result) bool {
+			if c.Get("finish_reason").Type == gjson.String {
+				p.ends.end(c.Get("index").Int())
+			}
+			return true
+		})
+		left += n - drop
+		if drop > 0 {
+			nd = append(append(bytes.Clone(nd[:m.val.Index]), p.keptChoices(m.val)...), nd[m.val.Index+len(m.val.Raw):]...)
+			edited = true
+		}
+	}
+	if !edited {
+		return
+	}
+	if left == 0 && !slices.ContainsFunc(topMembers(nd, "usage"), func(m member) bool { return m.val.IsObject() }) {
+		e.ev = nil // nothing left for the client
+		return
+	}
+	e.ev = sse.RebuildData(e.ev, nd)
+	e.data, _ = sse.EventData(e.ev)
+}
+
+// mayFinish reports whether a chunk may give a finish reason: it has a
+// "finish_reason" that is not null, or an escape that could spell one.
+func mayFinish(data []byte) bool {
+	if bytes.Contains(data, []byte(`\u`)) {
+		return true
+	}
+	for rest := data; ; {
+		k := bytes.Index(rest, finishKey)
+		if k < 0 {
+			return false
+		}
+		rest = sse.SkipSpace(rest[k+len(finishKey):])
+		if len(rest) > 0 && rest[0] == ':' {
+			rest = sse.SkipSpace(rest[1:])
+		}
+		if !bytes.HasPrefix(rest, []byte("null")) {
+			return true
+		}
+	}
+}
+
+// carries reports whether a choice of a chunk brings anything: a delta
+// member, text, a finish reason or logprobs that are not null or empty.
+func carries(c gjson.Result) bool {
+	if c.Get("finish_reason").Type == gjson.String || nonEmpty(c.Get("text")) {
+		return true
+	}
+	if l := c.Get("logprobs"); l.Exists() && l.Type != gjson.Null {
+		return true
+	}
+	some := false
+	c.Get("delta").ForEach(func(_, v gjson.Result) bool {
+		some = v.Type != gjson.Null && !(v.Type == gjson.String && v.Str == "")
+		return !some
+	})
+	return some
+}
+
+func nonEmpty(r gjson.Result) bool { return r.Type == gjson.String && r.Str != "" }
+
+// keptChoices is the choices array without what it brings to choices
+// that had ended.
+func (p *Pump) keptChoices(choices gjson.Result) []byte {
+	b := []byte{'['}
+	choices.ForEach(func(_, c gjson.Result) bool {
+		if p.ends.hasEnded(c.Get("index").Int()) && carries(c) {
+			return true
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, c.Raw...)
+		return true
+	})
+	return append(b, ']')
+}
+
+// responsesEnd drops the events of output items that were done and every
+// event after the terminal event, and notes those ends.
+func responsesEnd(p *Pump, e *event) {
+	s := &p.ends
+	if s.over {
+		e.ev = nil
+		return
+	}
+	if len(s.ended) > 0 {
+		if i := e.root.Get("output_index"); i.Exists() && s.hasEnded(i.Int()) {
+			e.ev = nil
+			return
+		}
+	}
+	switch e.typ {
+	case "response.output_item.done":
+		s.end(e.root.Get("output_index").Int())
+	case "response.completed", "response.incomplete", "response.failed":
+		s.over = true
+	}
+}
+
+// messagesEnd drops the events of content blocks that stopped, content
+// blocks after the stop reason, and every event after message_stop, and
+// notes those ends.
+func messagesEnd(p *Pump, e *event) {
+	s := &p.ends
+	if s.over {
+		e.ev = nil
+		return
+	}
+	switch e.typ {
+	case "content_block_start", "content_block_delta", "content_block_stop":
+		if i := e.root.Get("index").Int(); s.stopped || s.hasEnded(i) {
+			e.ev = nil
+		} else if e.typ == "content_block_stop" {
+			s.end(i)
+		}
+	case "message_delta":
+		if e.root.Get("delta.stop_reason").Type == gjson.String {
+			s.stopped = true
+		}
+	case "message_stop":
+		s.over = true
+	}
+}
