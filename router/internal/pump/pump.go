@@ -336,11 +336,12 @@ func (p *Pump) drain(body io.Reader, buf []byte) {
 
 // event inspects one complete event and returns what to send the client,
 // or keep false to drop it. Every event is first made valid UTF-8
-// (wire.ValidUTF8): what the filters read, what a stream being followed
-// for resume records and what the client is sent are the same text, on
-// every API, relayed or continued.
+// (wire.ValidUTF8) with no lone surrogate escape (wire.ValidEscapes):
+// what the filters read, what a stream being followed for resume records
+// and what the client is sent are the same text, on every API, relayed or
+// continued.
 func (p *Pump) event(ev []byte) (out []byte, keep bool) {
-	ev = wire.ValidUTF8(ev)
+	ev = wire.ValidEscapes(wire.ValidUTF8(ev))
 	data, ok := sse.EventData(ev)
 	if !ok {
 		return ev, true // comments, id:, retry:, blank lines

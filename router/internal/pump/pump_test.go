@@ -76,8 +76,9 @@ func (r *chunkedReader) Read(p []byte) (int, error) {
 // replica's bytes at arbitrary offsets. Whatever the split, the client must
 // see the events the replica sent, up to [DONE], in order and intact, the
 // pump's verdict must not depend on the split, with usage injected no
-// usage may reach the client, and what the client gets is valid UTF-8 (the
-// replica's events with each invalid byte U+FFFD, wire.ValidUTF8).
+// usage may reach the client, and what the client gets is valid UTF-8 with
+// no lone surrogate escape (the replica's events with each invalid byte
+// U+FFFD, wire.ValidUTF8, and each lone half \ufffd, wire.ValidEscapes).
 func FuzzPump(f *testing.F) {
 	seeds := []string{
 		"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\ndata: [DONE]\n\n",
@@ -87,6 +88,7 @@ func FuzzPump(f *testing.F) {
 		"data: {\"choices\":[{\"index\":0}],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n",
 		"data: {\"choices\":[{\"delta\":{\"content\":\"cut\"}}]}\n\ndata: {\"cho",
 		"data: {\"choices\":[{\"delta\":{\"content\":\"a\xff\xfe\xe2\x82\"}}]}\n\n: \xc3\n\ndata: [DONE]\n\n",
+		"data: {\"choices\":[{\"delta\":{\"content\":\"\\ud83d \\ud83d\\ude00 \\\\ud800\"}}]}\n\ndata: [DONE]\n\n",
 		"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\"}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}},{\"index\":1,\"text\":\"c\"}],\"usage\":null}\n\ndata: [DONE]\n\n",
 	}
 	for _, c := range duplicateUsage {
@@ -118,7 +120,10 @@ func FuzzPump(f *testing.F) {
 		if !utf8.ValidString(whole) || !utf8.ValidString(split) {
 			t.Fatalf("the client got invalid UTF-8: %q / %q", whole, split)
 		}
-		stream = wire.ValidUTF8(stream)
+		if string(wire.ValidEscapes([]byte(whole))) != whole {
+			t.Fatalf("the client got a lone surrogate escape: %q", whole)
+		}
+		stream = wire.ValidEscapes(wire.ValidUTF8(stream))
 		gotWhole, gotSplit := sseEvents([]byte(whole)), sseEvents([]byte(split))
 		if !slices.Equal(gotWhole, gotSplit) {
 			t.Fatalf("events depend on the split:\n%q\n%q", gotWhole, gotSplit)

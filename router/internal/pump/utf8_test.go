@@ -155,3 +155,33 @@ func TestInvalidUTF8ContinuedAgrees(t *testing.T) {
 		t.Errorf("deltas %q, done %q, completed %q; want %q in each", deltas, done, completed, want)
 	}
 }
+
+// TestLoneSurrogateEscapeSanitised: the \u escape of a lone UTF-16
+// surrogate, which JavaScript's and Python's parsers turn into a string
+// that is not Unicode (and a continuation, which decodes and re-encodes the
+// text, into U+FFFD), reaches the client of every API as \ufffd; a pair,
+// and an escaped backslash before "u", pass as they are. Before the fix the
+// escape passed through.
+func TestLoneSurrogateEscapeSanitised(t *testing.T) {
+	const text = `a\ud83d b\ud83d\ude00 c\\ud800 d\udfff`
+	const want = `a\ufffd b\ud83d\ude00 c\\ud800 d\ufffd`
+	for _, c := range []struct {
+		ep     wire.Endpoint
+		stream string
+	}{
+		{wire.Chat, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + text + "\"}}]}\n\ndata: [DONE]\n\n"},
+		{wire.Responses, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"output_index\":0,\"delta\":\"" + text + "\"}\n\n" +
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":2,\"response\":{\"id\":\"resp_1\",\"object\":\"response\"}}\n\n"},
+		{wire.Messages, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"" + text + "\"}}\n\n" +
+			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"},
+	} {
+		rec := httptest.NewRecorder()
+		p := &Pump{W: rec, RC: http.NewResponseController(rec), API: c.ep}
+		if err := p.Run(strings.NewReader(c.stream)); err != nil {
+			t.Fatalf("%s: run: %v", c.ep.Path(), err)
+		}
+		if out := rec.Body.String(); !strings.Contains(out, `"`+want+`"`) || strings.Contains(out, `a\ud83d `) {
+			t.Errorf("%s: the client got\n%s\nwant the text %s", c.ep.Path(), out, want)
+		}
+	}
+}

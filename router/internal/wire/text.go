@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
@@ -73,4 +74,56 @@ func PartialRune(b []byte) int {
 		}
 	}
 	return 0
+}
+
+// ValidEscapes is the JSON text b with every \u escape of a lone UTF-16
+// surrogate (a half of a pair without its other half) written \ufffd, as
+// encoding/json decodes one: a client's parser would otherwise make a
+// string that is not Unicode of it (JavaScript's and Python's do). b with
+// no such escape, the normal case, is returned as is, not copied.
+func ValidEscapes(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`\u`)) {
+		return b
+	}
+	var out []byte // nil until the first lone half
+	last := 0      // b[last:] is not yet in out
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		u, ok := escapeUnit(b[i:])
+		if !ok || u < 0xD800 || u > 0xDFFF {
+			i++ // skip the escaped character, a backslash included
+			continue
+		}
+		if u <= 0xDBFF {
+			if low, ok := escapeUnit(b[i+6:]); ok && low >= 0xDC00 && low <= 0xDFFF {
+				i += 11 // a whole pair
+				continue
+			}
+		}
+		out = append(append(out, b[last:i]...), `\ufffd`...)
+		last = i + 6
+		i += 5
+	}
+	if out == nil {
+		return b
+	}
+	return append(out, b[last:]...)
+}
+
+// escapeUnit reads the code unit of the \uXXXX escape that b begins with.
+func escapeUnit(b []byte) (rune, bool) {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return 0, false
+	}
+	var u rune
+	for _, c := range b[2:6] {
+		v, ok := hexValue(c)
+		if !ok {
+			return 0, false
+		}
+		u = u<<4 | v
+	}
+	return u, true
 }

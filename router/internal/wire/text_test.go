@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
@@ -25,5 +26,36 @@ func TestValidUTF8(t *testing.T) {
 		if got := PartialRune([]byte(s)); got != want {
 			t.Errorf("PartialRune(%q) = %d, want %d", s, got, want)
 		}
+	}
+}
+
+// TestValidEscapes: a lone surrogate's \u escape becomes \ufffd (what
+// encoding/json decodes it to), a pair and every other escape stay as they
+// are, an escaped backslash before "u" is no escape, and text without a
+// lone half is not copied.
+func TestValidEscapes(t *testing.T) {
+	for in, want := range map[string]string{
+		`"plain"`:                     `"plain"`,
+		`"\ud83d\ude00"`:              `"\ud83d\ude00"`,
+		`"\ud83d"`:                    `"\ufffd"`,
+		`"\ude00x\uD83Dy"`:            `"\ufffdx\ufffdy"`,
+		`"\ud83d\ud83d\ude00"`:        `"\ufffd\ud83d\ude00"`,
+		`"\\ud83d"`:                   `"\\ud83d"`,
+		`"\\\ud83d"`:                  `"\\\ufffd"`,
+		`"\u00e9\n\ud8"`:              `"\u00e9\n\ud8"`,
+		`{"a":"\udfff","b":"\u0041"}`: `{"a":"\ufffd","b":"\u0041"}`,
+	} {
+		got := string(ValidEscapes([]byte(in)))
+		if got != want {
+			t.Errorf("ValidEscapes(%s) = %s, want %s", in, got, want)
+		}
+		var a, b any
+		if json.Unmarshal([]byte(in), &a) == nil && (json.Unmarshal([]byte(got), &b) != nil || !reflect.DeepEqual(a, b)) {
+			t.Errorf("%s: encoding/json reads %v, after %v", in, a, b)
+		}
+	}
+	b := []byte(`"\ud83d\ude00 \u00e9"`)
+	if out := ValidEscapes(b); &out[0] != &b[0] {
+		t.Error("text without a lone surrogate was copied")
 	}
 }
