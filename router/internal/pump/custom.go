@@ -149,7 +149,7 @@ func (p *Pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]by
 			cs.shift--
 		}
 		c.input, c.done = input, true
-		done := `{"type":"response.custom_tool_call_input.done","item_id":` + root.Get("item_id").Raw +
+		done := `{"type":"response.custom_tool_call_input.done","item_id":` + wire.RawOr(root.Get("item_id"), `""`) +
 			`,"output_index":` + wire.RawOr(root.Get("output_index"), "0") + `,"input":` + wire.Quote(input) +
 			`,"sequence_number":` + itoa(n) + `}`
 		last, d := p.renumber(sse.AppendEvent(nil, "response.custom_tool_call_input.done", done))
