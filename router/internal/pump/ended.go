@@ -41,7 +41,9 @@ func (s *endState) end(i int64) {
 
 func (s *endState) hasEnded(i int64) bool { return slices.Contains(s.ended, i) }
 
-var finishKey = []byte(`"finish_reason"`)
+// finishKey is searched for without its opening quote: bytes.Index
+// looks for a needle's first byte first, and JSON is full of quotes.
+var finishKey = []byte(`finish_reason"`)
 
 // chatFinish drops what a chat or completions chunk brings to choices that
 // had their finish reason, and notes the choices it finishes. A chunk left
@@ -99,7 +101,7 @@ func chatFinish(p *Pump, e *event) {
 // mayFinish reports whether a chunk may give a finish reason: it has a
 // "finish_reason" that is not null, or an escape that could spell one.
 func mayFinish(data []byte) bool {
-	if bytes.Contains(data, []byte(`\u`)) {
+	if bytes.IndexByte(data, '\\') >= 0 && bytes.Contains(data, []byte(`\u`)) {
 		return true
 	}
 	for rest := data; ; {
@@ -107,7 +109,12 @@ func mayFinish(data []byte) bool {
 		if k < 0 {
 			return false
 		}
-		rest = sse.SkipSpace(rest[k+len(finishKey):])
+		key := k > 0 && rest[k-1] == '"'
+		rest = rest[k+len(finishKey):]
+		if !key {
+			continue
+		}
+		rest = sse.SkipSpace(rest)
 		if len(rest) > 0 && rest[0] == ':' {
 			rest = sse.SkipSpace(rest[1:])
 		}

@@ -82,8 +82,8 @@ func PartialRune(b []byte) int {
 // string that is not Unicode of it (JavaScript's and Python's do). b with
 // no such escape, the normal case, is returned as is, not copied.
 func ValidEscapes(b []byte) []byte {
-	if !bytes.Contains(b, []byte(`\u`)) {
-		return b
+	if bytes.IndexByte(b, '\\') < 0 || !bytes.Contains(b, []byte(`\u`)) {
+		return b // one vectorised byte scan for the common event
 	}
 	var out []byte // nil until the first lone half
 	last := 0      // b[last:] is not yet in out
