@@ -50,12 +50,15 @@ var finishKey = []byte(`finish_reason"`)
 // with no choice and no usage is dropped whole. The common chunk, before
 // any finish reason, is looked at without parsing it.
 func chatFinish(p *Pump, e *event) {
-	if len(p.ends.ended) == 0 && !mayFinish(e.data) {
+	if !mayFinish(e.data) && (len(p.ends.ended) == 0 || noChoice(e.data)) {
 		return
 	}
 	if len(e.data) == 0 || e.data[0] != '{' || !gjson.ValidBytes(e.data) {
 		return
 	}
+	// Ends noted before this chunk: content in the chunk that carries a
+	// finish reason is the choice's last.
+	ended := len(p.ends.ended)
 	nd, edited, left := e.data, false, 0
 	// Every top-level "choices" member, as chatUsage reads "usage":
 	// parsers disagree on which duplicate counts.
@@ -68,14 +71,9 @@ func chatFinish(p *Pump, e *event) {
 		n, drop := 0, 0
 		m.val.ForEach(func(_, c gjson.Result) bool {
 			n++
-			if p.ends.hasEnded(c.Get("index").Int()) && carries(c) {
+			if slices.Contains(p.ends.ended[:ended], c.Get("index").Int()) && carries(c) {
 				drop++
 			}
-			return true
-		})
-		// Ends are noted after the whole chunk is read: content in the
-		// chunk that carries the finish reason is the choice's last.
-		m.val.ForEach(func(_, c gjson.Result) bool {
 			if c.Get("finish_reason").Type == gjson.String {
 				p.ends.end(c.Get("index").Int())
 			}
@@ -83,7 +81,7 @@ func chatFinish(p *Pump, e *event) {
 		})
 		left += n - drop
 		if drop > 0 {
-			nd = append(append(bytes.Clone(nd[:m.val.Index]), p.keptChoices(m.val)...), nd[m.val.Index+len(m.val.Raw):]...)
+			nd = append(append(bytes.Clone(nd[:m.val.Index]), keptChoices(m.val, p.ends.ended[:ended])...), nd[m.val.Index+len(m.val.Raw):]...)
 			edited = true
 		}
 	}
@@ -96,6 +94,30 @@ func chatFinish(p *Pump, e *event) {
 	}
 	e.ev = sse.RebuildData(e.ev, nd)
 	e.data, _ = sse.EventData(e.ev)
+}
+
+var choicesKey = []byte(`choices"`)
+
+// noChoice reports, without parsing it, that a chunk's one "choices"
+// member is empty (the usage chunk after the finish reason): it brings no
+// choice anything. Any doubt (an escape, a second "choices") says false.
+func noChoice(data []byte) bool {
+	if bytes.IndexByte(data, '\\') >= 0 {
+		return false
+	}
+	k := bytes.Index(data, choicesKey)
+	if k < 1 || data[k-1] != '"' || bytes.Contains(data[k+len(choicesKey):], choicesKey) {
+		return false
+	}
+	rest := sse.SkipSpace(data[k+len(choicesKey):])
+	if len(rest) == 0 || rest[0] != ':' {
+		return false
+	}
+	if rest = sse.SkipSpace(rest[1:]); len(rest) == 0 || rest[0] != '[' {
+		return false
+	}
+	rest = sse.SkipSpace(rest[1:])
+	return len(rest) > 0 && rest[0] == ']'
 }
 
 // mayFinish reports whether a chunk may give a finish reason: it has a
@@ -143,12 +165,12 @@ func carries(c gjson.Result) bool {
 
 func nonEmpty(r gjson.Result) bool { return r.Type == gjson.String && r.Str != "" }
 
-// keptChoices is the choices array without what it brings to choices
-// that had ended.
-func (p *Pump) keptChoices(choices gjson.Result) []byte {
+// keptChoices is the choices array without what it brings to the ended
+// choices.
+func keptChoices(choices gjson.Result, ended []int64) []byte {
 	b := []byte{'['}
 	choices.ForEach(func(_, c gjson.Result) bool {
-		if p.ends.hasEnded(c.Get("index").Int()) && carries(c) {
+		if slices.Contains(ended, c.Get("index").Int()) && carries(c) {
 			return true
 		}
 		if len(b) > 1 {

@@ -150,3 +150,21 @@ func TestTypedContentAfterEndDropped(t *testing.T) {
 		t.Errorf("Messages: counted %d deltas, want 2", p.Deltas)
 	}
 }
+
+// TestNoChoice: the fast path after a finish reason takes only a chunk
+// whose one "choices" member is surely empty.
+func TestNoChoice(t *testing.T) {
+	for data, want := range map[string]bool{
+		`{"choices":[],"usage":{"prompt_tokens":1}}`:                     true,
+		`{"id":"c", "choices" : [ ] }`:                                   true,
+		`{"choices":[{"index":0,"delta":{"content":"a"}}]}`:              false,
+		`{"choices":[],"choices":[{"index":0,"delta":{"content":"a"}}]}`: false,
+		`{"ch\u006fices":[{"index":0}],"choices":[]}`:                    false,
+		`{"x":"choices","choices":[{"index":0}]}`:                        false,
+		`{"usage":{}}`: false,
+	} {
+		if got := noChoice([]byte(data)); got != want {
+			t.Errorf("noChoice(%s) = %t, want %t", data, got, want)
+		}
+	}
+}
