@@ -23,11 +23,19 @@ import (
 // of further ones are not kept (their later content is relayed).
 const maxEnded = 256
 
+// maxItemID bounds a Responses item id remembered as done (vLLM's are
+// under 40 bytes); a longer one is not remembered.
+const maxItemID = 128
+
 // endState is what of the answer has ended.
 type endState struct {
-	// ended are the indexes of the chat choices, Responses output items
-	// or Messages content blocks that ended.
+	// ended are the indexes of the chat choices or Messages content
+	// blocks that ended.
 	ended []int64
+	// items are the ids of the Responses output items that were done:
+	// ids, not output indexes, so that a replica that numbers its items
+	// wrongly loses none of them.
+	items []string
 	// stopped: the Messages stream gave its stop reason (no content
 	// block follows); over: a typed stream sent its terminal event.
 	stopped, over bool
@@ -36,6 +44,14 @@ type endState struct {
 func (s *endState) end(i int64) {
 	if len(s.ended) < maxEnded && !slices.Contains(s.ended, i) {
 		s.ended = append(s.ended, i)
+	}
+}
+
+// restart forgets the end of block i: a replica that opens a block of an
+// index it used before starts a new block, not content after the end.
+func (s *endState) restart(i int64) {
+	if k := slices.Index(s.ended, i); k >= 0 {
+		s.ended = slices.Delete(s.ended, k, k+1)
 	}
 }
 
@@ -182,31 +198,35 @@ func keptChoices(choices gjson.Result, ended []int64) []byte {
 	return append(b, ']')
 }
 
-// responsesEnd drops the events of output items that were done and every
-// event after the terminal event, and notes those ends.
+// responsesEnd drops the events of output items that were done (by their
+// item id) and every event after the terminal event, and notes those ends.
 func responsesEnd(p *Pump, e *event) {
 	s := &p.ends
 	if s.over {
 		e.ev = nil
 		return
 	}
-	if len(s.ended) > 0 {
-		if i := e.root.Get("output_index"); i.Exists() && s.hasEnded(i.Int()) {
-			e.ev = nil
-			return
-		}
+	id := e.root.Get("item_id").Str
+	if e.typ == "response.output_item.added" || e.typ == "response.output_item.done" {
+		id = e.root.Get("item.id").Str
+	}
+	if id != "" && slices.Contains(s.items, id) {
+		e.ev = nil
+		return
 	}
 	switch e.typ {
 	case "response.output_item.done":
-		s.end(e.root.Get("output_index").Int())
+		if id != "" && len(id) <= maxItemID && len(s.items) < maxEnded {
+			s.items = append(s.items, id)
+		}
 	case "response.completed", "response.incomplete", "response.failed":
 		s.over = true
 	}
 }
 
-// messagesEnd drops the events of content blocks that stopped, content
-// blocks after the stop reason, and every event after message_stop, and
-// notes those ends.
+// messagesEnd drops the events of content blocks that stopped (until a
+// block of that index starts again), content blocks after the stop reason,
+// and every event after message_stop, and notes those ends.
 func messagesEnd(p *Pump, e *event) {
 	s := &p.ends
 	if s.over {
@@ -215,9 +235,15 @@ func messagesEnd(p *Pump, e *event) {
 	}
 	switch e.typ {
 	case "content_block_start", "content_block_delta", "content_block_stop":
-		if i := e.root.Get("index").Int(); s.stopped || s.hasEnded(i) {
+		i := e.root.Get("index").Int()
+		switch {
+		case s.stopped:
 			e.ev = nil
-		} else if e.typ == "content_block_stop" {
+		case e.typ == "content_block_start":
+			s.restart(i)
+		case s.hasEnded(i):
+			e.ev = nil
+		case e.typ == "content_block_stop":
 			s.end(i)
 		}
 	case "message_delta":

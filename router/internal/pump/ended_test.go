@@ -168,3 +168,43 @@ func TestNoChoice(t *testing.T) {
 		}
 	}
 }
+
+// TestReusedIndexNotDropped: a replica that numbers a new Responses item
+// with the output_index of one that was done, or starts a new Messages
+// block with the index of one that stopped, loses nothing: items end by
+// their id, and a block's start begins it again.
+func TestReusedIndexNotDropped(t *testing.T) {
+	ev := func(data string) string { return "event: " + gjson.Get(data, "type").Str + "\ndata: " + data + "\n\n" }
+	resp := []string{
+		`{"type":"response.created","sequence_number":0,"response":{"id":"resp_1","object":"response","output":[]}}`,
+		`{"type":"response.output_item.added","item":{"type":"reasoning","id":"rs_0"},"output_index":0,"sequence_number":1}`,
+		`{"type":"response.output_item.done","item":{"type":"reasoning","id":"rs_0"},"output_index":0,"sequence_number":2}`,
+		`{"type":"response.output_item.added","item":{"type":"message","id":"msg_1"},"output_index":0,"sequence_number":3}`,
+		`{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"hi","sequence_number":4}`,
+		`{"type":"response.output_item.done","item":{"type":"message","id":"msg_1"},"output_index":0,"sequence_number":5}`,
+		`{"type":"response.completed","sequence_number":6,"response":{"id":"resp_1","object":"response","output":[]}}`,
+	}
+	var b strings.Builder
+	for _, d := range resp {
+		b.WriteString(ev(d))
+	}
+	if got, _ := relay(t, wire.Responses, b.String()); len(got) != len(resp) {
+		t.Errorf("Responses: the client got %d of the %d events:\n%s", len(got), len(resp), strings.Join(got, "\n"))
+	}
+	msgs := []string{
+		`{"type":"message_start","message":{"id":"m"}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}`,
+		`{"type":"content_block_stop","index":0}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}`,
+		`{"type":"content_block_stop","index":0}`,
+		`{"type":"message_stop"}`,
+	}
+	b.Reset()
+	for _, d := range msgs {
+		b.WriteString(ev(d))
+	}
+	if got, _ := relay(t, wire.Messages, b.String()); len(got) != len(msgs) {
+		t.Errorf("Messages: the client got %d of the %d events:\n%s", len(got), len(msgs), strings.Join(got, "\n"))
+	}
+}
