@@ -65,18 +65,16 @@ func FuzzTypedPump(f *testing.F) {
 		}); i >= 0 && i != len(events)-1 {
 			t.Fatalf("events after the terminal event: %q", events[i+1:])
 		}
-		if !slices.ContainsFunc(sseEvents(stream), func(d string) bool { return !gjson.Valid(d) }) {
-			for _, d := range events {
-				if !gjson.Valid(d) {
-					t.Fatalf("the replica's events were JSON, the client got %q", d)
-				}
+		if slices.ContainsFunc(sseEvents(stream), func(d string) bool { return !gjson.Valid(d) }) {
+			return // what the gateway makes of events that are not JSON is not JSON either
+		}
+		for _, d := range events {
+			if !gjson.Valid(d) {
+				t.Fatalf("the replica's events were JSON, the client got %q", d)
 			}
 		}
 		deltas := map[string]string{}
 		for _, d := range events {
-			if !gjson.Valid(d) {
-				continue // a client's parser refuses it
-			}
 			id := gjson.Get(d, "item_id").Str
 			switch gjson.Get(d, "type").Str {
 			case "response.custom_tool_call_input.delta":
