@@ -2,6 +2,7 @@ package pump
 
 import (
 	"bytes"
+	"strings"
 
 	"github.com/switchyard/switchyard/router/internal/wire"
 
@@ -26,7 +27,13 @@ import (
 type customStream struct {
 	calls []*customCallState
 	shift int64
+	// settled are the inputs of ended calls whose item, as the replica
+	// wrote it, disagrees with what the client was sent: the response
+	// object of the terminal event carries these inputs too.
+	settled []settledInput
 }
+
+type settledInput struct{ itemID, input string }
 
 // customCallState is one custom tool call being streamed.
 type customCallState struct {
@@ -34,6 +41,23 @@ type customCallState struct {
 	dec    wire.InputDecoder
 	// sent is the input the client was sent in deltas.
 	sent []byte
+	// input, once done is set, is the input its done event gave.
+	input string
+	done  bool
+}
+
+// settle is the input of c, given the one its arguments give: the client
+// has been sent deltas that cannot be taken back, so an input they do not
+// begin (a replica whose done event contradicts its deltas) gives way to
+// what they add up to.
+func (c *customCallState) settle(input string) string {
+	if c.done {
+		return c.input
+	}
+	if !strings.HasPrefix(input, string(c.sent)) {
+		return string(c.sent)
+	}
+	return input
 }
 
 func (cs *customStream) call(itemID string) *customCallState {
@@ -82,6 +106,12 @@ func (p *Pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]by
 			cs.calls = append(cs.calls, &customCallState{itemID: it.Get("id").Str})
 		} else {
 			input = wire.CustomInput(it.Get("arguments").Str)
+			if c := cs.call(it.Get("id").Str); c != nil {
+				if s := c.settle(input); s != input {
+					input = s
+					cs.settled = append(cs.settled, settledInput{c.itemID, s})
+				}
+			}
 			cs.end(it.Get("id").Str)
 		}
 		nd, err := sjson.SetRawBytes(bytes.Clone(data), "item", []byte(wire.CustomCall(it, input)))
@@ -108,24 +138,25 @@ func (p *Pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]by
 		if c == nil {
 			break
 		}
-		input := wire.CustomInput(root.Get("arguments").Str)
+		input := c.settle(wire.CustomInput(root.Get("arguments").Str))
 		n := root.Get("sequence_number").Int()
 		if rest, ok := bytes.CutPrefix([]byte(input), c.sent); ok && len(rest) > 0 {
-			// The deltas fell short of the input (the arguments ended
-			// without their closing quote, or the done event says more):
-			// the rest is sent as one more delta.
+			// The deltas fell short of the input (arguments of another
+			// shape, whose input is known only whole, or a done event that
+			// says more): the rest is sent as one more delta.
 			out = wire.CustomDelta(root, string(rest), n-cs.shift)
 			c.sent = append(c.sent, rest...)
 			cs.shift--
 		}
-		done := `{"type":"response.custom_tool_call_input.done","item_id":` + root.Get("item_id").Raw +
+		c.input, c.done = input, true
+		done := `{"type":"response.custom_tool_call_input.done","item_id":` + wire.RawOr(root.Get("item_id"), `""`) +
 			`,"output_index":` + wire.RawOr(root.Get("output_index"), "0") + `,"input":` + wire.Quote(input) +
 			`,"sequence_number":` + itoa(n) + `}`
 		last, d := p.renumber(sse.AppendEvent(nil, "response.custom_tool_call_input.done", done))
 		return append(out, last...), d
 	case "response.created", "response.in_progress", "response.completed", "response.incomplete", "response.failed":
 		if bytes.Contains(data, []byte(`"function_call"`)) {
-			if nd := wire.CustomOutput(data, "response.output", p.Custom); !bytes.Equal(nd, data) {
+			if nd := cs.settledOutput(wire.CustomOutput(data, "response.output", p.Custom)); !bytes.Equal(nd, data) {
 				ev, data = sse.RebuildData(ev, nd), nd
 			}
 		}
@@ -150,4 +181,31 @@ func (p *Pump) renumber(ev []byte) ([]byte, []byte) {
 		return ev, data
 	}
 	return sse.RebuildData(ev, nd), nd
+}
+
+// settledOutput gives the custom tool calls of response.output in data
+// the inputs settled for them (see settle).
+func (cs *customStream) settledOutput(data []byte) []byte {
+	if len(cs.settled) == 0 {
+		return data
+	}
+	type edit struct{ path, input string }
+	var edits []edit
+	gjson.GetBytes(data, "response.output").ForEach(func(k, it gjson.Result) bool {
+		if it.Get("type").Str != "custom_tool_call" {
+			return true
+		}
+		for _, s := range cs.settled {
+			if s.itemID == it.Get("id").Str {
+				edits = append(edits, edit{"response.output." + itoa(k.Int()) + ".input", s.input})
+			}
+		}
+		return true
+	})
+	for _, e := range edits {
+		if nd, err := sjson.SetBytes(data, e.path, e.input); err == nil {
+			data = nd
+		}
+	}
+	return data
 }

@@ -32,15 +32,17 @@ type filter func(p *Pump, e *event)
 
 // The chains, by API. Chat and completions: the model rewritten, the
 // stream followed for resume (a continuation's chunk rewritten first),
-// the first token, usage read and the injected usage removed. Responses:
-// the event parsed and followed, tokens and the terminal event, calls to
-// custom tools, the sequence number, response ids and vLLM's per-turn
-// usage, the model rewritten. Messages: parsed and followed, tokens,
+// content after a choice's finish reason dropped (ended.go), the first
+// token, usage read and the injected usage removed. Responses: the event
+// parsed, dropped after its item's or the answer's end, followed, tokens
+// and the terminal event, calls to custom tools, the sequence number,
+// response ids and vLLM's per-turn usage, the model rewritten. Messages:
+// parsed, dropped after its block's or the answer's end, followed, tokens,
 // usage and the terminal event, the model rewritten.
 var (
-	chatFilters      = []filter{chatModel, chatFollow, chatToken, chatUsage}
-	responsesFilters = []filter{typedParse, responsesNote, responsesCustom, responsesSeq, responsesIDs, responsesModel}
-	messagesFilters  = []filter{typedParse, messagesNote, messagesModel}
+	chatFilters      = []filter{chatModel, chatFollow, chatFinish, chatToken, chatUsage}
+	responsesFilters = []filter{typedParse, responsesEnd, typedFollow, responsesNote, responsesCustom, responsesSeq, responsesIDs, responsesModel}
+	messagesFilters  = []filter{typedParse, messagesEnd, typedFollow, messagesNote, messagesModel}
 )
 
 // filtered runs one event through the filters of p's API and returns what
@@ -109,10 +111,8 @@ func chatToken(p *Pump, e *event) {
 
 func chatUsage(p *Pump, e *event) { e.ev = p.chatUsage(e.ev, e.data) }
 
-// typedParse refuses an event nested too deeply to parse safely, parses
-// the rest, and feeds the stream being followed for resume (while a
-// continuation runs its translation keeps following what was sent, even
-// once the answer cannot be resumed again).
+// typedParse refuses an event nested too deeply to parse safely and
+// parses the rest.
 func typedParse(p *Pump, e *event) {
 	if !wire.CheckDepth(e.data, p.depthBound()) {
 		p.Refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
@@ -121,6 +121,12 @@ func typedParse(p *Pump, e *event) {
 	}
 	e.root = gjson.ParseBytes(e.data)
 	e.typ = e.root.Get("type").Str
+}
+
+// typedFollow feeds the stream being followed for resume what the client
+// is sent (while a continuation runs its translation keeps following what
+// was sent, even once the answer cannot be resumed again).
+func typedFollow(p *Pump, e *event) {
 	if rs := p.Resume; rs != nil && rs.Typed != nil && (rs.Broken == "" || rs.Cont) {
 		rs.Typed.Observe(e.typ, e.root)
 	}

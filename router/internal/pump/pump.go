@@ -135,6 +135,8 @@ type Pump struct {
 	// cur is the event in the filters: a field, so that passing it to
 	// them (calls through function values) allocates nothing.
 	cur event
+	// ends is what of the answer ended: nothing after it is relayed.
+	ends endState
 }
 
 // Run pumps body to the client until the stream ends. It returns nil once
@@ -213,9 +215,12 @@ func (p *Pump) room(buf []byte, start, end, scan int) ([]byte, int, int, int, er
 		// event: one that cannot be read whole is refused.
 		return buf, start, end, scan, fmt.Errorf("%w: the replica sent an event larger than %d bytes", ErrStreamCut, p.eventLimit())
 	}
-	// One event larger than maxEvent: pass it through as is.
-	// Its rest is passed through unread when its end comes.
-	if err := p.Write(buf[:end]); err != nil {
+	// One event larger than maxEvent: pass it through unparsed (its
+	// invalid UTF-8 replaced all the same), holding back a character cut
+	// short at the end of what was read. Its rest is passed through
+	// unread when its end comes.
+	cut := end - wire.PartialRune(buf[:end])
+	if err := p.Write(wire.ValidUTF8(buf[:cut])); err != nil {
 		return buf, start, end, scan, err
 	}
 	p.midEvent = true
@@ -224,7 +229,7 @@ func (p *Pump) room(buf []byte, start, end, scan int) ([]byte, int, int, int, er
 		// know what the client was sent.
 		p.Resume.Broken = "an event over the size limit was passed through unread"
 	}
-	return buf, 0, 0, 0, nil
+	return buf, 0, copy(buf, buf[cut:end]), 0, nil
 }
 
 // position is where events resumes: the start of the pending bytes and
@@ -245,7 +250,7 @@ func (p *Pump) events(b []byte, start, scan int) (position, bool, error) {
 		scan = 0
 		if p.midEvent {
 			// The end of an event too long to parse.
-			if err := p.Write(ev); err != nil {
+			if err := p.Write(wire.ValidUTF8(ev)); err != nil {
 				return position{}, wrote, err
 			}
 			p.midEvent, wrote = false, true
@@ -289,7 +294,7 @@ func (p *Pump) ended(tail []byte, rerr error) error {
 			if tail[len(tail)-1] == '\n' {
 				end = end[1:] // the line is ended; add the blank line
 			}
-			if err := p.Write(tail); err != nil {
+			if err := p.Write(wire.ValidUTF8(tail)); err != nil {
 				return err
 			}
 			if err := p.Write(end); err != nil {
@@ -330,8 +335,13 @@ func (p *Pump) drain(body io.Reader, buf []byte) {
 }
 
 // event inspects one complete event and returns what to send the client,
-// or keep false to drop it.
+// or keep false to drop it. Every event is first made valid UTF-8
+// (wire.ValidUTF8) with no lone surrogate escape (wire.ValidEscapes):
+// what the filters read, what a stream being followed for resume records
+// and what the client is sent are the same text, on every API, relayed or
+// continued.
 func (p *Pump) event(ev []byte) (out []byte, keep bool) {
+	ev = wire.ValidEscapes(wire.ValidUTF8(ev))
 	data, ok := sse.EventData(ev)
 	if !ok {
 		return ev, true // comments, id:, retry:, blank lines

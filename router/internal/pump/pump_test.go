@@ -10,6 +10,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/switchyard/switchyard/router/internal/wire"
+
+	"github.com/tidwall/gjson"
 )
 
 // sseEvents parses a stream as a browser's EventSource does (the SSE
@@ -70,8 +75,10 @@ func (r *chunkedReader) Read(p []byte) (int, error) {
 // FuzzPump runs the stream pump itself over a reader that splits the
 // replica's bytes at arbitrary offsets. Whatever the split, the client must
 // see the events the replica sent, up to [DONE], in order and intact, the
-// pump's verdict must not depend on the split, and with usage injected no
-// usage may reach the client.
+// pump's verdict must not depend on the split, with usage injected no
+// usage may reach the client, and what the client gets is valid UTF-8 with
+// no lone surrogate escape (the replica's events with each invalid byte
+// U+FFFD, wire.ValidUTF8, and each lone half \ufffd, wire.ValidEscapes).
 func FuzzPump(f *testing.F) {
 	seeds := []string{
 		"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\ndata: [DONE]\n\n",
@@ -80,6 +87,9 @@ func FuzzPump(f *testing.F) {
 		"data: a\ndata: b\n\n: comment\n\nid: 7\nretry: 10\ndata: c\n\ndata: [DONE]",
 		"data: {\"choices\":[{\"index\":0}],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n",
 		"data: {\"choices\":[{\"delta\":{\"content\":\"cut\"}}]}\n\ndata: {\"cho",
+		"data: {\"choices\":[{\"delta\":{\"content\":\"a\xff\xfe\xe2\x82\"}}]}\n\n: \xc3\n\ndata: [DONE]\n\n",
+		"data: {\"choices\":[{\"delta\":{\"content\":\"\\ud83d \\ud83d\\ude00 \\\\ud800\"}}]}\n\ndata: [DONE]\n\n",
+		"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\"}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}},{\"index\":1,\"text\":\"c\"}],\"usage\":null}\n\ndata: [DONE]\n\n",
 	}
 	for _, c := range duplicateUsage {
 		seeds = append(seeds, "data: "+c.data+"\n\ndata: [DONE]\n\n")
@@ -107,6 +117,13 @@ func FuzzPump(f *testing.F) {
 		if werr != nil && !errors.Is(werr, ErrStreamCut) {
 			t.Fatalf("error %v is not a cut stream", werr)
 		}
+		if !utf8.ValidString(whole) || !utf8.ValidString(split) {
+			t.Fatalf("the client got invalid UTF-8: %q / %q", whole, split)
+		}
+		if string(wire.ValidEscapes([]byte(whole))) != whole {
+			t.Fatalf("the client got a lone surrogate escape: %q", whole)
+		}
+		stream = wire.ValidEscapes(wire.ValidUTF8(stream))
 		gotWhole, gotSplit := sseEvents([]byte(whole)), sseEvents([]byte(split))
 		if !slices.Equal(gotWhole, gotSplit) {
 			t.Fatalf("events depend on the split:\n%q\n%q", gotWhole, gotSplit)
@@ -114,6 +131,14 @@ func FuzzPump(f *testing.F) {
 		want := sseEvents(stream)
 		if i := slices.IndexFunc(want, func(d string) bool { return strings.TrimSpace(d) == "[DONE]" }); i >= 0 {
 			want = want[:i+1]
+		}
+		if after := afterFinish(gotWhole); after != "" {
+			t.Fatalf("content after a finish reason reached the client: %q", after)
+		}
+		if slices.ContainsFunc(want, finishes) {
+			// Content after a finish reason is dropped: the client's
+			// events are not the replica's (checked above).
+			return
 		}
 		if injected {
 			for _, d := range gotWhole {
@@ -133,6 +158,43 @@ func FuzzPump(f *testing.F) {
 		if !slices.Equal(gotWhole, want) && !slices.Equal(gotWhole, sseEvents(append(bytes.Clone(stream), "\n\n"...))[:len(gotWhole)]) {
 			t.Fatalf("events differ from the replica's:\n got %q\nwant %q", gotWhole, want)
 		}
+	})
+}
+
+// afterFinish returns the first event that brings a choice something
+// after the choice's finish reason ("" if none).
+func afterFinish(events []string) string {
+	var ended []int64
+	for _, d := range events {
+		var chunk struct {
+			Choices []json.RawMessage
+		}
+		if json.Unmarshal([]byte(d), &chunk) != nil {
+			continue
+		}
+		var finishing []int64
+		for _, raw := range chunk.Choices {
+			c := gjson.ParseBytes(raw)
+			if slices.Contains(ended, c.Get("index").Int()) && carries(c) {
+				return d
+			}
+			if c.Get("finish_reason").Type == gjson.String {
+				finishing = append(finishing, c.Get("index").Int())
+			}
+		}
+		ended = append(ended, finishing...)
+	}
+	return ""
+}
+
+// finishes reports whether the data of a chat event gives a choice its
+// finish reason.
+func finishes(d string) bool {
+	if !gjson.Valid(d) {
+		return false
+	}
+	return slices.ContainsFunc(topMembers([]byte(d), "choices"), func(m member) bool {
+		return slices.ContainsFunc(m.val.Array(), func(c gjson.Result) bool { return c.Get("finish_reason").Type == gjson.String })
 	})
 }
 

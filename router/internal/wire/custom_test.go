@@ -11,8 +11,9 @@ import (
 // TestInputDecoder: the input of {"input": "..."} arguments is decoded
 // whatever the pieces they arrive in (every split of every case is
 // tried), each piece yielding the characters it makes certain; arguments
-// of another shape stop the decoder, and CustomInput then falls back to
-// the input member or to the raw arguments.
+// of another shape stop the decoder before the value, and CustomInput then
+// falls back to the input member or to the raw arguments; a value that
+// began is the input however it goes on (what its deltas added up to).
 func TestInputDecoder(t *testing.T) {
 	for _, tc := range []struct {
 		name, args string
@@ -36,11 +37,17 @@ func TestInputDecoder(t *testing.T) {
 		{"not a string", `{"input":["ls"]}`, "", false, `{"input":["ls"]}`},
 		{"not an object", `"ls"`, "", false, `"ls"`},
 		{"plain text", `*** Begin Patch`, "", false, `*** Begin Patch`},
-		{"cut", `{"input":"abc`, "abc", false, `{"input":"abc`},
-		{"bad escape", `{"input":"a\qb"}`, "a", false, `{"input":"a\qb"}`},
-		{"bad hex", `{"input":"a\u00g0"}`, "a", false, `{"input":"a\u00g0"}`},
-		{"control character", "{\"input\":\"a\nb\"}", "a", false, "{\"input\":\"a\nb\"}"},
-		{"trailing text", `{"input":"a"} x`, "a", false, `{"input":"a"} x`},
+		// Once the value began (its characters may have been sent as
+		// deltas), it is read leniently, and it is the input.
+		{"cut", `{"input":"abc`, "abc", false, "abc"},
+		{"cut in an escape", `{"input":"ab\u00`, "ab", false, "ab"},
+		{"bad escape", `{"input":"a\qb"}`, `a\qb`, false, `a\qb`},
+		{"bad hex", `{"input":"a\u00g0"}`, `a\u00g0`, false, `a\u00g0`},
+		{"bad hex, then a quote", `{"input":"a\u0"}`, `a\u0`, false, `a\u0`},
+		{"bad hex after a high surrogate", `{"input":"\ud83d\u0\\"}`, "\uFFFD\\u0\\", false, "\uFFFD\\u0\\"},
+		{"control character", "{\"input\":\"a\nb\"}", "a\nb", false, "a\nb"},
+		{"trailing text", `{"input":"a"} x`, "a", false, "a"},
+		{"broken after the value", `{"input":"a",}`, "a", false, "a"},
 		{"long key", `{"` + strings.Repeat("k", 100) + `":"x"}`, "", false, "{\"" + strings.Repeat("k", 100) + "\":\"x\"}"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -78,7 +85,8 @@ func TestInputDecoderMatchesJSON(t *testing.T) {
 }
 
 // FuzzInputDecoder: however arguments are split, the decoder yields the
-// same characters as when they come whole; when it calls them complete,
+// same characters as when they come whole, which are CustomInput once the
+// value began (a stream's deltas add up to its input); when it calls them complete,
 // they are JSON {"input": s} and it yielded exactly s (encoding/json's
 // reading, lone surrogates as U+FFFD).
 func FuzzInputDecoder(f *testing.F) {
@@ -93,6 +101,9 @@ func FuzzInputDecoder(f *testing.F) {
 		got := d.Feed(args[:i]) + d.Feed(args[i:])
 		if got != want || d.complete() != whole.complete() {
 			t.Fatalf("split at %d: %q %v, whole %q %v", i, got, d.complete(), want, whole.complete())
+		}
+		if whole.began && CustomInput(args) != want {
+			t.Fatalf("%q: the deltas add up to %q, CustomInput is %q", args, want, CustomInput(args))
 		}
 		if !whole.complete() {
 			return

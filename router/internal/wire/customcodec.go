@@ -11,11 +11,13 @@ import (
 )
 
 // CustomInput is the input of a custom tool call whose function was
-// called with args: the string value of input when args is
-// {"input": string}, or args itself when the model wrote something else.
+// called with args: the string value of input when args begin
+// {"input": " (read as InputDecoder reads it, whatever follows, so that a
+// stream's deltas, which it yields, add up to it), the input member of
+// another JSON object, or args itself when the model wrote something else.
 func CustomInput(args string) string {
 	var d InputDecoder
-	if s := d.Feed(args); d.complete() {
+	if s := d.Feed(args); d.began {
 		return s
 	}
 	if v := gjson.Parse(args); gjson.Valid(args) && v.IsObject() {
@@ -88,17 +90,26 @@ func RawOr(v gjson.Result, or string) string {
 // of the arguments yields the characters of the value that it makes
 // certain. Escapes may be split anywhere, \uXXXX included, and a
 // surrogate pair's two halves are joined (a lone half is U+FFFD, as in
-// encoding/json). Arguments of another shape (another first key, a value
-// that is not a string, broken JSON) stop it: it yields nothing more, and
-// complete is false.
+// encoding/json). Arguments of another shape before the value (another
+// first key, a value that is not a string) stop it at once: it yields
+// nothing. Once the value has begun it is read leniently, since its
+// characters may have been sent: an escape JSON does not have (\q, a \u
+// without four hex digits) and a raw control character are kept as
+// written, a value cut short ends where it was cut (an escape in progress
+// dropped), and what follows the value is not read. complete is true only
+// for arguments that are exactly {"input": string}, whole.
 type InputDecoder struct {
 	state decoderState
 	key   []byte // the first key's raw text
-	// hex is the value of the \u escape being read, from nhex digits.
-	hex  rune
-	nhex int
+	// hex is the value of the \u escape being read, from nhex digits,
+	// written digits.
+	hex    rune
+	nhex   int
+	digits [4]byte
 	// high is a high surrogate waiting for its low half (0: none).
 	high rune
+	// began: the value's string began; lenient: it was not JSON.
+	began, lenient bool
 }
 
 type decoderState uint8
@@ -120,7 +131,7 @@ const (
 
 // complete reports whether the arguments fed so far are exactly
 // {"input": string}, whole.
-func (d *InputDecoder) complete() bool { return d.state == decEnd }
+func (d *InputDecoder) complete() bool { return d.state == decEnd && !d.lenient }
 
 // feed reads the next piece of the arguments and returns the characters
 // of the input it makes certain.
@@ -141,7 +152,7 @@ func (d *InputDecoder) Feed(s string) string {
 			case d.state == decColon && c == ':':
 				d.state = decValue
 			case d.state == decValue && c == '"':
-				d.state = decStr
+				d.state, d.began = decStr, true
 			case d.state == decClose && c == '}':
 				d.state = decEnd
 			default:
@@ -176,7 +187,8 @@ func (d *InputDecoder) Feed(s string) string {
 				out = d.flushHigh(out)
 				d.state = decClose
 			case c < 0x20:
-				d.state = decFailed // a control character: not JSON
+				// A raw control character: not JSON, kept as written.
+				out, d.lenient = append(d.flushHigh(out), c), true
 			default:
 				out = append(d.flushHigh(out), c)
 			}
@@ -187,7 +199,8 @@ func (d *InputDecoder) Feed(s string) string {
 			}
 			r, ok := escapes[c]
 			if !ok {
-				d.state = decFailed
+				// Not a JSON escape: kept as written.
+				out, d.lenient, d.state = append(d.flushHigh(out), '\\', c), true, decStr
 				break
 			}
 			out = append(d.flushHigh(out), r)
@@ -195,9 +208,14 @@ func (d *InputDecoder) Feed(s string) string {
 		case decHex:
 			v, ok := hexValue(c)
 			if !ok {
-				d.state = decFailed
+				// \u without four hex digits: kept as written, and c read
+				// again as a character of the string.
+				out = append(append(d.flushHigh(out), '\\', 'u'), d.digits[:d.nhex]...)
+				d.lenient, d.state = true, decStr
+				i--
 				break
 			}
+			d.digits[d.nhex] = c
 			d.hex, d.nhex = d.hex<<4|v, d.nhex+1
 			if d.nhex == 4 {
 				out = d.unit(out, d.hex)
