@@ -401,6 +401,11 @@ func (p *Pump) chatUsage(ev, data []byte) []byte {
 				if !p.Injected {
 					return ev
 				}
+				if !gjson.ValidBytes(data) {
+					// Not JSON: removing the member could make it
+					// JSON ({"choices":[..]"usage":null}).
+					return ev
+				}
 				valueEnd := len(data) - len(v) + len("null")
 				return sse.RemoveSpan(ev, data, k, valueEnd)
 			}

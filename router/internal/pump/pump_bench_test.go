@@ -27,16 +27,20 @@ var benchStreams = func() map[string]string {
 	msgs.WriteString("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
 		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":64}}\n\n" +
 		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
-	return map[string]string{"chat": chat.String(), "responses": resp.String(), "messages": msgs.String()}
+	// What vLLM sends once the gateway asks for usage on a client's
+	// behalf: "usage":null in every chunk, removed by the pump.
+	injected := strings.ReplaceAll(chat.String(), `"finish_reason":null}]}`, `"finish_reason":null}],"usage":null}`)
+	return map[string]string{"chat": chat.String(), "chat-injected": injected, "responses": resp.String(), "messages": msgs.String()}
 }()
 
 // BenchmarkPump relays a 64-delta stream of each API to a discarding
 // client: its allocations per stream are the pump's own per-event cost.
 func BenchmarkPump(b *testing.B) {
 	for _, c := range []struct {
-		name string
-		ep   wire.Endpoint
-	}{{"chat", wire.Chat}, {"responses", wire.Responses}, {"messages", wire.Messages}} {
+		name     string
+		ep       wire.Endpoint
+		injected bool
+	}{{"chat", wire.Chat, false}, {"chat-injected", wire.Chat, true}, {"responses", wire.Responses, false}, {"messages", wire.Messages, false}} {
 		stream := benchStreams[c.name]
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -44,7 +48,7 @@ func BenchmarkPump(b *testing.B) {
 			r := strings.NewReader(stream)
 			for b.Loop() {
 				r.Reset(stream)
-				p := Pump{W: io.Discard, API: c.ep}
+				p := Pump{W: io.Discard, API: c.ep, Injected: c.injected}
 				if err := p.Run(r); err != nil {
 					b.Fatal(err)
 				}

@@ -171,15 +171,15 @@ func FuzzPump(f *testing.F) {
 func afterFinish(events []string) string {
 	var ended []int64
 	for _, d := range events {
-		var chunk struct {
-			Choices []json.RawMessage
-		}
-		if json.Unmarshal([]byte(d), &chunk) != nil {
+		// Member names as the API spells them, as the pump and the JSON
+		// parsers of JavaScript and Python read them (Go's encoding/json
+		// folds case, "ChoiCes" is its "choices": a replica's game the
+		// pump does not follow).
+		if !gjson.Valid(d) {
 			continue
 		}
 		var finishing []int64
-		for _, raw := range chunk.Choices {
-			c := gjson.ParseBytes(raw)
+		for _, c := range choicesOf(d) {
 			if slices.Contains(ended, c.Get("index").Int()) && carries(c) {
 				return d
 			}
@@ -190,6 +190,17 @@ func afterFinish(events []string) string {
 		ended = append(ended, finishing...)
 	}
 	return ""
+}
+
+// choicesOf is every choice of every top-level "choices" array of d.
+func choicesOf(d string) []gjson.Result {
+	var out []gjson.Result
+	for _, m := range topMembers([]byte(d), "choices") {
+		if m.val.IsArray() {
+			out = append(out, m.val.Array()...)
+		}
+	}
+	return out
 }
 
 // finishes reports whether the data of a chat event gives a choice its
