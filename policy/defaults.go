@@ -23,6 +23,7 @@ const (
 	DefaultAdminMaxConns     = 256
 	DefaultBalance           = "least_outstanding"
 	DefaultQueueTimeout      = 5 * time.Second
+	DefaultShareReserve      = 10 * time.Second
 	DefaultConnectTimeout    = 2 * time.Second
 	DefaultHeaderTimeout     = 5 * time.Minute
 	DefaultRetries           = 2
@@ -71,7 +72,7 @@ var (
 		WriteTimeout: Duration(DefaultWriteTimeout), AdminMaxConnections: DefaultAdminMaxConns,
 	}
 	DefaultPool = Pool{
-		Balance: DefaultBalance, QueueTimeout: Duration(DefaultQueueTimeout),
+		Balance: DefaultBalance, QueueTimeout: Duration(DefaultQueueTimeout), ShareReserve: Duration(DefaultShareReserve),
 		ConnectTimeout: Duration(DefaultConnectTimeout), ResponseHeaderTimeout: Duration(DefaultHeaderTimeout),
 		FirstTokenTimeout: Duration(DefaultFirstTokenTimeout), StreamIdleTimeout: Duration(DefaultStreamIdleTimeout),
 		Retries: DefaultRetries, Health: DefaultHealth, Outlier: DefaultOutlier, Resume: DefaultResume,

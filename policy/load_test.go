@@ -213,7 +213,7 @@ var badFixtures = []struct {
 		`../testdata/unknown-nested-keys.bad.yaml:8:7: pool "small": health: unknown key "timout" (known: path, interval, timeout, unhealthy_after, healthy_after, check_models, disabled)`,
 	}},
 	{"unknown-pool-key", []string{
-		`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas, discovery)`,
+		`../testdata/unknown-pool-key.bad.yaml:5:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, share_reserve, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas, discovery)`,
 	}},
 	{"unknown-route-key", []string{
 		`../testdata/unknown-route-key.bad.yaml:10:5: routes[0] "default": unknown key "fallbacks" (known: name, when, to, split, fallback, spill, sticky, side)`,
@@ -238,7 +238,7 @@ var badFixtures = []struct {
 	}},
 	{"several-kinds", []string{
 		`../testdata/several-kinds.bad.yaml:7:19: server: shutdown_grace: invalid duration "30 seconds" (use Go durations such as 250ms, 30s, 5m)`,
-		`../testdata/several-kinds.bad.yaml:11:5: pool "small": unknown key "balanse" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas, discovery)`,
+		`../testdata/several-kinds.bad.yaml:11:5: pool "small": unknown key "balanse" (known: model, balance, max_inflight, queue_timeout, share_reserve, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas, discovery)`,
 		`../testdata/several-kinds.bad.yaml:15:19: pool "large": max_inflight: expected an integer, got "lots"`,
 		`../testdata/several-kinds.bad.yaml:23:19: routes[0] "hard": "compex" is not a classifier label (labels: simple, complex)`,
 		`../testdata/several-kinds.bad.yaml:26:9: routes[1] "typo": pool "medium" is not defined (known: large, small)`,
@@ -280,7 +280,7 @@ var badFixtures = []struct {
 		`../testdata/explicit-zero.bad.yaml:30:58: control.share: utilization must be within (0, 1]`,
 	}},
 	{"pool-several-mistakes", []string{
-		`../testdata/pool-several-mistakes.bad.yaml:7:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas, discovery)`,
+		`../testdata/pool-several-mistakes.bad.yaml:7:5: pool "small": unknown key "balancer" (known: model, balance, max_inflight, queue_timeout, share_reserve, connect_timeout, response_header_timeout, first_token_timeout, stream_idle_timeout, max_stream_duration, max_model_len, retries, api_key_env, memory, parameters, dtype, health, outlier, resume, scrape, affinity, replicas, discovery)`,
 		`../testdata/pool-several-mistakes.bad.yaml:8:20: pool "small": health.path "health" must start with /`,
 		`../testdata/pool-several-mistakes.bad.yaml:9:17: pool "small": replica "a": url is required`,
 	}},
@@ -690,6 +690,7 @@ func TestLoadExplicitZero(t *testing.T) {
 		"server.drain_delay":                   int64(s.DrainDelay),
 		"server.max_connections":               int64(s.MaxConnections),
 		"queue_timeout":                        int64(p.QueueTimeout),
+		"share_reserve":                        int64(p.ShareReserve),
 		"first_token_timeout":                  int64(p.FirstTokenTimeout),
 		"stream_idle_timeout":                  int64(p.StreamIdleTimeout),
 		"max_stream_duration":                  int64(p.MaxStreamDuration),

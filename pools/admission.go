@@ -178,17 +178,20 @@ func (e *Endpoint) dispatch() {
 		return
 	}
 	// First the waiters whose tenant is under its share (share.go), then,
-	// if a slot is still free, anyone.
-	if over := e.shareLimit(e.queue.maxCap); over != nil && e.dispatchPass(over) {
-		e.dispatchPass(nil)
+	// if a slot is still free, anyone whom the slots left cover the
+	// others' reserves for.
+	over := e.shareLimit(e.queue.maxCap)
+	if over != nil && !e.dispatchPass(over, true) {
 		return
 	}
-	e.dispatchPass(nil)
+	e.dispatchPass(over, false)
 }
 
-// dispatchPass is one pass of dispatch; a waiter whose tenant is in over
-// is passed over. It reports whether it passed one over. e.mu is held.
-func (e *Endpoint) dispatchPass(over *shares) (skipped bool) {
+// dispatchPass is one pass of dispatch; a waiter whose tenant holds its
+// share in over is passed over (strict), or passed over when the slots
+// left would not cover the other tenants' reserves. It reports whether it
+// passed one over. e.mu is held.
+func (e *Endpoint) dispatchPass(over *shares, strict bool) (skipped bool) {
 	var blocked int64 = -1 // the largest cap found not to fit
 	// k is relative to the queue's head: removing an entry at or after
 	// it, or compacting the queue, keeps the entries behind it at k.
@@ -202,7 +205,7 @@ func (e *Endpoint) dispatchPass(over *shares) (skipped bool) {
 		case blocked >= 0 && wmax > 0 && wmax <= blocked:
 			k++
 			continue
-		case over != nil && w.fair && over.full(w.tenant):
+		case over != nil && w.fair && over.full(w.tenant) && (strict || !over.spare(w.tenant, wmax-e.inflight.Load())):
 			skipped = true
 			k++
 			continue
@@ -321,7 +324,7 @@ func (e *Endpoint) release() {
 func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica) bool) (*Replica, error) {
 	r, err := p.acquire(ctx, req, exclude)
 	if r != nil && req.Fair {
-		r.Endpoint.holds.add(req, r.Endpoint)
+		r.Endpoint.holds.add(req, r.Endpoint, p.reg.now().UnixNano(), p.opts.ShareReserve)
 	}
 	return r, err
 }
@@ -349,12 +352,16 @@ func (p *Pool) acquire(ctx context.Context, req *Request, exclude func(*Replica)
 		}
 	}
 	for {
-		// A replica whose ejection ends frees capacity without a release.
-		var readmit <-chan time.Time
+		// A replica whose ejection ends frees capacity without a release,
+		// and so does a tenant's reserve that lapses (share.go).
+		var readmit, lapse <-chan time.Time
 		var rt *time.Timer
 		if d := p.nextReadmission(); d > 0 {
 			rt = time.NewTimer(d)
 			readmit = rt.C
+		}
+		if d := nextLapse(p, full); d > 0 {
+			lapse = p.reg.opts.After(d)
 		}
 		var err error
 		recheck := false
@@ -369,6 +376,11 @@ func (p *Pool) acquire(ctx context.Context, req *Request, exclude func(*Replica)
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-readmit:
+			recheck = true
+		case <-lapse:
+			for _, f := range full {
+				f.kick()
+			}
 			recheck = true
 		case <-changed:
 			recheck = true
@@ -424,6 +436,32 @@ func (p *Pool) acquire(ctx context.Context, req *Request, exclude func(*Replica)
 	}
 }
 
+// nextLapse is how long until the first reserve on one of full lapses,
+// 0 when none is pending.
+func nextLapse(p *Pool, full []*Replica) time.Duration {
+	if p.opts.ShareReserve <= 0 {
+		return 0
+	}
+	now := p.reg.now().UnixNano()
+	var next int64
+	for _, r := range full {
+		if u := r.holds.nextLapse(now); u > 0 && (next == 0 || u < next) {
+			next = u
+		}
+	}
+	if next == 0 {
+		return 0
+	}
+	return time.Duration(next - now)
+}
+
+// kick dispatches e's queue: a lapsed reserve may free its slots.
+func (e *Endpoint) kick() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.dispatch()
+}
+
 func (p *Pool) unqueueAll(w *waiter, full []*Replica) {
 	for _, r := range full {
 		r.unqueue(w)
@@ -473,7 +511,7 @@ func (p *Pool) candidates(req *Request, exclude func(*Replica) bool) (cands, ful
 		if !r.Available(now) || (exclude != nil && exclude(r)) {
 			continue
 		}
-		if (maxIn > 0 && r.Inflight() >= maxIn) || r.queued.Load() > 0 {
+		if (maxIn > 0 && r.Inflight() >= maxIn) || r.queued.Load() > 0 || (req.Fair && p.opts.ShareReserve > 0 && r.overShare(req, maxIn)) {
 			full = append(full, r)
 			continue
 		}

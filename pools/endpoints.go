@@ -20,6 +20,9 @@ type EndpointsOptions struct {
 	// math/rand/v2.
 	Now  func() time.Time
 	Rand func() uint64
+	// After is the timer a waiting request wakes on when a reserved share
+	// lapses (tests); nil means time.After.
+	After func(time.Duration) <-chan time.Time
 	// Transport, when set, replaces every endpoint's transport (tests).
 	Transport http.RoundTripper
 	// OnChange is called when an endpoint's state changes (health verdict,
@@ -59,6 +62,9 @@ func NewEndpoints(o EndpointsOptions) *Endpoints {
 	}
 	if o.Rand == nil {
 		o.Rand = rand.Uint64
+	}
+	if o.After == nil {
+		o.After = time.After
 	}
 	return &Endpoints{opts: o, endpoints: map[string]*Endpoint{}, changed: make(chan struct{})}
 }

@@ -2,6 +2,7 @@ package pools_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,5 +83,112 @@ func TestShareBoundsAHog(t *testing.T) {
 	}
 	if w := p.Waiters(); w != 0 {
 		t.Errorf("%d still waiting", w)
+	}
+}
+
+// stepTimers is an injected After whose timers fire only when the test
+// says so.
+type stepTimers struct {
+	mu    sync.Mutex
+	fires []chan time.Time
+}
+
+func (s *stepTimers) After(time.Duration) <-chan time.Time {
+	c := make(chan time.Time, 1)
+	s.mu.Lock()
+	s.fires = append(s.fires, c)
+	s.mu.Unlock()
+	return c
+}
+
+// fire fires every timer asked for so far.
+func (s *stepTimers) fire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.fires {
+		c <- time.Time{}
+	}
+	s.fires = nil
+}
+
+// TestShareReserveKeepsARecentTenantsSlots: a tenant that held two of a
+// replica's four slots a moment ago finds them free when it comes back,
+// although another tenant asked for every slot meanwhile: the other gets
+// its share (two) at once and the rest only once the first tenant's
+// reserve lapses (share_reserve after its last request). Before it, the
+// hog took all four while the victim was between requests, and the
+// victim's next request waited for one of the hog's to end (issue 31: the
+// victim's p99 under a slot hog). A tenant alone still uses every slot.
+func TestShareReserveKeepsARecentTenantsSlots(t *testing.T) {
+	clk, timers := newClock(), &stepTimers{}
+	p := newPool(t, pools.Options{Balance: "least_outstanding", Replicas: specs(1), MaxInflight: 4, QueueTimeout: time.Minute, ShareReserve: 10 * time.Second},
+		pools.EndpointsOptions{Now: clk.Now, After: timers.After})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // liveness only
+	defer cancel()
+	type held struct {
+		r   *pools.Replica
+		req *pools.Request
+	}
+	acquire := func(tenant string) held {
+		t.Helper()
+		req := &pools.Request{Tenant: tenant, Fair: true}
+		r, err := p.Acquire(ctx, req, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tenant, err)
+		}
+		return held{r, req}
+	}
+	// Alone, a tenant uses every slot.
+	var alone []held
+	for range 4 {
+		alone = append(alone, acquire("victim"))
+	}
+	for _, h := range alone {
+		p.ReleaseFor(h.r, h.req)
+	}
+	clk.Advance(time.Second)
+	var hog []held
+	for range 2 {
+		hog = append(hog, acquire("hog"))
+	}
+	got := make(chan held, 4)
+	for range 2 {
+		go func() {
+			req := &pools.Request{Tenant: "hog", Fair: true}
+			r, err := p.Acquire(ctx, req, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got <- held{r, req}
+		}()
+	}
+	eventually(t, "the hog's requests over its share to wait", func() bool { return p.Waiters() == 2 })
+	// The victim comes back: its two slots are free.
+	v1, v2 := acquire("victim"), acquire("victim")
+	p.ReleaseFor(v1.r, v1.req)
+	p.ReleaseFor(v2.r, v2.req)
+	timers.fire() // too early: the reserve holds for 10 s after the victim's last request
+	clk.Advance(9 * time.Second)
+	timers.fire()
+	select {
+	case h := <-got:
+		t.Fatalf("the %s took a reserved slot", h.req.Tenant)
+	default:
+	}
+	if w := p.Waiters(); w != 2 {
+		t.Fatalf("%d waiting, want the hog's 2", w)
+	}
+	clk.Advance(2 * time.Second)
+	eventually(t, "the hog to get the lapsed reserve", func() bool {
+		timers.fire()
+		return len(got) == 2
+	})
+	for range 2 {
+		h := <-got
+		hog = append(hog, h)
+	}
+	for _, h := range hog {
+		p.ReleaseFor(h.r, h.req)
 	}
 }

@@ -214,7 +214,7 @@ func poolOptions(pc *policy.Pool, cfg *policy.Config) pools.Options {
 	od := pc.Outlier
 	o := pools.Options{
 		Name: pc.Name, Model: pc.Model, Balance: pc.Balance, MaxInflight: pc.MaxInflight,
-		QueueTimeout: pc.QueueTimeout.Std(), ConnectTimeout: pc.ConnectTimeout.Std(),
+		QueueTimeout: pc.QueueTimeout.Std(), ShareReserve: pc.ShareReserve.Std(), ConnectTimeout: pc.ConnectTimeout.Std(),
 		LoadFactor: pc.Affinity.LoadFactor, Staleness: pc.Scrape.Staleness.Std(), APIKey: string(pc.APIKey),
 		Health: pools.HealthOptions{
 			Disabled: pc.Health.Disabled, Path: pc.Health.Path, Interval: pc.Health.Interval.Std(),
