@@ -501,7 +501,8 @@ func (p *Pool) tryAcquire(req *Request, exclude func(*Replica) bool) (r *Replica
 
 // candidates is the filter stage: replicas available now, not excluded,
 // under req's cap (max_inflight, less the reserved slots for all but
-// priority requests) and with no queue. full lists those left out only for
+// priority requests), with no queue, and where req's tenant is not over
+// its share with others' reserves to keep (share.go). full lists those left out only for
 // being at that cap or having waiters.
 func (p *Pool) candidates(req *Request, exclude func(*Replica) bool) (cands, full []*Replica) {
 	now := p.reg.now()

@@ -16,3 +16,15 @@ func (r *Replica) SetLoad(l *Load) { r.load.Store(l) }
 // WaitLoops waits until e's health and scrape loops have ended (tests:
 // after their context ends or the endpoint is removed).
 func (e *Endpoint) WaitLoops() { e.loops.Wait() }
+
+// Tenants is how many tenants the pool's replicas count, holding slots or
+// kept for their reserve (tests).
+func (p *Pool) Tenants() int {
+	n := 0
+	for _, r := range p.replicas {
+		r.holds.mu.Lock()
+		n += len(r.holds.m)
+		r.holds.mu.Unlock()
+	}
+	return n
+}

@@ -32,7 +32,15 @@ import (
 type holds struct {
 	mu sync.Mutex
 	m  map[string]*tenantHold
+	// kept counts the entries of m that hold nothing (kept for their
+	// reserve), at most maxKept.
+	kept int
 }
+
+// maxKept bounds the reserves an endpoint keeps: tenants are keys or,
+// keyless, client addresses, and each dispatch reads them all. A tenant
+// that ends its last request while maxKept others are kept keeps none.
+const maxKept = 256
 
 type tenantHold struct {
 	tenant string
@@ -55,7 +63,13 @@ func (h *holds) add(req *Request, e *Endpoint, now int64, reserve time.Duration)
 		h.m = map[string]*tenantHold{}
 	}
 	t := h.m[req.Tenant]
-	if t == nil || !t.inPlay(now) {
+	if t != nil && t.n <= 0 {
+		h.kept-- // kept for its reserve, or lapsed: holds one now
+		if !t.inPlay(now) {
+			t = nil
+		}
+	}
+	if t == nil {
 		t = &tenantHold{tenant: req.Tenant}
 		h.m[req.Tenant] = t
 	}
@@ -72,25 +86,43 @@ func (h *holds) add(req *Request, e *Endpoint, now int64, reserve time.Duration)
 // stays in play until now + reserve.
 func (h *holds) remove(tenant string, now int64, reserve time.Duration) {
 	h.mu.Lock()
-	if t := h.m[tenant]; t != nil {
-		t.n--
-		if reserve > 0 {
-			t.until = max(t.until, now+int64(reserve))
-		}
-		if !t.inPlay(now) {
-			delete(h.m, tenant)
-		}
+	defer h.mu.Unlock()
+	t := h.m[tenant]
+	if t == nil {
+		return
 	}
-	h.mu.Unlock()
+	if t.n--; t.n > 0 {
+		return
+	}
+	if reserve > 0 && h.kept >= maxKept {
+		h.sweep(now)
+	}
+	if reserve > 0 && h.kept < maxKept {
+		t.until = max(t.until, now+int64(reserve))
+		h.kept++
+	} else {
+		delete(h.m, tenant)
+	}
 }
 
-// others reports whether a tenant other than tenant is in play. h.mu is
-// not held.
+// sweep drops the tenants whose reserve lapsed. h.mu is held.
+func (h *holds) sweep(now int64) {
+	for name, t := range h.m {
+		if !t.inPlay(now) {
+			delete(h.m, name)
+			h.kept--
+		}
+	}
+}
+
+// others reports whether a tenant other than tenant is in play, and drops
+// those whose reserve lapsed.
 func (h *holds) others(tenant string, now int64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for name, t := range h.m {
-		if name != tenant && t.inPlay(now) {
+	h.sweep(now)
+	for name := range h.m {
+		if name != tenant {
 			return true
 		}
 	}
@@ -151,43 +183,36 @@ func (e *Endpoint) shareLimit(cap int64) *shares {
 		return nil
 	}
 	weights := map[string]float64{}
-	e.holdWeights(weights)
+	held, peak := e.holds.inPlay(e.reg.now().UnixNano(), weights)
 	const scan = 256 // bounds the cost of a release under a flood
 	for k := 0; k < min(e.queue.len(), scan); k++ {
 		if w := e.queue.at(k); w.fair && w.state.Load() == waiting {
 			weights[w.tenant] = max(weights[w.tenant], w.weight)
 		}
 	}
-	return e.sharesOf(cap, weights)
+	return sharesOf(cap, weights, held, peak)
 }
 
-// holdWeights adds the weights of the tenants in play on e's slots to
-// weights, and drops those whose reserve lapsed.
-func (e *Endpoint) holdWeights(weights map[string]float64) {
-	now := e.reg.now().UnixNano()
-	e.holds.mu.Lock()
-	defer e.holds.mu.Unlock()
-	for name, t := range e.holds.m {
-		if !t.inPlay(now) {
-			delete(e.holds.m, name)
-			continue
-		}
+// inPlay adds the weights of the tenants in play to weights and returns
+// what each holds and held at most; it drops those whose reserve lapsed.
+func (h *holds) inPlay(now int64, weights map[string]float64) (held, peak map[string]int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sweep(now)
+	held, peak = make(map[string]int64, len(h.m)), make(map[string]int64, len(h.m))
+	for name, t := range h.m {
 		weights[name] = t.weight
+		held[name], peak[name] = t.n, t.peak
 	}
+	return held, peak
 }
 
 // sharesOf is the shares of the tenants in weights of cap slots, with
 // what each holds and held at most.
-func (e *Endpoint) sharesOf(cap int64, weights map[string]float64) *shares {
+func sharesOf(cap int64, weights map[string]float64, held, peak map[string]int64) *shares {
 	if len(weights) < 2 {
 		return nil
 	}
-	held, peak := make(map[string]int64, len(weights)), make(map[string]int64, len(weights))
-	e.holds.mu.Lock()
-	for name, t := range e.holds.m {
-		held[name], peak[name] = t.n, t.peak
-	}
-	e.holds.mu.Unlock()
 	var sum float64
 	for _, wt := range weights {
 		sum += wt
@@ -209,8 +234,8 @@ func (e *Endpoint) overShare(req *Request, cap int64) bool {
 		return false
 	}
 	weights := map[string]float64{req.Tenant: float64(max(1, req.Weight))}
-	e.holdWeights(weights)
-	s := e.sharesOf(cap, weights)
+	held, peak := e.holds.inPlay(e.reg.now().UnixNano(), weights)
+	s := sharesOf(cap, weights, held, peak)
 	return s != nil && s.full(req.Tenant) && !s.spare(req.Tenant, cap-e.inflight.Load())
 }
 

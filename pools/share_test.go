@@ -2,6 +2,7 @@ package pools_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -190,5 +191,41 @@ func TestShareReserveKeepsARecentTenantsSlots(t *testing.T) {
 	}
 	for _, h := range hog {
 		p.ReleaseFor(h.r, h.req)
+	}
+}
+
+// TestShareReservesAreBounded: a replica keeps at most 256 tenants'
+// reserves (a keyless tenant is a client address, and each dispatch reads
+// every reserve): 300 tenants that each end a request leave 256 kept;
+// once they lapse none counts, and a new tenant's reserve is kept.
+func TestShareReservesAreBounded(t *testing.T) {
+	clk := newClock()
+	p := newPool(t, pools.Options{Balance: "least_outstanding", Replicas: specs(1), MaxInflight: 4, QueueTimeout: time.Minute, ShareReserve: 10 * time.Second},
+		pools.EndpointsOptions{Now: clk.Now})
+	for i := range 300 {
+		req := &pools.Request{Tenant: "client-" + strconv.Itoa(i), Fair: true}
+		r, err := p.Acquire(context.Background(), req, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.ReleaseFor(r, req)
+	}
+	if n := p.Tenants(); n != 256 {
+		t.Fatalf("%d tenants kept, want 256", n)
+	}
+	clk.Advance(11 * time.Second)
+	// The next acquire reads the reserves and drops the lapsed ones.
+	req := &pools.Request{Tenant: "late", Fair: true}
+	r, err := p.Acquire(context.Background(), req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Tenants(); n != 1 {
+		t.Errorf("%d tenants after the reserves lapsed, want 1 (the one holding a slot)", n)
+	}
+	// Its reserve is kept: the lapsed ones no longer count against the bound.
+	p.ReleaseFor(r, req)
+	if n := p.Tenants(); n != 1 {
+		t.Errorf("%d tenants kept after the late one's request, want 1", n)
 	}
 }
