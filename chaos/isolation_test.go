@@ -123,6 +123,13 @@ type victimRun struct {
 	latencies []time.Duration
 	big, all  int
 	ids       []string
+	reqs      []victimReq
+}
+
+// victimReq is one answered victim request.
+type victimReq struct {
+	kind, id, pool string
+	latency        time.Duration
 }
 
 // victimLoad sends n requests from w workers with the victim's key, on c,
@@ -164,6 +171,7 @@ func victimLoad(c *http.Client, addr string, n, w int) victimRun {
 					run.lost = append(run.lost, fmt.Sprintf("%s: %d %.300s", k.name, resp.StatusCode, body))
 				default:
 					run.latencies = append(run.latencies, el)
+					run.reqs = append(run.reqs, victimReq{kind: k.name, id: resp.Header.Get("X-Request-Id"), pool: resp.Header.Get("X-Switchyard-Pool"), latency: el})
 					run.all++
 					if resp.Header.Get("X-Switchyard-Pool") == "big" {
 						run.big++
@@ -196,6 +204,27 @@ func (r victimRun) median() time.Duration {
 		return 0
 	}
 	return s[len(s)/2]
+}
+
+// slowest are the run's k slowest requests, slowest first.
+func (r victimRun) slowest(k int) []victimReq {
+	s := slices.Clone(r.reqs)
+	slices.SortFunc(s, func(a, b victimReq) int { return int(b.latency - a.latency) })
+	return s[:min(k, len(s))]
+}
+
+// accessLine is the gateway's access line for request id, as logged ("" if
+// none).
+func (p *proc) accessLine(id string) string {
+	if id == "" {
+		return ""
+	}
+	for line := range strings.Lines(p.logs.String()) {
+		if strings.Contains(line, `"msg":"request"`) && strings.Contains(line, `"request_id":"`+id+`"`) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
 }
 
 func (r victimRun) bigShare() float64 { return float64(r.big) / float64(max(1, r.all)) }
@@ -545,6 +574,15 @@ func TestAdversarialTenant(t *testing.T) {
 		quiet.median(), quiet.p99(), quiet.bigShare(), attacked.median(), attacked.p99(),
 		float64(attacked.p99())/float64(max(1, quiet.p99())), attacked.bigShare())
 	t.Logf("gateway RSS: %d MiB at rest, peak %d MiB under attack", rssBefore>>20, peakRSS.Load()>>20)
+	// Where the tail went: the gateway's own account of the slowest
+	// victim requests (duration_ms against the client's latency, and of
+	// it queue_ms and classify_ms).
+	for _, r := range attacked.slowest(6) {
+		line := gw.accessLine(r.id)
+		t.Logf("slow victim request: %v %s on %s: %s%s%s%s", r.latency, r.kind, r.pool,
+			gjson.Get(line, "duration_ms").Raw+" ms in the gateway, ", gjson.Get(line, "queue_ms").Raw+" ms queued, ",
+			gjson.Get(line, "classify_ms").Raw+" ms classifying, ttft ", gjson.Get(line, "ttft_ms").Raw)
+	}
 	if len(attacked.lost) != 0 {
 		t.Errorf("under attack the victim lost %d of %d requests; first: %s", len(attacked.lost), n, attacked.lost[0])
 	}

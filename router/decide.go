@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/switchyard/switchyard/router/internal/features"
 
@@ -141,7 +142,10 @@ func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input
 	}
 	ctx, span := g.startSpan(ctx, "switchyard.classify")
 	defer span.End()
+	began := time.Now()
 	res := c.Classify(ctx, in)
+	x.access.classify += time.Since(began)
+	x.access.classified = true
 	if span.IsRecording() {
 		if res.Label != "" {
 			span.SetAttributes(attribute.String("switchyard.class", res.Label))

@@ -110,6 +110,73 @@ routes:
 	}
 }
 
+// TestAccessLineTimes: the access line says where a request's time went:
+// queue_ms, the time it waited for a replica slot (max_inflight), and
+// classify_ms, the classifier's part. A request queued behind another
+// logs at least the time it was seen waiting; both are within
+// duration_ms. Before, a slow request's line could not tell a queue wait
+// from a slow replica (issue 31's tail under attack).
+func TestAccessLineTimes(t *testing.T) {
+	up := startGate(t, "m")
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p: {model: m, max_inflight: 1, queue_timeout: 1m, health: {disabled: true}, replicas: [{name: r, url: "{{up}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"up": up.Srv.URL}, nil))
+	url := gw.API.URL + "/v1/chat/completions"
+	ids := make(chan string, 2)
+	go func() { resp, _ := post(t, url, chatBody("A", ""), nil); ids <- resp.Header.Get("X-Request-Id") }()
+	eventually(t, 5*time.Second, "A to reach the replica", func() bool { return up.hits.Load() == 1 })
+	go func() { resp, _ := post(t, url, chatBody("B", ""), nil); ids <- "B" + resp.Header.Get("X-Request-Id") }()
+	eventually(t, 5*time.Second, "B to queue", func() bool { return adminReplicaView(t, gw, "p", "r").Waiting == 1 })
+	seen := time.Now()
+	time.Sleep(30 * time.Millisecond) // B waits at least this long, however slow the machine
+	waited := time.Since(seen)
+	up.open()
+	var a, b string
+	for range 2 {
+		id := <-ids
+		if strings.HasPrefix(id, "B") {
+			b = id[1:]
+		} else {
+			a = id
+		}
+	}
+	eventually(t, 5*time.Second, "both access lines", func() bool { return len(accessLogs(t, gw)) == 2 })
+	for _, line := range accessLogs(t, gw) {
+		q, ok := line["queue_ms"].(float64)
+		d, _ := line["duration_ms"].(float64)
+		if !ok || q < 0 || q > d {
+			t.Errorf("access line %v: queue_ms %v, want 0 to duration_ms", line, line["queue_ms"])
+		}
+		if _, ok := line["classify_ms"]; ok {
+			t.Errorf("access line %v: classify_ms without a classifier", line)
+		}
+		if line["request_id"] == b && q < float64(waited.Microseconds())/1000 {
+			t.Errorf("B's queue_ms %v, but it was seen waiting for %v", q, waited)
+		}
+		if line["request_id"] != a && line["request_id"] != b {
+			t.Errorf("access line %v is neither A's (%s) nor B's (%s)", line, a, b)
+		}
+	}
+
+	// The classifier's call.
+	cgw, _, _ := setupClassifier(t)
+	resp, body := post(t, cgw.API.URL+"/v1/chat/completions", chatBody("What is the capital of Spain?", ""), nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("classified request: %d %s", resp.StatusCode, body)
+	}
+	eventually(t, 5*time.Second, "the access line", func() bool { return len(accessLogs(t, cgw)) == 1 })
+	line := accessLogs(t, cgw)[0]
+	c, ok := line["classify_ms"].(float64)
+	if d, _ := line["duration_ms"].(float64); !ok || c <= 0 || c > d {
+		t.Errorf("classified request's access line %v: classify_ms %v, want in (0, duration_ms]", line, line["classify_ms"])
+	}
+}
+
 // TestHonestRetryCount: a single-replica pool whose replica answers 500 is
 // asked once; no retry is logged or counted, as none was sent. With two
 // replicas, the one real retry is counted once.

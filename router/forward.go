@@ -160,6 +160,8 @@ func (g *Gateway) placeOn(ctx context.Context, w http.ResponseWriter, r *http.Re
 	x.attempt.exec = upstream.Execution{Pool: ps.Pool, Req: &x.attempt.preq, Attempts: 1 + ps.cfg.Retries, Call: x, Only: x.stored.pinned}
 	res := g.exec.Execute(ctx, &x.attempt.exec)
 	x.retries += x.attempt.exec.Retries
+	x.access.queued += x.attempt.exec.Queued
+	x.access.placed = true
 	if x.stream.cut != nil {
 		// The stream was cut after its failed attempt was counted and its
 		// replica released: a new execution continues it.

@@ -84,10 +84,15 @@ type exchange struct {
 }
 
 // accessNote is what the access line adds: the error the client was
-// told, and what became of a stream its replica cut (resume).
+// told, what became of a stream its replica cut (resume), and where the
+// time went: waiting for replica slots (queued, with placed set once the
+// request reached a pool's queue) and in the classifier (classify, with
+// classified set when it was asked).
 type accessNote struct {
-	errMsg string
-	resume string
+	errMsg             string
+	resume             string
+	queued, classify   time.Duration
+	placed, classified bool
 }
 
 // classifyState is the classifier's part of an exchange: force, for
@@ -446,6 +451,12 @@ func (g *Gateway) finish(x *exchange) {
 	}
 	if x.tokens.ttft > 0 {
 		attrs = append(attrs, slog.Float64("ttft_ms", float64(x.tokens.ttft.Microseconds())/1000))
+	}
+	if x.access.placed {
+		attrs = append(attrs, slog.Float64("queue_ms", float64(x.access.queued.Microseconds())/1000))
+	}
+	if x.access.classified {
+		attrs = append(attrs, slog.Float64("classify_ms", float64(x.access.classify.Microseconds())/1000))
 	}
 	if x.tokens.prompt+x.tokens.completion > 0 {
 		attrs = append(attrs, slog.Int64("prompt_tokens", x.tokens.prompt), slog.Int64("completion_tokens", x.tokens.completion))

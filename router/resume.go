@@ -65,6 +65,7 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 	if ps.CanTake(func(r *pools.Replica) bool { return r.Endpoint == cut.rep.Endpoint }) {
 		res = g.exec.Execute(ctx, &x.attempt.exec)
 		x.retries += x.attempt.exec.Retries
+		x.access.queued += x.attempt.exec.Queued
 	} else {
 		res = upstream.NotSent(errors.New("no other replica of the pool can take it"))
 	}

@@ -131,6 +131,8 @@ type Execution struct {
 	Call     Attempt
 	// retries counts the retries actually sent.
 	Retries int
+	// Queued is the time its attempts waited for a replica slot.
+	Queued time.Duration
 	// triedBuf backs the list of replicas tried, so that it costs no
 	// allocation for the usual few attempts.
 	triedBuf, refusedBuf [4]*pools.Replica
@@ -228,7 +230,9 @@ func (e *Executor) Execute(ctx context.Context, ex *Execution) Result {
 			}
 			return NotSent(fmt.Errorf("%w: pool %q has no healthy replica", ErrNoReplica, ps.Name))
 		}
-		e.QueueWait.WithLabelValues(ps.Name).Observe(time.Since(waitStart).Seconds())
+		waited := time.Since(waitStart)
+		ex.Queued += waited
+		e.QueueWait.WithLabelValues(ps.Name).Observe(waited.Seconds())
 		if a > 0 {
 			ex.Retries++
 			e.Retries.WithLabelValues(ps.Name, last.reason).Inc()
