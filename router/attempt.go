@@ -126,6 +126,10 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 		ue := &upstream.Error{Pool: ps.Name, Replica: rep.Name, Err: fmt.Errorf("the answer nests JSON deeper than %d levels", d)}
 		return upstream.Retryable(pools.Status5xx, "status_5xx", ue.Err.Error(), ue)
 	}
+	// The same text as every stream event (pump.event): valid UTF-8, no
+	// lone surrogate escape. Valid answers, the normal case, are not
+	// copied.
+	answer = wire.ValidEscapes(wire.ValidUTF8(answer))
 	switch {
 	case resp.StatusCode == http.StatusOK:
 		answer = x.rewriteAnswer(answer, rep)

@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/switchyard/switchyard/vllmsim"
 )
@@ -595,5 +597,47 @@ func TestClientCancelIsTheClients(t *testing.T) {
 	}
 	if v := adminReplicaView(t, gw, "p", "r"); v.LastError != "" {
 		t.Errorf("the replica was blamed: %+v", v)
+	}
+}
+
+// TestNonStreamAnswerSanitised: a non-stream answer with invalid UTF-8
+// and a lone surrogate escape reaches the client as every stream event
+// does, each invalid byte U+FFFD and the lone half \ufffd, the rest
+// byte for byte, on each API (issue 31, item 7). Before, a non-stream
+// answer was relayed raw: Python's json.loads refuses such bytes, and
+// JavaScript's JSON.parse makes a string that is not Unicode of the
+// escape.
+func TestNonStreamAnswerSanitised(t *testing.T) {
+	bad := "caf\xc3 \xff ok \\ud800 end \\\\ud800 \\ud83d\\ude00"
+	answers := map[string]string{
+		"/v1/chat/completions": `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"` + bad + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`,
+		"/v1/responses":        `{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"m","output":[{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"` + bad + `","annotations":[]}]}],"usage":{"input_tokens":1,"output_tokens":2,"total_tokens":3}}`,
+		"/v1/messages":         `{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"` + bad + `"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":2}}`,
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, ok := answers[r.URL.Path]
+		if r.Method != http.MethodPost || !ok {
+			w.WriteHeader(200)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, a)
+	}))
+	t.Cleanup(up.Close)
+	gw := oneReplicaGateway(t, up.URL, "", "")
+	want := "caf\uFFFD \uFFFD ok \\ufffd end \\\\ud800 \\ud83d\\ude00"
+	for path, body := range map[string]string{
+		"/v1/chat/completions": `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+		"/v1/responses":        `{"model":"m","input":"hi"}`,
+		"/v1/messages":         `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`,
+	} {
+		resp, b := post(t, gw.API.URL+path, body, nil)
+		if resp.StatusCode != 200 {
+			t.Errorf("%s: %d %s", path, resp.StatusCode, b)
+			continue
+		}
+		if !utf8.Valid(b) || !bytes.Contains(b, []byte(want)) {
+			t.Errorf("%s: the client got %q, want the text as %q", path, b, want)
+		}
 	}
 }
