@@ -180,9 +180,14 @@ func (e *Endpoint) dispatch() {
 	// First the waiters whose tenant is under its share (share.go), then,
 	// if a slot is still free, anyone whom the slots left cover the
 	// others' reserves for.
-	over := e.shareLimit(e.queue.maxCap)
-	if over != nil && !e.dispatchPass(over, true) {
-		return
+	e.holds.mu.Lock()
+	defer e.holds.mu.Unlock()
+	var over *shares
+	if s, ok := e.shareLimit(e.queue.maxCap); ok {
+		over = &s
+		if !e.dispatchPass(over, true) {
+			return
+		}
 	}
 	e.dispatchPass(over, false)
 }

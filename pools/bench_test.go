@@ -82,3 +82,57 @@ func BenchmarkAcquireContended(b *testing.B) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkFairAcquire is one fair Acquire+ReleaseFor cycle (a client
+// request's, with its tenant) on a pool of 3 replicas with max_inflight 8,
+// with tenants in play: each of them has had requests within
+// share_reserve, and one holds half of every replica's slots. over is
+// the admission check of that one tenant, at its share, asking for one
+// more slot: the check that reads the others' reserves. reserve=0s is
+// the work-conserving admission, for comparison.
+func BenchmarkFairAcquire(b *testing.B) {
+	for _, reserve := range []time.Duration{0, 10 * time.Second} {
+		for _, tenants := range []int{2, 16, 256, 1024} {
+			p := newPool(b, pools.Options{Balance: "least_outstanding", Replicas: specs(3), MaxInflight: 8, QueueTimeout: time.Hour, ShareReserve: reserve})
+			ctx := context.Background()
+			for range 12 {
+				if _, err := p.Acquire(ctx, &pools.Request{Tenant: "t0", Fair: true}, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			names := make([]string, tenants)
+			for i := range names {
+				names[i] = "t" + strconv.Itoa(i)
+			}
+			cycle := func(tenant string) {
+				req := &pools.Request{Tenant: tenant, Fair: true}
+				r, err := p.Acquire(ctx, req, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				p.ReleaseFor(r, req)
+			}
+			for _, name := range names[1:] {
+				for range 3 {
+					cycle(name)
+				}
+			}
+			name := "reserve=" + reserve.String() + "/tenants=" + strconv.Itoa(tenants)
+			b.Run(name+"/cycle", func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					cycle(names[1+i%(tenants-1)])
+					i++
+				}
+			})
+			b.Run(name+"/over", func(b *testing.B) {
+				r, req := p.Replicas()[0], &pools.Request{Tenant: "t0", Fair: true}
+				b.ReportAllocs()
+				for b.Loop() {
+					p.OverShare(r, req)
+				}
+			})
+		}
+	}
+}

@@ -28,3 +28,9 @@ func (p *Pool) Tenants() int {
 	}
 	return n
 }
+
+// OverShare reports whether req's tenant, asking for one of r's slots,
+// is held back by the others' reserves (share.go; tests and benchmarks).
+func (p *Pool) OverShare(r *Replica, req *Request) bool {
+	return r.overShare(req, p.capFor(req))
+}
