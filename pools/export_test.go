@@ -34,3 +34,15 @@ func (p *Pool) Tenants() int {
 func (p *Pool) OverShare(r *Replica, req *Request) bool {
 	return r.overShare(req, p.capFor(req))
 }
+
+// LapseList is the most room the pool's replicas' reserve lists take
+// (entries, tests).
+func (p *Pool) LapseList() int {
+	n := 0
+	for _, r := range p.replicas {
+		r.holds.mu.Lock()
+		n = max(n, cap(r.holds.lapses))
+		r.holds.mu.Unlock()
+	}
+	return n
+}

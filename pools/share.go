@@ -141,8 +141,8 @@ func (h *holds) remove(tenant string, now int64, reserve time.Duration) {
 	t.until = max(t.until, now+int64(reserve))
 	h.kept++
 	h.lapses = append(h.lapses, lapse{t, t.until})
-	if len(h.lapses)-h.head > 2*maxKept+64 {
-		h.compact()
+	if len(h.lapses)-h.head > 2*maxKept+64 || h.head > 2*maxKept+64 {
+		h.compact() // many stale entries, or a long front already read
 	}
 }
 
@@ -173,8 +173,9 @@ func (h *holds) sweep(now int64) {
 }
 
 // compact keeps only the list's current entries (at most maxKept), in
-// order: a tenant that comes back and leaves often adds an entry each
-// time. h.mu is held.
+// order, at its start: a tenant that comes back and leaves often adds an
+// entry each time, and the list rarely empties while tenants keep
+// coming. h.mu is held.
 func (h *holds) compact() {
 	kept := h.lapses[:0]
 	for _, l := range h.lapses[h.head:] {
