@@ -93,30 +93,7 @@ func BenchmarkAcquireContended(b *testing.B) {
 func BenchmarkFairAcquire(b *testing.B) {
 	for _, reserve := range []time.Duration{0, 10 * time.Second} {
 		for _, tenants := range []int{2, 16, 256, 1024} {
-			p := newPool(b, pools.Options{Balance: "least_outstanding", Replicas: specs(3), MaxInflight: 8, QueueTimeout: time.Hour, ShareReserve: reserve})
-			ctx := context.Background()
-			for range 12 {
-				if _, err := p.Acquire(ctx, &pools.Request{Tenant: "t0", Fair: true}, nil); err != nil {
-					b.Fatal(err)
-				}
-			}
-			names := make([]string, tenants)
-			for i := range names {
-				names[i] = "t" + strconv.Itoa(i)
-			}
-			cycle := func(tenant string) {
-				req := &pools.Request{Tenant: tenant, Fair: true}
-				r, err := p.Acquire(ctx, req, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				p.ReleaseFor(r, req)
-			}
-			for _, name := range names[1:] {
-				for range 3 {
-					cycle(name)
-				}
-			}
+			p, names, cycle := fairPool(b, tenants, reserve)
 			name := "reserve=" + reserve.String() + "/tenants=" + strconv.Itoa(tenants)
 			b.Run(name+"/cycle", func(b *testing.B) {
 				b.ReportAllocs()

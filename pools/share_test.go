@@ -2,7 +2,6 @@ package pools_test
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -266,32 +265,7 @@ func TestReserveListIsBounded(t *testing.T) {
 // keyless addresses in play, against 15 with one (BenchmarkFairAcquire).
 func TestFairAcquireCostIsFlatInTenants(t *testing.T) {
 	allocs := func(tenants int) (cycles, checks float64) {
-		p := newPool(t, pools.Options{Balance: "least_outstanding", Replicas: specs(3), MaxInflight: 8, QueueTimeout: time.Hour, ShareReserve: time.Hour})
-		ctx := context.Background()
-		// One tenant holds half of every replica's slots, taken while it
-		// was alone.
-		for range 12 {
-			if _, err := p.Acquire(ctx, &pools.Request{Tenant: "t0", Fair: true}, nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-		names := make([]string, tenants)
-		for i := range names {
-			names[i] = fmt.Sprint("t", i)
-		}
-		cycle := func(tenant string) {
-			req := &pools.Request{Tenant: tenant, Fair: true}
-			r, err := p.Acquire(ctx, req, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.ReleaseFor(r, req)
-		}
-		for _, name := range names[1:] {
-			for range 3 {
-				cycle(name)
-			}
-		}
+		p, names, cycle := fairPool(t, tenants, time.Hour)
 		i := 0
 		cycles = testing.AllocsPerRun(200, func() {
 			cycle(names[1+i%(tenants-1)])
@@ -309,4 +283,36 @@ func TestFairAcquireCostIsFlatInTenants(t *testing.T) {
 	if manyChecks > fewChecks || manyChecks > 0 {
 		t.Errorf("the check of a tenant at its share allocates %v times with 256 tenants in play, %v with 2, want 0", manyChecks, fewChecks)
 	}
+}
+
+// fairPool is a pool of 3 replicas with max_inflight 8 and reserve, where
+// tenant t0 holds half of every replica's slots (taken while it was
+// alone) and tenants t1..t(n-1) have each had requests within the
+// reserve; cycle is one fair acquire and release of a tenant.
+func fairPool(tb testing.TB, tenants int, reserve time.Duration) (p *pools.Pool, names []string, cycle func(string)) {
+	p = newPool(tb, pools.Options{Balance: "least_outstanding", Replicas: specs(3), MaxInflight: 8, QueueTimeout: time.Hour, ShareReserve: reserve})
+	ctx := context.Background()
+	for range 12 {
+		if _, err := p.Acquire(ctx, &pools.Request{Tenant: "t0", Fair: true}, nil); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	names = make([]string, tenants)
+	for i := range names {
+		names[i] = "t" + strconv.Itoa(i)
+	}
+	cycle = func(tenant string) {
+		req := &pools.Request{Tenant: tenant, Fair: true}
+		r, err := p.Acquire(ctx, req, nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		p.ReleaseFor(r, req)
+	}
+	for _, name := range names[1:] {
+		for range 3 {
+			cycle(name)
+		}
+	}
+	return p, names, cycle
 }
