@@ -2,7 +2,6 @@ package classifier
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -15,63 +14,6 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// Input is what a classifier reads of a request. The router fills it from
-// the body; Truncate bounds it before it is sent or hashed.
-type Input struct {
-	// System is the system (or developer) prompt.
-	System string
-	// LastUser is the last user turn's text.
-	LastUser string
-	// Tools are the names of the tools offered.
-	Tools []string
-	// Turns is the number of messages.
-	Turns int
-	// Prompt is the prompt of a /v1/completions request.
-	Prompt string
-	// Last says what the conversation's last message is: LastInstruction
-	// (a user message with text), LastToolResult, or "" (unknown: a
-	// completions prompt, an assistant prefill). With it, the summary
-	// describes the turn: Last, Steps, PromptTokens and MaxTokens.
-	Last string
-	// Steps is the number of assistant turns since the last user message
-	// with text (0 when the last message is that message).
-	Steps int
-	// PromptTokens is the request's prompt size estimate; MaxTokens the
-	// answer length it asks for (0: none). The summary shows both in
-	// bands (bands), so nearby sizes read, hash and cache alike.
-	PromptTokens, MaxTokens int
-}
-
-// What Input.Last says of the last message.
-const (
-	LastInstruction = "instruction"
-	LastToolResult  = "tool_result"
-)
-
-// answerBand is band for an answer length, "not set" for none.
-func answerBand(n int) string {
-	if n <= 0 {
-		return "not set"
-	}
-	return band(n)
-}
-
-// band writes n tokens as the band it falls in: under 1k, then doubling
-// bands (1k-2k, 2k-4k, ...) up to 128k and more.
-func band(n int) string {
-	if n < 1024 {
-		return "under 1k"
-	}
-	lo := 1
-	for lo*2*1024 <= n && lo < 128 {
-		lo *= 2
-	}
-	if lo >= 128 {
-		return "128k or more"
-	}
-	return fmt.Sprintf("%dk-%dk", lo, lo*2)
-}
 
 // Result is one classification.
 type Result struct {
@@ -410,132 +352,6 @@ func (c *Classifier) CountSticky(label string) {
 	if m := c.opts.Metrics; m != nil {
 		m.requests.WithLabelValues(label, OutcomeSticky).Inc()
 	}
-}
-
-// truncate keeps the system prompt's first part and the head and tail of
-// the last user turn within limit characters in total, tool names
-// included.
-//
-// Every part a client writes is bounded, so no request can make the
-// classifier's own call overflow its model's context: at most maxTools
-// tool names of at most maxToolName bytes each, within an eighth of max
-// in all; the system prompt within a quarter; the last user turn within
-// what remains. The prompt of a completions request, which has no other
-// part, may use all of max.
-func (in *Input) truncate(limit int) {
-	if len(in.Tools) > maxTools {
-		in.Tools = in.Tools[:maxTools]
-	}
-	toolBudget := limit / 8
-	tools := make([]string, 0, len(in.Tools))
-	for _, t := range in.Tools {
-		t = head(t, min(maxToolName, toolBudget))
-		if t == "" {
-			break
-		}
-		toolBudget -= len(t)
-		tools = append(tools, t)
-	}
-	in.Tools = tools
-	used := 0
-	for _, t := range tools {
-		used += len(t) + 2 // ", " between names
-	}
-	in.System = head(in.System, limit/4)
-	in.LastUser = headTail(in.LastUser, max(0, limit-len(in.System)-used))
-	in.Prompt = headTail(in.Prompt, limit)
-}
-
-// The bounds of the tool names the classifier sees: OpenAI's function
-// names are at most 64 characters.
-const (
-	maxTools    = 32
-	maxToolName = 64
-)
-
-func head(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return validUTF8Prefix(s[:n])
-}
-
-func headTail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const sep = "\n…\n"
-	if n <= len(sep)+2 {
-		return head(s, n)
-	}
-	h := (n - len(sep)) / 2
-	t := n - len(sep) - h
-	return validUTF8Prefix(s[:h]) + sep + validUTF8Suffix(s[len(s)-t:])
-}
-
-func validUTF8Prefix(s string) string {
-	for len(s) > 0 && !utf8ValidEnd(s) {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-func validUTF8Suffix(s string) string {
-	for len(s) > 0 && s[0]&0xC0 == 0x80 {
-		s = s[1:]
-	}
-	return s
-}
-
-func utf8ValidEnd(s string) bool {
-	// Walk back over continuation bytes to the last rune start.
-	i := len(s) - 1
-	for i > 0 && s[i]&0xC0 == 0x80 && len(s)-i < 4 {
-		i--
-	}
-	r := s[i:]
-	need := 1
-	switch b := r[0]; {
-	case b >= 0xF0:
-		need = 4
-	case b >= 0xE0:
-		need = 3
-	case b >= 0xC0:
-		need = 2
-	}
-	return len(r) >= need
-}
-
-// hash identifies what would be sent, for the cache and shared calls. Each
-// field is written with its length first, so no two different inputs can
-// run together into the same bytes.
-func (in *Input) hash(seed maphash.Seed) uint64 {
-	var h maphash.Hash
-	h.SetSeed(seed)
-	var n [8]byte
-	writeInt := func(v int) {
-		binary.LittleEndian.PutUint64(n[:], uint64(v))
-		h.Write(n[:])
-	}
-	writeStr := func(s string) {
-		writeInt(len(s))
-		h.WriteString(s)
-	}
-	writeStr(in.System)
-	writeStr(in.LastUser)
-	writeStr(in.Prompt)
-	writeInt(len(in.Tools))
-	for _, t := range in.Tools {
-		writeStr(t)
-	}
-	writeInt(in.Turns)
-	writeStr(in.Last)
-	if in.Last != "" {
-		writeInt(in.Steps)
-		writeStr(band(in.PromptTokens))
-		writeStr(answerBand(in.MaxTokens))
-	}
-	return h.Sum64()
 }
 
 // flightGroup shares one backend call among concurrent identical requests.

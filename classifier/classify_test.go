@@ -469,17 +469,20 @@ func userTurn(t *testing.T, body []byte) string {
 	return req.Messages[1].Content
 }
 
-// sentParts splits the user turn's summary into the system prompt and last
-// user message it quotes.
+// sentParts splits the user turn's summary into the system prompt and
+// current instruction it quotes.
 func sentParts(t *testing.T, body []byte) (system, user string) {
 	t.Helper()
 	s := userTurn(t, body)
-	before, user, ok := strings.Cut(s, "Last user message:\n")
+	_, rest, ok := strings.Cut(s, "Current instruction:\n")
 	if !ok {
-		t.Fatalf("no last user message in %q", s)
+		t.Fatalf("no current instruction in %q", s)
 	}
-	if _, sys, ok := strings.Cut(before, "System prompt (start):\n"); ok {
+	user, sys, hasSys := strings.Cut(rest, "\nSystem prompt (start):\n")
+	if hasSys {
 		system = strings.TrimSuffix(sys, "\n")
+	} else {
+		user = strings.TrimSuffix(user, "\n")
 	}
 	return system, user
 }

@@ -69,14 +69,14 @@ func TestSummaryDescribesTheTurn(t *testing.T) {
 		{Input{LastUser: "fix it", Last: LastInstruction, PromptTokens: 3000}, []string{"Last message: a new instruction from the user\n", "Prompt: 2k-4k tokens\n", "Answer budget: not set\n"}},
 		{Input{LastUser: "fix it", Last: LastToolResult, Steps: 3, PromptTokens: 40000, MaxTokens: 32000}, []string{"Last message: a tool result, 3 assistant steps after the user's last message\n", "Prompt: 32k-64k tokens\n", "Answer budget: 16k-32k tokens\n"}},
 	} {
-		got := summary(&tc.in)
+		got := tc.in.summary()
 		for _, w := range tc.want {
 			if !strings.Contains(got, w) {
 				t.Errorf("summary of %+v lacks %q:\n%s", tc.in, w, got)
 			}
 		}
 	}
-	if got := summary(&Input{LastUser: "hi", Turns: 1}); strings.Contains(got, "Last message") || strings.Contains(got, "Prompt:") {
+	if got := (&Input{LastUser: "hi", Turns: 1}).summary(); strings.Contains(got, "Last message") || strings.Contains(got, "Prompt:") {
 		t.Errorf("without Last the summary describes no turn:\n%s", got)
 	}
 }

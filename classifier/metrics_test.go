@@ -17,10 +17,10 @@ func TestMetrics(t *testing.T) {
 	// "junk" answers with no label, anything else is simple.
 	tr := transportFunc(func(ctx context.Context, body []byte) ([]byte, error) {
 		switch {
-		case bytes.Contains(body, []byte(`Last user message:\nslow`)):
+		case bytes.Contains(body, []byte(`Current instruction:\nslow`)):
 			<-ctx.Done()
 			return nil, ctx.Err()
-		case bytes.Contains(body, []byte(`Last user message:\njunk`)):
+		case bytes.Contains(body, []byte(`Current instruction:\njunk`)):
 			return answer("banana"), nil
 		}
 		return answer("simple", top{"simple", 0.8}, top{"complex", 0.2}), nil

@@ -92,7 +92,7 @@ func (b *modelBackend) Request(in *Input) ([]byte, error) {
 			Model: b.o.Model,
 			Messages: []openai.ChatCompletionMessage{
 				{Role: openai.ChatMessageRoleSystem, Content: b.prompt},
-				{Role: openai.ChatMessageRoleUser, Content: summary(in)},
+				{Role: openai.ChatMessageRoleUser, Content: in.summary()},
 			},
 			LogProbs:           true,
 			TopLogProbs:        b.topProbs,
@@ -108,47 +108,6 @@ func (b *modelBackend) Request(in *Input) ([]byte, error) {
 		req.MaxCompletionTokens = b.maxToks
 	}
 	return json.Marshal(req)
-}
-
-// answerBandText is answerBand with its unit.
-func answerBandText(n int) string {
-	if n <= 0 {
-		return "not set"
-	}
-	return band(n) + " tokens"
-}
-
-// summary is the user turn the classifier reads.
-func summary(in *Input) string {
-	var sb strings.Builder
-	if in.Prompt != "" {
-		sb.WriteString("Completion prompt:\n")
-		sb.WriteString(in.Prompt)
-		return sb.String()
-	}
-	fmt.Fprintf(&sb, "Turns: %d\n", in.Turns)
-	switch in.Last {
-	case LastInstruction:
-		sb.WriteString("Last message: a new instruction from the user\n")
-	case LastToolResult:
-		fmt.Fprintf(&sb, "Last message: a tool result, %d assistant steps after the user's last message\n", in.Steps)
-	}
-	if in.Last != "" {
-		fmt.Fprintf(&sb, "Prompt: %s tokens\nAnswer budget: %s\n", band(in.PromptTokens), answerBandText(in.MaxTokens))
-	}
-	if len(in.Tools) > 0 {
-		fmt.Fprintf(&sb, "Tools (%d): %s\n", len(in.Tools), strings.Join(in.Tools, ", "))
-	} else {
-		sb.WriteString("Tools: none\n")
-	}
-	if in.System != "" {
-		sb.WriteString("System prompt (start):\n")
-		sb.WriteString(in.System)
-		sb.WriteString("\n")
-	}
-	sb.WriteString("Last user message:\n")
-	sb.WriteString(in.LastUser)
-	return sb.String()
 }
 
 func (b *modelBackend) classify(ctx context.Context, in *Input) (string, map[string]float64, error) {

@@ -25,7 +25,7 @@ type route struct {
 type cond struct {
 	class, model, key                        StringList
 	tools, messages, promptTokens, maxTokens *NumCmp
-	stream, smallModel                       *bool
+	stream, smallModel, toolError, repeated  *bool
 	systemContains                           StringList
 	score                                    []scoreCond // by label
 	header                                   []headerCond
@@ -77,6 +77,14 @@ func compileWhen(w *When) *cond {
 		s := *w.SmallModel
 		c.smallModel = &s
 	}
+	if w.ToolError != nil {
+		s := *w.ToolError
+		c.toolError = &s
+	}
+	if w.RepeatedCall != nil {
+		s := *w.RepeatedCall
+		c.repeated = &s
+	}
 	for _, label := range sortedKeys(w.Score) {
 		c.score = append(c.score, scoreCond{label: label, cmp: cloneCmp(w.Score[label])})
 	}
@@ -101,6 +109,23 @@ func cloneCmp(c *NumCmp) *NumCmp {
 	}
 	out := *c
 	return &out
+}
+
+// readsSystem reports whether c or a condition under it reads the system
+// prompt.
+func (c *cond) readsSystem() bool {
+	if c == nil {
+		return false
+	}
+	if len(c.systemContains) > 0 || c.not.readsSystem() {
+		return true
+	}
+	for _, a := range c.any {
+		if a.readsSystem() {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *cond) needsClassifier() bool { return c != nil && c.classify }

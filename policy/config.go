@@ -549,7 +549,18 @@ type Session struct {
 	// its conversation's opening (system prompt, first user turn, tools).
 	// Default true.
 	Implicit bool `yaml:"implicit"`
+	// MoveDown says when a session may move to a weaker route:
+	// "new_instruction" (the default): at a new instruction from the user,
+	// which is then decided on its own evidence as a new session would be;
+	// "never": a session moves up, never down. Never inside a tool loop.
+	MoveDown string `yaml:"move_down"`
 }
+
+// The values of session.move_down.
+const (
+	MoveDownNewInstruction = "new_instruction"
+	MoveDownNever          = "never"
+)
 
 // Route is one ordered policy rule.
 type Route struct {
@@ -604,9 +615,19 @@ type When struct {
 	// SystemContains holds when the system prompt contains one of the
 	// strings (case-sensitive): an operator's fingerprint of a known side
 	// request's instructions.
-	SystemContains StringList            `yaml:"system_contains,omitempty"`
-	Header         map[string]StringList `yaml:"header,omitempty"`
-	Key            StringList            `yaml:"key,omitempty"`
-	Any            []*When               `yaml:"any,omitempty"`
-	Not            *When                 `yaml:"not,omitempty"`
+	SystemContains StringList `yaml:"system_contains,omitempty"`
+	// ToolError holds when the request's latest tool result reads (true)
+	// or does not read (false) as a failure: a Messages tool_result with
+	// is_error, or an output that reports a non-zero exit, a traceback,
+	// an exception or error line, failing tests, a command or file not
+	// found. A request whose last message is not a tool result has none.
+	ToolError *bool `yaml:"tool_error,omitempty"`
+	// RepeatedCall holds when the latest tool call repeats (true) or does
+	// not repeat (false) one of the conversation's last eight calls with
+	// identical arguments: the agent is spinning.
+	RepeatedCall *bool                 `yaml:"repeated_call,omitempty"`
+	Header       map[string]StringList `yaml:"header,omitempty"`
+	Key          StringList            `yaml:"key,omitempty"`
+	Any          []*When               `yaml:"any,omitempty"`
+	Not          *When                 `yaml:"not,omitempty"`
 }

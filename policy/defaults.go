@@ -99,7 +99,7 @@ var (
 	}
 	DefaultCache        = Cache{Size: DefaultCacheSize, TTL: Duration(DefaultCacheTTL)}
 	DefaultBreaker      = Breaker{Failures: DefaultBreakerFailures, Cooldown: Duration(DefaultBreakerCooldown)}
-	DefaultSession      = Session{TTL: Duration(DefaultSessionTTL), Size: DefaultSessionSize, Implicit: true}
+	DefaultSession      = Session{TTL: Duration(DefaultSessionTTL), Size: DefaultSessionSize, Implicit: true, MoveDown: MoveDownNewInstruction}
 	DefaultShareControl = ShareControl{Window: Duration(DefaultShareWindow), Utilization: DefaultShareUtilization}
 	DefaultRoute        = Route{Sticky: true}
 )

@@ -222,7 +222,7 @@ var badFixtures = []struct {
 		`../testdata/unknown-top-level-key.bad.yaml:7:1: unknown key "routez" (known: version, server, topology, pools, classifier, models, session, control, routes; x-* keys are ignored)`,
 	}},
 	{"unknown-when-key", []string{
-		`../testdata/unknown-when-key.bad.yaml:14:7: routes[0] "tools": when: unknown key "tool_count" (known: class, score, model, tools, messages, prompt_tokens, stream, max_tokens, small_model, system_contains, header, key, any, not)`,
+		`../testdata/unknown-when-key.bad.yaml:14:7: routes[0] "tools": when: unknown key "tool_count" (known: class, score, model, tools, messages, prompt_tokens, stream, max_tokens, small_model, system_contains, tool_error, repeated_call, header, key, any, not)`,
 	}},
 	{"side-conditions", []string{
 		`../testdata/side-conditions.bad.yaml:10:25: routes[0] "side": small_model needs a models entry with small: true`,

@@ -30,7 +30,21 @@ type Request struct {
 	Key string
 	// Session is the session id (configured header, else the `user` field).
 	Session string
+	// Turn says what the request's last message is: TurnInstruction (a
+	// new instruction from the user), TurnToolResult, or "" (a
+	// completions prompt, an assistant prefill).
+	Turn string
+	// ToolError says why the latest tool result reads as a failure ("":
+	// it does not, or the turn is not a tool result); RepeatedCall names
+	// the tool whose latest call repeats an earlier identical one.
+	ToolError, RepeatedCall string
 }
+
+// What Request.Turn says of the last message.
+const (
+	TurnInstruction = "instruction"
+	TurnToolResult  = "tool_result"
+)
 
 // Classification is the classifier's answer for one request.
 type Classification struct {
@@ -88,6 +102,10 @@ const (
 	// SessionNotKept: a sticky: false route matched with nothing kept; the
 	// decision is not kept.
 	SessionNotKept = "not_kept"
+	// SessionMovedDown: a new instruction from the user, decided on its own
+	// evidence, took a weaker route than the kept one (session.move_down:
+	// new_instruction); it replaced the kept one.
+	SessionMovedDown = "moved_down"
 )
 
 // Skip records why a route did not match (explain only).
@@ -110,7 +128,12 @@ type Policy struct {
 	// sideFrom[i]: a side route is at index i or later.
 	sideFrom []bool
 	sessions *Sessions
-	rand     func() uint64
+	// moveDown: a new instruction is decided afresh and may move its
+	// session down (session.move_down: new_instruction).
+	moveDown bool
+	// readsSystem: a route has a system_contains condition.
+	readsSystem bool
+	rand        func() uint64
 	// ctrl moves the auto score bounds (control.share); nil without one.
 	ctrl *Controller
 }
@@ -149,6 +172,10 @@ func New(cfg *Config, opts ...Option) *Policy {
 	for i := len(p.routes) - 1; i >= 0; i-- {
 		p.sideFrom[i] = p.sideFrom[i+1] || p.routes[i].side
 	}
+	for _, r := range p.routes {
+		p.readsSystem = p.readsSystem || r.when.readsSystem()
+	}
+	p.moveDown = cfg.Session != nil && cfg.Session.MoveDown == MoveDownNewInstruction
 	for _, o := range opts {
 		o(p)
 	}
@@ -157,6 +184,10 @@ func New(cfg *Config, opts ...Option) *Policy {
 	}
 	return p
 }
+
+// ReadsSystem reports whether a route reads the system prompt
+// (system_contains), so the router reads its whole text only then.
+func (p *Policy) ReadsSystem() bool { return p.readsSystem }
 
 // Routes returns the route names in order.
 func (p *Policy) Routes() []string {
@@ -228,10 +259,14 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 			}
 		}
 	}
+	// At a new instruction (with move_down: new_instruction) every route
+	// is evaluated, as for a new session; otherwise only those that could
+	// move the session up, and side routes.
+	fresh := keptAt >= 0 && p.moveDown && req.Turn == TurnInstruction
 	st := evalState{req: req, classify: classify, explain: explain, ctrl: p.ctrl, small: p.small}
 	var d Decision
 	for i, r := range p.routes {
-		if keptAt >= 0 && i >= keptAt && !p.sideFrom[i] {
+		if keptAt >= 0 && !fresh && i >= keptAt && !p.sideFrom[i] {
 			break // nothing below can be stronger, or a side route
 		}
 		st.autoPassed = false
@@ -242,6 +277,9 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 				d.Skipped = append(d.Skipped, Skip{Route: r.name, Reason: reason})
 			}
 			continue
+		}
+		if fresh && !r.side && r.sticky && i > keptAt {
+			return p.moveDownTo(req, r, i, kept, &st, &d, explain)
 		}
 		if keptAt >= 0 && !r.side && (!r.sticky || i >= keptAt) {
 			// Not a stronger route (sticky: false never moves a session).
@@ -303,6 +341,12 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 		default:
 			kept.SessionReason = fmt.Sprintf("the session keeps route %q: route %q matched, below it", kept.Route, d.Route)
 		}
+		switch {
+		case req.Turn == TurnToolResult && p.moveDown:
+			kept.SessionReason += "; a turn that returns tool output never moves a session down (it is inside the task's tool loop)"
+		case req.Turn == TurnInstruction && !p.moveDown:
+			kept.SessionReason += "; session.move_down is never"
+		}
 		if kept.Matched == nil || kept.Matched[len(kept.Matched)-1] != kept.Route {
 			kept.Matched = append(kept.Matched, kept.Route)
 		}
@@ -310,6 +354,44 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 		p.ctrl.ObserveDecision(kept.Pools[0] == p.ctrl.Pool(), false)
 	}
 	return kept
+}
+
+// moveDownTo decides req by route r (at index i), weaker than the kept
+// decision: a new instruction, judged on its own evidence, moves its
+// session down to r. d holds what explain gathered so far.
+func (p *Policy) moveDownTo(req *Request, r *route, i int, kept Decision, st *evalState, d *Decision, explain bool) Decision {
+	d.Route = r.name
+	if explain {
+		d.Matched = append(d.Matched, r.name)
+		d.Why = st.heldList()
+	}
+	target := r.to
+	if len(r.split) > 0 {
+		target = p.pick(r.split, req.Session)
+	}
+	d.Pools = make([]string, 0, 1+len(r.fallback))
+	d.Pools = append(d.Pools, target)
+	for _, fb := range r.fallback {
+		if fb != target {
+			d.Pools = append(d.Pools, fb)
+		}
+	}
+	d.Spill = r.spill
+	if st.done {
+		d.Classified, d.Class, d.Scores = true, st.cls.Label, st.cls.Scores
+	}
+	if p.ctrl != nil && !explain {
+		p.ctrl.ObserveDecision(target == p.ctrl.Pool(), st.autoPassed)
+	}
+	d.Session = SessionMovedDown
+	if explain {
+		d.SessionReason = fmt.Sprintf("a new instruction from the user, decided on its own evidence, takes route %q, below the session's kept route %q: the session moves down to it (session.move_down: new_instruction)", r.name, kept.Route)
+		return *d
+	}
+	keep := *d
+	keep.Matched, keep.Skipped, keep.Why, keep.SessionReason = nil, nil, nil, ""
+	p.sessions.Replace(req.Session, keep)
+	return *d
 }
 
 // noteSession records what d, decided by r, does to the session's kept
@@ -507,6 +589,9 @@ func (s *evalState) matchFeatures(w *cond) (bool, string) {
 			return fmt.Sprintf("model %q is not a small model", req.Model)
 		})
 	}
+	if ok, why := s.matchTrajectory(w); !ok {
+		return false, why
+	}
 	if len(w.systemContains) > 0 {
 		found := ""
 		for _, f := range w.systemContains {
@@ -521,6 +606,47 @@ func (s *evalState) matchFeatures(w *cond) (bool, string) {
 			})
 		}
 		s.hold(func() string { return fmt.Sprintf("system prompt contains %q", found) })
+	}
+	return true, ""
+}
+
+// matchTrajectory checks the conditions on the agent's trajectory: a
+// failed tool result, a repeated identical call.
+func (s *evalState) matchTrajectory(w *cond) (bool, string) {
+	req := s.req
+	if w.toolError != nil {
+		has := req.ToolError != ""
+		if has != *w.toolError {
+			if has {
+				return false, s.why(func() string {
+					return fmt.Sprintf("tool_error: the latest tool result reads as a failure (%s)", req.ToolError)
+				})
+			}
+			return false, s.why(func() string { return "tool_error: no failed tool result in this turn" })
+		}
+		s.hold(func() string {
+			if has {
+				return fmt.Sprintf("tool_error: the latest tool result reads as a failure (%s)", req.ToolError)
+			}
+			return "tool_error: no failed tool result in this turn"
+		})
+	}
+	if w.repeated != nil {
+		has := req.RepeatedCall != ""
+		if has != *w.repeated {
+			if has {
+				return false, s.why(func() string {
+					return fmt.Sprintf("repeated_call: the latest call to %q repeats an earlier one", req.RepeatedCall)
+				})
+			}
+			return false, s.why(func() string { return "repeated_call: the latest call repeats none of the last eight" })
+		}
+		s.hold(func() string {
+			if has {
+				return fmt.Sprintf("repeated_call: the latest call to %q repeats an earlier one with identical arguments", req.RepeatedCall)
+			}
+			return "repeated_call: the latest call repeats none of the last eight"
+		})
 	}
 	return true, ""
 }

@@ -636,6 +636,9 @@ func (v *validator) session() {
 	if s := v.cfg.Session; s != nil {
 		v.positive(p("session", "ttl"), "session: ttl", s.TTL, "")
 		v.atLeast(p("session", "size"), "session: size", s.Size, 1)
+		if s.MoveDown != MoveDownNewInstruction && s.MoveDown != MoveDownNever {
+			v.errf(p("session", "move_down"), "session: move_down: unknown value %q (known: %s, %s)", s.MoveDown, MoveDownNewInstruction, MoveDownNever)
+		}
 	}
 }
 
@@ -709,6 +712,7 @@ func (w *When) empty() bool {
 	return w == nil || (len(w.Class) == 0 && len(w.Score) == 0 && len(w.Model) == 0 && w.Tools == nil &&
 		w.Messages == nil && w.PromptTokens == nil && w.Stream == nil && len(w.Header) == 0 &&
 		w.MaxTokens == nil && w.SmallModel == nil && len(w.SystemContains) == 0 &&
+		w.ToolError == nil && w.RepeatedCall == nil &&
 		len(w.Key) == 0 && len(w.Any) == 0 && w.Not == nil)
 }
 

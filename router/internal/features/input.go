@@ -1,6 +1,9 @@
 package features
 
 import (
+	"crypto/sha256"
+	"hash/maphash"
+	"io"
 	"strings"
 
 	"github.com/switchyard/switchyard/classifier"
@@ -8,143 +11,357 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// turnOf says what the conversation's last message is (a user message
-// with text, or a tool result: a tool message, a user message of
-// tool_result blocks only, a function_call_output item) and how many
-// assistant turns followed the last user message with text (consecutive
-// assistant items, such as a Responses answer's reasoning and calls, are
-// one turn). "" for a request without messages.
-func TurnOf(info *wire.Info) (last string, steps int) {
-	inAssistant := false
-	info.RawMessages.ForEach(func(_, m gjson.Result) bool {
-		role, typ := m.Get("role").Str, m.Get("type").Str
-		switch {
-		case role == "assistant" || typ == "function_call" || typ == "custom_tool_call" || typ == "reasoning":
-			if !inAssistant {
-				steps++
-			}
-			inAssistant, last = true, ""
-			return true
-		case role == "tool" || typ == "function_call_output" || typ == "custom_tool_call_output":
-			last = classifier.LastToolResult
-		case role == "user" && contentText(m.Get("content")) != "":
-			last, steps = classifier.LastInstruction, 0
-		case role == "user" && m.Get(`content.#(type=="tool_result")`).Exists():
-			last = classifier.LastToolResult // tool_result blocks only
-		case role == "user":
-			last, steps = classifier.LastInstruction, 0
-		}
-		inAssistant = false
-		return true
-	})
-	return last, steps
+// Turn is what the policy and the classifier read of a request: its
+// latest turn on its own evidence (the current instruction, the latest
+// tool results, the trajectory of tool calls), with the task's opening as
+// context, and the opening's canonical key for an implicit session.
+type Turn struct {
+	// Input is the classifier's input, not yet bounded (the classifier
+	// bounds it to max_input_chars; every text in it is already an
+	// excerpt of at most a few times that).
+	Input classifier.Input
+	// ToolError says why the latest tool result reads as a failure
+	// ("is_error", "exit code 1", "traceback", "failing tests", "not
+	// found", "error"), "" when none does or the turn is not a tool
+	// result.
+	ToolError string
+	// RepeatedCall names the tool whose latest call repeats one of the
+	// conversation's last repeatWindow calls with identical arguments (the
+	// agent is spinning), "" when none does.
+	RepeatedCall string
+	// OpeningKey is a digest of the conversation's opening, canonicalised
+	// (see Read): the implicit session id.
+	OpeningKey [16]byte
 }
 
-// opening is a conversation's first turn: the system and developer
-// messages before the first user message, and that message.
-type Opening struct {
-	Raw          []string // the messages' JSON, as sent
-	Messages     int
-	PromptTokens int
-}
+// repeatWindow is how many earlier tool calls a new one is compared with.
+const repeatWindow = 8
 
-// openingOf returns the opening of info's conversation and the classifier
-// input read from it (the tools are the request's). A completions prompt
-// is its own opening.
-func OpeningOf(info *wire.Info) (Opening, classifier.Input) {
-	var o Opening
-	in := classifier.Input{}
+// Read reads info's latest turn, with texts cut to about limit bytes each
+// (the classifier's max_input_chars). One pass over the messages; a
+// megabyte tool result or thousands of messages cost their scan, not
+// their copy.
+//
+// The opening is canonicalised before it is hashed into OpeningKey: the
+// text of its system prompt and of its messages up to the first user
+// instruction, with boilerplate blocks and date lines removed, and the
+// tools' names. Cache hints (cache_control), ids and an agent's reminders
+// that change from one request to the next do not change it.
+func Read(info *wire.Info, limit int) Turn {
+	var t Turn
+	in := &t.Input
 	if !info.RawMessages.Exists() {
-		in = ClassifierInput(info)
-		o.Raw = []string{info.RawPrompt.Raw}
-		o.Messages, o.PromptTokens = 1, info.PromptTokens
-		return o, in
-	}
-	size := len(info.RawSystem.Raw)
-	if info.RawSystem.Exists() {
-		o.Raw = append(o.Raw, info.RawSystem.Raw)
-		in.System = contentText(info.RawSystem)
-	}
-	info.RawMessages.ForEach(func(_, m gjson.Result) bool {
-		o.Raw = append(o.Raw, m.Raw)
-		size += len(m.Raw) + 1
-		switch m.Get("role").Str {
-		case "system", "developer":
-			if in.System == "" {
-				in.System = contentText(m.Get("content"))
-			}
-			return true
-		case "user":
-			in.LastUser = contentText(m.Get("content"))
-			return false
+		in.Turns = info.Messages
+		if info.RawPrompt.Type == gjson.String {
+			in.Prompt = excerpt(info.RawPrompt, limit)
+		} else {
+			in.Prompt = excerpt(info.RawPrompt.Get("0"), limit)
 		}
-		return true
-	})
-	o.Messages = len(o.Raw)
-	if info.RawSystem.Exists() {
-		o.Messages-- // the instructions or system field is not a message
-	}
-	in.Turns = o.Messages
-	o.PromptTokens = wire.EstimateTokens(size + 1)
-	if info.RawTools.IsArray() {
-		o.PromptTokens += wire.EstimateTokens(len(info.RawTools.Raw))
+		sum := sha256.Sum256([]byte(info.RawPrompt.Raw))
+		t.OpeningKey = [16]byte(sum[:16])
+		return t
 	}
 	in.Tools = allToolNames(info)
-	return o, in
+	w := walker{limit: limit, in: in}
+	if info.RawSystem.Exists() {
+		w.system(info.RawSystem)
+	}
+	info.RawMessages.ForEach(func(_, m gjson.Result) bool {
+		w.message(m)
+		return true
+	})
+	in.Turns = info.Messages
+	in.Instructions = w.instructions
+	in.Last, in.Steps = w.last, w.steps
+	if in.Last != "" {
+		in.PromptTokens, in.MaxTokens = info.PromptTokens, info.MaxTokens
+	}
+	in.System = w.systemText
+	if w.firstAt != w.latestAt {
+		in.Opening = w.first
+	}
+	in.LastUser = w.latest
+	if w.last == classifier.LastToolResult {
+		in.ToolResult = w.results
+		t.ToolError = w.failure
+		t.RepeatedCall = w.repeated
+	}
+	t.OpeningKey = w.openingKey(in.Tools)
+	return t
 }
 
-// classifierInput reads what the classifier looks at from the body fields.
-func ClassifierInput(info *wire.Info) classifier.Input {
-	in := classifier.Input{Turns: info.Messages}
-	if info.RawPrompt.Exists() {
-		if info.RawPrompt.Type == gjson.String {
-			in.Prompt = info.RawPrompt.Str
-		} else {
-			in.Prompt = info.RawPrompt.Get("0").String()
-		}
-		return in
+// walker is Read's state over one pass of the messages.
+type walker struct {
+	limit int
+	in    *classifier.Input
+
+	systemRaw  []string // the system prompt's text parts, raw, for the key
+	systemText string
+	opening    []openingPart // up to the first instruction, for the key
+	openDone   bool
+
+	last         string
+	steps        int
+	inAssistant  bool
+	instructions int
+	first        string // the first instruction's words
+	latest       string // the latest instruction's words
+	firstAt      int    // message indexes of those (-1: none)
+	latestAt     int
+	index        int
+
+	// The tool results since the last assistant turn, and what they say.
+	results  string
+	failure  string
+	newCalls int // calls of the latest assistant turn
+	// calls are digests of the tool calls seen, the last repeatWindow
+	// before the latest turn's and the latest turn's own.
+	calls    [repeatWindow + 16]uint64
+	names    [repeatWindow + 16]string
+	ncalls   int
+	repeated string
+}
+
+type openingPart struct {
+	role, text string
+}
+
+func (w *walker) system(s gjson.Result) {
+	w.systemText = contentExcerpt(s, w.limit)
+	if s.Type == gjson.String {
+		w.systemRaw = append(w.systemRaw, s.Raw)
+		return
 	}
-	if info.RawSystem.Exists() {
-		in.System = contentText(info.RawSystem)
-	}
-	info.RawMessages.ForEach(func(_, m gjson.Result) bool {
-		switch m.Get("role").Str {
-		case "system", "developer":
-			if in.System == "" {
-				in.System = contentText(m.Get("content"))
-			}
-		case "user":
-			if t := contentText(m.Get("content")); t != "" {
-				in.LastUser = t // not a turn of tool results only
-			}
+	s.ForEach(func(_, part gjson.Result) bool {
+		if t := part.Get("text"); t.Exists() {
+			w.systemRaw = append(w.systemRaw, t.Raw)
 		}
 		return true
 	})
-	in.Tools = allToolNames(info)
-	return in
 }
+
+func (w *walker) message(m gjson.Result) {
+	defer func() { w.index++ }()
+	role, typ := m.Get("role").Str, m.Get("type").Str
+	switch {
+	case role == "assistant" || typ == "function_call" || typ == "custom_tool_call" || typ == "reasoning":
+		if !w.inAssistant {
+			w.steps++
+			w.newCalls = 0
+			w.results, w.failure = "", ""
+		}
+		w.inAssistant, w.last = true, ""
+		w.assistantCalls(m, typ)
+		w.opened(role, "")
+		return
+	case role == "system" || role == "developer":
+		if w.systemText == "" {
+			w.system(m.Get("content"))
+		} else if !w.openDone {
+			w.opening = append(w.opening, openingPart{role, contentExcerpt(m.Get("content"), w.limit)})
+		}
+		w.inAssistant = false
+		return
+	case role == "tool" || role == "function" || typ == "function_call_output" || typ == "custom_tool_call_output":
+		out := m.Get("content")
+		if typ != "" {
+			out = m.Get("output")
+		}
+		w.toolResult(out, false)
+		w.inAssistant = false
+		return
+	case role != "user":
+		return // an item the gateway does not read (additional_tools, …)
+	}
+	w.inAssistant = false
+	c := m.Get("content")
+	hasResults := false
+	if c.IsArray() {
+		c.ForEach(func(_, part gjson.Result) bool {
+			if part.Get("type").Str == "tool_result" {
+				hasResults = true
+				w.toolResult(part.Get("content"), part.Get("is_error").Type == gjson.True)
+			}
+			return true
+		})
+	}
+	words := contentExcerpt(c, w.limit)
+	switch {
+	case words != "":
+		w.instruction(words)
+	case hasResults:
+		// tool_result blocks only (with reminders, maybe)
+	case hasNonText(c):
+		w.instruction("") // an image or a file alone is an instruction too
+	default:
+		return // boilerplate only: neither an instruction nor a result
+	}
+	w.opened("user", words)
+}
+
+// hasNonText reports whether a content array holds a part other than
+// text (an image, a file, audio).
+func hasNonText(c gjson.Result) bool {
+	found := false
+	c.ForEach(func(_, part gjson.Result) bool {
+		if t := part.Get("type").Str; t != "" && t != "text" && t != "input_text" && t != "tool_result" {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+func (w *walker) instruction(words string) {
+	w.last, w.steps = classifier.LastInstruction, 0
+	w.results, w.failure = "", ""
+	w.instructions++
+	if w.instructions == 1 {
+		w.first, w.firstAt = words, w.index
+	}
+	w.latest, w.latestAt = words, w.index
+}
+
+// opened adds a message to the opening until the first instruction.
+func (w *walker) opened(role, words string) {
+	if w.openDone {
+		return
+	}
+	w.opening = append(w.opening, openingPart{role, words})
+	if role == "user" && words != "" {
+		w.openDone = true
+	}
+}
+
+func (w *walker) toolResult(out gjson.Result, isError bool) {
+	if w.last != classifier.LastToolResult {
+		w.results, w.failure = "", ""
+	}
+	w.last = classifier.LastToolResult
+	room := 2*w.limit - len(w.results)
+	if room <= 0 {
+		return
+	}
+	text := resultExcerpt(out, room)
+	if w.failure == "" {
+		if isError {
+			w.failure = "is_error"
+		} else {
+			w.failure = failureOf(text)
+		}
+	}
+	if w.results != "" {
+		w.results += "\n---\n"
+	}
+	w.results += text
+}
+
+// assistantCalls records the tool calls of an assistant message or item,
+// and whether one repeats an earlier call.
+func (w *walker) assistantCalls(m gjson.Result, typ string) {
+	switch {
+	case typ == "function_call":
+		w.call(m.Get("name").Str, m.Get("arguments").Raw)
+	case typ == "custom_tool_call":
+		w.call(m.Get("name").Str, m.Get("input").Raw)
+	default:
+		m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
+			w.call(c.Get("function.name").Str, c.Get("function.arguments").Raw)
+			return true
+		})
+		if c := m.Get("content"); c.IsArray() {
+			c.ForEach(func(_, part gjson.Result) bool {
+				if part.Get("type").Str == "tool_use" {
+					w.call(part.Get("name").Str, part.Get("input").Raw)
+				}
+				return true
+			})
+		}
+	}
+}
+
+// call records one tool call: the latest turn's calls are compared with
+// the repeatWindow calls before that turn.
+func (w *walker) call(name, args string) {
+	d := callDigest(name, args)
+	if w.newCalls == 0 {
+		w.repeated = "" // a new assistant turn: only its own calls count
+	}
+	// The calls before this turn are the last ncalls-newCalls entries.
+	earlier := min(w.ncalls-w.newCalls, repeatWindow)
+	for i := 1; i <= earlier && w.repeated == ""; i++ {
+		j := (w.ncalls - w.newCalls - i) % len(w.calls)
+		if w.calls[j] == d && w.names[j] == name {
+			w.repeated = name
+		}
+	}
+	w.calls[w.ncalls%len(w.calls)] = d
+	w.names[w.ncalls%len(w.names)] = name
+	w.ncalls++
+	if w.newCalls < 16 {
+		w.newCalls++
+	}
+}
+
+// openingKey digests the canonical opening: the system prompt's text
+// without date lines, each opening message's role and words (boilerplate
+// and date lines removed), the tools' names. SHA-256, so that the key is
+// the same on every instance.
+func (w *walker) openingKey(tools []string) [16]byte {
+	h := sha256.New()
+	h.Write([]byte("opening\x00"))
+	for _, raw := range w.systemRaw {
+		writeUndated(h, raw)
+		h.Write([]byte{0})
+	}
+	for _, p := range w.opening {
+		io.WriteString(h, p.role)
+		h.Write([]byte{0})
+		writeUndated(h, p.text)
+		h.Write([]byte{0})
+	}
+	h.Write([]byte("tools\x00"))
+	for _, t := range tools {
+		io.WriteString(h, t)
+		h.Write([]byte{0})
+	}
+	var out [16]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// callDigest identifies a tool call by its name and arguments, as sent.
+func callDigest(name, args string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(callSeed)
+	h.WriteString(name)
+	h.WriteByte(0)
+	h.WriteString(args)
+	return h.Sum64()
+}
+
+var callSeed = maphash.MakeSeed()
 
 // allToolNames are the names of every tool the request offers, those of
 // additional_tools input items included.
 func allToolNames(info *wire.Info) []string {
-	out := toolNames(info.RawTools)
+	out := toolNames(info.RawTools, nil)
 	for _, t := range info.AdditionalTools {
-		out = append(out, toolNames(t)...)
+		out = toolNames(t, out)
 	}
 	return out
 }
 
-// toolNames lists the names of the tools offered: chat's function.name,
-// the Responses and Messages APIs' name, and the tools inside a Responses
-// namespace group.
-func toolNames(tools gjson.Result) []string {
-	var out []string
+// toolNames appends the names of the tools offered: chat's
+// function.name, the Responses and Messages APIs' name, and the tools
+// inside a Responses namespace group.
+func toolNames(tools gjson.Result, out []string) []string {
 	tools.ForEach(func(_, t gjson.Result) bool {
 		switch {
 		case t.Get("function.name").Exists():
 			out = append(out, t.Get("function.name").String())
 		case t.Get("tools").IsArray():
-			out = append(out, toolNames(t.Get("tools"))...)
+			out = toolNames(t.Get("tools"), out)
 		case t.Get("name").Exists():
 			out = append(out, t.Get("name").String())
 		}
@@ -153,9 +370,28 @@ func toolNames(tools gjson.Result) []string {
 	return out
 }
 
-// contentText returns a message content's text: the string, or the text
-// parts of a content array joined.
-func contentText(c gjson.Result) string {
+// SystemText is the whole text of the request's system prompt (the
+// system or instructions field, else its first system or developer
+// message): what the policy's system_contains conditions read. Read only
+// when a route has one.
+func SystemText(info *wire.Info) string {
+	if info.RawSystem.Exists() {
+		return fullText(info.RawSystem)
+	}
+	out := ""
+	info.RawMessages.ForEach(func(_, m gjson.Result) bool {
+		if r := m.Get("role").Str; r == "system" || r == "developer" {
+			out = fullText(m.Get("content"))
+			return false
+		}
+		return true
+	})
+	return out
+}
+
+// fullText is a content's whole text: the string, or its text parts
+// joined.
+func fullText(c gjson.Result) string {
 	if c.Type == gjson.String {
 		return c.Str
 	}

@@ -37,7 +37,8 @@ func TestTurnOf(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if last, steps := TurnOf(info); last != tc.last || steps != tc.steps {
+			in := Read(info, 4000).Input
+			if last, steps := in.Last, in.Steps; last != tc.last || steps != tc.steps {
 				t.Errorf("turnOf = %q, %d; want %q, %d", last, steps, tc.last, tc.steps)
 			}
 		})

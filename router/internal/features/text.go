@@ -1,0 +1,254 @@
+package features
+
+import (
+	"io"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// Boilerplate is the text agents add to the user's turn on their own:
+// reminders, environment blocks, skills lists. The summary and the
+// session key read the user's words without it. Each entry is an XML-like
+// tag whose block, from <tag ...> to </tag>, is removed.
+var boilerplateTags = [...]string{
+	"system-reminder",         // Claude Code, Qwen Code (skills, date, context)
+	"environment_context",     // Codex
+	"environment_details",     // Cline, Kilo Code, Roo Code
+	"user_instructions",       // Codex (AGENTS.md)
+	"available_skills",        // Qwen Code
+	"ide_opened_file",         // Claude Code in an IDE
+	"ide_selection",           // Claude Code in an IDE
+	"command-message",         // Claude Code slash commands
+	"local-command-stdout",    // Claude Code
+	"user-prompt-submit-hook", // Claude Code hooks
+	"qwen:user-prompt-submit-context",
+}
+
+// stripBoilerplate removes boilerplate blocks from s. A block cut by an
+// excerpt is removed as far as it reaches: an opening tag with no end to
+// the end of s, an end tag with no opening from the start of s.
+func stripBoilerplate(s string) string {
+	if !strings.Contains(s, "<") {
+		return s
+	}
+	for _, tag := range boilerplateTags {
+		for {
+			open := indexTag(s, "<"+tag)
+			end := strings.Index(s, "</"+tag+">")
+			switch {
+			case open < 0 && end < 0:
+			case open < 0 || (end >= 0 && end < open):
+				s = s[end+len(tag)+3:] // a block that began before the excerpt
+				continue
+			case end < 0:
+				s = s[:open] // a block that goes on past the excerpt
+			default:
+				s = s[:open] + s[end+len(tag)+3:]
+				continue
+			}
+			break
+		}
+	}
+	return strings.TrimSpace(s)
+}
+
+// indexTag finds "<tag" followed by '>' or a space (not "<tagname-more").
+func indexTag(s, open string) int {
+	for from := 0; ; {
+		i := strings.Index(s[from:], open)
+		if i < 0 {
+			return -1
+		}
+		at := from + i
+		if next := at + len(open); next < len(s) && (s[next] == '>' || s[next] == ' ' || s[next] == '\n') {
+			return at
+		}
+		from = at + len(open)
+	}
+}
+
+// excerpt is the text of a JSON string value within about n bytes: the
+// whole of it when it fits, else its head and tail joined by "\n…\n". It
+// cuts the raw JSON before unescaping, so a megabyte string costs n bytes,
+// not a megabyte; a cut never splits an escape sequence, and the text is
+// valid UTF-8.
+func excerpt(v gjson.Result, n int) string {
+	if v.Type != gjson.String {
+		return ""
+	}
+	raw := v.Raw
+	if len(raw) < 2 || len(raw)-2 <= n {
+		return strings.ToValidUTF8(v.Str, "\uFFFD")
+	}
+	body := raw[1 : len(raw)-1]
+	h := safeHead(body, n/2)
+	t := safeTail(body, n-n/2)
+	return unescape(body[:h]) + "\n…\n" + unescape(body[t:])
+}
+
+// unescape decodes the inside of a JSON string.
+func unescape(part string) string {
+	if !strings.Contains(part, `\`) {
+		return strings.ToValidUTF8(part, "\uFFFD")
+	}
+	return strings.ToValidUTF8(gjson.Parse(`"`+part+`"`).Str, "\uFFFD")
+}
+
+// safeHead is the largest cut at most n bytes into the inside of a JSON
+// string that does not split an escape sequence.
+func safeHead(raw string, n int) int {
+	if n >= len(raw) {
+		return len(raw)
+	}
+	for j := n - 1; j >= 0 && j >= n-6; j-- {
+		if raw[j] != '\\' {
+			continue
+		}
+		if escapeStart(raw, j) {
+			if j+escapeLen(raw, j) > n {
+				return j
+			}
+		}
+		break
+	}
+	return n
+}
+
+// safeTail is the smallest start at least len(raw)-n into the inside of a
+// JSON string that is not inside an escape sequence.
+func safeTail(raw string, n int) int {
+	start := len(raw) - n
+	if start <= 0 {
+		return 0
+	}
+	for j := start - 1; j >= 0 && j >= start-6; j-- {
+		if raw[j] != '\\' {
+			continue
+		}
+		if escapeStart(raw, j) && j+escapeLen(raw, j) > start {
+			return min(len(raw), j+escapeLen(raw, j))
+		}
+		break
+	}
+	return start
+}
+
+// escapeStart reports whether the backslash at j begins an escape (an odd
+// run of backslashes ends at j).
+func escapeStart(raw string, j int) bool {
+	run := 0
+	for k := j; k >= 0 && raw[k] == '\\'; k-- {
+		run++
+	}
+	return run%2 == 1
+}
+
+func escapeLen(raw string, j int) int {
+	if j+1 < len(raw) && raw[j+1] == 'u' {
+		return 6
+	}
+	return 2
+}
+
+// contentExcerpt is the text of a message content within about n bytes:
+// a string, or the text parts of an array joined, boilerplate removed
+// (each part's boilerplate before the parts are joined). Tool-result
+// blocks are not text.
+func contentExcerpt(c gjson.Result, n int) string {
+	if c.Type == gjson.String {
+		return stripBoilerplate(excerpt(c, boilerplateWindow(n, len(c.Raw))))
+	}
+	var sb strings.Builder
+	c.ForEach(func(_, part gjson.Result) bool {
+		if t := part.Get("text"); t.Type == gjson.String && sb.Len() < n {
+			if s := stripBoilerplate(excerpt(t, boilerplateWindow(n, len(t.Raw)))); s != "" {
+				if sb.Len() > 0 {
+					sb.WriteByte('\n')
+				}
+				sb.WriteString(s)
+			}
+		}
+		return true
+	})
+	return sb.String()
+}
+
+// boilerplateWindow is how much of a user text is read: all of it up to
+// maxUserText (agents' reminder blocks run to a few kilobytes, and must be
+// seen whole to be removed), else an excerpt of n.
+func boilerplateWindow(n, size int) int {
+	if size <= maxUserText {
+		return size
+	}
+	return max(n, 2048)
+}
+
+// maxUserText bounds the user text read whole (see boilerplateWindow).
+const maxUserText = 32 << 10
+
+// resultExcerpt is the text of a tool result within about n bytes: a chat
+// tool message's content, a Responses output (a string or content parts),
+// a Messages tool_result block's content (a string or blocks).
+func resultExcerpt(c gjson.Result, n int) string {
+	if c.Type == gjson.String {
+		return excerpt(c, n)
+	}
+	var sb strings.Builder
+	c.ForEach(func(_, part gjson.Result) bool {
+		t := part.Get("text")
+		if !t.Exists() {
+			t = part.Get("output")
+		}
+		if t.Type == gjson.String && sb.Len() < n {
+			if sb.Len() > 0 {
+				sb.WriteByte('\n')
+			}
+			sb.WriteString(excerpt(t, n-sb.Len()))
+		}
+		return true
+	})
+	return sb.String()
+}
+
+// writeUndated writes s to w without its lines that hold a date (an ISO
+// date, "Today's date", a current_date field): agents write the day into
+// their context, and a session that crosses midnight is still one. Lines
+// end at a newline or, in raw JSON text, at the escape \n.
+func writeUndated(w io.Writer, s string) {
+	for len(s) > 0 {
+		end, next := len(s), len(s)
+		if i := strings.IndexByte(s, '\n'); i >= 0 {
+			end, next = i, i+1
+		}
+		if i := strings.Index(s[:end], `\n`); i >= 0 {
+			end, next = i, i+2
+		}
+		if line := s[:end]; !datedLine(line) {
+			io.WriteString(w, line)
+			w.Write([]byte{'\n'})
+		}
+		s = s[next:]
+	}
+}
+
+// datedLine reports whether a line holds a date: YYYY-MM-DD, or the words
+// agents put before one.
+func datedLine(line string) bool {
+	for i := 0; i+10 <= len(line); i++ {
+		if isDigits(line[i:i+4]) && line[i+4] == '-' && isDigits(line[i+5:i+7]) && line[i+7] == '-' && isDigits(line[i+8:i+10]) {
+			return true
+		}
+	}
+	lower := strings.ToLower(line)
+	return strings.Contains(lower, "today's date") || strings.Contains(lower, "current_date") || strings.Contains(lower, "current date")
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
