@@ -26,6 +26,10 @@ import (
 //     the second continuing the first (Qwen Code's -c, OpenCode's run
 //     --continue, pi's --continue) with a second user instruction
 //     (continueTasks).
+//   - opencode-long.jsonl and pi-long.jsonl: five instructions in one
+//     conversation (longTasks, each run continuing the last), four
+//     routine ones, the fourth's first command failing (mv of a file
+//     that is not there), then debugTask.
 //   - qwen-code-memory.jsonl: Qwen Code answers a question without a
 //     tool (question), and then runs its memory extractor, a sub-agent
 //     of its own system prompt and six tools.
@@ -114,6 +118,36 @@ const (
 	notesDone   = "notes.txt holds alpha, beta and gamma."
 	countDone   = "count.sh prints each .txt file's line count, fewest first: notes.txt has 3 lines."
 )
+
+// The five instructions of a longer conversation: four routine ones (the
+// fourth's first command fails: a typo), then debugTask.
+var longTasks = [5]string{
+	"Create notes.txt with the lines alpha, beta and gamma.",
+	"Which word is on the second line of notes.txt?",
+	"Change beta to delta in notes.txt.",
+	"Rename notes.txt to words.txt.",
+	debugTask,
+}
+
+// longTurns are the longer conversation's turns for an agent's tools:
+// write, answer; answer; edit, answer; a mv that fails, the mv, answer;
+// then the debug task's turns (fixAndTest as for debugTurns).
+func longTurns(write, edit scriptedTurn, shell func(cmd string) scriptedTurn, read scriptedTurn, fix, regress scriptedTurn, fixAndTest bool) []scriptedTurn {
+	turns := []scriptedTurn{
+		write, say(notesDone),
+		say("The second line of notes.txt is beta."),
+		edit, say("notes.txt now reads alpha, delta, gamma."),
+		shell("mv note.txt words.txt"), shell("mv notes.txt words.txt"), say("Renamed notes.txt to words.txt."),
+	}
+	return append(turns, debugTurns(shell(testCommand), read, fix, regress, fixAndTest)...)
+}
+
+// longCheck checks what the five instructions leave.
+func longCheck(t *testing.T, work string) {
+	t.Helper()
+	hasFile(t, filepath.Join(work, "words.txt"), captureWant)
+	debugFixed(t, work)
+}
 
 // question is answered without a tool: Qwen Code runs its memory
 // extractor after a turn that ends with the answer to the user's message
@@ -289,6 +323,46 @@ func TestCaptureTrajectories(t *testing.T) {
 		{"pi-responses", debugWork, piDebugTurns, func(t *testing.T, c *cluster, home, work string) {
 			piIn(t, c, home, work, "openai-responses", timeout, "--no-session", "-p", debugTask)
 		}, debugFixed},
+		{"opencode-long", debugWork, func(work string) []scriptedTurn {
+			f := func(n string) string { return filepath.Join(work, n) }
+			return longTurns(
+				one("write", map[string]any{"filePath": f("notes.txt"), "content": "alpha\nbeta\ngamma\n"}),
+				one("edit", map[string]any{"filePath": f("notes.txt"), "oldString": "beta", "newString": "delta"}),
+				func(cmd string) scriptedTurn {
+					return one("bash", map[string]any{"command": cmd, "description": "Run " + cmd})
+				},
+				one("read", map[string]any{"filePath": f("csvparse.py")}),
+				one("edit", map[string]any{"filePath": f("csvparse.py"), "oldString": fixOld, "newString": fixNew}),
+				one("edit", map[string]any{"filePath": f("test_csvparse.py"), "oldString": regressOld, "newString": regressNew}),
+				true)
+		}, func(t *testing.T, c *cluster, home, work string) {
+			for i, task := range longTasks {
+				args := []string{"run", "--format", "json", task}
+				if i > 0 {
+					args = []string{"run", "--format", "json", "--continue", task}
+				}
+				openCodeIn(t, c, home, work, timeout, args...)
+			}
+		}, longCheck},
+		{"pi-long", debugWork, func(string) []scriptedTurn {
+			return longTurns(
+				one("write", map[string]any{"path": "notes.txt", "content": "alpha\nbeta\ngamma\n"}),
+				one("edit", map[string]any{"path": "notes.txt", "edits": []any{map[string]any{"oldText": "beta", "newText": "delta"}}}),
+				func(cmd string) scriptedTurn { return one("bash", map[string]any{"command": cmd}) },
+				one("read", map[string]any{"path": "csvparse.py"}),
+				one("edit", map[string]any{"path": "csvparse.py", "edits": []any{map[string]any{"oldText": fixOld, "newText": fixNew}}}),
+				one("edit", map[string]any{"path": "test_csvparse.py", "edits": []any{map[string]any{"oldText": regressOld, "newText": regressNew}}}),
+				false)
+		}, func(t *testing.T, c *cluster, home, work string) {
+			sessions := filepath.Join(home, "pi-sessions")
+			for i, task := range longTasks {
+				args := []string{"--session-dir", sessions, "-p", task}
+				if i > 0 {
+					args = []string{"--session-dir", sessions, "--continue", "-p", task}
+				}
+				piIn(t, c, home, work, "openai-completions", timeout, args...)
+			}
+		}, longCheck},
 		{"qwen-code-memory", nil, func(string) []scriptedTurn {
 			// The answer, then the memory extractor's (it forks the
 			// conversation: its turn 2).
