@@ -24,7 +24,8 @@ import (
 //     regression test and runs the tests again, which pass.
 //   - AGENT-continue.jsonl: two runs of the agent in one conversation,
 //     the second continuing the first (Qwen Code's -c, OpenCode's run
-//     --continue, pi's --continue) with a second user instruction
+//     --continue, pi's --continue, Claude Code's -c, Codex's exec resume
+//     --last) with a second user instruction
 //     (continueTasks).
 //   - opencode-long.jsonl and pi-long.jsonl: five instructions in one
 //     conversation (longTasks, each run continuing the last), four
@@ -395,6 +396,33 @@ func TestCaptureTrajectories(t *testing.T) {
 		}, func(t *testing.T, c *cluster, home, work string) {
 			openCodeIn(t, c, home, work, timeout, "run", "--format", "json", continueTasks[0])
 			openCodeIn(t, c, home, work, timeout, "run", "--format", "json", "--continue", continueTasks[1])
+		}, continueCheck},
+		{"claude-code-continue", nil, func(work string) []scriptedTurn {
+			f := func(n string) string { return filepath.Join(work, n) }
+			return []scriptedTurn{
+				one("Write", map[string]any{"file_path": f("notes.txt"), "content": "alpha\nbeta\ngamma\n"}),
+				say(notesDone),
+				one("Write", map[string]any{"file_path": f("count.sh"), "content": countScript}),
+				one("Bash", map[string]any{"command": "sh count.sh", "description": "Run count.sh"}),
+				say(countDone),
+			}
+		}, func(t *testing.T, c *cluster, home, work string) {
+			// Sessions kept (no --no-session-persistence), for -c.
+			env := []string{"DISABLE_NON_ESSENTIAL_MODEL_CALLS="}
+			claudeIn(t, c, home, work, continueTasks[0], timeout, env, "--tools", "Bash,Read,Edit,Write")
+			claudeIn(t, c, home, work, continueTasks[1], timeout, env, "--tools", "Bash,Read,Edit,Write", "-c")
+		}, continueCheck},
+		{"codex-continue", nil, func(string) []scriptedTurn {
+			return []scriptedTurn{
+				one("exec_command", map[string]any{"cmd": "printf 'alpha\\nbeta\\ngamma\\n' > notes.txt"}),
+				say(notesDone),
+				one("exec_command", map[string]any{"cmd": "cat > count.sh <<'EOF'\n" + countScript + "EOF"}),
+				one("exec_command", map[string]any{"cmd": "sh count.sh"}),
+				say(countDone),
+			}
+		}, func(t *testing.T, c *cluster, home, work string) {
+			codexIn(t, c, home, work, []string{continueTasks[0]}, timeout)
+			codexIn(t, c, home, work, []string{"resume", "--last", continueTasks[1]}, timeout)
 		}, continueCheck},
 		{"pi-continue", nil, func(string) []scriptedTurn {
 			return []scriptedTurn{
