@@ -101,8 +101,15 @@ func openCodeConfig(gw string) string {
 // plugins and sharing switched off.
 func openCode(t *testing.T, c *cluster, work, task string, timeout time.Duration) {
 	t.Helper()
+	openCodeIn(t, c, t.TempDir(), work, timeout, "run", "--format", "json", task)
+}
+
+// openCodeIn runs opencode with args in work against the cluster's
+// gateway, as openCode does, with home as its HOME (where it keeps its
+// sessions, for `run --continue`).
+func openCodeIn(t *testing.T, c *cluster, home, work string, timeout time.Duration, args ...string) {
+	t.Helper()
 	bin := captureAgent(t, "opencode")
-	home := t.TempDir()
 	env := append(captureEnv(t, home),
 		"XDG_STATE_HOME="+filepath.Join(home, ".local", "state"),
 		"OPENCODE_CONFIG_CONTENT="+openCodeConfig(c.gw.addr),
@@ -116,7 +123,7 @@ func openCode(t *testing.T, c *cluster, work, task string, timeout time.Duration
 		"OPENCODE_DISABLE_SHARE=1",
 		"OPENCODE_DISABLE_CLAUDE_CODE=1",
 	)
-	run(t, timeout, work, env, bin, "run", "--format", "json", task)
+	run(t, timeout, work, env, bin, args...)
 }
 
 // qwenCode runs `qwen -p task` (approval mode yolo) in work against the
@@ -124,8 +131,15 @@ func openCode(t *testing.T, c *cluster, work, task string, timeout time.Duration
 // settings switch off usage statistics, telemetry and updates.
 func qwenCode(t *testing.T, c *cluster, work, task string, timeout time.Duration) {
 	t.Helper()
+	qwenCodeIn(t, c, t.TempDir(), work, timeout, "-p", task)
+}
+
+// qwenCodeIn runs qwen with args (and approval mode yolo, JSON output) in
+// work against the cluster's gateway, as qwenCode does, with home as its
+// HOME (where it keeps its sessions, for -c).
+func qwenCodeIn(t *testing.T, c *cluster, home, work string, timeout time.Duration, args ...string) {
+	t.Helper()
 	bin := captureAgent(t, "qwen")
-	home := t.TempDir()
 	settings := `{"security": {"auth": {"selectedType": "openai"}}, "privacy": {"usageStatisticsEnabled": false},
 "usageStatisticsEnabled": false, "telemetry": {"enabled": false}, "general": {"disableAutoUpdate": true, "disableUpdateNag": true}}`
 	if err := os.MkdirAll(filepath.Join(home, ".qwen"), 0o755); err != nil {
@@ -140,7 +154,7 @@ func qwenCode(t *testing.T, c *cluster, work, task string, timeout time.Duration
 		"OPENAI_MODEL=agent",
 		"QWEN_CODE_SUPPRESS_YOLO_WARNING=1",
 	)
-	run(t, timeout, work, env, bin, "-p", task, "--approval-mode", "yolo", "--output-format", "json")
+	run(t, timeout, work, env, bin, append(args, "--approval-mode", "yolo", "--output-format", "json")...)
 }
 
 // pi runs `pi -p task` in work against the cluster's gateway, a custom
@@ -148,19 +162,33 @@ func qwenCode(t *testing.T, c *cluster, work, task string, timeout time.Duration
 // offline (no startup network operations) and without telemetry.
 func pi(t *testing.T, c *cluster, work, task string, timeout time.Duration) {
 	t.Helper()
+	piIn(t, c, t.TempDir(), work, "openai-completions", timeout, "--no-session", "-p", task)
+}
+
+// piIn runs pi with args in work against the cluster's gateway, as pi
+// does, with home as its HOME (where it keeps its sessions, for
+// --continue) and the provider speaking api: "openai-completions" (chat
+// completions, as pi), "openai-responses" (the Responses API) or
+// "anthropic-messages" (the Messages API, /v1/messages).
+func piIn(t *testing.T, c *cluster, home, work, api string, timeout time.Duration, args ...string) {
+	t.Helper()
 	bin := captureAgent(t, "pi")
-	home := t.TempDir()
 	dir := filepath.Join(home, ".pi", "agent")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	models := `{"providers": {"switchyard": {"baseUrl": "http://` + c.gw.addr + `/v1", "api": "openai-completions", "apiKey": "switchyard-test",
-"compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false}, "models": [{"id": "agent"}]}}}`
+	// The Anthropic SDK adds /v1/messages to its base URL itself.
+	base := "http://" + c.gw.addr + "/v1"
+	compat := `, "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false}`
+	if api == "anthropic-messages" {
+		base, compat = "http://"+c.gw.addr, ""
+	}
+	models := `{"providers": {"switchyard": {"baseUrl": "` + base + `", "api": "` + api + `", "apiKey": "switchyard-test"` + compat + `, "models": [{"id": "agent"}]}}}`
 	if err := os.WriteFile(filepath.Join(dir, "models.json"), []byte(models), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	env := append(captureEnv(t, home), "PI_OFFLINE=1", "PI_TELEMETRY=0")
-	run(t, timeout, work, env, bin, "--provider", "switchyard", "--model", "agent", "--no-session", "-p", task)
+	run(t, timeout, work, env, bin, append([]string{"--provider", "switchyard", "--model", "agent"}, args...)...)
 }
 
 // cline configures Cline's openai-compatible provider for the gateway

@@ -29,10 +29,10 @@ type capturedRequest struct {
 	Body    json.RawMessage   `json:"body"`
 }
 
-// capturedHeaders are the headers kept: the session ids agents send and
-// the Messages API's version; any other header whose name holds "Session"
-// is kept too.
-var capturedHeaders = []string{"X-Session-Id", "Session-Id", "X-Claude-Code-Session-Id", "Anthropic-Version"}
+// capturedHeaders are the headers kept: the session ids agents send (and
+// Codex's thread id) and the Messages API's version; any other header
+// whose name holds "Session" is kept too.
+var capturedHeaders = []string{"X-Session-Id", "Session-Id", "X-Claude-Code-Session-Id", "Thread-Id", "Anthropic-Version"}
 
 var osVersion = regexp.MustCompile(`OS Version: [^\\"]*`)
 
@@ -45,6 +45,8 @@ type recorder struct {
 	// names are the header names of the first request, logged for
 	// whoever looks for an agent's session header.
 	names []string
+	// allNames are the header names of every request.
+	allNames map[string]bool
 }
 
 // recordThrough returns a copy of c whose gateway address is a recorder
@@ -55,7 +57,7 @@ func recordThrough(t *testing.T, c *cluster) (*cluster, *recorder) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
+	rec := &recorder{allNames: map[string]bool{}}
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.FlushInterval = -1
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -76,6 +78,9 @@ func recordThrough(t *testing.T, c *cluster) (*cluster, *recorder) {
 			rec.mu.Lock()
 			if len(rec.reqs) == 0 {
 				rec.names = slices.Sorted(maps.Keys(r.Header))
+			}
+			for h := range r.Header {
+				rec.allNames[h] = true
 			}
 			rec.reqs = append(rec.reqs, cr)
 			rec.raw = append(rec.raw, body)

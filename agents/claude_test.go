@@ -27,8 +27,15 @@ type claudeResult struct {
 // tool set).
 func claude(t *testing.T, c *cluster, work, task string, timeout time.Duration, env []string, flags ...string) claudeResult {
 	t.Helper()
+	return claudeIn(t, c, t.TempDir(), work, task, timeout, env, append([]string{"--no-session-persistence"}, flags...)...)
+}
+
+// claudeIn is claude with home as its HOME (and config directory), whose
+// flags replace --no-session-persistence: with sessions kept, a later run
+// in the same home may continue (-c) the last.
+func claudeIn(t *testing.T, c *cluster, home, work, task string, timeout time.Duration, env []string, flags ...string) claudeResult {
+	t.Helper()
 	bin := agent(t, "claude")
-	home := t.TempDir()
 	env = append(append(baseEnv(t, home), env...),
 		"CLAUDE_CONFIG_DIR="+filepath.Join(home, ".claude"),
 		"ANTHROPIC_BASE_URL=http://"+c.gw.addr,
@@ -58,7 +65,7 @@ func claude(t *testing.T, c *cluster, work, task string, timeout time.Duration, 
 		// the task needs instead.
 		"--allowedTools", "Read,Write,Edit,Bash",
 		"--disallowedTools", "WebFetch,WebSearch",
-		"--strict-mcp-config", "--no-session-persistence",
+		"--strict-mcp-config",
 	}, flags...)
 	out := run(t, timeout, work, env, bin, args...)
 	var r claudeResult

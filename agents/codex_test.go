@@ -90,8 +90,16 @@ type codexRun struct {
 // model (default switchyard-agent).
 func codex(t *testing.T, c *cluster, work, task string, timeout time.Duration, opts ...string) codexRun {
 	t.Helper()
+	return codexIn(t, c, t.TempDir(), work, []string{task}, timeout, opts...)
+}
+
+// codexIn is codex with home as its HOME (CODEX_HOME is home/.codex,
+// where it keeps its sessions) and args after `codex exec --json
+// --skip-git-repo-check --cd work`: the task, or `resume --last TASK` to
+// continue the last session.
+func codexIn(t *testing.T, c *cluster, home, work string, args []string, timeout time.Duration, opts ...string) codexRun {
+	t.Helper()
 	bin := agent(t, "codex")
-	home := t.TempDir()
 	codexHome := filepath.Join(home, ".codex")
 	if err := os.MkdirAll(codexHome, 0o755); err != nil {
 		t.Fatal(err)
@@ -111,7 +119,7 @@ func codex(t *testing.T, c *cluster, work, task string, timeout time.Duration, o
 		t.Fatal(err)
 	}
 	env := append(baseEnv(t, home), "CODEX_HOME="+codexHome, "SWITCHYARD_API_KEY=switchyard-test")
-	out := run(t, timeout, work, env, bin, "exec", "--json", "--skip-git-repo-check", "--cd", work, task)
+	out := run(t, timeout, work, env, bin, append([]string{"exec", "--json", "--skip-git-repo-check", "--cd", work}, args...)...)
 	var r codexRun
 	completed := false
 	sc := bufio.NewScanner(bytes.NewReader(out))
