@@ -88,22 +88,22 @@ func gateway(t *testing.T, yaml string) (*router.Gateway, *policy.Config) {
 	return g, cfg
 }
 
-// longAnalysis is user text over DefaultChooser's 1,500 bytes, with a
-// reasoning marker: two signs of difficulty, so complex at 0.9.
-var longAnalysis = "Analyze this access log and tell me what happened. " + strings.Repeat("GET /api/v1/items 200 12ms; ", 60)
+// longAnalysis is long user text with two reasoning markers: two signs
+// of difficulty, so complex at 0.9 (its length is no sign).
+var longAnalysis = "Analyze this access log step by step and tell me what happened. " + strings.Repeat("GET /api/v1/items 200 12ms; ", 60)
 
 // fixture is eight cases. What DefaultChooser answers follows from the
 // user text the classifier is sent (no sessions here, so the last user
-// turn): complex when it is over 1,500 bytes or holds a reasoning marker
-// (the tools are named in the text, never counted), simple otherwise. The
-// answer gets 0.9, or 0.85 for a complex answer with one sign.
+// turn): complex when it holds a reasoning marker (its length and its
+// tools are no sign), simple otherwise. The answer gets 0.9, or 0.85 for
+// a complex answer with one sign.
 //
 //	line  label    API        why                          predicted  p(complex)  route
 //	1     simple   chat       plain question               simple     0.1         default
 //	2     simple   chat       "why"                        complex    0.85        complex
 //	3     complex  chat       "prove"                      complex    0.85        complex
 //	4     complex  chat       no sign                      simple     0.1         default
-//	5     complex  responses  long + "analyze"             complex    0.9         complex
+//	5     complex  responses  "analyze" + "step by step"   complex    0.9         complex
 //	6     simple   messages   system field, plain          simple     0.1         default
 //	7     complex  chat       4 tools, no sign             simple     0.1         tool-heavy
 //	8     simple   messages   "api" given, plain           simple     0.1         default

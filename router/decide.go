@@ -32,6 +32,7 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	var in classifier.Input
 	preq, in, x.sess.id = policyRequest(s, r, key, info)
 	x.sess.set, x.sess.key = true, preq.Session
+	x.sess.turn, x.sess.toolError, x.sess.repeated = preq.Turn, preq.ToolError, preq.RepeatedCall
 	d := s.Policy.Decide(preq, func() policy.Classification {
 		if x.classify.force != "" {
 			// explain --class: the class stands in for the classifier's
@@ -43,6 +44,7 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 		name, weight := tenantOf(x, r, s.Config.Server.Trusted)
 		return g.classify(withTenant(ctx, name, weight), x, in)
 	}, explain)
+	x.sess.outcome = d.Session
 	if d.Sticky && d.Classified && s.classifier != nil {
 		s.classifier.CountSticky(d.Class)
 	}
@@ -56,51 +58,59 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 }
 
 // policyRequest is what the policy and the classifier see of a request,
-// and its session id. With a session, a conversation is decided on its
-// opening alone, so every turn, on any instance, reaches the decision its
-// first turn did; its decision is kept per API key and model name, so a
-// session id cannot carry one key's (or model's) route to another.
+// and its session id. Every turn is judged on its own evidence: the
+// policy reads the request's own sizes and its trajectory (a failed tool
+// result, a repeated call), the classifier the current instruction and
+// the latest tool results, with the task's opening as context. Its
+// session's decision is kept per API key and model name, so a session id
+// cannot carry one key's (or model's) route to another.
 func policyRequest(s *Snapshot, r *http.Request, key string, info *wire.Info) (*policy.Request, classifier.Input, string) {
+	turn := features.Read(info, inputLimit(s))
+	in := turn.Input
 	preq := &policy.Request{
 		Model: info.Model, Stream: info.Stream, Tools: info.Tools, Messages: info.Messages,
 		PromptTokens: info.PromptTokens, MaxTokens: info.MaxTokens, Header: r.Header, Key: key,
+		Turn: in.Last, ToolError: turn.ToolError, RepeatedCall: turn.RepeatedCall,
 	}
-	id, open, in := sessionID(s, r, info)
-	if id == "" {
-		in = features.ClassifierInput(info)
+	if s.Policy.ReadsSystem() {
+		preq.System = features.SystemText(info)
 	}
-	preq.System = in.System
-	// The classifier reads the turn itself, a session's too: what its
-	// last message is, how far into the loop, its sizes.
-	if in.Last, in.Steps = features.TurnOf(info); in.Last != "" {
-		in.PromptTokens, in.MaxTokens = info.PromptTokens, info.MaxTokens
-	}
+	id := sessionID(s, r, info, &turn)
 	if id == "" {
 		return preq, in, ""
 	}
 	preq.Session = id + key + "\x00" + info.Model
-	preq.Messages, preq.PromptTokens = open.Messages, open.PromptTokens
 	return preq, in, id
 }
 
+// inputLimit is the classifier's max_input_chars, the size of the texts
+// read from a request (the default when there is no classifier).
+func inputLimit(s *Snapshot) int {
+	if c := s.Config.Classifier; c != nil && c.MaxInputChars > 0 {
+		return c.MaxInputChars
+	}
+	return policy.DefaultMaxInputChars
+}
+
 // sessionHeaders are the session ids real agents send without being
-// asked: Codex's session-id and Claude Code's x-claude-code-session-id.
-var sessionHeaders = [...]string{"session-id", "x-claude-code-session-id"}
+// asked: Codex's session-id, Claude Code's x-claude-code-session-id,
+// OpenCode's and Kilo Code's x-session-id and x-session-affinity.
+var sessionHeaders = [...]string{"session-id", "x-claude-code-session-id", "x-session-id", "x-session-affinity"}
 
 // sessionID is a fixed-size digest of the request's session id, "" when
 // it has none (or session: is not configured). The id is, in order: the
 // configured session header; an id agents send on their own (the
 // sessionHeaders, then the body's prompt_cache_key); the body's user field
 // with session.from_user; and with session.implicit, the conversation's
-// opening. Ids are client input of any length; hashing them keeps every
-// session key the same small size, and the same on every instance.
-//
-// With an id it also returns the conversation's opening and the classifier
-// input read from it, computed once.
-func sessionID(s *Snapshot, r *http.Request, info *wire.Info) (string, features.Opening, classifier.Input) {
+// canonical opening (turn.OpeningKey: boilerplate, dates and cache hints
+// removed, so an agent's own edits of its opening keep its session). Ids
+// are client input of any length; hashing them keeps every session key
+// the same small size, and the same on every instance. turn may be nil:
+// it is then read when needed.
+func sessionID(s *Snapshot, r *http.Request, info *wire.Info, turn *features.Turn) string {
 	se := s.Config.Session
 	if se == nil {
-		return "", features.Opening{}, classifier.Input{}
+		return ""
 	}
 	id := ""
 	if se.Header != "" {
@@ -117,22 +127,18 @@ func sessionID(s *Snapshot, r *http.Request, info *wire.Info) (string, features.
 	if id == "" && se.FromUser {
 		id = info.User
 	}
-	if id == "" && !se.Implicit {
-		return "", features.Opening{}, classifier.Input{}
-	}
-	open, in := features.OpeningOf(info)
 	if id != "" {
 		sum := sha256.Sum256([]byte("id\x00" + id))
-		return string(sum[:16]), open, in
+		return string(sum[:16])
 	}
-	h := sha256.New()
-	h.Write([]byte("opening\x00"))
-	for _, raw := range open.Raw {
-		h.Write([]byte(raw))
-		h.Write([]byte{0})
+	if !se.Implicit {
+		return ""
 	}
-	h.Write([]byte(info.RawTools.Raw))
-	return string(h.Sum(nil)[:16]), open, in
+	if turn == nil {
+		t := features.Read(info, inputLimit(s))
+		turn = &t
+	}
+	return string(turn.OpeningKey[:])
 }
 
 func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input) policy.Classification {
@@ -168,7 +174,7 @@ func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input
 // there is one, else a hash of the leading depth messages.
 func affinityKey(x *exchange, r *http.Request, depth int) string {
 	if !x.sess.set { // a request no policy decided (a pinned pool)
-		x.sess.id, _, _ = sessionID(x.snap, r, x.info)
+		x.sess.id = sessionID(x.snap, r, x.info, nil)
 		x.sess.set = true
 	}
 	if x.sess.id != "" {

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"fmt"
+	"github.com/switchyard/switchyard/classifier"
 	"math"
 	"net/http"
 	"slices"
@@ -40,6 +41,16 @@ type Explanation struct {
 	// without a session id.
 	Session       string `json:"session,omitempty"`
 	SessionReason string `json:"session_reason,omitempty"`
+	// Turn is what the request's last message is (instruction,
+	// tool_result); ToolError why its latest tool result reads as a
+	// failure; RepeatedCall the tool whose latest call repeats an earlier
+	// identical one. Each absent when not set.
+	Turn         string `json:"turn,omitempty"`
+	ToolError    string `json:"tool_error,omitempty"`
+	RepeatedCall string `json:"repeated_call,omitempty"`
+	// ClassifierInput is the text the model classifier reads for this
+	// request (absent without a model classifier).
+	ClassifierInput string `json:"classifier_input,omitempty"`
 	// ContextSkips are the pools of the chain the request would skip
 	// because its prompt estimate and a minimal answer cannot fit their
 	// max_model_len (the last pool of the chain is never skipped).
@@ -111,7 +122,12 @@ func (g *Gateway) ExplainAPI(ctx context.Context, header http.Header, body []byt
 		d = g.decide(ctx, r, x, true)
 	}
 	e := &Explanation{Route: d.Route, Pool: d.Pools[0], Fallback: d.Pools[1:], Matched: d.Matched, Skipped: d.Skipped,
-		Spill: d.Spill, Sticky: d.Sticky, Scores: d.Scores, Why: d.Why, Side: d.Side, Session: d.Session, SessionReason: d.SessionReason}
+		Spill: d.Spill, Sticky: d.Sticky, Scores: d.Scores, Why: d.Why, Side: d.Side, Session: d.Session, SessionReason: d.SessionReason,
+		Turn: x.sess.turn, ToolError: x.sess.toolError, RepeatedCall: x.sess.repeated}
+	if s.classifier != nil && s.classifier.Kind() == "model" && tgt.policy {
+		_, in, _ := policyRequest(s, r, "", info)
+		e.ClassifierInput = classifier.Summary(in, inputLimit(s))
+	}
 	for i, p := range d.Pools[:len(d.Pools)-1] {
 		if ps := s.pools[p]; ps != nil && !fitsContext(ps, x) {
 			e.ContextSkips = append(e.ContextSkips, d.Pools[i])

@@ -1,8 +1,10 @@
 package router
 
 import (
+	"github.com/switchyard/switchyard/classifier"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/switchyard/switchyard/router/internal/features"
 
@@ -59,6 +61,9 @@ func FuzzParseRequest(f *testing.F) {
 				t.Fatalf("accepted a duplicate %q: %q", k, body)
 			}
 		}
-		_ = features.ClassifierInput(info)
+		tr := features.Read(info, 4000)
+		if sum := classifier.Summary(tr.Input, 4000); len(sum) > 4000+1024 || !utf8.ValidString(sum) {
+			t.Fatalf("summary of %d bytes (valid UTF-8: %t) for %q", len(sum), utf8.ValidString(sum), body)
+		}
 	})
 }

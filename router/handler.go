@@ -123,6 +123,22 @@ type sessionState struct {
 	id  string
 	set bool
 	key string
+	// The turn's evidence and what the session store did with it, for
+	// the access line: the turn (instruction, tool_result), why its tool
+	// result reads as a failure, the tool it repeats, and the store's
+	// outcome (new, kept, moved_up, moved_down, side, not_kept).
+	turn, toolError, repeated, outcome string
+}
+
+// attrs adds the turn's evidence and the session's outcome to an access
+// line: only what is set.
+func (s *sessionState) attrs(attrs []slog.Attr) []slog.Attr {
+	for _, f := range [...]struct{ k, v string }{{"turn", s.turn}, {"tool_error", s.toolError}, {"repeated_call", s.repeated}, {"session", s.outcome}} {
+		if f.v != "" {
+			attrs = append(attrs, slog.String(f.k, f.v))
+		}
+	}
+	return attrs
 }
 
 // storedTarget, for a request about a stored response, is the one replica
@@ -467,6 +483,7 @@ func (g *Gateway) finish(x *exchange) {
 	if x.access.resume != "" {
 		attrs = append(attrs, slog.String("resume", x.access.resume))
 	}
+	attrs = x.sess.attrs(attrs)
 	if x.snap != nil && x.snap.Config.Server.LogBodies && x.body != nil {
 		attrs = append(attrs, slog.String("request_body", string(x.body)))
 	}

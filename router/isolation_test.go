@@ -487,7 +487,7 @@ routes:
 // simulator's 0.8+0.05 came out as 0.8500000000000001).
 func TestExplainScoresRounded(t *testing.T) {
 	gw, _, _ := setupClassifier(t)
-	resp, b := post(t, gw.Admin.URL+"/admin/explain", chatBody("Prove step by step that the algorithm terminates.", ""), nil)
+	resp, b := post(t, gw.Admin.URL+"/admin/explain", chatBody("Prove that the algorithm terminates.", ""), nil)
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"complex": 0.85,`) || strings.Contains(string(b), "0000000") {
 		t.Errorf("%d %s", resp.StatusCode, b)
 	}

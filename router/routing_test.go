@@ -327,6 +327,10 @@ func TestExplain(t *testing.T) {
 		// The balancer's stages for the one replica: a candidate, its
 		// score, picked.
 		Replicas: []pools.ReplicaScore{{Replica: "qwen-a", Score: new(0.0), Why: "requests in flight; fewest wins, ties at random", Picked: true}},
+		// What the turn is, and the text the classifier reads of it.
+		Turn: "instruction",
+		ClassifierInput: "Turns: 1 (user instructions: 1)\nLast message: a new instruction from the user\nPrompt: under 1k tokens\n" +
+			"Answer budget: under 1k tokens\nTools: none\nCurrent instruction:\nanything\n",
 	}
 	skipped := e.Skipped
 	e.Skipped = nil

@@ -451,9 +451,15 @@ func TestDefaultChooser(t *testing.T) {
 		want string
 	}{
 		{"short question", vllmsim.ChoiceRequest{Messages: []vllmsim.Message{{Role: "user", Content: "What time is it in Tokyo?"}}}, "easy"},
-		{"long prompt", vllmsim.ChoiceRequest{Messages: []vllmsim.Message{{Role: "user", Content: strings.Repeat("word ", 400)}}}, "hard"},
+		// Length and tool count are not evidence (issue 39).
+		{"long prompt", vllmsim.ChoiceRequest{Messages: []vllmsim.Message{{Role: "user", Content: strings.Repeat("word ", 400)}}}, "easy"},
 		{"long system prompt is not user text", vllmsim.ChoiceRequest{Messages: []vllmsim.Message{{Role: "system", Content: strings.Repeat("word ", 400)}, {Role: "user", Content: "hi"}}}, "easy"},
-		{"many tools", vllmsim.ChoiceRequest{Messages: []vllmsim.Message{{Role: "user", Content: "book it"}}, ToolsCount: 3}, "hard"},
+		{"many tools", vllmsim.ChoiceRequest{Messages: []vllmsim.Message{{Role: "user", Content: "book it"}}, ToolsCount: 25}, "easy"},
+		{"boilerplate is not the user's words", vllmsim.ChoiceRequest{Messages: []vllmsim.Message{{Role: "user", Content: "<system-reminder>skills: debug, design, analyze</system-reminder>\nrename foo to bar"}}}, "easy"},
+		{"summary: a failed tool result", vllmsim.ChoiceRequest{Messages: []vllmsim.Message{{Role: "user", Content: "Turns: 4\nLast message: a tool result, 1 assistant steps after the user's last message\nTools: none\nCurrent instruction:\nrun the tests\nLatest tool result (excerpt):\n--- FAIL: TestParse\nexit status 1\n"}}}, "hard"},
+		{"summary: a routine tool result", vllmsim.ChoiceRequest{Messages: []vllmsim.Message{{Role: "user", Content: "Turns: 4\nLast message: a tool result, 1 assistant steps after the user's last message\nTools: none\nCurrent instruction:\ndebug the parser\nLatest tool result (excerpt):\nalpha\nbeta\n"}}}, "easy"},
+		{"summary: a hard instruction, routine context", vllmsim.ChoiceRequest{Messages: []vllmsim.Message{{Role: "user", Content: "Turns: 9\nLast message: a new instruction from the user\nTools: none\nCurrent instruction:\nwhy does it drop the last field?\nTask opening (context):\ncreate notes\nSystem prompt (start):\nYou are an agent.\n"}}}, "hard"},
+		{"summary: markers only in the context", vllmsim.ChoiceRequest{Messages: []vllmsim.Message{{Role: "user", Content: "Turns: 9\nLast message: a new instruction from the user\nTools: none\nCurrent instruction:\nthanks, commit it\nTask opening (context):\ndebug the parser\nSystem prompt (start):\nAnalyze and design carefully.\n"}}}, "easy"},
 		{"step by step", vllmsim.ChoiceRequest{Messages: []vllmsim.Message{{Role: "user", Content: "Explain Step by Step how TLS works"}}}, "hard"},
 		{"debugging", vllmsim.ChoiceRequest{Messages: []vllmsim.Message{{Role: "user", Content: "help debugging this panic"}}}, "hard"},
 		{"why", vllmsim.ChoiceRequest{Messages: []vllmsim.Message{{Role: "user", Content: "Why is the sky blue?"}}}, "hard"},

@@ -34,50 +34,52 @@ type ChoiceRequest struct {
 // concurrently and must not retain req.
 type Chooser func(req ChoiceRequest) (label string, probs map[string]float64)
 
-// longPromptChars is the user-text length beyond which DefaultChooser treats a
-// request as hard.
-const longPromptChars = 1500
+// reasoningMarkers are words that ask for reasoning or a plan: a user
+// instruction with one is a task for the larger model. Each must start a
+// word ("improve" does not match "prove"); suffixes are allowed
+// ("debugging" matches "debug").
+var reasoningMarkers = []string{"prove", "step by step", "analyze", "analyse", "design", "debug", "diagnose",
+	"why", "investigate", "root cause"}
 
-// reasoningMarkers are words that make DefaultChooser treat a request as hard.
-// Each must start a word ("improve" does not match "prove"); suffixes are
-// allowed ("debugging" matches "debug").
-var reasoningMarkers = []string{"prove", "step by step", "analyze", "analyse", "design", "debug", "why"}
+// failureMarkers are words a tool output that shows a failure holds.
+var failureMarkers = []string{"error", "traceback", "exception", "fail", "panic", "not found", "no such file",
+	"permission denied", "exited with code 1", "exit code 1", "exit status 1", `"success":false`, "command not found"}
 
-// DefaultChooser is a deterministic rule that gives a realistic mix of easy
-// and hard answers. The last label is taken to be the hardest class and is
-// chosen when the request shows a sign of difficulty: more than 1,500 bytes of
-// user text, three tools or more, or a reasoning marker ("prove", "step by
-// step", "analyze", "design", "debug", "why") in the user text. Otherwise the
-// first label is chosen. The chosen label gets probability 0.9 for an easy
-// answer and 0.85, 0.9 or 0.95 for a hard one with one, two or three signs;
-// the other labels share the rest equally. With no labels it returns "" and
-// nil.
+// The headings of the gateway's classifier summary (classifier.Summary)
+// that the chooser reads: what the turn is and its evidence.
+const (
+	summaryLast        = "\nLast message: "
+	summaryInstruction = "\nCurrent instruction:\n"
+	summaryToolResult  = "\nLatest tool result (excerpt):\n"
+	summaryContext     = "\nTask opening (context):\n"
+	summarySystem      = "\nSystem prompt (start):\n"
+)
+
+// DefaultChooser answers as the reference policy's labels ask a model to,
+// from the evidence of the turn, never from its length or its tool count.
+// The last label is taken to be the hardest class (complex), the first
+// the easiest (simple). For the gateway's classifier summary it reads the
+// turn it describes:
+//
+//   - a tool result is complex when its excerpt shows a failure to
+//     diagnose (an error, a traceback, an exception, a failing test, a
+//     non-zero exit, not found), simple when it is a routine step;
+//   - a new instruction is complex when the user's own words ask for
+//     reasoning or a plan (prove, step by step, analyze, design, debug,
+//     diagnose, why, investigate, root cause), simple otherwise.
+//
+// Any other request (not a summary) is judged on its user text's words
+// the same way. The chosen label gets probability 0.9 for simple and
+// 0.85, 0.9 or 0.95 for complex with one, two or three signs; the other
+// labels share the rest equally. With no labels it returns "" and nil.
 func DefaultChooser(req ChoiceRequest) (string, map[string]float64) {
 	if len(req.Choices) == 0 {
 		return "", nil
 	}
-	var userLen int
-	for _, m := range req.Messages {
-		if m.Role == "user" {
-			userLen += len(m.Content)
-		}
-	}
-	userLen += len(req.Prompt)
-
-	signs := 0
-	if userLen > longPromptChars {
-		signs++
-	}
-	if req.ToolsCount >= 3 {
-		signs++
-	}
-	if hasReasoningMarker(req) {
-		signs++
-	}
-
+	signs := turnSigns(req)
 	label, confidence := req.Choices[0], 0.9
 	if signs > 0 {
-		label, confidence = req.Choices[len(req.Choices)-1], 0.8+0.05*float64(signs)
+		label, confidence = req.Choices[len(req.Choices)-1], 0.8+0.05*float64(min(signs, 3))
 	}
 	probs := make(map[string]float64, len(req.Choices))
 	for _, c := range req.Choices {
@@ -95,18 +97,83 @@ func DefaultChooser(req ChoiceRequest) (string, map[string]float64) {
 	return label, probs
 }
 
-// hasReasoningMarker reports whether the user text of req holds a reasoning
-// marker at the start of a word.
-func hasReasoningMarker(req ChoiceRequest) bool {
+// turnSigns counts the signs that the request's turn is complex: the
+// failure markers of a tool result, or the reasoning markers of the
+// user's words.
+func turnSigns(req ChoiceRequest) int {
+	user := req.Prompt
 	for _, m := range req.Messages {
-		if m.Role == "user" && containsMarker(m.Content) {
-			return true
+		if m.Role == "user" {
+			user = m.Content
 		}
 	}
-	return containsMarker(req.Prompt)
+	text := "\n" + user
+	instr, ok := section(text, summaryInstruction)
+	if !ok {
+		return countWords(ownWords(user), reasoningMarkers)
+	}
+	if strings.Contains(text, summaryLast+"a tool result") {
+		result, _ := section(text, summaryToolResult)
+		return countWords(result, failureMarkers)
+	}
+	return countWords(ownWords(instr), reasoningMarkers)
 }
 
-func containsMarker(text string) bool { return containsWord(text, reasoningMarkers) }
+// section is the text under heading in a summary, up to the next heading.
+func section(text, heading string) (string, bool) {
+	i := strings.Index(text, heading)
+	if i < 0 {
+		return "", false
+	}
+	rest := text[i+len(heading):]
+	for _, h := range []string{summaryToolResult, summaryContext, summarySystem} {
+		if j := strings.Index(rest, h); j >= 0 {
+			rest = rest[:j]
+		}
+	}
+	return rest, true
+}
+
+// countWords counts the markers found in text at the start of a word.
+func countWords(text string, markers []string) int {
+	n := 0
+	for _, m := range markers {
+		if containsWord(text, []string{m}) {
+			n++
+		}
+	}
+	return n
+}
+
+// ownWords is text without the blocks agents add to the user's turn on
+// their own (<system-reminder>…</system-reminder>, <environment_context>…
+// and the like): a lower-case tag name at the start of a line or of the
+// text, up to its end tag.
+func ownWords(text string) string {
+	for from := 0; from < len(text); {
+		start := strings.IndexByte(text[from:], '<')
+		if start < 0 {
+			break
+		}
+		start += from
+		name := text[start+1:]
+		n := 0
+		for n < len(name) && (name[n] >= 'a' && name[n] <= 'z' || name[n] == '_' || name[n] == '-' || name[n] == ':') {
+			n++
+		}
+		if n == 0 || n >= len(name) || name[n] != '>' {
+			from = start + 1 // not a tag: "a < b", "<3"
+			continue
+		}
+		end := strings.Index(text[start:], "</"+name[:n]+">")
+		if end < 0 {
+			return text[:start] // a block that runs to the end
+		}
+		text = text[:start] + text[start+end+n+3:]
+		from = start
+	}
+	return text
+}
 
 // containsWord reports whether text holds one of markers (lower case) at
 // the start of a word, ignoring case.

@@ -161,7 +161,7 @@ func (s *Server) answerLength(h history) int {
 func (s *Server) naturalLength(h history, turns int) int {
 	key := fnvAdd(fnvOffset, strings.Join(strings.Fields(h.firstUser), ""))
 	key = fnvAdd(key, strconv.Itoa(turns))
-	return NaturalLength(s.profile.LengthSeed, key, asksLong(h.firstUser))
+	return NaturalLength(s.profile.LengthSeed, key, asksLong(ownWords(h.firstUser)))
 }
 
 // userText is a message content's text: the string, or its parts' text

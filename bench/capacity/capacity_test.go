@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/vllmsim"
 )
 
 // TestRoutedBeatsQwenOnly is a short, time-scaled capacity run: at a
@@ -191,28 +190,6 @@ func TestLoadSessionRejects(t *testing.T) {
 			t.Errorf("%s: loaded", name)
 		} else {
 			t.Logf("%s: %v", name, err)
-		}
-	}
-}
-
-// TestTurnChooser: the replay's classifier reads the turn from the
-// summary: a tool result is simple, a new instruction is judged on the
-// user's words only (not the system prompt or tools before them).
-func TestTurnChooser(t *testing.T) {
-	labels := []string{"simple", "complex"}
-	long := strings.Repeat("the system prompt says a great deal. ", 100)
-	for _, tc := range []struct {
-		name, summary, want string
-	}{
-		{"tool result", "Turns: 4\nLast message: a tool result, 1 assistant steps after the user's last message\nTools (9): a, b\nSystem prompt (start):\n" + long + "\nLast user message:\nwhy does it fail? debug it", "simple"},
-		{"short instruction", "Turns: 2\nLast message: a new instruction from the user\nTools (9): a, b\nSystem prompt (start):\n" + long + "\nLast user message:\nCreate notes.txt", "simple"},
-		{"instruction with a marker", "Turns: 2\nLast message: a new instruction from the user\nTools: none\nLast user message:\nDebug the failing test", "complex"},
-		{"long instruction", "Turns: 2\nLast message: a new instruction from the user\nTools: none\nLast user message:\n" + long, "complex"},
-		{"no turn", "Completion prompt:\nhi", "simple"},
-	} {
-		got, probs := turnChooser(vllmsim.ChoiceRequest{Choices: labels, Messages: []vllmsim.Message{{Role: "system", Content: "classify"}, {Role: "user", Content: tc.summary}}})
-		if got != tc.want || probs[got] < 0.5 {
-			t.Errorf("%s: %q %v, want %q", tc.name, got, probs, tc.want)
 		}
 	}
 }

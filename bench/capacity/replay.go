@@ -31,54 +31,12 @@ import (
 // TestCaptureSessions) through the reference policy, one agent at a time
 // on a fresh gateway, each request in the order the agent sent it, and
 // counts where each went. The replicas are simulated (the reference
-// cluster's profiles) and the classifier is turnChooser, a stated rule in
-// place of MiniCPM, so the split is the policy's on these requests with
-// that rule, not a real MiniCPM's.
-
-// turnChooser is the replay's classifier: a rule that reads the turn the
-// classifier's summary describes (classifier.Input: the "Last message"
-// line), standing in for what the reference labels ask of MiniCPM. It
-// cannot judge, so it follows the labels' letter:
-//   - a tool result is a routine step: the first label (simple). The
-//     summary does not hold the tool's output, so the rule cannot see a
-//     failure to diagnose, which the labels call complex;
-//   - a new instruction from the user is judged on the user's own words
-//     (the summary's "Last user message"), by vllmsim.DefaultChooser's
-//     signs: over 1,500 bytes, or a reasoning marker (prove, step by step,
-//     analyze, design, debug, why) make it the last label (complex);
-//   - a summary without a turn (a completions prompt) goes to
-//     DefaultChooser as it is.
-//
-// DefaultChooser alone calls every agent turn complex: the summary holds
-// the head of the agent's system prompt and its tool names, always over
-// 1,500 bytes.
-func turnChooser(req vllmsim.ChoiceRequest) (string, map[string]float64) {
-	var summary string
-	for _, m := range req.Messages {
-		if m.Role == "user" {
-			summary = m.Content
-		}
-	}
-	// The summary opens "Turns: N", then the turn's line.
-	lines := strings.SplitN(summary, "\n", 3)
-	if len(lines) < 2 {
-		return vllmsim.DefaultChooser(req)
-	}
-	switch {
-	case strings.HasPrefix(lines[1], "Last message: a tool result"):
-		return vllmsim.DefaultChooser(vllmsim.ChoiceRequest{Choices: req.Choices})
-	case strings.HasPrefix(lines[1], "Last message: a new instruction from the user"):
-		words := ""
-		if i := strings.LastIndex(summary, lastUserHeading); i >= 0 {
-			words = summary[i+len(lastUserHeading):]
-		}
-		return vllmsim.DefaultChooser(vllmsim.ChoiceRequest{Choices: req.Choices, Messages: []vllmsim.Message{{Role: "user", Content: words}}})
-	}
-	return vllmsim.DefaultChooser(req)
-}
-
-// lastUserHeading opens the user's words in the classifier's summary.
-const lastUserHeading = "\nLast user message:\n"
+// cluster's profiles) and the classifier is vllmsim.DefaultChooser, a
+// stated rule in place of MiniCPM that reads the turn the classifier's
+// summary describes as the reference labels ask (a tool result that shows
+// a failure, or an instruction that asks for reasoning or a plan:
+// complex; a routine step: simple), so the split is the policy's on these
+// requests with that rule, not a real MiniCPM's.
 
 // replayPolicy is the reference policy with two more models entries: "*",
 // so that the agents' own model names are routed by the policy, and the
@@ -143,7 +101,7 @@ func replayFile(ctx context.Context, file string) (ReplayResult, error) {
 	if err != nil {
 		return res, err
 	}
-	cl, err := demo.StartCluster(cfg, demo.ProfileByModel, 1000, vllmsim.WithChooser(turnChooser))
+	cl, err := demo.StartCluster(cfg, demo.ProfileByModel, 1000, vllmsim.WithChooser(vllmsim.DefaultChooser))
 	if err != nil {
 		return res, err
 	}

@@ -15,7 +15,7 @@ var boilerplateTags = [...]string{
 	"system-reminder",         // Claude Code, Qwen Code (skills, date, context)
 	"environment_context",     // Codex
 	"environment_details",     // Cline, Kilo Code, Roo Code
-	"user_instructions",       // Codex (AGENTS.md)
+	"user_instructions",       // Codex (the project's agent instructions)
 	"available_skills",        // Qwen Code
 	"ide_opened_file",         // Claude Code in an IDE
 	"ide_selection",           // Claude Code in an IDE

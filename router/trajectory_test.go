@@ -1,0 +1,222 @@
+package router_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/switchyard/switchyard/vllmsim"
+)
+
+// trajectoryYAML is the reference policy's shape: side, then complex on
+// the trajectory's evidence or the class, then small. {{classifier}} is
+// the classifier section (or nothing).
+const trajectoryYAML = `
+version: 1
+pools:
+  big: {model: Qwen/Qwen3.8-Flash-Next, health: {disabled: true}, replicas: [{name: big-a, url: "{{big}}"}]}
+  small: {model: openbmb/MiniCPM5-2B, health: {disabled: true}, replicas: [{name: small-a, url: "{{small}}"}]}
+{{classifier}}
+models:
+  - {name: "*", route: policy}
+session: {ttl: 10m}
+routes:
+  - name: complex
+    when: {any: [{tool_error: true}, {repeated_call: true}{{class}}]}
+    to: big
+  - name: default
+    to: small
+`
+
+// markerChooser answers complex exactly when the classifier's input holds
+// the marker, and counts its calls.
+func markerChooser(calls *atomic.Int64) vllmsim.Option {
+	return vllmsim.WithChooser(func(req vllmsim.ChoiceRequest) (string, map[string]float64) {
+		calls.Add(1)
+		for _, m := range req.Messages {
+			if m.Role == "user" && strings.Contains(m.Content, "ZEBRA") {
+				return req.Choices[len(req.Choices)-1], nil
+			}
+		}
+		return req.Choices[0], nil
+	})
+}
+
+// trajectoryGateway starts big and small replicas and a gateway on
+// trajectoryYAML, with the marker classifier when classified.
+func trajectoryGateway(t *testing.T, classified bool) (*gateway, *atomic.Int64) {
+	calls := &atomic.Int64{}
+	// Agents' captured requests are long and ask for long answers.
+	long := func(model string) vllmsim.Profile {
+		p := fast(model)
+		p.MaxModelLen = 0
+		return p
+	}
+	small := startReplica(t, long("openbmb/MiniCPM5-2B"), markerChooser(calls))
+	big := startReplica(t, long("Qwen/Qwen3.8-Flash-Next"))
+	yaml := trajectoryYAML
+	if classified {
+		yaml = strings.ReplaceAll(yaml, "{{classifier}}", "classifier: {kind: model, pool: small, labels: [simple, complex], timeout: 5s, cache: {size: 100}}")
+		yaml = strings.ReplaceAll(yaml, "{{class}}", ", {class: complex}")
+	} else {
+		yaml = strings.ReplaceAll(yaml, "{{classifier}}", "")
+		yaml = strings.ReplaceAll(yaml, "{{class}}", "")
+	}
+	return startGateway(t, loadConfig(t, yaml, map[string]string{"big": big.Srv.URL, "small": small.Srv.URL}, nil)), calls
+}
+
+// capturedLine is line n (from 1) of a captured session in
+// testdata/agents/sessions: its path and body.
+func capturedLine(t *testing.T, file string, n int) (string, string) {
+	t.Helper()
+	data, err := os.ReadFile("../testdata/agents/sessions/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	line := gjson.Parse(lines[n-1])
+	return line.Get("path").Str, line.Get("body").Raw
+}
+
+// sendPool posts body to path and returns the pool that answered.
+func sendPool(t *testing.T, gw *gateway, path, body string) string {
+	t.Helper()
+	h := map[string]string{}
+	if path == "/v1/messages" {
+		h["anthropic-version"] = "2023-06-01"
+	}
+	resp, b := post(t, gw.API.URL+path, body, h)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: status %d: %s", path, resp.StatusCode, b)
+	}
+	return resp.Header.Get("X-Switchyard-Pool")
+}
+
+// appendMessages appends messages (JSON objects) to body's messages.
+func appendMessages(t *testing.T, body string, msgs ...string) string {
+	t.Helper()
+	for _, m := range msgs {
+		var err error
+		if body, err = sjson.SetRaw(body, "messages.-1", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return body
+}
+
+// TestFifthInstructionJudgedOnItsOwn: a marker in the fifth user
+// instruction of pi's captured session routes that turn complex, and not
+// the four before it (each judged on its own words, with the task's
+// opening only as context).
+func TestFifthInstructionJudgedOnItsOwn(t *testing.T) {
+	gw, calls := trajectoryGateway(t, true)
+	path, body := capturedLine(t, "pi.jsonl", 4) // the whole tool loop of its first task
+	body = appendMessages(t, body, `{"role":"assistant","content":"Done: notes.txt reads alpha, delta, gamma."}`)
+	instructions := []string{"now add epsilon at the end", "sort the lines", "show me the file", "rename it to list.txt",
+		"ZEBRA: debug why the CSV parser drops the last field, analyze the failing test step by step, then design and write a fix with a regression test"}
+	for i, instr := range instructions {
+		b, _ := json.Marshal(instr)
+		turn := appendMessages(t, body, `{"role":"user","content":`+string(b)+`}`)
+		want := "small"
+		if i == 4 {
+			want = "big"
+		}
+		before := calls.Load()
+		if got := sendPool(t, gw, path, turn); got != want {
+			t.Errorf("instruction %d (%q): pool %q, want %q", i+2, instr, got, want)
+		}
+		if n := calls.Load() - before; n != 1 {
+			t.Errorf("instruction %d: %d classifier calls, want 1 (a new instruction is always judged)", i+2, n)
+		}
+		body = appendMessages(t, turn, `{"role":"assistant","content":"ok"}`)
+	}
+}
+
+// TestToolResultReachesTheClassifier: a marker in a tool result routes its
+// turn complex, on chat and on the Messages API.
+func TestToolResultReachesTheClassifier(t *testing.T) {
+	gw, _ := trajectoryGateway(t, true)
+	for _, tc := range []struct {
+		file string
+		line int
+		// set writes the marker into the captured body's last tool result.
+		set string
+	}{
+		{"opencode.jsonl", 4, "messages.5.content"},
+		{"claude-code.jsonl", 3, "messages.4.content.0.content"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			path, body := capturedLine(t, tc.file, tc.line)
+			if got := sendPool(t, gw, path, body); got != "small" {
+				t.Fatalf("the routine turn: pool %q, want small", got)
+			}
+			marked, err := sjson.Set(body, tc.set, "ZEBRA the output of the tool")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Another session: no kept decision in the way.
+			marked, _ = sjson.Set(marked, "metadata.x", "other")
+			if got := sendPool(t, gw, path, strings.Replace(marked, "notes.txt", "other.txt", 1)); got != "big" {
+				t.Errorf("a marker in the tool result: pool %q, want big", got)
+			}
+		})
+	}
+}
+
+// TestTrajectoryMovesSessions: with no classifier at all, a failed tool
+// result and a repeated identical call each move a session up; a session
+// moved up by one failed call comes back down at the next new
+// instruction judged simple, and not inside the tool loop before it.
+func TestTrajectoryMovesSessions(t *testing.T) {
+	t.Run("no classifier", func(t *testing.T) {
+		gw, _ := trajectoryGateway(t, false)
+		path, body := capturedLine(t, "opencode.jsonl", 3) // write succeeded
+		if got := sendPool(t, gw, path, body); got != "small" {
+			t.Fatalf("routine turn: %q", got)
+		}
+		failed, _ := sjson.Set(body, "messages.3.content", "Error: ENOENT: no such file or directory, open 'notes.txt'")
+		if got := sendPool(t, gw, path, failed); got != "big" {
+			t.Errorf("a failed tool result: pool %q, want big", got)
+		}
+		// Another session repeating its call.
+		_, loop := capturedLine(t, "pi.jsonl", 3)
+		loop, _ = sjson.Set(loop, "messages.1.content", "Create list.txt")
+		if got := sendPool(t, gw, path, loop); got != "small" {
+			t.Fatalf("routine turn: %q", got)
+		}
+		call := gjson.Get(loop, "messages.2").Raw
+		result := gjson.Get(loop, "messages.3").Raw
+		if got := sendPool(t, gw, path, appendMessages(t, loop, call, result)); got != "big" {
+			t.Errorf("a repeated identical call: pool %q, want big", got)
+		}
+	})
+	t.Run("down at a new instruction", func(t *testing.T) {
+		gw, _ := trajectoryGateway(t, true)
+		path, body := capturedLine(t, "opencode.jsonl", 3)
+		failed, _ := sjson.Set(body, "messages.3.content", "Error: ENOENT: no such file or directory")
+		if got := sendPool(t, gw, path, failed); got != "big" {
+			t.Fatalf("the failed call: %q", got)
+		}
+		// The loop goes on, routine: still big (never down inside it).
+		_, loop := capturedLine(t, "opencode.jsonl", 5)
+		loop, _ = sjson.Set(loop, "messages.3.content", "Error: ENOENT: no such file or directory")
+		loop, _ = sjson.Set(loop, "messages.5.content", "Wrote file successfully.")
+		if got := sendPool(t, gw, path, loop); got != "big" {
+			t.Errorf("a routine step after the failure: pool %q, want big", got)
+		}
+		next := appendMessages(t, loop, `{"role":"assistant","content":"Done."}`, `{"role":"user","content":"thanks, now show me the file"}`)
+		if got := sendPool(t, gw, path, next); got != "small" {
+			t.Errorf("the next new instruction, judged simple: pool %q, want small", got)
+		}
+		logs := gw.Logs.String()
+		if !strings.Contains(logs, `"session":"moved_down"`) || !strings.Contains(logs, `"tool_error":"not found"`) {
+			t.Errorf("the access lines do not say why the session moved:\n%s", logs)
+		}
+	})
+}
