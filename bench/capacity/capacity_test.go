@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 // TestRoutedBeatsQwenOnly is a short, time-scaled capacity run: at a
