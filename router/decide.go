@@ -138,7 +138,8 @@ func sessionID(s *Snapshot, r *http.Request, info *wire.Info, turn *features.Tur
 		t := features.Read(info, inputLimit(s))
 		turn = &t
 	}
-	return string(turn.OpeningKey[:])
+	k := turn.OpeningKey()
+	return string(k[:])
 }
 
 func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input) policy.Classification {

@@ -220,3 +220,78 @@ func TestTrajectoryMovesSessions(t *testing.T) {
 		}
 	})
 }
+
+// referenceGateway serves the reference policy (examples/policies/
+// dgx-spark-8node.yaml) on simulated replicas, the classifier the
+// simulator's own (vllmsim.DefaultChooser).
+func referenceGateway(t *testing.T) *gateway {
+	data, err := os.ReadFile("../examples/policies/dgx-spark-8node.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	long := func(model string) vllmsim.Profile {
+		p := fast(model)
+		p.MaxModelLen = 0
+		return p
+	}
+	for _, n := range []string{"01", "03", "05"} {
+		text = strings.ReplaceAll(text, "http://spark-"+n+":8000", startReplica(t, long("Qwen/Qwen3.8-Flash-Next")).Srv.URL)
+	}
+	for _, n := range []string{"07", "08"} {
+		text = strings.ReplaceAll(text, "http://spark-"+n+":8000", startReplica(t, long("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser)).Srv.URL)
+	}
+	text = strings.Replace(text, "listen: 0.0.0.0:8080", "listen: 127.0.0.1:0", 1)
+	text = strings.Replace(text, "admin_listen: 127.0.0.1:9090", "admin_listen: 127.0.0.1:0", 1)
+	text = strings.Replace(text, "\nmodels:\n", "\nmodels:\n  - {name: \"*\", route: policy}\n", 1)
+	return startGateway(t, loadConfig(t, text, nil, nil))
+}
+
+// sessionOutcomes sends a capture's requests in order and returns the
+// session outcome of each (from the access lines).
+func sessionOutcomes(t *testing.T, gw *gateway, file string) []string {
+	var out []string
+	data, err := os.ReadFile("../testdata/agents/sessions/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		c := gjson.Parse(line)
+		before := len(gw.Logs.String())
+		sendPool(t, gw, c.Get("path").Str, c.Get("body").Raw)
+		var access struct{ Session, Route string }
+		for _, l := range strings.Split(gw.Logs.String()[before:], "\n") {
+			if strings.Contains(l, `"msg":"request"`) {
+				_ = json.Unmarshal([]byte(l), &access)
+			}
+		}
+		if access.Route == "" {
+			t.Fatalf("%s line %d: no access line", file, i+1)
+		}
+		out = append(out, access.Session)
+	}
+	return out
+}
+
+// TestReferencePolicyAgentSessions: under the reference policy, Qwen Code
+// -c's second run and pi over the Messages API keep their session (no
+// request after the first opens a new one), and Qwen Code's memory
+// extraction is a side request.
+func TestReferencePolicyAgentSessions(t *testing.T) {
+	gw := referenceGateway(t)
+	for _, file := range []string{"trajectories/qwen-code-continue.jsonl", "trajectories/pi-messages.jsonl"} {
+		got := sessionOutcomes(t, gw, file)
+		if got[0] != "new" {
+			t.Errorf("%s: the first request's session %q, want new", file, got[0])
+		}
+		for i, s := range got[1:] {
+			if s == "new" || s == "" {
+				t.Errorf("%s line %d: session %q: it opened a new session (%v)", file, i+2, s, got)
+			}
+		}
+	}
+	got := sessionOutcomes(t, gw, "trajectories/qwen-code-memory.jsonl")
+	if got[1] != "side" {
+		t.Errorf("Qwen Code's memory extraction: session %q, want side (%v)", got[1], got)
+	}
+}

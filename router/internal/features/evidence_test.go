@@ -145,7 +145,7 @@ func TestReadRepeatedCall(t *testing.T) {
 // to the newest block, a date reminder dropped), and still tells two
 // tasks apart.
 func TestOpeningKeyCanonical(t *testing.T) {
-	key := func(ep wire.Endpoint, body string) [16]byte { return mustRead(t, ep, body).OpeningKey }
+	key := func(ep wire.Endpoint, body string) [16]byte { return mustRead(t, ep, body).OpeningKey() }
 	// pi over Messages: cache_control follows the newest block.
 	a := key(wire.Messages, `{"model":"m","max_tokens":9,"system":[{"type":"text","text":"You are pi.","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"create notes","cache_control":{"type":"ephemeral"}}]}]}`)
 	b := key(wire.Messages, `{"model":"m","max_tokens":9,"system":[{"type":"text","text":"You are pi."}],"messages":[{"role":"user","content":[{"type":"text","text":"create notes"}]},{"role":"assistant","content":[{"type":"tool_use","id":"1","name":"write","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"1","content":"ok","cache_control":{"type":"ephemeral"}}]}]}`)

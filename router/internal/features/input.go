@@ -29,9 +29,20 @@ type Turn struct {
 	// conversation's last repeatWindow calls with identical arguments (the
 	// agent is spinning), "" when none does.
 	RepeatedCall string
-	// OpeningKey is a digest of the conversation's opening, canonicalised
-	// (see Read): the implicit session id.
-	OpeningKey [16]byte
+	// opening is what OpeningKey digests, kept so that only a request
+	// that needs an implicit session id pays for the digest.
+	opening   *walker
+	promptKey string
+}
+
+// OpeningKey is a digest of the conversation's opening, canonicalised
+// (see Read): the implicit session id.
+func (t Turn) OpeningKey() [16]byte {
+	if t.opening == nil {
+		sum := sha256.Sum256([]byte(t.promptKey))
+		return [16]byte(sum[:16])
+	}
+	return t.opening.openingKey(t.Input.Tools)
 }
 
 // repeatWindow is how many earlier tool calls a new one is compared with.
@@ -53,20 +64,20 @@ func Read(info *wire.Info, limit int) Turn {
 	if !info.RawMessages.Exists() {
 		in.Turns = info.Messages
 		if info.RawPrompt.Type == gjson.String {
-			in.Prompt = excerpt(info.RawPrompt, limit)
+			in.Prompt = excerpt(info.RawPrompt.Raw, limit)
 		} else {
-			in.Prompt = excerpt(info.RawPrompt.Get("0"), limit)
+			in.Prompt = excerpt(info.RawPrompt.Get("0").Raw, limit)
 		}
-		sum := sha256.Sum256([]byte(info.RawPrompt.Raw))
-		t.OpeningKey = [16]byte(sum[:16])
+		t.promptKey = info.RawPrompt.Raw
 		return t
 	}
 	in.Tools = allToolNames(info)
-	w := walker{limit: limit, in: in}
+	var pending [maxResults]pendingResult
+	w := walker{limit: limit, in: in, pending: pending[:0]}
 	if info.RawSystem.Exists() {
-		w.system(info.RawSystem)
+		w.system(rawString(info.RawSystem))
 	}
-	info.RawMessages.ForEach(func(_, m gjson.Result) bool {
+	elements(info.RawMessages.Raw, func(m string) bool {
 		w.message(m)
 		return true
 	})
@@ -82,11 +93,12 @@ func Read(info *wire.Info, limit int) Turn {
 	}
 	in.LastUser = w.latest
 	if w.last == classifier.LastToolResult {
+		w.readResults()
 		in.ToolResult = w.results
 		t.ToolError = w.failure
 		t.RepeatedCall = w.repeated
 	}
-	t.OpeningKey = w.openingKey(in.Tools)
+	t.opening = &w
 	return t
 }
 
@@ -110,7 +122,9 @@ type walker struct {
 	latestAt     int
 	index        int
 
-	// The tool results since the last assistant turn, and what they say.
+	// The tool results since the last assistant turn (the first
+	// maxResults of them), and what they say.
+	pending  []pendingResult
 	results  string
 	failure  string
 	newCalls int // calls of the latest assistant turn
@@ -122,50 +136,93 @@ type walker struct {
 	repeated string
 }
 
+type pendingResult struct {
+	out     string // raw
+	isError bool
+}
+
+// maxResults bounds the tool results of one turn that are read.
+const maxResults = 16
+
 type openingPart struct {
 	role, text string
 }
 
-func (w *walker) system(s gjson.Result) {
-	w.systemText = contentExcerpt(s, w.limit)
-	if s.Type == gjson.String {
-		w.systemRaw = append(w.systemRaw, s.Raw)
+func (w *walker) system(s string) {
+	if strings.HasPrefix(s, `"`) {
+		w.systemText = excerpt(s, w.limit)
+		w.systemRaw = append(w.systemRaw, s)
 		return
 	}
-	s.ForEach(func(_, part gjson.Result) bool {
-		if t := part.Get("text"); t.Exists() {
-			w.systemRaw = append(w.systemRaw, t.Raw)
+	w.systemText = contentExcerpt(s, w.limit)
+	elements(s, func(part string) bool {
+		if t := member(part, "text"); t != "" {
+			w.systemRaw = append(w.systemRaw, t)
 		}
 		return true
 	})
 }
 
-func (w *walker) message(m gjson.Result) {
+// fields are the members of a message or item the walker reads, found
+// in one scan of it.
+type fields struct {
+	role, typ                                     string
+	content, output, toolCalls, name, args, input string // raw
+}
+
+func fieldsOf(m string) fields {
+	var f fields
+	members(m, func(k, v string) bool {
+		switch k {
+		case "role":
+			f.role = str(v)
+		case "type":
+			f.typ = str(v)
+		case "content":
+			f.content = v
+		case "output":
+			f.output = v
+		case "tool_calls":
+			f.toolCalls = v
+		case "name":
+			f.name = v
+		case "arguments":
+			f.args = v
+		case "input":
+			f.input = v
+		}
+		return true
+	})
+	return f
+}
+
+func (w *walker) message(m string) {
 	defer func() { w.index++ }()
-	role, typ := m.Get("role").Str, m.Get("type").Str
+	f := fieldsOf(m)
+	role, typ := f.role, f.typ
 	switch {
 	case role == "assistant" || typ == "function_call" || typ == "custom_tool_call" || typ == "reasoning":
 		if !w.inAssistant {
 			w.steps++
 			w.newCalls = 0
-			w.results, w.failure = "", ""
+			w.pending = w.pending[:0]
 		}
 		w.inAssistant, w.last = true, ""
-		w.assistantCalls(m, typ)
+		w.assistantCalls(&f)
 		w.opened(role, "")
 		return
 	case role == "system" || role == "developer":
 		if w.systemText == "" {
-			w.system(m.Get("content"))
+			w.system(f.content)
 		} else if !w.openDone {
-			w.opening = append(w.opening, openingPart{role, contentExcerpt(m.Get("content"), w.limit)})
+			w.opening = append(w.opening, openingPart{role, contentExcerpt(f.content, w.limit)})
 		}
 		w.inAssistant = false
 		return
 	case role == "tool" || role == "function" || typ == "function_call_output" || typ == "custom_tool_call_output":
-		out := m.Get("content")
+		out := f.content
 		if typ != "" {
-			out = m.Get("output")
+			out = f.output
 		}
 		w.toolResult(out, false)
 		w.inAssistant = false
@@ -174,13 +231,14 @@ func (w *walker) message(m gjson.Result) {
 		return // an item the gateway does not read (additional_tools, …)
 	}
 	w.inAssistant = false
-	c := m.Get("content")
+	c := f.content
 	hasResults := false
-	if c.IsArray() {
-		c.ForEach(func(_, part gjson.Result) bool {
-			if part.Get("type").Str == "tool_result" {
+	if strings.HasPrefix(c, "[") {
+		elements(c, func(part string) bool {
+			pf := fieldsOf(part)
+			if pf.typ == "tool_result" {
 				hasResults = true
-				w.toolResult(part.Get("content"), part.Get("is_error").Type == gjson.True)
+				w.toolResult(pf.content, member(part, "is_error") == "true")
 			}
 			return true
 		})
@@ -201,10 +259,10 @@ func (w *walker) message(m gjson.Result) {
 
 // hasNonText reports whether a content array holds a part other than
 // text (an image, a file, audio).
-func hasNonText(c gjson.Result) bool {
+func hasNonText(c string) bool {
 	found := false
-	c.ForEach(func(_, part gjson.Result) bool {
-		if t := part.Get("type").Str; t != "" && t != "text" && t != "input_text" && t != "tool_result" {
+	elements(c, func(part string) bool {
+		if t := str(member(part, "type")); t != "" && t != "text" && t != "input_text" && t != "tool_result" {
 			found = true
 		}
 		return !found
@@ -214,7 +272,7 @@ func hasNonText(c gjson.Result) bool {
 
 func (w *walker) instruction(words string) {
 	w.last, w.steps = classifier.LastInstruction, 0
-	w.results, w.failure = "", ""
+	w.pending = w.pending[:0]
 	w.instructions++
 	if w.instructions == 1 {
 		w.first, w.firstAt = words, w.index
@@ -233,46 +291,59 @@ func (w *walker) opened(role, words string) {
 	}
 }
 
-func (w *walker) toolResult(out gjson.Result, isError bool) {
+func (w *walker) toolResult(out string, isError bool) {
 	if w.last != classifier.LastToolResult {
-		w.results, w.failure = "", ""
+		w.pending = w.pending[:0]
 	}
 	w.last = classifier.LastToolResult
-	room := 2*w.limit - len(w.results)
-	if room <= 0 {
-		return
+	if len(w.pending) < cap(w.pending) {
+		w.pending = append(w.pending, pendingResult{out, isError})
 	}
-	text := resultExcerpt(out, room)
-	if w.failure == "" {
-		if isError {
-			w.failure = "is_error"
-		} else {
-			w.failure = failureOf(text)
+}
+
+// readResults reads the latest tool results, once the pass is over:
+// their excerpts, within twice limit in all, and the first failure.
+func (w *walker) readResults() {
+	var sb strings.Builder
+	for _, r := range w.pending {
+		room := 2*w.limit - sb.Len()
+		if room <= 0 {
+			break
 		}
+		text := resultExcerpt(r.out, room)
+		if w.failure == "" {
+			if r.isError {
+				w.failure = "is_error"
+			} else {
+				w.failure = failureOf(text)
+			}
+		}
+		if sb.Len() > 0 {
+			sb.WriteString("\n---\n")
+		}
+		sb.WriteString(text)
 	}
-	if w.results != "" {
-		w.results += "\n---\n"
-	}
-	w.results += text
+	w.results = sb.String()
 }
 
 // assistantCalls records the tool calls of an assistant message or item,
 // and whether one repeats an earlier call.
-func (w *walker) assistantCalls(m gjson.Result, typ string) {
-	switch {
-	case typ == "function_call":
-		w.call(m.Get("name").Str, m.Get("arguments").Raw)
-	case typ == "custom_tool_call":
-		w.call(m.Get("name").Str, m.Get("input").Raw)
+func (w *walker) assistantCalls(f *fields) {
+	switch f.typ {
+	case "function_call":
+		w.call(str(f.name), f.args)
+	case "custom_tool_call":
+		w.call(str(f.name), f.input)
 	default:
-		m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
-			w.call(c.Get("function.name").Str, c.Get("function.arguments").Raw)
+		elements(f.toolCalls, func(c string) bool {
+			fn := fieldsOf(member(c, "function"))
+			w.call(str(fn.name), fn.args)
 			return true
 		})
-		if c := m.Get("content"); c.IsArray() {
-			c.ForEach(func(_, part gjson.Result) bool {
-				if part.Get("type").Str == "tool_use" {
-					w.call(part.Get("name").Str, part.Get("input").Raw)
+		if strings.HasPrefix(f.content, "[") {
+			elements(f.content, func(part string) bool {
+				if pf := fieldsOf(part); pf.typ == "tool_use" {
+					w.call(str(pf.name), pf.input)
 				}
 				return true
 			})

@@ -3,6 +3,7 @@ package features
 import (
 	"io"
 	"strings"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -68,20 +69,19 @@ func indexTag(s, open string) int {
 	}
 }
 
-// excerpt is the text of a JSON string value within about n bytes: the
-// whole of it when it fits, else its head and tail joined by "\n…\n". It
-// cuts the raw JSON before unescaping, so a megabyte string costs n bytes,
-// not a megabyte; a cut never splits an escape sequence, and the text is
-// valid UTF-8.
-func excerpt(v gjson.Result, n int) string {
-	if v.Type != gjson.String {
+// excerpt is the text of a raw JSON string value within about n bytes:
+// the whole of it when it fits, else its head and tail joined by "\n…\n"
+// ("" for a value that is not a string). It cuts the raw JSON before
+// unescaping, so a megabyte string costs n bytes, not a megabyte; a cut
+// never splits an escape sequence, and the text is valid UTF-8.
+func excerpt(raw string, n int) string {
+	if len(raw) < 2 || raw[0] != '"' {
 		return ""
 	}
-	raw := v.Raw
-	if len(raw) < 2 || len(raw)-2 <= n {
-		return strings.ToValidUTF8(v.Str, "\uFFFD")
-	}
 	body := raw[1 : len(raw)-1]
+	if len(body) <= n {
+		return unescape(body)
+	}
 	h := safeHead(body, n/2)
 	t := safeTail(body, n-n/2)
 	return unescape(body[:h]) + "\n…\n" + unescape(body[t:])
@@ -151,18 +151,18 @@ func escapeLen(raw string, j int) int {
 	return 2
 }
 
-// contentExcerpt is the text of a message content within about n bytes:
-// a string, or the text parts of an array joined, boilerplate removed
-// (each part's boilerplate before the parts are joined). Tool-result
-// blocks are not text.
-func contentExcerpt(c gjson.Result, n int) string {
-	if c.Type == gjson.String {
-		return stripBoilerplate(excerpt(c, boilerplateWindow(n, len(c.Raw))))
+// contentExcerpt is the text of a raw message content within about n
+// bytes: a string, or the text parts of an array joined, boilerplate
+// removed (each part's before the parts are joined). Tool-result blocks
+// are not text.
+func contentExcerpt(raw string, n int) string {
+	if strings.HasPrefix(raw, `"`) {
+		return stripBoilerplate(excerpt(raw, boilerplateWindow(n, len(raw))))
 	}
 	var sb strings.Builder
-	c.ForEach(func(_, part gjson.Result) bool {
-		if t := part.Get("text"); t.Type == gjson.String && sb.Len() < n {
-			if s := stripBoilerplate(excerpt(t, boilerplateWindow(n, len(t.Raw)))); s != "" {
+	elements(raw, func(part string) bool {
+		if t := member(part, "text"); t != "" && sb.Len() < n {
+			if s := stripBoilerplate(excerpt(t, boilerplateWindow(n, len(t)))); s != "" {
 				if sb.Len() > 0 {
 					sb.WriteByte('\n')
 				}
@@ -187,20 +187,20 @@ func boilerplateWindow(n, size int) int {
 // maxUserText bounds the user text read whole (see boilerplateWindow).
 const maxUserText = 32 << 10
 
-// resultExcerpt is the text of a tool result within about n bytes: a chat
-// tool message's content, a Responses output (a string or content parts),
-// a Messages tool_result block's content (a string or blocks).
-func resultExcerpt(c gjson.Result, n int) string {
-	if c.Type == gjson.String {
-		return excerpt(c, n)
+// resultExcerpt is the text of a raw tool result within about n bytes: a
+// chat tool message's content, a Responses output (a string or content
+// parts), a Messages tool_result block's content (a string or blocks).
+func resultExcerpt(raw string, n int) string {
+	if strings.HasPrefix(raw, `"`) {
+		return excerpt(raw, n)
 	}
 	var sb strings.Builder
-	c.ForEach(func(_, part gjson.Result) bool {
-		t := part.Get("text")
-		if !t.Exists() {
-			t = part.Get("output")
+	elements(raw, func(part string) bool {
+		t := member(part, "text")
+		if t == "" {
+			t = member(part, "output")
 		}
-		if t.Type == gjson.String && sb.Len() < n {
+		if strings.HasPrefix(t, `"`) && sb.Len() < n {
 			if sb.Len() > 0 {
 				sb.WriteByte('\n')
 			}
@@ -225,12 +225,14 @@ func writeUndated(w io.Writer, s string) {
 			end, next = i, i+2
 		}
 		if line := s[:end]; !datedLine(line) {
-			io.WriteString(w, line)
-			w.Write([]byte{'\n'})
+			w.Write(unsafe.Slice(unsafe.StringData(line), len(line))) // the hash keeps nothing
+			w.Write(newline)
 		}
 		s = s[next:]
 	}
 }
+
+var newline = []byte{'\n'}
 
 // datedLine reports whether a line holds a date: YYYY-MM-DD, or the words
 // agents put before one.
@@ -239,6 +241,9 @@ func datedLine(line string) bool {
 		if isDigits(line[i:i+4]) && line[i+4] == '-' && isDigits(line[i+5:i+7]) && line[i+7] == '-' && isDigits(line[i+8:i+10]) {
 			return true
 		}
+	}
+	if !strings.Contains(line, "date") && !strings.Contains(line, "Date") && !strings.Contains(line, "DATE") {
+		return false
 	}
 	lower := strings.ToLower(line)
 	return strings.Contains(lower, "today's date") || strings.Contains(lower, "current_date") || strings.Contains(lower, "current date")
