@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/switchyard/switchyard/discovery"
 	"github.com/switchyard/switchyard/policy"
-	"github.com/switchyard/switchyard/pools"
 	"github.com/switchyard/switchyard/router/internal/admin"
 )
 
@@ -13,7 +13,7 @@ import (
 // that keep the pool's discovery section, so its set (and its endpoints'
 // state) carries over.
 type discoveredPool struct {
-	d   *pools.Discovery
+	d   *discovery.Discovery
 	cfg policy.Discovery
 	// cancel stops its loop; nil until it runs.
 	cancel context.CancelFunc
@@ -37,22 +37,22 @@ func (g *Gateway) discoveries(cfg *policy.Config) map[string]*discoveredPool {
 			next[pc.Name] = old
 			continue
 		}
-		var lookup pools.Lookup
-		var watcher pools.Watcher
+		var lookup discovery.Lookup
+		var watcher discovery.Watcher
 		name := dc.Name()
 		if dc.IsKubernetes() {
-			k := pools.NewKubernetes(pools.KubernetesOptions{Service: dc.Kubernetes.Service, Namespace: dc.Kubernetes.Namespace,
+			k := discovery.NewKubernetes(discovery.KubernetesOptions{Service: dc.Kubernetes.Service, Namespace: dc.Kubernetes.Namespace,
 				PortName: dc.Kubernetes.Port.Name, PortNumber: dc.Kubernetes.Port.Number, Kubeconfig: dc.Kubernetes.Kubeconfig})
 			lookup, watcher, name = k, k, k.Name()
-		} else if l, err := pools.NewDNSLookup(dc.Resolver, resolvConf); err != nil {
+		} else if l, err := discovery.NewDNSLookup(dc.Resolver, resolvConf); err != nil {
 			// No resolv.conf to read servers from: the standard
 			// library's resolver still works, without TTLs.
 			g.log.Warn("discovery: using the system resolver without TTLs; re-resolving every interval", "pool", pc.Name, "error", err.Error())
-			lookup = pools.StdLookup{}
+			lookup = discovery.StdLookup{}
 		} else {
 			lookup = l
 		}
-		d := pools.NewDiscovery(pools.DiscoveryOptions{Pool: pc.Name, Kind: dc.Kind(), Name: name, Port: dc.Port,
+		d := discovery.New(discovery.Options{Pool: pc.Name, Kind: dc.Kind(), Name: name, Port: dc.Port,
 			Interval: dc.Interval.Std(), Lookup: lookup, Watcher: watcher, Now: g.opts.Now, Metrics: g.discMetrics, OnEvent: g.onDiscovery,
 			Refuse: g.refuseSelf(pc.Name, &cfg.Server)})
 		if !g.opts.Passive {
@@ -114,15 +114,15 @@ func (g *Gateway) rediscover(pool string, dp *discoveredPool) {
 }
 
 // onDiscovery logs a discovery's changes (once per change, see
-// pools.DiscoveryOptions.OnEvent).
-func (g *Gateway) onDiscovery(ev pools.DiscoveryEvent) {
+// discovery.Options.OnEvent).
+func (g *Gateway) onDiscovery(ev discovery.Event) {
 	attrs := []any{"pool", ev.Pool, ev.Kind, ev.Name, "replicas", len(ev.Addrs)}
 	switch {
-	case ev.Result == pools.ResultOK && len(ev.Added)+len(ev.Removed) > 0:
+	case ev.Result == discovery.ResultOK && len(ev.Added)+len(ev.Removed) > 0:
 		g.log.Info("discovery: replica set changed", append(attrs, "added", ev.Added, "removed", ev.Removed)...)
-	case ev.Result == pools.ResultOK:
+	case ev.Result == discovery.ResultOK:
 		g.log.Info("discovery: the name resolves again", attrs...)
-	case ev.Result == pools.ResultEmpty:
+	case ev.Result == discovery.ResultEmpty:
 		g.log.Warn("discovery: the name has no address; keeping the last good set", append(attrs, "error", ev.Err.Error())...)
 	default:
 		g.log.Error("discovery: resolution failed; keeping the last good set", append(attrs, "error", ev.Err.Error())...)

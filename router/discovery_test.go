@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/pools/dnstest"
+	"github.com/switchyard/switchyard/discovery/dnstest"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 

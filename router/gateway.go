@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/switchyard/switchyard/classifier"
+	"github.com/switchyard/switchyard/discovery"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/pools"
 	"github.com/switchyard/switchyard/router/internal/admin"
@@ -90,7 +91,7 @@ type Gateway struct {
 	// disc are the running discoveries by pool (reloadMu; see
 	// discovery.go), discMetrics their series.
 	disc        map[string]*discoveredPool
-	discMetrics *pools.DiscoveryMetrics
+	discMetrics *discovery.Metrics
 	snap        atomic.Pointer[Snapshot]
 	// draining is set on shutdown: /readyz answers 503.
 	draining atomic.Bool
@@ -144,7 +145,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	g.metrics = newMetrics(o.Registry, o.Version)
 	g.exec = &upstream.Executor{QueueWait: g.metrics.queueWait, Retries: g.metrics.retries, Poison: g.metrics.poison, Rand: rnd}
 	g.classMetrics = classifier.NewMetrics(o.Registry)
-	g.discMetrics = pools.NewDiscoveryMetrics(o.Registry)
+	g.discMetrics = discovery.NewMetrics(o.Registry)
 	o.Registry.MustRegister(newControlCollector(g))
 	o.Registry.MustRegister(pools.NewCollector(func() []*pools.Pool {
 		if s := g.snap.Load(); s != nil {

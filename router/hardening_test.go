@@ -17,6 +17,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/router/internal/wire"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -59,6 +61,13 @@ routes:
 }
 
 const streamReq = `{"model":"auto","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+
+// wire.DefaultMaxDepth, the nesting bound where no caller names one, is
+// server.max_json_depth's default: these fail to compile when they differ.
+const (
+	_ uint = policy.DefaultMaxJSONDepth - wire.DefaultMaxDepth
+	_ uint = wire.DefaultMaxDepth - policy.DefaultMaxJSONDepth
+)
 
 func TestDeepNestingRefused(t *testing.T) {
 	gw := oneReplicaGateway(t, refusedURL(t), "", "{max_body_bytes: 16MiB}")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchyard/switchyard/router/internal/spans"
 
+	"github.com/switchyard/switchyard/router/internal/translate"
 	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/switchyard/switchyard/pools"
@@ -203,12 +204,12 @@ func (g *Gateway) countTokensLocally(w http.ResponseWriter, x *exchange, resp *h
 
 // rewriteAnswer applies to a non-stream answer what the gateway changes:
 // the model name with rewrite_response_model, and a Responses answer's id
-// (see storedPrefix) and calls to custom tools (see wire.CustomOutput).
+// (see storedPrefix) and calls to custom tools (see translate.CustomOutput).
 func (x *exchange) rewriteAnswer(answer []byte, rep *pools.Replica) []byte {
 	if x.ep == wire.Responses {
 		answer = wire.TrimUsage(wire.EncodeResponseIDs(answer, replicaTag(rep), x.ids()), "")
 		if x.stream.custom != nil {
-			answer = wire.CustomOutput(answer, "output", x.stream.custom)
+			answer = translate.CustomOutput(answer, "output", x.stream.custom)
 		}
 	}
 	if x.clientModel != "" && gjson.GetBytes(answer, "model").Exists() {

@@ -11,6 +11,7 @@ import (
 	"github.com/switchyard/switchyard/router/internal/upstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/switchyard/switchyard/router/internal/translate"
 	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/tidwall/gjson"
@@ -77,13 +78,13 @@ func tokenizeBody(x *exchange, model string) ([]byte, error) {
 		messages, tools = x.info.RawMessages, x.info.RawTools
 	case wire.Completions:
 		if x.info.RawPrompt.Type != gjson.String {
-			return nil, wire.ErrNotTranslatable
+			return nil, translate.ErrNotTranslatable
 		}
 		prompt = x.info.RawPrompt
 	case wire.Responses, wire.Messages:
-		toChat := wire.ResponsesToChat
+		toChat := translate.ResponsesToChat
 		if x.ep == wire.Messages {
-			toChat = wire.MessagesToChat
+			toChat = translate.MessagesToChat
 		}
 		chat, err := toChat(x.body)
 		if err != nil {
@@ -92,7 +93,7 @@ func tokenizeBody(x *exchange, model string) ([]byte, error) {
 		root := gjson.ParseBytes(chat)
 		messages, tools = root.Get("messages"), root.Get("tools")
 	default:
-		return nil, wire.ErrNotTranslatable
+		return nil, translate.ErrNotTranslatable
 	}
 	b, err := sjson.SetBytes([]byte(`{}`), "model", model)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 
+	"github.com/switchyard/switchyard/router/internal/translate"
 	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/switchyard/switchyard/router/internal/sse"
@@ -38,7 +39,7 @@ type settledInput struct{ itemID, input string }
 // customCallState is one custom tool call being streamed.
 type customCallState struct {
 	itemID string
-	dec    wire.InputDecoder
+	dec    translate.InputDecoder
 	// sent is the input the client was sent in deltas.
 	sent []byte
 	// input, once done is set, is the input its done event gave.
@@ -105,7 +106,7 @@ func (p *Pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]by
 		if typ == "response.output_item.added" {
 			cs.calls = append(cs.calls, &customCallState{itemID: it.Get("id").Str})
 		} else {
-			input = wire.CustomInput(it.Get("arguments").Str)
+			input = translate.CustomInput(it.Get("arguments").Str)
 			if c := cs.call(it.Get("id").Str); c != nil {
 				if s := c.settle(input); s != input {
 					input = s
@@ -114,7 +115,7 @@ func (p *Pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]by
 			}
 			cs.end(it.Get("id").Str)
 		}
-		nd, err := sjson.SetRawBytes(bytes.Clone(data), "item", []byte(wire.CustomCall(it, input)))
+		nd, err := sjson.SetRawBytes(bytes.Clone(data), "item", []byte(translate.CustomCall(it, input)))
 		if err != nil {
 			break
 		}
@@ -130,7 +131,7 @@ func (p *Pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]by
 			return nil, nil
 		}
 		c.sent = append(c.sent, piece...)
-		ev = wire.CustomDelta(root, piece, root.Get("sequence_number").Int())
+		ev = translate.CustomDelta(root, piece, root.Get("sequence_number").Int())
 		ev, data = p.renumber(ev)
 		return ev, data
 	case "response.function_call_arguments.done":
@@ -138,25 +139,25 @@ func (p *Pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]by
 		if c == nil {
 			break
 		}
-		input := c.settle(wire.CustomInput(root.Get("arguments").Str))
+		input := c.settle(translate.CustomInput(root.Get("arguments").Str))
 		n := root.Get("sequence_number").Int()
 		if rest, ok := bytes.CutPrefix([]byte(input), c.sent); ok && len(rest) > 0 {
 			// The deltas fell short of the input (arguments of another
 			// shape, whose input is known only whole, or a done event that
 			// says more): the rest is sent as one more delta.
-			out = wire.CustomDelta(root, string(rest), n-cs.shift)
+			out = translate.CustomDelta(root, string(rest), n-cs.shift)
 			c.sent = append(c.sent, rest...)
 			cs.shift--
 		}
 		c.input, c.done = input, true
-		done := `{"type":"response.custom_tool_call_input.done","item_id":` + wire.RawOr(root.Get("item_id"), `""`) +
-			`,"output_index":` + wire.RawOr(root.Get("output_index"), "0") + `,"input":` + wire.Quote(input) +
+		done := `{"type":"response.custom_tool_call_input.done","item_id":` + translate.RawOr(root.Get("item_id"), `""`) +
+			`,"output_index":` + translate.RawOr(root.Get("output_index"), "0") + `,"input":` + wire.Quote(input) +
 			`,"sequence_number":` + itoa(n) + `}`
 		last, d := p.renumber(sse.AppendEvent(nil, "response.custom_tool_call_input.done", done))
 		return append(out, last...), d
 	case "response.created", "response.in_progress", "response.completed", "response.incomplete", "response.failed":
 		if bytes.Contains(data, []byte(`"function_call"`)) {
-			if nd := cs.settledOutput(wire.CustomOutput(data, "response.output", p.Custom)); !bytes.Equal(nd, data) {
+			if nd := cs.settledOutput(translate.CustomOutput(data, "response.output", p.Custom)); !bytes.Equal(nd, data) {
 				ev, data = sse.RebuildData(ev, nd), nd
 			}
 		}

@@ -9,6 +9,6 @@
 // and the terminal event, bounds writes to a slow client, tells the
 // upstream clock of progress, and feeds a stream being followed for resume
 // (router/internal/resume), relaying a continuation's translated events.
-// It imports router/internal/{sse,wire,resume,upstream} and policy, never
+// It imports router/internal/{sse,wire,translate,resume,upstream}, never
 // router.
 package pump

@@ -21,7 +21,6 @@ import (
 
 	"github.com/switchyard/switchyard/router/internal/sse"
 
-	"github.com/switchyard/switchyard/policy"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -373,7 +372,7 @@ func (p *Pump) depthBound() int {
 	if p.MaxDepth > 0 {
 		return p.MaxDepth
 	}
-	return upstream.ReplicaDepth(policy.DefaultMaxJSONDepth)
+	return upstream.ReplicaDepth(wire.DefaultMaxDepth)
 }
 
 // chatUsage reads and, when the gateway asked for usage on the client's

@@ -8,6 +8,6 @@
 // Translator turns the continuation's chat chunks back into the client
 // API's events. It runs nothing and knows no pump or Gateway: the request
 // path in router feeds it events and asks for the continuation. It imports
-// router/internal/wire and router/internal/sse, no other Switchyard
-// package.
+// router/internal/wire, router/internal/translate and router/internal/sse,
+// no other Switchyard package.
 package resume

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/switchyard/switchyard/router/internal/translate"
 	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/switchyard/switchyard/router/internal/sse"
@@ -120,7 +121,7 @@ type outputItem struct {
 	textDone, partDone bool
 }
 
-func (r *responsesResume) ToChat(body []byte) ([]byte, error) { return wire.ResponsesToChat(body) }
+func (r *responsesResume) ToChat(body []byte) ([]byte, error) { return translate.ResponsesToChat(body) }
 
 func (r *responsesResume) Unstarted() string {
 	if r.response == "" {
@@ -386,7 +387,7 @@ type messagesBlock struct {
 	signed bool // a thinking block's signature was sent
 }
 
-func (m *messagesResume) ToChat(body []byte) ([]byte, error) { return wire.MessagesToChat(body) }
+func (m *messagesResume) ToChat(body []byte) ([]byte, error) { return translate.MessagesToChat(body) }
 
 func (m *messagesResume) Unstarted() string {
 	if !m.started {

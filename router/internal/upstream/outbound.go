@@ -3,16 +3,30 @@ package upstream
 import (
 	"errors"
 	"fmt"
+	"mime"
 	"net"
 	"net/http"
 	"net/textproto"
 	"strings"
 )
 
-// IsEventStream reports an answer that is a 200 event stream.
+// IsEventStream reports an answer that is a 200 event stream. The media
+// type is matched as RFC 9110 §8.3.1 reads it, as httputil's flushInterval
+// does: any case, parameters (charset=utf-8) allowed, a malformed parameter
+// ignored; "text/event-streams" is not one.
 func IsEventStream(resp *http.Response) bool {
-	return resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	if resp.StatusCode != http.StatusOK {
+		return false
+	}
+	ct := resp.Header.Get("Content-Type")
+	if ct == eventStream {
+		return true // the common answer, without the parser's allocations
+	}
+	mt, _, _ := mime.ParseMediaType(ct)
+	return mt == eventStream
 }
+
+const eventStream = "text/event-stream"
 
 // Error is a failure to reach a replica or read its answer; it
 // keeps the cause (a timeout maps to 504) and reads as ErrUpstream.

@@ -5,7 +5,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/switchyard/switchyard/policy"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -412,7 +411,7 @@ func ReadErrorMessage(body io.Reader) string {
 	b, _ := io.ReadAll(io.LimitReader(body, 16<<10))
 	// A replica's message may quote the request (vLLM's validation
 	// errors do): it is cut like any echoed client string, with more room.
-	if !CheckDepth(b, policy.DefaultMaxJSONDepth) {
+	if !CheckDepth(b, DefaultMaxDepth) {
 		return ClipN(strings.TrimSpace(string(b)), maxReplicaEcho)
 	}
 	if m := gjson.GetBytes(b, "error.message"); m.Exists() {

@@ -44,6 +44,11 @@ type Info struct {
 	AdditionalTools []gjson.Result
 }
 
+// DefaultMaxDepth bounds the nesting of JSON the gateway reads when the
+// caller names no bound. It is server.max_json_depth's default, which wire
+// does not import: router's tests fail to compile when the two differ.
+const DefaultMaxDepth = 64
+
 // CheckDepth reports whether JSON text nests arrays and objects more than
 // max levels deep. It is a flat scan (strings and escapes skipped, no
 // recursion), so it runs before any parser that recurses per level:

@@ -119,11 +119,24 @@ func escapeUnit(b []byte) (rune, bool) {
 	}
 	var u rune
 	for _, c := range b[2:6] {
-		v, ok := hexValue(c)
+		v, ok := HexValue(c)
 		if !ok {
 			return 0, false
 		}
 		u = u<<4 | v
 	}
 	return u, true
+}
+
+// HexValue is the value of the hexadecimal digit c, in either case.
+func HexValue(c byte) (rune, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return rune(c - '0'), true
+	case c >= 'a' && c <= 'f':
+		return rune(c-'a') + 10, true
+	case c >= 'A' && c <= 'F':
+		return rune(c-'A') + 10, true
+	}
+	return 0, false
 }

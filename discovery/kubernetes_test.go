@@ -1,4 +1,4 @@
-package pools_test
+package discovery_test
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/switchyard/switchyard/discovery"
 	"github.com/switchyard/switchyard/internal/kubetest"
-	"github.com/switchyard/switchyard/pools"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -53,12 +53,12 @@ var (
 // terminating ones; never the others, nor FQDN slices, other protocols or
 // unparsable addresses.
 func TestKubernetesAddresses(t *testing.T) {
-	byName := pools.KubernetesOptions{Service: "vllm", PortName: "http"}
-	byNumber := pools.KubernetesOptions{Service: "vllm", PortNumber: 8000}
+	byName := discovery.KubernetesOptions{Service: "vllm", PortName: "http"}
+	byNumber := discovery.KubernetesOptions{Service: "vllm", PortNumber: 8000}
 	ready := endpoint("192.0.2.1", yes, yes, no)
 	tests := []struct {
 		name string
-		o    pools.KubernetesOptions
+		o    discovery.KubernetesOptions
 		eps  []*discoveryv1.EndpointSlice
 		want []string
 	}{
@@ -97,7 +97,7 @@ func TestKubernetesAddresses(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, pools.KubernetesAddresses(tc.o, tc.eps)); diff != "" {
+			if diff := cmp.Diff(tc.want, discovery.KubernetesAddresses(tc.o, tc.eps)); diff != "" {
 				t.Errorf("addresses (-want +got):\n%s", diff)
 			}
 		})
@@ -115,14 +115,14 @@ func TestKubernetesNoClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		o          pools.KubernetesOptions
+		o          discovery.KubernetesOptions
 		name, want string
 	}{
-		{pools.KubernetesOptions{Service: "vllm", Namespace: "inference", PortName: "http"}, "inference/vllm", "not in a pod with a service account"},
-		{pools.KubernetesOptions{Service: "vllm", PortName: "http", Kubeconfig: missing}, "default/vllm", "kubeconfig"},
-		{pools.KubernetesOptions{Service: "vllm", PortName: "http", Kubeconfig: garbage}, "default/vllm", "kubeconfig"},
+		{discovery.KubernetesOptions{Service: "vllm", Namespace: "inference", PortName: "http"}, "inference/vllm", "not in a pod with a service account"},
+		{discovery.KubernetesOptions{Service: "vllm", PortName: "http", Kubeconfig: missing}, "default/vllm", "kubeconfig"},
+		{discovery.KubernetesOptions{Service: "vllm", PortName: "http", Kubeconfig: garbage}, "default/vllm", "kubeconfig"},
 	} {
-		k := pools.NewKubernetes(tc.o)
+		k := discovery.NewKubernetes(tc.o)
 		if k.Name() != tc.name {
 			t.Errorf("Name() = %s, want %s", k.Name(), tc.name)
 		}
@@ -213,13 +213,13 @@ func TestKubernetesWatch(t *testing.T) {
 		endpoint("192.0.2.1", yes, yes, no), endpoint("192.0.2.2", no, no, no)))
 	put(slice("other-a", "other", discoveryv1.AddressTypeIPv4, httpPort(8000), endpoint("192.0.2.50", yes, yes, no)))
 
-	k := pools.NewKubernetes(pools.KubernetesOptions{Service: "vllm", Namespace: ns, PortName: "http", Kubeconfig: srv.Kubeconfig})
+	k := discovery.NewKubernetes(discovery.KubernetesOptions{Service: "vllm", Namespace: ns, PortName: "http", Kubeconfig: srv.Kubeconfig})
 	addrs, ttl, err := k.Lookup(ctx, "kubernetes", k.Name(), 0)
 	if err != nil || ttl >= 0 || !cmp.Equal(addrs, []string{"192.0.2.1:8000"}) {
 		t.Fatalf("Lookup = %v, %v, %v; want [192.0.2.1:8000], no TTL", addrs, ttl, err)
 	}
-	none := pools.NewKubernetes(pools.KubernetesOptions{Service: "none", Namespace: ns, PortName: "http", Kubeconfig: srv.Kubeconfig})
-	if _, _, err := none.Lookup(ctx, "kubernetes", none.Name(), 0); !errors.Is(err, pools.ErrNoRecords) {
+	none := discovery.NewKubernetes(discovery.KubernetesOptions{Service: "none", Namespace: ns, PortName: "http", Kubeconfig: srv.Kubeconfig})
+	if _, _, err := none.Lookup(ctx, "kubernetes", none.Name(), 0); !errors.Is(err, discovery.ErrNoRecords) {
 		t.Errorf("Lookup of a Service without EndpointSlices: %v, want ErrNoRecords", err)
 	}
 
@@ -252,7 +252,7 @@ func TestKubernetesWatch(t *testing.T) {
 	srv.StopAPIServer()
 	w.await(t, "the lost watch", func(_ []string, err error) bool { return err != nil })
 	w.mu.Lock()
-	if errors.Is(w.err, pools.ErrNoRecords) {
+	if errors.Is(w.err, discovery.ErrNoRecords) {
 		t.Errorf("a lost watch told as %v, want a watch error", w.err)
 	}
 	w.mu.Unlock()
@@ -268,5 +268,5 @@ func TestKubernetesWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	put(slice("vllm-b", "vllm", discoveryv1.AddressTypeIPv4, httpPort(8000), endpoint("192.0.2.4", no, no, yes)))
-	w.await(t, "no ready endpoint", func(_ []string, err error) bool { return errors.Is(err, pools.ErrNoRecords) })
+	w.await(t, "no ready endpoint", func(_ []string, err error) bool { return errors.Is(err, discovery.ErrNoRecords) })
 }

@@ -1,4 +1,4 @@
-package wire
+package translate
 
 import (
 	"encoding/json"

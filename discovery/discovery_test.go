@@ -1,4 +1,4 @@
-package pools_test
+package discovery_test
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/switchyard/switchyard/pools"
-	"github.com/switchyard/switchyard/pools/dnstest"
+	"github.com/switchyard/switchyard/discovery"
+	"github.com/switchyard/switchyard/discovery/dnstest"
 )
 
 // TestDNSLookup resolves every record shape a discovery meets against a
@@ -39,7 +39,7 @@ func TestDNSLookup(t *testing.T) {
 		"b.vllm.test. 3 IN A 127.0.0.3",
 		"_http._tcp.empty.test. 9 IN SRV 0 50 8003 gone.vllm.test.",
 	)
-	l, err := pools.NewDNSLookup(srv.Addr, "")
+	l, err := discovery.NewDNSLookup(srv.Addr, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,12 +56,12 @@ func TestDNSLookup(t *testing.T) {
 		{name: "a and aaaa", kind: "dns", host: "both.test", want: []string{"127.0.0.2:8000", "[::1]:8000"}, ttl: 7 * time.Second},
 		{name: "cname", kind: "dns", host: "alias.test", want: []string{"127.0.0.3:8000", "127.0.0.2:8000"}, ttl: 4 * time.Second},
 		{name: "truncated over udp", kind: "dns", host: "vllm.test", truncate: 1, want: []string{"127.0.0.3:8000", "127.0.0.2:8000"}, ttl: 20 * time.Second},
-		{name: "nxdomain", kind: "dns", host: "missing.test", err: pools.ErrNoRecords},
-		{name: "no address records", kind: "dns", host: "txt.test", err: pools.ErrNoRecords},
+		{name: "nxdomain", kind: "dns", host: "missing.test", err: discovery.ErrNoRecords},
+		{name: "no address records", kind: "dns", host: "txt.test", err: discovery.ErrNoRecords},
 		{name: "srv with additional", kind: "srv", host: "_http._tcp.vllm.test", want: []string{"127.0.0.2:8001", "127.0.0.3:8002"}, ttl: 3 * time.Second},
 		{name: "srv targets resolved", kind: "srv", host: "_http._tcp.vllm.test", omitExtra: true, want: []string{"127.0.0.2:8001", "127.0.0.3:8002"}, ttl: 3 * time.Second},
-		{name: "srv targets without addresses", kind: "srv", host: "_http._tcp.empty.test", err: pools.ErrNoRecords},
-		{name: "srv nxdomain", kind: "srv", host: "_http._tcp.missing.test", err: pools.ErrNoRecords},
+		{name: "srv targets without addresses", kind: "srv", host: "_http._tcp.empty.test", err: discovery.ErrNoRecords},
+		{name: "srv nxdomain", kind: "srv", host: "_http._tcp.missing.test", err: discovery.ErrNoRecords},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,13 +101,13 @@ const answerSlack = 2 * time.Second
 func TestDNSLookupFailures(t *testing.T) {
 	srv := dnstest.New(t)
 	srv.Zone("vllm.test. 30 IN A 127.0.0.2")
-	l, _ := pools.NewDNSLookup(srv.Addr, "")
+	l, _ := discovery.NewDNSLookup(srv.Addr, "")
 	for _, m := range []dnstest.Mode{dnstest.ServFail, dnstest.Silent} {
 		srv.SetMode(m)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		_, _, err := l.Lookup(ctx, "dns", "vllm.test", 8000)
 		cancel()
-		if err == nil || errors.Is(err, pools.ErrNoRecords) {
+		if err == nil || errors.Is(err, discovery.ErrNoRecords) {
 			t.Errorf("mode %d: Lookup error = %v, want a failure that is not ErrNoRecords", m, err)
 		}
 	}
@@ -121,7 +121,7 @@ func TestDNSLookupFailures(t *testing.T) {
 	if err := os.WriteFile(conf, []byte("nameserver 127.0.0.1\nsearch nothere.test test\noptions ndots:5\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sl, err := pools.NewDNSLookupVia(conf, down.Addr, srv.Addr)
+	sl, err := discovery.NewDNSLookupVia(conf, down.Addr, srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,12 +132,12 @@ func TestDNSLookupFailures(t *testing.T) {
 	if down.Queries() == 0 {
 		t.Error("the first name server was not asked")
 	}
-	if _, err := pools.NewDNSLookup("", filepath.Join(t.TempDir(), "absent")); err == nil {
+	if _, err := discovery.NewDNSLookup("", filepath.Join(t.TempDir(), "absent")); err == nil {
 		t.Error("NewDNSLookup with no resolv.conf: no error")
 	}
 	empty := filepath.Join(t.TempDir(), "resolv.conf")
 	_ = os.WriteFile(empty, []byte("search test\n"), 0o600)
-	if _, err := pools.NewDNSLookup("", empty); err == nil || !strings.Contains(err.Error(), "no nameserver") {
+	if _, err := discovery.NewDNSLookup("", empty); err == nil || !strings.Contains(err.Error(), "no nameserver") {
 		t.Errorf("NewDNSLookup with no nameserver: %v", err)
 	}
 }
@@ -156,7 +156,7 @@ func TestStdLookup(t *testing.T) {
 		var d net.Dialer
 		return d.DialContext(ctx, network, srv.Addr)
 	}}
-	l := pools.StdLookup{Resolver: r}
+	l := discovery.StdLookup{Resolver: r}
 	ctx := context.Background()
 	if got, ttl, err := l.Lookup(ctx, "dns", "vllm.test.", 8000); err != nil || len(got) != 1 || got[0] != "127.0.0.2:8000" || ttl >= 0 {
 		t.Errorf("dns: %v %s %v", got, ttl, err)
@@ -164,11 +164,11 @@ func TestStdLookup(t *testing.T) {
 	if got, _, err := l.Lookup(ctx, "srv", "_http._tcp.vllm.test.", 0); err != nil || len(got) != 1 || got[0] != "127.0.0.3:8001" {
 		t.Errorf("srv: %v %v", got, err)
 	}
-	if _, _, err := l.Lookup(ctx, "dns", "missing.test.", 8000); !errors.Is(err, pools.ErrNoRecords) {
+	if _, _, err := l.Lookup(ctx, "dns", "missing.test.", 8000); !errors.Is(err, discovery.ErrNoRecords) {
 		t.Errorf("nxdomain: %v, want ErrNoRecords", err)
 	}
 	srv.SetMode(dnstest.ServFail)
-	if _, _, err := l.Lookup(ctx, "dns", "vllm.test.", 8000); err == nil || errors.Is(err, pools.ErrNoRecords) {
+	if _, _, err := l.Lookup(ctx, "dns", "vllm.test.", 8000); err == nil || errors.Is(err, discovery.ErrNoRecords) {
 		t.Errorf("servfail: %v, want a failure", err)
 	}
 }
@@ -207,14 +207,14 @@ func (f *fakeAfter) next(t *testing.T) fakeWait {
 // told once and counted.
 func TestDiscoveryKeepsLastGoodSet(t *testing.T) {
 	srv := dnstest.New(t)
-	l, _ := pools.NewDNSLookup(srv.Addr, "")
+	l, _ := discovery.NewDNSLookup(srv.Addr, "")
 	reg := prometheus.NewRegistry()
-	m := pools.NewDiscoveryMetrics(reg)
+	m := discovery.NewMetrics(reg)
 	var mu sync.Mutex
 	var events []string
-	d := pools.NewDiscovery(pools.DiscoveryOptions{Pool: "qwen", Kind: "dns", Name: "vllm.test", Port: 8000,
+	d := discovery.New(discovery.Options{Pool: "qwen", Kind: "dns", Name: "vllm.test", Port: 8000,
 		Interval: time.Minute, Timeout: answerSlack, Lookup: l, Metrics: m,
-		OnEvent: func(ev pools.DiscoveryEvent) {
+		OnEvent: func(ev discovery.Event) {
 			mu.Lock()
 			events = append(events, ev.Result+" +"+strings.Join(ev.Added, ",")+" -"+strings.Join(ev.Removed, ",")+" ="+strings.Join(ev.Addrs, ","))
 			mu.Unlock()
@@ -228,13 +228,13 @@ func TestDiscoveryKeepsLastGoodSet(t *testing.T) {
 		want    []string
 		result  string
 	}{
-		{"first set", []string{"vllm.test. 5 IN A 127.0.0.2", "vllm.test. 5 IN A 127.0.0.3"}, dnstest.Answer, true, []string{"127.0.0.2:8000", "127.0.0.3:8000"}, pools.ResultOK},
-		{"same set", []string{"vllm.test. 5 IN A 127.0.0.3", "vllm.test. 5 IN A 127.0.0.2"}, dnstest.Answer, false, []string{"127.0.0.2:8000", "127.0.0.3:8000"}, pools.ResultOK},
-		{"resolver silent", nil, dnstest.Silent, false, []string{"127.0.0.2:8000", "127.0.0.3:8000"}, pools.ResultError},
-		{"resolver still silent", nil, dnstest.Silent, false, []string{"127.0.0.2:8000", "127.0.0.3:8000"}, pools.ResultError},
-		{"servfail", nil, dnstest.ServFail, false, []string{"127.0.0.2:8000", "127.0.0.3:8000"}, pools.ResultError},
-		{"name gone", []string{}, dnstest.Answer, false, []string{"127.0.0.2:8000", "127.0.0.3:8000"}, pools.ResultEmpty},
-		{"one changed", []string{"vllm.test. 5 IN A 127.0.0.2", "vllm.test. 5 IN A 127.0.0.4"}, dnstest.Answer, true, []string{"127.0.0.2:8000", "127.0.0.4:8000"}, pools.ResultOK},
+		{"first set", []string{"vllm.test. 5 IN A 127.0.0.2", "vllm.test. 5 IN A 127.0.0.3"}, dnstest.Answer, true, []string{"127.0.0.2:8000", "127.0.0.3:8000"}, discovery.ResultOK},
+		{"same set", []string{"vllm.test. 5 IN A 127.0.0.3", "vllm.test. 5 IN A 127.0.0.2"}, dnstest.Answer, false, []string{"127.0.0.2:8000", "127.0.0.3:8000"}, discovery.ResultOK},
+		{"resolver silent", nil, dnstest.Silent, false, []string{"127.0.0.2:8000", "127.0.0.3:8000"}, discovery.ResultError},
+		{"resolver still silent", nil, dnstest.Silent, false, []string{"127.0.0.2:8000", "127.0.0.3:8000"}, discovery.ResultError},
+		{"servfail", nil, dnstest.ServFail, false, []string{"127.0.0.2:8000", "127.0.0.3:8000"}, discovery.ResultError},
+		{"name gone", []string{}, dnstest.Answer, false, []string{"127.0.0.2:8000", "127.0.0.3:8000"}, discovery.ResultEmpty},
+		{"one changed", []string{"vllm.test. 5 IN A 127.0.0.2", "vllm.test. 5 IN A 127.0.0.4"}, dnstest.Answer, true, []string{"127.0.0.2:8000", "127.0.0.4:8000"}, discovery.ResultOK},
 	}
 	for _, st := range steps {
 		if st.zone != nil {
@@ -318,9 +318,9 @@ func mVec(t *testing.T, reg *prometheus.Registry, name, pool, result string) pro
 // The clock is injected: the test reads each wait the loop asks for.
 func TestDiscoveryRunHonoursTTL(t *testing.T) {
 	srv := dnstest.New(t)
-	l, _ := pools.NewDNSLookup(srv.Addr, "")
+	l, _ := discovery.NewDNSLookup(srv.Addr, "")
 	fa := newFakeAfter()
-	d := pools.NewDiscovery(pools.DiscoveryOptions{Pool: "qwen", Kind: "dns", Name: "vllm.test", Port: 8000,
+	d := discovery.New(discovery.Options{Pool: "qwen", Kind: "dns", Name: "vllm.test", Port: 8000,
 		Interval: time.Minute, MinRefresh: time.Second, Timeout: answerSlack, Lookup: l, After: fa.After})
 	srv.Zone("vllm.test. 3 IN A 127.0.0.2")
 	if !d.Resolve(context.Background()) {
@@ -395,11 +395,11 @@ func (n manyAddrs) Lookup(context.Context, string, string, int) ([]string, time.
 // (untrusted input) gives the pool at most MaxDiscovered replicas, and
 // says so.
 func TestDiscoveryBoundsTheAnswer(t *testing.T) {
-	d := pools.NewDiscovery(pools.DiscoveryOptions{Pool: "p", Kind: "dns", Name: "many.test", Port: 8000,
+	d := discovery.New(discovery.Options{Pool: "p", Kind: "dns", Name: "many.test", Port: 8000,
 		Interval: time.Minute, Timeout: time.Second, Lookup: manyAddrs(5000)})
 	d.Resolve(context.Background())
 	st := d.Status()
-	if len(st.Addrs) != pools.MaxDiscovered || !strings.Contains(st.Err, "more than 256") {
+	if len(st.Addrs) != discovery.MaxDiscovered || !strings.Contains(st.Err, "more than 256") {
 		t.Errorf("%d addresses, err %q", len(st.Addrs), st.Err)
 	}
 }

@@ -1,10 +1,12 @@
-package wire
+package translate
 
 import (
 	"encoding/json"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/switchyard/switchyard/router/internal/sse"
+	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -49,7 +51,7 @@ func CustomCall(it gjson.Result, input string) string {
 // CustomOutput turns the function_call items of the output array at path
 // (output of a response, response.output of an event) that call custom
 // tools into custom_tool_call items. data is not modified.
-func CustomOutput(data []byte, path string, c CustomTools) []byte {
+func CustomOutput(data []byte, path string, c wire.CustomTools) []byte {
 	arr := gjson.GetBytes(data, path)
 	if !arr.IsArray() {
 		return data
@@ -58,7 +60,7 @@ func CustomOutput(data []byte, path string, c CustomTools) []byte {
 	var edits []edit
 	arr.ForEach(func(k, it gjson.Result) bool {
 		if it.Get("type").Str == "function_call" && c.Has(it.Get("name").Str) {
-			edits = append(edits, edit{path + "." + itoa(k.Int()), CustomCall(it, CustomInput(it.Get("arguments").Str))})
+			edits = append(edits, edit{path + "." + strconv.FormatInt(k.Int(), 10), CustomCall(it, CustomInput(it.Get("arguments").Str))})
 		}
 		return true
 	})
@@ -75,7 +77,7 @@ func CustomOutput(data []byte, path string, c CustomTools) []byte {
 func CustomDelta(root gjson.Result, piece string, n int64) []byte {
 	return sse.AppendEvent(nil, "response.custom_tool_call_input.delta", `{"type":"response.custom_tool_call_input.delta","item_id":`+
 		RawOr(root.Get("item_id"), `""`)+`,"output_index":`+RawOr(root.Get("output_index"), "0")+
-		`,"delta":`+Quote(piece)+`,"sequence_number":`+itoa(n)+`}`)
+		`,"delta":`+wire.Quote(piece)+`,"sequence_number":`+strconv.FormatInt(n, 10)+`}`)
 }
 
 func RawOr(v gjson.Result, or string) string {
@@ -206,7 +208,7 @@ func (d *InputDecoder) Feed(s string) string {
 			out = append(d.flushHigh(out), r)
 			d.state = decStr
 		case decHex:
-			v, ok := hexValue(c)
+			v, ok := wire.HexValue(c)
 			if !ok {
 				// \u without four hex digits: kept as written, and c read
 				// again as a character of the string.
@@ -253,16 +255,4 @@ func (d *InputDecoder) flushHigh(out []byte) []byte {
 	}
 	d.high = 0
 	return utf8.AppendRune(out, utf8.RuneError)
-}
-
-func hexValue(c byte) (rune, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return rune(c - '0'), true
-	case c >= 'a' && c <= 'f':
-		return rune(c-'a') + 10, true
-	case c >= 'A' && c <= 'F':
-		return rune(c-'A') + 10, true
-	}
-	return 0, false
 }

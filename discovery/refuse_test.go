@@ -1,4 +1,4 @@
-package pools_test
+package discovery_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/switchyard/switchyard/pools"
+	"github.com/switchyard/switchyard/discovery"
 )
 
 // TestDiscoveryRefusesAddresses: addresses Refuse refuses (the gateway's
@@ -16,7 +16,7 @@ import (
 func TestDiscoveryRefusesAddresses(t *testing.T) {
 	self := "10.1.0.2:8000"
 	var refused []string
-	d := pools.NewDiscovery(pools.DiscoveryOptions{Pool: "p", Kind: "dns", Name: "many.test", Port: 8000,
+	d := discovery.New(discovery.Options{Pool: "p", Kind: "dns", Name: "many.test", Port: 8000,
 		Interval: time.Minute, Timeout: time.Second, Lookup: manyAddrs(3),
 		Refuse: func(a string) bool {
 			if a == self {
@@ -33,11 +33,11 @@ func TestDiscoveryRefusesAddresses(t *testing.T) {
 		t.Errorf("refused (-want +got):\n%s", diff)
 	}
 
-	only := pools.NewDiscovery(pools.DiscoveryOptions{Pool: "p", Kind: "dns", Name: "many.test", Port: 8000,
+	only := discovery.New(discovery.Options{Pool: "p", Kind: "dns", Name: "many.test", Port: 8000,
 		Interval: time.Minute, Timeout: time.Second, Lookup: manyAddrs(1),
 		Refuse: func(string) bool { return true }})
 	only.Resolve(context.Background())
-	if st := only.Status(); st.Result != pools.ResultEmpty || len(st.Addrs) != 0 {
+	if st := only.Status(); st.Result != discovery.ResultEmpty || len(st.Addrs) != 0 {
 		t.Errorf("an answer naming only the gateway: result %s, %d addresses; want empty", st.Result, len(st.Addrs))
 	}
 }

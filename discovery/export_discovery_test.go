@@ -1,4 +1,4 @@
-package pools
+package discovery
 
 import discoveryv1 "k8s.io/api/discovery/v1"
 

@@ -1,4 +1,4 @@
-package pools
+package discovery
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/pools"
 )
 
 // Discovery results, the values of switchyard_discovery_resolutions_total's
@@ -48,9 +50,9 @@ type Watcher interface {
 	Watch(ctx context.Context, update func(addrs []string, err error))
 }
 
-// DiscoveryOptions configures one pool's Discovery. The config loader
+// Options configures one pool's Discovery. The config loader
 // fills in every default but MinRefresh, Timeout, Now and After.
-type DiscoveryOptions struct {
+type Options struct {
 	Pool string
 	// Kind is "dns" or "srv"; Name is what is resolved; Port is the
 	// replicas' port with "dns".
@@ -74,18 +76,18 @@ type DiscoveryOptions struct {
 	Now   func() time.Time
 	After func(time.Duration) <-chan time.Time
 	// Metrics, when set, counts resolutions and the replicas in use.
-	Metrics *DiscoveryMetrics
+	Metrics *Metrics
 	// OnEvent is told of every change worth a log line: the set changed
 	// or the result did (ok, empty, error). It must not block.
-	OnEvent func(DiscoveryEvent)
+	OnEvent func(Event)
 	// Refuse, when set, is asked of each address an answer lists; those
 	// it refuses (the gateway's own listener) are dropped, as if the
 	// answer had not listed them. It must not block.
 	Refuse func(addr string) bool
 }
 
-// DiscoveryEvent is a change in a pool's discovery.
-type DiscoveryEvent struct {
+// Event is a change in a pool's discovery.
+type Event struct {
 	Pool, Kind, Name string
 	Result           string
 	// Err is the failure of a result other than ok.
@@ -96,8 +98,8 @@ type DiscoveryEvent struct {
 	Added, Removed, Addrs []string
 }
 
-// DiscoveryStatus is what /admin/pools shows of a pool's discovery.
-type DiscoveryStatus struct {
+// Status is what /admin/pools shows of a pool's discovery.
+type Status struct {
 	Kind, Name string
 	// Addrs is the set in use: the last good resolution's addresses,
 	// sorted.
@@ -116,10 +118,10 @@ type DiscoveryStatus struct {
 // resolution keeps the last good set: DNS hiccups never take a pool's
 // replicas away (health checks still do, one replica at a time).
 type Discovery struct {
-	opts DiscoveryOptions
+	opts Options
 
 	mu     sync.Mutex // guards the fields below
-	status DiscoveryStatus
+	status Status
 	// fails counts failed resolutions in a row (the retry backoff).
 	fails int
 	// stopped: Stop was called; a resolution still running changes
@@ -135,9 +137,9 @@ func (d *Discovery) Stop() {
 	d.mu.Unlock()
 }
 
-// NewDiscovery returns a pool's discovery with an empty set; call Resolve
+// New returns a pool's discovery with an empty set; call Resolve
 // for a first set and Run to follow the name.
-func NewDiscovery(o DiscoveryOptions) *Discovery {
+func New(o Options) *Discovery {
 	if o.MinRefresh <= 0 {
 		o.MinRefresh = time.Second
 	}
@@ -150,14 +152,14 @@ func NewDiscovery(o DiscoveryOptions) *Discovery {
 	if o.After == nil {
 		o.After = time.After
 	}
-	return &Discovery{opts: o, status: DiscoveryStatus{Kind: o.Kind, Name: o.Name, TTL: -1}}
+	return &Discovery{opts: o, status: Status{Kind: o.Kind, Name: o.Name, TTL: -1}}
 }
 
 // Options returns the options d was made with.
-func (d *Discovery) Options() DiscoveryOptions { return d.opts }
+func (d *Discovery) Options() Options { return d.opts }
 
 // Status returns the discovery's state now.
-func (d *Discovery) Status() DiscoveryStatus {
+func (d *Discovery) Status() Status {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := d.status
@@ -167,12 +169,12 @@ func (d *Discovery) Status() DiscoveryStatus {
 
 // Replicas returns the set in use as replica specs, each named after its
 // address (10.0.0.5:8000) with the base URL http://ADDRESS.
-func (d *Discovery) Replicas() []ReplicaSpec {
+func (d *Discovery) Replicas() []pools.ReplicaSpec {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make([]ReplicaSpec, 0, len(d.status.Addrs))
+	out := make([]pools.ReplicaSpec, 0, len(d.status.Addrs))
 	for _, a := range d.status.Addrs {
-		out = append(out, ReplicaSpec{Name: a, URL: &url.URL{Scheme: "http", Host: a}})
+		out = append(out, pools.ReplicaSpec{Name: a, URL: &url.URL{Scheme: "http", Host: a}})
 	}
 	return out
 }
@@ -244,7 +246,7 @@ func (d *Discovery) record(addrs []string, ttl time.Duration, err error) (change
 	// Told once per change: a name failing every interval is one line,
 	// not one per attempt (the error's text varies: ports, servers).
 	if d.opts.OnEvent != nil && (changed || result != prev.Result) {
-		d.opts.OnEvent(DiscoveryEvent{Pool: d.opts.Pool, Kind: d.opts.Kind, Name: d.opts.Name, Result: result, Err: err,
+		d.opts.OnEvent(Event{Pool: d.opts.Pool, Kind: d.opts.Kind, Name: d.opts.Name, Result: result, Err: err,
 			Added: added, Removed: removed, Addrs: cur})
 	}
 	return changed
@@ -310,17 +312,17 @@ func diffSets(a, b []string) (added, removed []string) {
 	return added, removed
 }
 
-// DiscoveryMetrics are the discovery series:
+// Metrics are the discovery series:
 // switchyard_discovery_resolutions_total{pool,result} and
 // switchyard_discovery_replicas{pool}.
-type DiscoveryMetrics struct {
+type Metrics struct {
 	resolutions *prometheus.CounterVec
 	replicas    *prometheus.GaugeVec
 }
 
-// NewDiscoveryMetrics registers the discovery series on reg.
-func NewDiscoveryMetrics(reg prometheus.Registerer) *DiscoveryMetrics {
-	m := &DiscoveryMetrics{
+// NewMetrics registers the discovery series on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
 		resolutions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_discovery_resolutions_total",
 			Help: "Resolutions of a discovered pool's name (DNS), or updates of its Service's EndpointSlices (kubernetes), by result: ok, empty (no records, no ready endpoint: the last good set is kept) or error (no answer, a lost watch: kept)."},
 			[]string{"pool", "result"}),
@@ -332,14 +334,14 @@ func NewDiscoveryMetrics(reg prometheus.Registerer) *DiscoveryMetrics {
 }
 
 // Forget drops a pool's series (its discovery is gone).
-func (m *DiscoveryMetrics) Forget(pool string) {
+func (m *Metrics) Forget(pool string) {
 	m.replicas.DeleteLabelValues(pool)
 	for _, r := range []string{ResultOK, ResultEmpty, ResultError} {
 		m.resolutions.DeleteLabelValues(pool, r)
 	}
 }
 
-// refuse drops the addresses DiscoveryOptions.Refuse refuses.
+// refuse drops the addresses Options.Refuse refuses.
 func (d *Discovery) refuse(addrs []string) []string {
 	if d.opts.Refuse == nil {
 		return addrs
