@@ -68,7 +68,7 @@ func TestExplainCLI(t *testing.T) {
 	}
 	// A title request (no tools, a short answer budget) is a side request.
 	code, out, _ = runCLI(t, "explain", "--config", "../../examples/policies/dgx-spark-8node.yaml", "--class", "simple",
-		`{"model":"auto","max_tokens":1024,"messages":[{"role":"system","content":"You are a title generator."},{"role":"user","content":"hi"}]}`)
+		`{"model":"auto","max_tokens":1024,"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}]}`)
 	if code != exitOK || !strings.Contains(out, `"route": "side"`) || !strings.Contains(out, `"side": true`) || !strings.Contains(out, `"max_tokens 1024 <= 4096"`) {
 		t.Errorf("explain a title request: %d %s", code, out)
 	}
