@@ -245,7 +245,7 @@ func runReplay(ctx context.Context, w io.Writer, dir string, asJSON bool) error 
 		}
 		return nil
 	}
-	fmt.Fprintf(w, "Captured agent sessions through the reference policy (%s; simulated replicas; classifier: the replay's turn rule, not MiniCPM)\n", dir)
+	fmt.Fprintf(w, "Captured agent sessions through the reference policy (%s; simulated replicas; classifier: the simulator's DefaultChooser, not MiniCPM)\n", dir)
 	fmt.Fprintf(w, "%-12s %8s %13s %12s %12s %9s %9s %s\n", "agent", "requests", "prompt tokens", "minicpm req", "minicpm tok", "qwen req", "qwen tok", "gain vs Qwen-only")
 	pct := func(n, of int) string { return fmt.Sprintf("%.0f%%", 100*float64(n)/float64(max(of, 1))) }
 	for _, r := range rs {
