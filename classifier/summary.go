@@ -124,23 +124,16 @@ func (in *Input) summary() string {
 	} else {
 		sb.WriteString("Tools: none\n")
 	}
-	sb.WriteString(headInstruction)
-	sb.WriteString(in.LastUser)
-	sb.WriteString("\n")
-	if in.ToolResult != "" {
-		sb.WriteString(headToolResult)
-		sb.WriteString(in.ToolResult)
-		sb.WriteString("\n")
-	}
-	if in.Opening != "" {
-		sb.WriteString(headOpening)
-		sb.WriteString(in.Opening)
-		sb.WriteString("\n")
-	}
-	if in.System != "" {
-		sb.WriteString(headSystem)
-		sb.WriteString(in.System)
-		sb.WriteString("\n")
+	// The current instruction always has its heading; the evidence and
+	// context after it only when there is some.
+	for _, part := range [...]struct{ head, text string }{
+		{headInstruction, in.LastUser}, {headToolResult, in.ToolResult}, {headOpening, in.Opening}, {headSystem, in.System},
+	} {
+		if part.text != "" || part.head == headInstruction {
+			sb.WriteString(part.head)
+			sb.WriteString(part.text)
+			sb.WriteString("\n")
+		}
 	}
 	return sb.String()
 }

@@ -294,30 +294,11 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 			d.Matched = append(d.Matched, r.name)
 			d.Why = st.heldList()
 		}
-		target := r.to
-		if len(r.split) > 0 {
-			key := req.Session
-			if !r.sticky || r.side {
-				key = "" // decided afresh per request: drawn at random
-			}
-			target = p.pick(r.split, key)
+		key := req.Session
+		if !r.sticky || r.side {
+			key = "" // decided afresh per request: drawn at random
 		}
-		d.Pools = make([]string, 0, 1+len(r.fallback))
-		d.Pools = append(d.Pools, target)
-		for _, fb := range r.fallback {
-			// A split may list its own pools as fallbacks; skip the one chosen.
-			if fb != target {
-				d.Pools = append(d.Pools, fb)
-			}
-		}
-		d.Spill = r.spill
-		d.Side = r.side
-		if st.done {
-			d.Classified, d.Class, d.Scores = true, st.cls.Label, st.cls.Scores
-		}
-		if p.ctrl != nil && !explain {
-			p.ctrl.ObserveDecision(target == p.ctrl.Pool(), st.autoPassed)
-		}
+		p.target(&d, r, key, &st, explain)
 		if hasSession {
 			p.noteSession(req.Session, &d, r, kept, keptAt >= 0, explain)
 		}
@@ -356,6 +337,31 @@ func (p *Policy) Decide(req *Request, classify ClassifyFunc, explain bool) Decis
 	return kept
 }
 
+// target fills d with route r's pools (a split drawn by key, at random
+// for ""), spill, side and class, and tells the share controller.
+func (p *Policy) target(d *Decision, r *route, key string, st *evalState, explain bool) {
+	target := r.to
+	if len(r.split) > 0 {
+		target = p.pick(r.split, key)
+	}
+	d.Pools = make([]string, 0, 1+len(r.fallback))
+	d.Pools = append(d.Pools, target)
+	for _, fb := range r.fallback {
+		// A split may list its own pools as fallbacks; skip the one chosen.
+		if fb != target {
+			d.Pools = append(d.Pools, fb)
+		}
+	}
+	d.Spill = r.spill
+	d.Side = r.side
+	if st.done {
+		d.Classified, d.Class, d.Scores = true, st.cls.Label, st.cls.Scores
+	}
+	if p.ctrl != nil && !explain {
+		p.ctrl.ObserveDecision(target == p.ctrl.Pool(), st.autoPassed)
+	}
+}
+
 // moveDownTo decides req by route r (at index i), weaker than the kept
 // decision: a new instruction, judged on its own evidence, moves its
 // session down to r. d holds what explain gathered so far.
@@ -365,24 +371,7 @@ func (p *Policy) moveDownTo(req *Request, r *route, i int, kept Decision, st *ev
 		d.Matched = append(d.Matched, r.name)
 		d.Why = st.heldList()
 	}
-	target := r.to
-	if len(r.split) > 0 {
-		target = p.pick(r.split, req.Session)
-	}
-	d.Pools = make([]string, 0, 1+len(r.fallback))
-	d.Pools = append(d.Pools, target)
-	for _, fb := range r.fallback {
-		if fb != target {
-			d.Pools = append(d.Pools, fb)
-		}
-	}
-	d.Spill = r.spill
-	if st.done {
-		d.Classified, d.Class, d.Scores = true, st.cls.Label, st.cls.Scores
-	}
-	if p.ctrl != nil && !explain {
-		p.ctrl.ObserveDecision(target == p.ctrl.Pool(), st.autoPassed)
-	}
+	p.target(d, r, req.Session, st, explain)
 	d.Session = SessionMovedDown
 	if explain {
 		d.SessionReason = fmt.Sprintf("a new instruction from the user, decided on its own evidence, takes route %q, below the session's kept route %q: the session moves down to it (session.move_down: new_instruction)", r.name, kept.Route)
@@ -614,40 +603,34 @@ func (s *evalState) matchFeatures(w *cond) (bool, string) {
 // failed tool result, a repeated identical call.
 func (s *evalState) matchTrajectory(w *cond) (bool, string) {
 	req := s.req
-	if w.toolError != nil {
-		has := req.ToolError != ""
-		if has != *w.toolError {
-			if has {
-				return false, s.why(func() string {
-					return fmt.Sprintf("tool_error: the latest tool result reads as a failure (%s)", req.ToolError)
-				})
-			}
-			return false, s.why(func() string { return "tool_error: no failed tool result in this turn" })
-		}
-		s.hold(func() string {
-			if has {
-				return fmt.Sprintf("tool_error: the latest tool result reads as a failure (%s)", req.ToolError)
-			}
-			return "tool_error: no failed tool result in this turn"
-		})
+	if ok, why := s.flag(w.toolError, req.ToolError != "",
+		func() string {
+			return fmt.Sprintf("tool_error: the latest tool result reads as a failure (%s)", req.ToolError)
+		},
+		func() string { return "tool_error: no failed tool result in this turn" }); !ok {
+		return false, why
 	}
-	if w.repeated != nil {
-		has := req.RepeatedCall != ""
-		if has != *w.repeated {
-			if has {
-				return false, s.why(func() string {
-					return fmt.Sprintf("repeated_call: the latest call to %q repeats an earlier one", req.RepeatedCall)
-				})
-			}
-			return false, s.why(func() string { return "repeated_call: the latest call repeats none of the last eight" })
-		}
-		s.hold(func() string {
-			if has {
-				return fmt.Sprintf("repeated_call: the latest call to %q repeats an earlier one with identical arguments", req.RepeatedCall)
-			}
-			return "repeated_call: the latest call repeats none of the last eight"
-		})
+	return s.flag(w.repeated, req.RepeatedCall != "",
+		func() string {
+			return fmt.Sprintf("repeated_call: the latest call to %q repeats an earlier one with identical arguments", req.RepeatedCall)
+		},
+		func() string { return "repeated_call: the latest call repeats none of the last eight" })
+}
+
+// flag checks a true/false condition (nil: none) against what the
+// request has; yes and no say it either way, for explain.
+func (s *evalState) flag(want *bool, has bool, yes, no func() string) (bool, string) {
+	if want == nil {
+		return true, ""
 	}
+	said := no
+	if has {
+		said = yes
+	}
+	if has != *want {
+		return false, s.why(said)
+	}
+	s.hold(said)
 	return true, ""
 }
 
