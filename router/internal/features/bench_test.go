@@ -13,7 +13,7 @@ import (
 // task with a skills reminder, and tool calls whose results (3 kB of
 // source each, escaped as JSON escapes it) fill the rest, the last a
 // failing test run.
-func agentRequest() []byte {
+func agentRequest(lastOutput string) []byte {
 	msgs := []any{
 		map[string]any{"role": "system", "content": strings.Repeat("You are a coding agent. Follow the conventions.\n", 400)},
 		map[string]any{"role": "user", "content": []any{
@@ -29,7 +29,7 @@ func agentRequest() []byte {
 	}
 	msgs = append(msgs,
 		map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{"id": "t", "type": "function", "function": map[string]any{"name": "bash", "arguments": `{"cmd":"go test"}`}}}},
-		map[string]any{"role": "tool", "tool_call_id": "t", "content": "--- FAIL: TestParse (0.00s)\n    got 2 fields, want 3\nFAIL\nexit status 1"})
+		map[string]any{"role": "tool", "tool_call_id": "t", "content": lastOutput})
 	tools := []any{}
 	for _, n := range []string{"bash", "read", "write", "edit", "glob", "grep", "list", "todowrite", "task", "webfetch"} {
 		tools = append(tools, map[string]any{"type": "function", "function": map[string]any{"name": n, "parameters": map[string]any{"type": "object"}}})
@@ -48,7 +48,17 @@ func mustJSON(v any) []byte {
 // parsed once, outside the loop, as the router parses it once for every
 // use. summary-bytes is the summary's size, to read B/op against.
 func BenchmarkReadTurn(b *testing.B) {
-	body := agentRequest()
+	fail := "--- FAIL: TestParse (0.00s)\n    got 2 fields, want 3\nFAIL\nexit status 1"
+	for _, bc := range []struct{ name, output string }{
+		{"short-output", fail},
+		// A 40 kB test log: the summary holds its head and tail.
+		{"long-output", strings.Repeat("=== RUN   TestParse/case\n    parse_test.go:12: \"a,b\" ok\n", 800) + fail},
+	} {
+		b.Run(bc.name, func(b *testing.B) { benchmarkReadTurn(b, agentRequest(bc.output)) })
+	}
+}
+
+func benchmarkReadTurn(b *testing.B, body []byte) {
 	info, err := wire.Parse(body, wire.Chat, 64)
 	if err != nil {
 		b.Fatal(err)
@@ -59,9 +69,9 @@ func BenchmarkReadTurn(b *testing.B) {
 	}
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
-	b.ReportMetric(float64(len(sum)), "summary-bytes")
 	for b.Loop() {
 		t := Read(info, 4000)
 		_ = classifier.Summary(t.Input, 4000)
 	}
+	b.ReportMetric(float64(len(sum)), "summary-bytes")
 }

@@ -197,3 +197,22 @@ func TestReadBounded(t *testing.T) {
 		t.Errorf("summary of %d bytes", len(s))
 	}
 }
+
+// TestUnescape: the excerpts' decoder reads JSON strings as
+// encoding/json does (escapes, surrogate pairs; a lone surrogate is
+// U+FFFD).
+func TestUnescape(t *testing.T) {
+	for _, raw := range []string{`plain`, `a\nb\tc\"d\\e\/f\b\f\r`, `\u00e9\u4e2d`, `\ud83d\ude00 smile`, `lone \ud83d end`, `\u003csystem-reminder\u003e`, `bad \uZZZZ`} {
+		var want string
+		if err := json.Unmarshal([]byte(`"`+raw+`"`), &want); err != nil {
+			want = "" // not valid JSON: only no panic and valid UTF-8 is asked
+		}
+		got := unescape(raw)
+		if want != "" && got != want {
+			t.Errorf("unescape(%q) = %q, want %q", raw, got, want)
+		}
+		if !utf8.ValidString(got) {
+			t.Errorf("unescape(%q) is not valid UTF-8", raw)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package features
 
 import (
 	"strings"
+	"unsafe"
 )
 
 // failureOf says why a tool result's text reads as a failure ("" when it
@@ -12,13 +13,24 @@ import (
 // the first line for the loose words ("failed", "not found"), so a file
 // that merely mentions an error, read back by the agent, is not one.
 func failureOf(text string) string {
+	var buf [maxLineRead]byte // a line's lower-case form, on the stack
 	first := true
-	for line := range strings.Lines(text) {
-		line = strings.TrimSpace(line)
+	for start := 0; start < len(text); {
+		end := strings.IndexByte(text[start:], '\n')
+		if end < 0 {
+			end = len(text)
+		} else {
+			end += start
+		}
+		line := strings.TrimSpace(text[start:end])
+		start = end + 1
 		if line == "" {
 			continue
 		}
-		if why := failureLine(line, first); why != "" {
+		if len(line) > maxLineRead {
+			line = line[:maxLineRead] // how a run ended is said early in its line
+		}
+		if why := failureLine(line, asciiLower(buf[:0], line), first); why != "" {
 			return why
 		}
 		first = false
@@ -26,9 +38,25 @@ func failureOf(text string) string {
 	return ""
 }
 
-// failureLine checks one line; first: it is the output's first line.
-func failureLine(line string, first bool) string {
-	lower := strings.ToLower(line)
+// maxLineRead bounds how much of a line failureOf reads.
+const maxLineRead = 512
+
+// asciiLower appends s with its ASCII letters in lower case to b, as a
+// string that lives as long as b's array is not written again.
+func asciiLower(b []byte, s string) string {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// failureLine checks one line (and its lower-case form); first: it is the
+// output's first line.
+func failureLine(line, lower string, first bool) string {
 	if code, ok := exitCode(lower); ok && code != "0" {
 		return "exit code " + code
 	}

@@ -31,8 +31,14 @@ type Turn struct {
 	RepeatedCall string
 	// opening is what OpeningKey digests, kept so that only a request
 	// that needs an implicit session id pays for the digest.
-	opening   *walker
+	opening   *openingState
 	promptKey string
+}
+
+// openingState is what the opening key digests.
+type openingState struct {
+	systemRaw []string
+	parts     []openingPart
 }
 
 // OpeningKey is a digest of the conversation's opening, canonicalised
@@ -42,7 +48,7 @@ func (t Turn) OpeningKey() [16]byte {
 		sum := sha256.Sum256([]byte(t.promptKey))
 		return [16]byte(sum[:16])
 	}
-	return t.opening.openingKey(t.Input.Tools)
+	return t.opening.key(t.Input.Tools)
 }
 
 // repeatWindow is how many earlier tool calls a new one is compared with.
@@ -77,10 +83,7 @@ func Read(info *wire.Info, limit int) Turn {
 	if info.RawSystem.Exists() {
 		w.system(rawString(info.RawSystem))
 	}
-	elements(info.RawMessages.Raw, func(m string) bool {
-		w.message(m)
-		return true
-	})
+	eachMessage(info.RawMessages.Raw, w.message)
 	in.Turns = info.Messages
 	in.Instructions = w.instructions
 	in.Last, in.Steps = w.last, w.steps
@@ -98,7 +101,8 @@ func Read(info *wire.Info, limit int) Turn {
 		t.ToolError = w.failure
 		t.RepeatedCall = w.repeated
 	}
-	t.opening = &w
+	t.opening = &openingState{systemRaw: w.systemRaw, parts: w.opening}
+
 	return t
 }
 
@@ -150,7 +154,7 @@ type openingPart struct {
 
 func (w *walker) system(s string) {
 	if strings.HasPrefix(s, `"`) {
-		w.systemText = excerpt(s, w.limit)
+		w.systemText = headExcerpt(s, w.limit/8) // its start is what the classifier reads
 		w.systemRaw = append(w.systemRaw, s)
 		return
 	}
@@ -172,33 +176,61 @@ type fields struct {
 
 func fieldsOf(m string) fields {
 	var f fields
-	members(m, func(k, v string) bool {
-		switch k {
-		case "role":
-			f.role = str(v)
-		case "type":
-			f.typ = str(v)
-		case "content":
-			f.content = v
-		case "output":
-			f.output = v
-		case "tool_calls":
-			f.toolCalls = v
-		case "name":
-			f.name = v
-		case "arguments":
-			f.args = v
-		case "input":
-			f.input = v
-		}
-		return true
-	})
+	members(m, f.set)
 	return f
 }
 
-func (w *walker) message(m string) {
+// set keeps a member the walker reads.
+func (f *fields) set(k, v string) bool {
+	switch k {
+	case "role":
+		f.role = str(v)
+	case "type":
+		f.typ = str(v)
+	case "content":
+		f.content = v
+	case "output":
+		f.output = v
+	case "tool_calls":
+		f.toolCalls = v
+	case "name":
+		f.name = v
+	case "arguments":
+		f.args = v
+	case "input":
+		f.input = v
+	}
+	return true
+}
+
+// eachMessage calls fn with the fields of each message (or item) of the
+// raw array arr, in one scan of its bytes.
+func eachMessage(arr string, fn func(f *fields)) {
+	i := skipSpace(arr, 0)
+	if i >= len(arr) || arr[i] != '[' {
+		return
+	}
+	i++
+	var f fields
+	set := f.set
+	for {
+		i = skipSpace(arr, i)
+		if i >= len(arr) || arr[i] == ']' {
+			return
+		}
+		f = fields{}
+		end := objectAt(arr, i, set)
+		fn(&f)
+		i = skipSpace(arr, end)
+		if i >= len(arr) || arr[i] != ',' {
+			return
+		}
+		i++
+	}
+}
+
+func (w *walker) message(f *fields) {
 	defer func() { w.index++ }()
-	f := fieldsOf(m)
 	role, typ := f.role, f.typ
 	switch {
 	case role == "assistant" || typ == "function_call" || typ == "custom_tool_call" || typ == "reasoning":
@@ -208,7 +240,7 @@ func (w *walker) message(m string) {
 			w.pending = w.pending[:0]
 		}
 		w.inAssistant, w.last = true, ""
-		w.assistantCalls(&f)
+		w.assistantCalls(f)
 		w.opened(role, "")
 		return
 	case role == "system" || role == "developer":
@@ -302,11 +334,19 @@ func (w *walker) toolResult(out string, isError bool) {
 }
 
 // readResults reads the latest tool results, once the pass is over:
-// their excerpts, within twice limit in all, and the first failure.
+// their excerpts, within limit in all, and the first failure.
 func (w *walker) readResults() {
+	if len(w.pending) == 1 { // the usual turn: one call, one result
+		r := w.pending[0]
+		w.results = resultExcerpt(r.out, w.limit)
+		if w.failure = "is_error"; !r.isError {
+			w.failure = failureOf(w.results)
+		}
+		return
+	}
 	var sb strings.Builder
 	for _, r := range w.pending {
-		room := 2*w.limit - sb.Len()
+		room := w.limit - sb.Len()
 		if room <= 0 {
 			break
 		}
@@ -378,14 +418,14 @@ func (w *walker) call(name, args string) {
 // without date lines, each opening message's role and words (boilerplate
 // and date lines removed), the tools' names. SHA-256, so that the key is
 // the same on every instance.
-func (w *walker) openingKey(tools []string) [16]byte {
+func (o *openingState) key(tools []string) [16]byte {
 	h := sha256.New()
 	h.Write([]byte("opening\x00"))
-	for _, raw := range w.systemRaw {
+	for _, raw := range o.systemRaw {
 		writeUndated(h, raw)
 		h.Write([]byte{0})
 	}
-	for _, p := range w.opening {
+	for _, p := range o.parts {
 		io.WriteString(h, p.role)
 		h.Write([]byte{0})
 		writeUndated(h, p.text)
@@ -416,7 +456,7 @@ var callSeed = maphash.MakeSeed()
 // allToolNames are the names of every tool the request offers, those of
 // additional_tools input items included.
 func allToolNames(info *wire.Info) []string {
-	out := toolNames(info.RawTools, nil)
+	out := toolNames(info.RawTools, make([]string, 0, info.Tools))
 	for _, t := range info.AdditionalTools {
 		out = toolNames(t, out)
 	}

@@ -15,32 +15,43 @@ import (
 // members calls fn with each member of the raw JSON object obj: its key
 // (as written: the keys read here hold no escapes) and its raw value.
 func members(obj string, fn func(key, raw string) bool) {
-	i := skipSpace(obj, 0)
-	if i >= len(obj) || obj[i] != '{' {
-		return
+	objectAt(obj, skipSpace(obj, 0), fn)
+}
+
+// objectAt calls fn with each member of the object that starts at i in s
+// and returns the index just after it: one scan of its bytes.
+func objectAt(s string, i int, fn func(key, raw string) bool) int {
+	if i >= len(s) || s[i] != '{' {
+		return valueEnd(s, i)
 	}
 	i++
+	stopped := false
 	for {
-		i = skipSpace(obj, i)
-		if i >= len(obj) || obj[i] != '"' {
-			return
+		i = skipSpace(s, i)
+		if i >= len(s) {
+			return i
 		}
-		kEnd := valueEnd(obj, i)
-		key := obj[i+1 : kEnd-1]
-		i = skipSpace(obj, kEnd)
-		if i >= len(obj) || obj[i] != ':' {
-			return
+		if s[i] == '}' {
+			return i + 1
 		}
-		i = skipSpace(obj, i+1)
-		end := valueEnd(obj, i)
-		if !fn(key, obj[i:end]) {
-			return
+		if s[i] != '"' {
+			return valueEnd(s, i)
 		}
-		i = skipSpace(obj, end)
-		if i >= len(obj) || obj[i] != ',' {
-			return
+		kEnd := stringEnd(s, i)
+		key := s[i+1 : kEnd-1]
+		i = skipSpace(s, kEnd)
+		if i >= len(s) || s[i] != ':' {
+			return i
 		}
-		i++
+		i = skipSpace(s, i+1)
+		end := valueEnd(s, i)
+		if !stopped && !fn(key, s[i:end]) {
+			stopped = true // read on to the object's end
+		}
+		i = skipSpace(s, end)
+		if i < len(s) && s[i] == ',' {
+			i++
+		}
 	}
 }
 

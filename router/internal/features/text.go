@@ -3,9 +3,9 @@ package features
 import (
 	"io"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 	"unsafe"
-
-	"github.com/tidwall/gjson"
 )
 
 // Boilerplate is the text agents add to the user's turn on their own:
@@ -54,6 +54,30 @@ func stripBoilerplate(s string) string {
 	return strings.TrimSpace(s)
 }
 
+// wholeBlock reports whether a raw JSON string is one boilerplate block
+// and nothing else (Qwen Code's skills list, Claude Code's reminders: a
+// text part of their own), as written or with < and > escaped: it is
+// skipped without being unescaped.
+func wholeBlock(raw string) bool {
+	if len(raw) < 2 || raw[0] != '"' {
+		return false
+	}
+	body := strings.TrimRight(raw[1:len(raw)-1], " ")
+	for strings.HasSuffix(body, `\n`) {
+		body = strings.TrimRight(body[:len(body)-2], " ")
+	}
+	body = strings.TrimLeft(body, " ")
+	for _, tag := range boilerplateTags {
+		for _, lt := range [...][2]string{{"<", ">"}, {`\u003c`, `\u003e`}} {
+			if strings.HasPrefix(body, lt[0]+tag) && strings.HasSuffix(body, lt[0]+"/"+tag+lt[1]) {
+				rest := body[len(lt[0])+len(tag):]
+				return strings.HasPrefix(rest, lt[1]) || strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, `\n`)
+			}
+		}
+	}
+	return false
+}
+
 // indexTag finds "<tag" followed by '>' or a space (not "<tagname-more").
 func indexTag(s, open string) int {
 	for from := 0; ; {
@@ -84,15 +108,98 @@ func excerpt(raw string, n int) string {
 	}
 	h := safeHead(body, n/2)
 	t := safeTail(body, n-n/2)
-	return unescape(body[:h]) + "\n…\n" + unescape(body[t:])
+	var sb strings.Builder
+	sb.Grow(h + len(body) - t + len("\n…\n"))
+	unescapeTo(&sb, body[:h])
+	sb.WriteString("\n…\n")
+	unescapeTo(&sb, body[t:])
+	return strings.ToValidUTF8(sb.String(), "\uFFFD")
+}
+
+// headExcerpt is the text of the first n bytes or so of a raw JSON
+// string value ("" for a value that is not a string).
+func headExcerpt(raw string, n int) string {
+	if len(raw) < 2 || raw[0] != '"' {
+		return ""
+	}
+	body := raw[1 : len(raw)-1]
+	return unescape(body[:safeHead(body, n)])
 }
 
 // unescape decodes the inside of a JSON string.
 func unescape(part string) string {
-	if !strings.Contains(part, `\`) {
+	if strings.IndexByte(part, '\\') < 0 {
 		return strings.ToValidUTF8(part, "\uFFFD")
 	}
-	return strings.ToValidUTF8(gjson.Parse(`"`+part+`"`).Str, "\uFFFD")
+	var sb strings.Builder
+	sb.Grow(len(part))
+	unescapeTo(&sb, part)
+	return strings.ToValidUTF8(sb.String(), "\uFFFD")
+}
+
+// unescapeTo writes the decoded inside of a JSON string to sb.
+func unescapeTo(sb *strings.Builder, part string) {
+	i := strings.IndexByte(part, '\\')
+	if i < 0 {
+		sb.WriteString(part)
+		return
+	}
+	sb.WriteString(part[:i])
+	for ; i < len(part); i++ {
+		c := part[i]
+		if c != '\\' || i+1 >= len(part) {
+			sb.WriteByte(c)
+			continue
+		}
+		i++
+		switch part[i] {
+		case 'n':
+			sb.WriteByte('\n')
+		case 't':
+			sb.WriteByte('\t')
+		case 'r':
+			sb.WriteByte('\r')
+		case 'b':
+			sb.WriteByte('\b')
+		case 'f':
+			sb.WriteByte('\f')
+		case 'u':
+			r, n := hexRune(part[i+1:])
+			if n == 4 && utf16.IsSurrogate(r) && strings.HasPrefix(part[i+5:], `\u`) {
+				if r2, n2 := hexRune(part[i+7:]); n2 == 4 {
+					r = utf16.DecodeRune(r, r2)
+					i += 6
+				}
+			}
+			if n < 4 || utf16.IsSurrogate(r) {
+				r = utf8.RuneError
+			}
+			sb.WriteRune(r)
+			i += n
+		default: // \" \\ \/
+			sb.WriteByte(part[i])
+		}
+	}
+}
+
+// hexRune reads up to four hex digits: the rune and how many were read.
+func hexRune(s string) (rune, int) {
+	var r rune
+	n := 0
+	for ; n < 4 && n < len(s); n++ {
+		c := s[n]
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return r, n
+		}
+	}
+	return r, n
 }
 
 // safeHead is the largest cut at most n bytes into the inside of a JSON
@@ -161,7 +268,7 @@ func contentExcerpt(raw string, n int) string {
 	}
 	var sb strings.Builder
 	elements(raw, func(part string) bool {
-		if t := member(part, "text"); t != "" && sb.Len() < n {
+		if t := member(part, "text"); t != "" && sb.Len() < n && !wholeBlock(t) {
 			if s := stripBoilerplate(excerpt(t, boilerplateWindow(n, len(t)))); s != "" {
 				if sb.Len() > 0 {
 					sb.WriteByte('\n')
