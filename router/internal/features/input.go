@@ -83,7 +83,7 @@ func Read(info *wire.Info, limit int) Turn {
 	if info.RawSystem.Exists() {
 		w.system(rawString(info.RawSystem))
 	}
-	eachMessage(info.RawMessages.Raw, w.message)
+	w.eachMessage(info.RawMessages.Raw)
 	in.Turns = info.Messages
 	in.Instructions = w.instructions
 	in.Last, in.Steps = w.last, w.steps
@@ -203,9 +203,9 @@ func (f *fields) set(k, v string) bool {
 	return true
 }
 
-// eachMessage calls fn with the fields of each message (or item) of the
-// raw array arr, in one scan of its bytes.
-func eachMessage(arr string, fn func(f *fields)) {
+// eachMessage reads each message (or item) of the raw array arr, in one
+// scan of its bytes.
+func (w *walker) eachMessage(arr string) {
 	i := skipSpace(arr, 0)
 	if i >= len(arr) || arr[i] != '[' {
 		return
@@ -220,7 +220,7 @@ func eachMessage(arr string, fn func(f *fields)) {
 		}
 		f = fields{}
 		end := objectAt(arr, i, set)
-		fn(&f)
+		w.message(&f)
 		i = skipSpace(arr, end)
 		if i >= len(arr) || arr[i] != ',' {
 			return

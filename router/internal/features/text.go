@@ -69,13 +69,27 @@ func wholeBlock(raw string) bool {
 	body = strings.TrimLeft(body, " ")
 	for _, tag := range boilerplateTags {
 		for _, lt := range [...][2]string{{"<", ">"}, {`\u003c`, `\u003e`}} {
-			if strings.HasPrefix(body, lt[0]+tag) && strings.HasSuffix(body, lt[0]+"/"+tag+lt[1]) {
-				rest := body[len(lt[0])+len(tag):]
+			open, ok := strings.CutPrefix(body, lt[0])
+			if rest, ok2 := strings.CutPrefix(open, tag); ok && ok2 && endsWithTag(body, lt[0], tag, lt[1]) {
 				return strings.HasPrefix(rest, lt[1]) || strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, `\n`)
 			}
 		}
 	}
 	return false
+}
+
+// endsWithTag reports whether body ends with the end tag of tag, written
+// with lt and gt ("<", ">" or their JSON escapes).
+func endsWithTag(body, lt, tag, gt string) bool {
+	body, ok := strings.CutSuffix(body, gt)
+	if !ok {
+		return false
+	}
+	if body, ok = strings.CutSuffix(body, tag); !ok {
+		return false
+	}
+	body, ok = strings.CutSuffix(body, "/")
+	return ok && strings.HasSuffix(body, lt)
 }
 
 // indexTag finds "<tag" followed by '>' or a space (not "<tagname-more").
