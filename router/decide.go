@@ -45,7 +45,10 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 		return g.classify(withTenant(ctx, name, weight), x, in)
 	}, explain)
 	x.sess.outcome = d.Session
-	if d.Sticky && d.Classified && s.classifier != nil {
+	// sticky counts a session's class reused without asking the
+	// classifier: a decision that asked it (for a route above the kept
+	// one) is already counted once, by its result.
+	if d.Sticky && d.Classified && s.classifier != nil && x.classify.res.Outcome == "" {
 		s.classifier.CountSticky(d.Class)
 	}
 	if span.IsRecording() {

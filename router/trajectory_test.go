@@ -295,3 +295,28 @@ func TestReferencePolicyAgentSessions(t *testing.T) {
 		t.Errorf("Qwen Code's memory extraction: session %q, want side (%v)", got[1], got)
 	}
 }
+
+// TestClassificationsCountedOnce: each request adds at most one result
+// to switchyard_classifier_requests_total: a kept session's turn that
+// asked the classifier (for a route above the kept one) is counted by
+// that result, never also as sticky.
+func TestClassificationsCountedOnce(t *testing.T) {
+	gw, _ := trajectoryGateway(t, true)
+	path, body := capturedLine(t, "opencode.jsonl", 2)
+	turns := []string{body}
+	for _, line := range []int{3, 4, 5} {
+		_, b := capturedLine(t, "opencode.jsonl", line)
+		turns = append(turns, b)
+	}
+	// The same session marked complex, then its routine turns.
+	marked, _ := sjson.Set(turns[0], "messages.1.content", "ZEBRA: design the notes format")
+	turns = append([]string{marked}, turns[1:]...)
+	total := func() float64 { return metricSum(t, gw, "switchyard_classifier_requests_total", nil) }
+	for i, turn := range turns {
+		before := total()
+		sendPool(t, gw, path, turn)
+		if n := total() - before; n > 1 {
+			t.Errorf("turn %d added %v classification results, want at most 1", i+1, n)
+		}
+	}
+}
