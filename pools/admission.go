@@ -400,23 +400,10 @@ func (p *Pool) acquire(ctx context.Context, req *Request, exclude func(*Replica)
 			// replaced there can take it, and a new max_inflight applies
 			// to it at once.
 			changed = p.reg.changes()
-			if np := p.reg.current(p); np != p {
-				p = np
-				if m := p.capFor(req); m != w.max.Load() {
-					w.max.Store(m)
-					for _, f := range full {
-						f.recap(w)
-					}
-				}
-			}
+			p = p.follow(req, w, full)
 			r, more := p.tryAcquire(req, exclude)
 			if r == nil {
-				for _, f := range more {
-					if !slices.ContainsFunc(full, func(x *Replica) bool { return x.Endpoint == f.Endpoint }) {
-						full = append(full, f)
-						f.enqueue(w)
-					}
-				}
+				full = enqueueMore(w, full, more)
 				continue
 			}
 			if w.state.CompareAndSwap(waiting, gone) {
@@ -439,6 +426,35 @@ func (p *Pool) acquire(ctx context.Context, req *Request, exclude func(*Replica)
 		}
 		return replicaOf(full, e), nil
 	}
+}
+
+// follow is the pool's view in force now: p itself, or after a reload the
+// pool that replaced it, whose max_inflight then applies to w at once (w
+// queues on full).
+func (p *Pool) follow(req *Request, w *waiter, full []*Replica) *Pool {
+	np := p.reg.current(p)
+	if np == p {
+		return p
+	}
+	if m := np.capFor(req); m != w.max.Load() {
+		w.max.Store(m)
+		for _, f := range full {
+			f.recap(w)
+		}
+	}
+	return np
+}
+
+// enqueueMore queues w on the replicas of more it does not queue on yet
+// and returns full with them added.
+func enqueueMore(w *waiter, full, more []*Replica) []*Replica {
+	for _, f := range more {
+		if !slices.ContainsFunc(full, func(x *Replica) bool { return x.Endpoint == f.Endpoint }) {
+			full = append(full, f)
+			f.enqueue(w)
+		}
+	}
+	return full
 }
 
 // nextLapse is how long until the first reserve on one of full lapses,

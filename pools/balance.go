@@ -3,6 +3,7 @@ package pools
 import (
 	"math"
 	"sort"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -11,6 +12,37 @@ import (
 // (healthy, not ejected, under max_inflight). It never sees an empty slice.
 type Selector interface {
 	Select(req *Request, candidates []*Replica) *Replica
+}
+
+// Explainer is a Selector that shows its work. choose is Select's own
+// code: Select runs it without a card, Pool.Explain with one, on which it
+// notes what it weighed for each candidate as it weighs it (the endpoint
+// picker's ScoredPod). So explain shows the scores and the pick that
+// Select computed, not a second computation beside it. Every balancer is
+// one (see the guards below).
+type Explainer interface {
+	Selector
+	choose(req *Request, candidates []*Replica, card scoreCard) *Replica
+}
+
+// scoreCard is what a balancer weighed for each candidate, by endpoint;
+// nil on the request path, where nothing is noted.
+type scoreCard map[*Endpoint]noted
+
+// noted is one candidate's entry: the score the balancer weighed (scored
+// false for a balancer that weighs none), and what it is and which way
+// wins.
+type noted struct {
+	score  float64
+	scored bool
+	why    string
+}
+
+// note records r's score; a nil card records nothing.
+func (c scoreCard) note(r *Replica, score float64, why string) {
+	if c != nil {
+		c[r.Endpoint] = noted{score: score, scored: true, why: why}
+	}
 }
 
 // Request is what a balancer may know about the request being placed.
@@ -49,12 +81,12 @@ type Env struct {
 const balanceAffinity = "affinity"
 
 // balancers are the named balancing strategies (policy.LoadOptions lists them for the config).
-var balancers = map[string]func(env *Env) Selector{
-	"round_robin":       func(env *Env) Selector { return &RoundRobin{} },
-	"least_outstanding": func(env *Env) Selector { return &LeastOutstanding{env: env} },
-	"p2c":               func(env *Env) Selector { return &P2C{env: env} },
-	"kv_aware":          func(env *Env) Selector { return &KVAware{env: env} },
-	balanceAffinity:     func(env *Env) Selector { return &Affinity{env: env} },
+var balancers = map[string]func(env *Env) Explainer{
+	"round_robin":       func(env *Env) Explainer { return &RoundRobin{} },
+	"least_outstanding": func(env *Env) Explainer { return &LeastOutstanding{env: env} },
+	"p2c":               func(env *Env) Explainer { return &P2C{env: env} },
+	"kv_aware":          func(env *Env) Explainer { return &KVAware{env: env} },
+	balanceAffinity:     func(env *Env) Explainer { return &Affinity{env: env} },
 }
 
 // readsMetrics are the balancers that weigh the replicas' scraped vLLM
@@ -76,18 +108,25 @@ func Balancers() []string {
 }
 
 var (
-	_ Selector = (*RoundRobin)(nil)
-	_ Selector = (*LeastOutstanding)(nil)
-	_ Selector = (*P2C)(nil)
-	_ Selector = (*KVAware)(nil)
-	_ Selector = (*Affinity)(nil)
+	_ Explainer = (*RoundRobin)(nil)
+	_ Explainer = (*LeastOutstanding)(nil)
+	_ Explainer = (*P2C)(nil)
+	_ Explainer = (*KVAware)(nil)
+	_ Explainer = (*Affinity)(nil)
 )
 
 // RoundRobin cycles through the candidates.
 type RoundRobin struct{ next atomic.Uint64 }
 
 // Select implements Selector.
-func (b *RoundRobin) Select(_ *Request, c []*Replica) *Replica {
+func (b *RoundRobin) Select(req *Request, c []*Replica) *Replica { return b.choose(req, c, nil) }
+
+func (b *RoundRobin) choose(_ *Request, c []*Replica, card scoreCard) *Replica {
+	if card != nil {
+		for _, r := range c {
+			card[r.Endpoint] = noted{why: "round robin: candidates take turns"}
+		}
+	}
 	return c[(b.next.Add(1)-1)%uint64(len(c))]
 }
 
@@ -96,13 +135,25 @@ func (b *RoundRobin) Select(_ *Request, c []*Replica) *Replica {
 type LeastOutstanding struct{ env *Env }
 
 // Select implements Selector.
-func (b *LeastOutstanding) Select(_ *Request, c []*Replica) *Replica {
-	start := int(b.env.Rand() % uint64(len(c)))
+func (b *LeastOutstanding) Select(req *Request, c []*Replica) *Replica { return b.choose(req, c, nil) }
+
+func (b *LeastOutstanding) choose(_ *Request, c []*Replica, card scoreCard) *Replica {
+	return fewestInflight(b.env, c, card, "requests in flight; fewest wins, ties at random")
+}
+
+// fewestInflight is the candidate with the fewest requests in flight, ties
+// to a random one of the tied (from a random start), noting each count
+// with why.
+func fewestInflight(env *Env, c []*Replica, card scoreCard, why string) *Replica {
+	start := int(env.Rand() % uint64(len(c)))
 	best := c[start]
 	bestN := best.Inflight()
+	card.note(best, float64(bestN), why)
 	for i := 1; i < len(c); i++ {
 		r := c[(start+i)%len(c)]
-		if n := r.Inflight(); n < bestN {
+		n := r.Inflight()
+		card.note(r, float64(n), why)
+		if n < bestN {
 			best, bestN = r, n
 		}
 	}
@@ -114,8 +165,15 @@ func (b *LeastOutstanding) Select(_ *Request, c []*Replica) *Replica {
 type P2C struct{ env *Env }
 
 // Select implements Selector.
-func (b *P2C) Select(_ *Request, c []*Replica) *Replica {
+func (b *P2C) Select(req *Request, c []*Replica) *Replica { return b.choose(req, c, nil) }
+
+// choose notes the sampled pair's costs only: the other candidates were
+// not weighed.
+func (b *P2C) choose(_ *Request, c []*Replica, card scoreCard) *Replica {
 	if len(c) == 1 {
+		if card != nil {
+			card[c[0].Endpoint] = noted{why: "the only candidate: taken without sampling"}
+		}
 		return c[0]
 	}
 	i := int(b.env.Rand() % uint64(len(c)))
@@ -124,7 +182,11 @@ func (b *P2C) Select(_ *Request, c []*Replica) *Replica {
 		j++
 	}
 	now := b.env.Now()
-	if b.cost(c[j], now) < b.cost(c[i], now) {
+	cj, ci := b.cost(c[j], now), b.cost(c[i], now)
+	const why = "sampled: in flight + vLLM queue; the cheaper of the two sampled at random wins"
+	card.note(c[i], ci, why)
+	card.note(c[j], cj, why)
+	if cj < ci {
 		return c[j]
 	}
 	return c[i]
@@ -140,14 +202,18 @@ func (b *P2C) cost(r *Replica, now time.Time) float64 {
 type KVAware struct{ env *Env }
 
 // Select implements Selector.
-func (b *KVAware) Select(_ *Request, c []*Replica) *Replica {
+func (b *KVAware) Select(req *Request, c []*Replica) *Replica { return b.choose(req, c, nil) }
+
+func (b *KVAware) choose(_ *Request, c []*Replica, card scoreCard) *Replica {
 	now := b.env.Now()
 	start := int(b.env.Rand() % uint64(len(c)))
 	var best *Replica
 	bestScore := math.Inf(1)
 	for i := range c {
 		r := c[(start+i)%len(c)]
-		if s := b.score(r, now); s < bestScore {
+		s := b.score(r, now)
+		card.note(r, s, "in flight + 4 x vLLM queue + 0.5 x running + KV cache pressure (in flight alone without a fresh scrape); lowest wins")
+		if s < bestScore {
 			best, bestScore = r, s
 		}
 	}
@@ -186,9 +252,14 @@ func (b *KVAware) score(r *Replica, now time.Time) float64 {
 type Affinity struct{ env *Env }
 
 // Select implements Selector.
-func (b *Affinity) Select(req *Request, c []*Replica) *Replica {
+func (b *Affinity) Select(req *Request, c []*Replica) *Replica { return b.choose(req, c, nil) }
+
+// choose notes each candidate's rendezvous rank for the key (1 is the
+// key's own replica), or for a request without a key its requests in
+// flight.
+func (b *Affinity) choose(req *Request, c []*Replica, card scoreCard) *Replica {
 	if req == nil || req.Key == "" {
-		return (&LeastOutstanding{env: b.env}).Select(req, c)
+		return fewestInflight(b.env, c, card, "no affinity key: requests in flight; fewest wins")
 	}
 	var total int64
 	for _, r := range c {
@@ -202,19 +273,51 @@ func (b *Affinity) Select(req *Request, c []*Replica) *Replica {
 	// sort, no allocation.
 	var best, top *Replica
 	var bestW, topW uint64
+	var weighed []affinityWeight // explain only
 	for _, r := range c {
 		w := rendezvous(req.Key, r.Name)
 		if top == nil || w > topW {
 			top, topW = r, w
 		}
-		if float64(r.Inflight()+1) <= limit && (best == nil || w > bestW) {
+		under := float64(r.Inflight()+1) <= limit
+		if under && (best == nil || w > bestW) {
 			best, bestW = r, w
 		}
+		if card != nil {
+			weighed = append(weighed, affinityWeight{r, w, under})
+		}
 	}
+	noteRanks(card, weighed, limit)
 	if best == nil {
 		return top
 	}
 	return best
+}
+
+// affinityWeight is a candidate's rendezvous weight for the key, and
+// whether it was under the load bound.
+type affinityWeight struct {
+	r     *Replica
+	w     uint64
+	under bool
+}
+
+// noteRanks notes each weighed candidate's rank: 1 plus the candidates
+// weighing more.
+func noteRanks(card scoreCard, weighed []affinityWeight, limit float64) {
+	for _, a := range weighed {
+		rank := 1
+		for _, o := range weighed {
+			if o.r.Endpoint != a.r.Endpoint && o.w > a.w {
+				rank++
+			}
+		}
+		why := "rank for the key (1 is its replica); the best rank under the load bound wins"
+		if !a.under {
+			why = "rank for the key; over the load bound (" + strconv.FormatFloat(limit, 'f', 0, 64) + " in flight), so passed over"
+		}
+		card.note(a.r, float64(rank), why)
+	}
 }
 
 // rendezvous weighs (key, replica) with a fixed hash so that separate

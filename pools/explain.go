@@ -1,9 +1,6 @@
 package pools
 
-import (
-	"math"
-	"strconv"
-)
+import "strconv"
 
 // Explanations of a pick follow the endpoint picker's stages: the filter
 // (which replicas could take the request, and why the others could not),
@@ -23,23 +20,20 @@ type ReplicaScore struct {
 	Picked   bool     `json:"picked,omitempty"`
 }
 
-// explainer is implemented by the balancers that can say what they weigh
-// for a candidate among all the candidates.
-type explainer interface {
-	explainScore(req *Request, r *Replica, cands []*Replica) (float64, string)
-}
-
 // Explain returns the replica the balancer would choose now (nil when none
 // can take a request) and every replica's part in the choice, in the pool's
-// order. Like Pick it counts no request.
+// order: the scores are those the balancer's own choice weighed (see
+// Explainer), so the one picked is the one they say wins. A p2c candidate
+// not in the sampled pair was not weighed and has no score. Like Pick it
+// counts no request.
 func (p *Pool) Explain(req *Request) (*Replica, []ReplicaScore) {
 	now := p.reg.now()
 	cands, full := p.candidates(req, nil)
 	var picked *Replica
+	card := scoreCard{}
 	if len(cands) > 0 {
-		picked = p.sel.Select(req, cands)
+		picked = p.sel.choose(req, cands, card)
 	}
-	ex, _ := p.sel.(explainer)
 	out := make([]ReplicaScore, 0, len(p.replicas))
 	for _, r := range p.replicas {
 		rs := ReplicaScore{Replica: r.Name, Picked: picked != nil && r.Endpoint == picked.Endpoint}
@@ -52,11 +46,15 @@ func (p *Pool) Explain(req *Request) (*Replica, []ReplicaScore) {
 			rs.Filtered = "ejected"
 		case hasReplica(full, r):
 			rs.Filtered = "full: at max_inflight " + strconv.Itoa(p.opts.MaxInflight) + " or with requests queued"
-		case ex != nil:
-			v, why := ex.explainScore(req, r, cands)
-			rs.Score, rs.Why = &v, why
 		default:
-			rs.Why = "round robin: candidates take turns"
+			n, ok := card[r.Endpoint]
+			if !ok {
+				n.why = "not sampled: p2c weighs only the two candidates it draws"
+			}
+			if n.scored {
+				rs.Score = &n.score
+			}
+			rs.Why = n.why
 		}
 		out = append(out, rs)
 	}
@@ -70,40 +68,4 @@ func hasReplica(rs []*Replica, r *Replica) bool {
 		}
 	}
 	return false
-}
-
-func (b *LeastOutstanding) explainScore(_ *Request, r *Replica, _ []*Replica) (float64, string) {
-	return float64(r.Inflight()), "requests in flight; fewest wins, ties at random"
-}
-
-func (b *P2C) explainScore(_ *Request, r *Replica, _ []*Replica) (float64, string) {
-	return b.cost(r, b.env.Now()), "in flight + vLLM queue; the cheaper of two sampled at random wins"
-}
-
-func (b *KVAware) explainScore(_ *Request, r *Replica, _ []*Replica) (float64, string) {
-	return b.score(r, b.env.Now()), "in flight + 4 x vLLM queue + 0.5 x running + KV cache pressure (in flight alone without a fresh scrape); lowest wins"
-}
-
-// explainScore for affinity is the replica's rendezvous rank for the key
-// (1 is the key's own replica), or for a request without a key its
-// requests in flight.
-func (b *Affinity) explainScore(req *Request, r *Replica, cands []*Replica) (float64, string) {
-	if req == nil || req.Key == "" {
-		return float64(r.Inflight()), "no affinity key: requests in flight; fewest wins"
-	}
-	var total int64
-	w := rendezvous(req.Key, r.Name)
-	rank := 1
-	for _, c := range cands {
-		total += c.Inflight()
-		if c.Endpoint != r.Endpoint && rendezvous(req.Key, c.Name) > w {
-			rank++
-		}
-	}
-	limit := math.Ceil(b.env.LoadFactor * float64(total+1) / float64(len(cands)))
-	why := "rank for the key (1 is its replica); the best rank under the load bound wins"
-	if float64(r.Inflight()+1) > limit {
-		why = "rank for the key; over the load bound (" + strconv.FormatFloat(limit, 'f', 0, 64) + " in flight), so passed over"
-	}
-	return float64(rank), why
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchyard/switchyard/pools"
 )
@@ -57,5 +58,48 @@ func TestExplainStages(t *testing.T) {
 	}
 	if len(ranks) != 4 {
 		t.Errorf("ranks %v; want 1 to 4, one each", ranks)
+	}
+}
+
+// TestExplainShowsWhatSelectWeighed: explain's scores are those the
+// balancer's own choice weighed. p2c shows the pair it drew, the cheaper
+// of which it picked, and no score for the candidates it did not draw;
+// round robin weighs nothing and says so for every candidate.
+func TestExplainShowsWhatSelectWeighed(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		p := newPool(t, pools.Options{Balance: "p2c", Replicas: specs(4), Rand: seeded(seed),
+			Scrape: pools.ScrapeOptions{Enabled: true}, Staleness: time.Hour})
+		now := time.Now()
+		for i, r := range p.Replicas() {
+			r.SetLoad(&pools.Load{At: now, HasQueue: true, Waiting: float64(3 - i)})
+		}
+		picked, scores := p.Explain(&pools.Request{})
+		var pair []pools.ReplicaScore
+		for _, s := range scores {
+			switch {
+			case s.Score != nil:
+				pair = append(pair, s)
+			case s.Picked || !strings.HasPrefix(s.Why, "not sampled"):
+				t.Errorf("seed %d: %+v: a candidate without a score must be one p2c did not draw", seed, s)
+			}
+		}
+		if len(pair) != 2 {
+			t.Fatalf("seed %d: %d candidates scored, want the sampled pair: %+v", seed, len(pair), scores)
+		}
+		win, lose := pair[0], pair[1]
+		if lose.Picked {
+			win, lose = lose, win
+		}
+		if !win.Picked || lose.Picked || win.Replica != picked.Name || *win.Score > *lose.Score {
+			t.Errorf("seed %d: pair %+v, picked %s: want the cheaper of the pair picked", seed, pair, picked.Name)
+		}
+	}
+
+	rr := newPool(t, pools.Options{Balance: "round_robin", Replicas: specs(3), Rand: seeded(1)})
+	picked, scores := rr.Explain(&pools.Request{})
+	for _, s := range scores {
+		if s.Score != nil || !strings.HasPrefix(s.Why, "round robin") || s.Picked != (s.Replica == picked.Name) {
+			t.Errorf("round robin candidate %+v (picked %s)", s, picked.Name)
+		}
 	}
 }

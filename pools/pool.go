@@ -57,7 +57,7 @@ type Pool struct {
 	reg   *Endpoints
 
 	replicas []*Replica
-	sel      Selector
+	sel      Explainer
 	env      *Env
 	// own is set for a pool made by New, which owns its Endpoints.
 	own bool

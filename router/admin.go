@@ -1,33 +1,68 @@
 package router
 
 import (
+	"crypto/sha256"
+	"errors"
 	"net/http"
 	"time"
 
+	"github.com/switchyard/switchyard/classifier"
+	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/router/internal/admin"
 	"github.com/switchyard/switchyard/router/internal/wire"
-
-	"github.com/switchyard/switchyard/policy"
 )
 
 // AdminHandler returns the admin API (router/internal/admin) over this
 // gateway.
 func (g *Gateway) AdminHandler() http.Handler {
 	return g.bounded(true, admin.Handler(adminView{g}, admin.Options{Registry: g.reg, Version: g.opts.Version,
-		Started: g.started, Now: g.opts.Now, Ring: g.status}))
+		Started: g.started, Now: g.opts.Now, Ring: g.status, CacheHitRate: classifier.CacheHitRate}))
 }
 
 // adminView is the gateway as the admin API sees it.
 type adminView struct{ g *Gateway }
 
-func (v adminView) Config() (*policy.Config, int64) {
+func (v adminView) Running() admin.Running {
 	s := v.g.snap.Load()
-	return s.Config, s.Generation
+	sc := &s.Config.Server
+	run := admin.Running{Generation: s.Generation, TokenMetrics: sc.AdminTokenMetrics, AdminListen: sc.AdminListen}
+	if sc.AdminToken != "" {
+		d := sha256.Sum256([]byte(sc.AdminToken))
+		run.Token = &d
+	}
+	if cl := s.Config.Classifier; cl != nil {
+		run.Classifier = cl.Kind
+	}
+	if t := s.Config.Topology; t != nil {
+		run.Topology = t
+	}
+	return run
+}
+
+func (v adminView) ConfigYAML() ([]byte, int64, error) {
+	s := v.g.snap.Load()
+	out, err := policy.Render(s.Config)
+	return out, s.Generation, err
 }
 
 func (v adminView) Ready() (int, map[string]any) { return v.g.readiness() }
 
-func (v adminView) Reload() (int64, error) { return v.g.Reload() }
+// Reload lists a refused config's problems one by one (policy.Errors).
+func (v adminView) Reload() (int64, []string, error) {
+	gen, err := v.g.Reload()
+	if err == nil {
+		return gen, nil, nil
+	}
+	var errs policy.Errors
+	if !errors.As(err, &errs) {
+		return gen, []string{err.Error()}, err
+	}
+	list := make([]string, 0, len(errs))
+	for _, e := range errs {
+		list = append(list, e.Error())
+	}
+	return gen, list, err
+}
 
 func (v adminView) Explain(r *http.Request) (any, *wire.APIError) {
 	s := v.g.snap.Load()
@@ -73,7 +108,8 @@ func (g *Gateway) poolViews(s *Snapshot, now time.Time) []admin.PoolView {
 		source := replicaSource(ps.cfg)
 		for _, rep := range ps.Replicas() {
 			lastErr, why := rep.LastError()
-			rv := admin.ReplicaView{Name: rep.Name, URL: rep.URL().String(), Source: source, Nodes: rep.Nodes, State: admin.ReplicaState(rep, now), Healthy: rep.Healthy(),
+			rv := admin.ReplicaView{Name: rep.Name, URL: rep.URL().String(), Source: source, Nodes: rep.Nodes, State: admin.ReplicaFlags{Retired: rep.Retired(), Probing: rep.Probing(),
+				Misconfigured: rep.Misconfigured(), Ejected: rep.Ejected(now), Healthy: rep.Healthy()}.State(), Healthy: rep.Healthy(),
 				Ejected: rep.Ejected(now), Misconfigured: rep.Misconfigured(), Why: why, Inflight: rep.Inflight(),
 				Waiting: rep.Waiting(), Ejections: rep.Ejections(), LastError: lastErr,
 				Recent: g.status.Replica(rep.Endpoint, now, time.Minute)}

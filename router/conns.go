@@ -116,9 +116,9 @@ func (g *Gateway) LimitListener(ln net.Listener, listener string, fdLimit uint64
 		return l
 	}
 	return conns.Listen(ln, conns.Options{Limits: limits, Now: g.opts.Now,
-		Open: g.metrics.connsOpen.WithLabelValues(listener), Idle: g.metrics.connsIdle.WithLabelValues(listener),
-		Refused: g.metrics.connsRefused.WithLabelValues(listener),
-		Evicted: func(reason string) { g.metrics.connsEvicted.WithLabelValues(listener, reason).Inc() }})
+		Open: g.metrics.ConnsOpen.WithLabelValues(listener), Idle: g.metrics.ConnsIdle.WithLabelValues(listener),
+		Refused: g.metrics.ConnsRefused.WithLabelValues(listener),
+		Evicted: func(reason string) { g.metrics.ConnsEvicted.WithLabelValues(listener, reason).Inc() }})
 }
 
 // DefaultMaxConnectionsPerClient is the per-client-address cap for a

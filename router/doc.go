@@ -1,5 +1,5 @@
-// Package router is the gateway: it joins policy, classifier and pools into
-// the OpenAI-compatible HTTP surface (README.md: endpoints).
+// Package router is the gateway: it joins policy, classifier, pools and
+// discovery into the OpenAI-compatible HTTP surface (README.md: endpoints).
 //
 // For each request it authenticates, reads the few routing fields from the
 // body bytes, asks the policy for a route (classifying lazily), acquires a
@@ -19,10 +19,11 @@
 // stream continued elsewhere); explain.go and eval.go answer what the
 // request path would do. The jobs that need no Gateway live in packages
 // under router/internal, none of which imports router: wire (the APIs'
-// shapes), sse (event framing), pump (the stream relay), resume (following
-// a stream, translating a continuation), upstream (the executor, the phase
-// clock, outbound headers, the Via loop guard), conns (connection bounds),
-// features (what the policy and classifier read of a request), spans
-// (trace attributes) and admin (the admin listener and status page, behind
-// a View).
+// shapes), translate (one API's shapes into another's), sse (event
+// framing), pump (the stream relay), resume (following a stream,
+// translating a continuation), upstream (the executor, the phase clock,
+// outbound headers, the Via loop guard), conns (connection bounds),
+// features (what the policy and classifier read of a request), metrics
+// (the gateway's Prometheus series), spans (trace attributes) and admin
+// (the admin listener and status page, behind a View).
 package router

@@ -22,7 +22,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 	chain := x.decision.Pools
 	if sp := x.decision.Spill; sp != nil {
 		if ps := s.pools[chain[0]]; ps != nil && ps.Saturated(sp.WhenQueueOver) {
-			g.metrics.fallbacks.WithLabelValues(chain[0], sp.To, "spill").Inc()
+			g.metrics.Fallbacks.WithLabelValues(chain[0], sp.To, "spill").Inc()
 			x.fallback = "spill"
 			spilled := []string{sp.To}
 			for _, p := range chain {
@@ -33,8 +33,8 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 			chain = spilled
 		}
 	}
-	g.metrics.inflight.WithLabelValues(x.route).Inc()
-	defer g.metrics.inflight.WithLabelValues(x.route).Dec()
+	g.metrics.Inflight.WithLabelValues(x.route).Inc()
+	defer g.metrics.Inflight.WithLabelValues(x.route).Dec()
 	var lastErr error
 	for i, name := range chain {
 		ps := s.pools[name]
@@ -61,7 +61,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 			case !errors.Is(lastErr, upstream.ErrNoReplica):
 				reason = "upstream_error"
 			}
-			g.metrics.fallbacks.WithLabelValues(chain[i-1], name, reason).Inc()
+			g.metrics.Fallbacks.WithLabelValues(chain[i-1], name, reason).Inc()
 			if x.fallback == "" {
 				x.fallback = reason
 			}

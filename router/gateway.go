@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/router/internal/conns"
+	"github.com/switchyard/switchyard/router/internal/metrics"
 	"github.com/switchyard/switchyard/router/internal/upstream"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,7 +69,7 @@ type Gateway struct {
 	opts         Options
 	log          *slog.Logger
 	reg          *prometheus.Registry
-	metrics      *metrics
+	metrics      *metrics.Metrics
 	classMetrics *classifier.Metrics
 	tracer       trace.Tracer
 	// tracing is false with no configured provider: then no span is
@@ -142,8 +143,8 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	}
 	g := &Gateway{opts: o, log: o.Logger, reg: o.Registry, tracer: tp.Tracer("github.com/switchyard/switchyard/router"),
 		tracing: o.Tracer != nil, prop: o.Propagator, rand: rnd, via: upstream.NewVia(), local: conns.LocalAddrs()}
-	g.metrics = newMetrics(o.Registry, o.Version)
-	g.exec = &upstream.Executor{QueueWait: g.metrics.queueWait, Retries: g.metrics.retries, Poison: g.metrics.poison, Rand: rnd}
+	g.metrics = metrics.New(o.Registry, o.Version)
+	g.exec = &upstream.Executor{QueueWait: g.metrics.QueueWait, Retries: g.metrics.Retries, Poison: g.metrics.Poison, Rand: rnd}
 	g.classMetrics = classifier.NewMetrics(o.Registry)
 	g.discMetrics = discovery.NewMetrics(o.Registry)
 	o.Registry.MustRegister(newControlCollector(g))
@@ -168,7 +169,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 		return nil, err
 	}
 	s.Generation = g.gen.Add(1)
-	g.metrics.generation.Set(float64(s.Generation))
+	g.metrics.Generation.Set(float64(s.Generation))
 	g.snap.Store(s)
 	g.commitDiscovery(s)
 	if o.ShadowPath != "" {
@@ -255,7 +256,7 @@ func (g *Gateway) Reload() (int64, error) {
 		err = restartKeys(g.snap.Load().Config, cfg)
 	}
 	if err != nil {
-		g.metrics.reloads.WithLabelValues("error").Inc()
+		g.metrics.Reloads.WithLabelValues("error").Inc()
 		g.log.Error("config reload refused; the running config keeps serving", "file", g.opts.ConfigPath, "error", err.Error())
 		g.lastReload.Store(&admin.ReloadOutcome{At: g.opts.Now().UTC(), OK: false, Error: err.Error()})
 		return g.snap.Load().Generation, err
@@ -309,7 +310,7 @@ func (g *Gateway) Apply(cfg *policy.Config) (int64, error) {
 	prev := g.snap.Load()
 	s, err := g.build(cfg, prev)
 	if err != nil {
-		g.metrics.reloads.WithLabelValues("error").Inc()
+		g.metrics.Reloads.WithLabelValues("error").Inc()
 		g.log.Error("config reload failed; the running config keeps serving", "error", err.Error())
 		g.lastReload.Store(&admin.ReloadOutcome{At: g.opts.Now().UTC(), OK: false, Error: err.Error()})
 		return prev.Generation, err
@@ -318,8 +319,8 @@ func (g *Gateway) Apply(cfg *policy.Config) (int64, error) {
 	g.snap.Store(s)
 	g.commitDiscovery(s)
 	g.lastReload.Store(&admin.ReloadOutcome{At: g.opts.Now().UTC(), OK: true, Generation: s.Generation})
-	g.metrics.reloads.WithLabelValues("ok").Inc()
-	g.metrics.generation.Set(float64(s.Generation))
+	g.metrics.Reloads.WithLabelValues("ok").Inc()
+	g.metrics.Generation.Set(float64(s.Generation))
 	g.log.Info("config reloaded", "file", cfg.File, "generation", s.Generation, "pools", len(s.poolOrder), "routes", len(cfg.Routes))
 	return s.Generation, nil
 }

@@ -184,7 +184,7 @@ func (x *exchange) responseController(w http.ResponseWriter) *http.ResponseContr
 // FirstToken records the time to the first token.
 func (x *exchange) FirstToken() {
 	x.tokens.ttft = time.Since(x.start)
-	x.g.metrics.ttft.WithLabelValues(x.pool).Observe(x.tokens.ttft.Seconds())
+	x.g.metrics.TTFT.WithLabelValues(x.pool).Observe(x.tokens.ttft.Seconds())
 }
 
 func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) { g.serve(w, r, wire.Chat) }
@@ -440,10 +440,10 @@ func (g *Gateway) finish(x *exchange) {
 	elapsed := time.Since(x.start)
 	route, pool, class := orNone(x.route), orNone(x.pool), orNone(x.class)
 	x.status = x.statusOf()
-	g.metrics.requests.WithLabelValues(route, pool, class, statusLabel(x.status)).Inc()
-	g.metrics.keyRequests.WithLabelValues(x.keyName(), statusLabel(x.status)).Inc()
+	g.metrics.Requests.WithLabelValues(route, pool, class, statusLabel(x.status)).Inc()
+	g.metrics.KeyRequests.WithLabelValues(x.keyName(), statusLabel(x.status)).Inc()
 	if x.pool != "" {
-		g.metrics.duration.WithLabelValues(x.pool).Observe(elapsed.Seconds())
+		g.metrics.Duration.WithLabelValues(x.pool).Observe(elapsed.Seconds())
 	}
 	g.status.Record(x.sample(), g.opts.Now(), elapsed)
 	if x.tel.span.IsRecording() {

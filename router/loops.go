@@ -22,7 +22,7 @@ import (
 
 // refuseLoop answers a request that came back to the gateway that sent it.
 func (g *Gateway) refuseLoop(w http.ResponseWriter, r *http.Request) {
-	g.metrics.loops.Inc()
+	g.metrics.Loops.Inc()
 	g.log.Warn("request loop: a request this gateway forwarded came back to it; a replica address names the gateway itself",
 		"path", wire.Clip(r.URL.Path), "request_id", wire.Clip(r.Header.Get(upstream.HeaderRequestID)))
 	wire.WriteErrorFor(w, apiOf(r), &wire.APIError{Status: http.StatusLoopDetected, Type: "server_error", Code: "loop_detected",
@@ -57,7 +57,7 @@ func (g *Gateway) refuseSelf(pool string, sc *policy.Server) func(string) bool {
 	return func(addr string) bool {
 		which, self := conns.SelfAddr(listens(sc), g.local, addr)
 		if self {
-			g.metrics.discoverySelf.WithLabelValues(pool).Inc()
+			g.metrics.DiscoverySelf.WithLabelValues(pool).Inc()
 			g.log.Error("discovery: an answer names this gateway's own listener; the address is refused (a request sent there would loop)",
 				"pool", pool, "addr", addr, "listener", which)
 		}

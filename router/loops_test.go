@@ -11,6 +11,7 @@ import (
 
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/router/internal/conns"
+	"github.com/switchyard/switchyard/router/internal/metrics"
 )
 
 // TestSelfAddr: a replica address is the gateway's own when it names a
@@ -49,7 +50,7 @@ func TestSelfAddr(t *testing.T) {
 // listener is refused, logged and counted; other addresses pass.
 func TestDiscoveryRefusesSelf(t *testing.T) {
 	var logs strings.Builder
-	g := &Gateway{log: slog.New(slog.NewTextHandler(&logs, nil)), metrics: newMetrics(prometheus.NewRegistry(), "test")}
+	g := &Gateway{log: slog.New(slog.NewTextHandler(&logs, nil)), metrics: metrics.New(prometheus.NewRegistry(), "test")}
 	refuse := g.refuseSelf("p", &policy.Server{Listen: "0.0.0.0:8080", AdminListen: "127.0.0.1:9090"})
 	if !refuse("127.0.0.1:8080") {
 		t.Error("the gateway's own listener was not refused")
@@ -57,7 +58,7 @@ func TestDiscoveryRefusesSelf(t *testing.T) {
 	if refuse("10.0.0.1:8000") {
 		t.Error("a replica was refused")
 	}
-	if v := testutil.ToFloat64(g.metrics.discoverySelf.WithLabelValues("p")); v != 1 {
+	if v := testutil.ToFloat64(g.metrics.DiscoverySelf.WithLabelValues("p")); v != 1 {
 		t.Errorf("switchyard_discovery_self_refused_total = %v, want 1", v)
 	}
 	if !strings.Contains(logs.String(), "names this gateway's own listener") || !strings.Contains(logs.String(), "addr=127.0.0.1:8080") {

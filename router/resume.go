@@ -53,7 +53,7 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 		}
 	}
 	if reason != "" {
-		g.metrics.resumes.WithLabelValues(ps.Name, "not_resumable").Inc()
+		g.metrics.Resumes.WithLabelValues(ps.Name, "not_resumable").Inc()
 		x.access.resume = "not resumable: " + reason
 		g.endCut(x, ps, cut.rep, cut.err)
 		return
@@ -81,7 +81,7 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 		return
 	}
 	if !res.Done() {
-		g.metrics.resumes.WithLabelValues(ps.Name, "failed").Inc()
+		g.metrics.Resumes.WithLabelValues(ps.Name, "failed").Inc()
 		x.access.resume = "resume failed"
 		if res.Err() != nil {
 			x.access.resume += ": " + wire.Clip(res.Err().Error())
@@ -89,7 +89,7 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 		g.endCut(x, ps, cut.rep, cut.err)
 		return
 	}
-	g.metrics.resumes.WithLabelValues(ps.Name, "resumed").Inc()
+	g.metrics.Resumes.WithLabelValues(ps.Name, "resumed").Inc()
 	x.access.resume = fmt.Sprintf("resumed on %s after %d deltas", x.rep.Name, rs.Offset)
 	x.stream.end = endNormal // the client's stream was completed
 	if p.SawUsage {

@@ -230,10 +230,10 @@ func (g *Gateway) usage(x *exchange, ps *poolState, data []byte, span trace.Span
 // recordUsage counts one request's tokens, once.
 func (g *Gateway) recordUsage(x *exchange, ps *poolState, p, c int64, model string, span trace.Span) {
 	x.tokens.prompt, x.tokens.completion = p, c
-	g.metrics.tokens.WithLabelValues(ps.Name, "prompt").Add(float64(p))
-	g.metrics.tokens.WithLabelValues(ps.Name, "completion").Add(float64(c))
-	g.metrics.keyTokens.WithLabelValues(x.keyName(), "prompt").Add(float64(p))
-	g.metrics.keyTokens.WithLabelValues(x.keyName(), "completion").Add(float64(c))
+	g.metrics.Tokens.WithLabelValues(ps.Name, "prompt").Add(float64(p))
+	g.metrics.Tokens.WithLabelValues(ps.Name, "completion").Add(float64(c))
+	g.metrics.KeyTokens.WithLabelValues(x.keyName(), "prompt").Add(float64(p))
+	g.metrics.KeyTokens.WithLabelValues(x.keyName(), "completion").Add(float64(c))
 	if span.IsRecording() {
 		if model != "" {
 			spans.SetResponseAttrs(span, x.tel.span, []attribute.KeyValue{spans.GenAIResponseModel.String(model)})

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/router/internal/admin"
@@ -36,14 +34,6 @@ type shadowState struct {
 
 // maxShadowCalls bounds the shadow decisions waiting on a classifier call.
 const maxShadowCalls = 64
-
-// newShadowMetric is switchyard_shadow_decisions_total.
-func newShadowMetric() *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "switchyard_shadow_decisions_total",
-		Help: "Policy-routed requests by the pool the live policy chose and the pool the shadow policy (serve --shadow) would have chosen.",
-	}, []string{"live_pool", "shadow_pool"})
-}
 
 // loadShadow reads the shadow policy file. Its routes, pools and
 // classifier labels are checked against the running config: the shadow
@@ -121,7 +111,7 @@ func (g *Gateway) shadowDecide(ctx context.Context, x *exchange, live policy.Dec
 
 func (sh *shadowState) record(g *Gateway, live, shadow policy.Decision) {
 	lp, sp := live.Pools[0], shadow.Pools[0]
-	g.metrics.shadow.WithLabelValues(lp, sp).Inc()
+	g.metrics.Shadow.WithLabelValues(lp, sp).Inc()
 	sh.mu.Lock()
 	sh.pairs[[2]string{lp, sp}]++
 	sh.routes[[2]string{live.Route, shadow.Route}]++

@@ -55,15 +55,15 @@ func (g *Gateway) fits(ctx context.Context, ps *poolState, x *exchange) bool {
 		if ctx.Err() != nil {
 			return fitsContext(ps, x) // the client left: nothing to count
 		}
-		g.metrics.tokenize.WithLabelValues(ps.Name, "error").Inc()
+		g.metrics.Tokenize.WithLabelValues(ps.Name, "error").Inc()
 		g.log.Debug("tokenize failed; the estimate decides", "request_id", x.id, "pool", ps.Name, "error", err.Error())
 		return fitsContext(ps, x)
 	}
 	if n+wire.MinFitAnswer <= limit {
-		g.metrics.tokenize.WithLabelValues(ps.Name, "fits").Inc()
+		g.metrics.Tokenize.WithLabelValues(ps.Name, "fits").Inc()
 		return true
 	}
-	g.metrics.tokenize.WithLabelValues(ps.Name, "too_long").Inc()
+	g.metrics.Tokenize.WithLabelValues(ps.Name, "too_long").Inc()
 	return false
 }
 

@@ -133,8 +133,8 @@ func (t *poolTransport) once(ctx context.Context, ex *upstream.Execution, ps *po
 	}
 	p, c, ok := wire.ReadUsage(out)
 	if ok {
-		t.g.metrics.classifierTokens.WithLabelValues("prompt").Add(float64(p))
-		t.g.metrics.classifierTokens.WithLabelValues("completion").Add(float64(c))
+		t.g.metrics.ClassifierTokens.WithLabelValues("prompt").Add(float64(p))
+		t.g.metrics.ClassifierTokens.WithLabelValues("completion").Add(float64(c))
 	}
 	if span.IsRecording() {
 		var a spans.GenAIResponse

@@ -4,6 +4,7 @@
 // and unknown Host names out. It sees the gateway only through [View], and
 // owns the shapes it shows (PoolView, ReplicaView, DiscoveryView, ...) and
 // the status page's memory ([Ring]), which the request path records a
-// [Sample] into. It imports policy, pools and router/internal/wire, never
-// router.
+// [Sample] into. What it shows arrives as plain values ([Running],
+// [ReplicaFlags], the views): it imports router/internal/wire, no other
+// Switchyard package.
 package admin

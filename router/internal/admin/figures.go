@@ -1,10 +1,6 @@
 package admin
 
-import (
-	"time"
-
-	"github.com/switchyard/switchyard/classifier"
-)
+import "time"
 
 // figureWindow is the window of the status page's rates: the last minute,
 // or the gateway's uptime while it is younger.
@@ -35,7 +31,7 @@ type PoolFigures struct {
 // classifications per second (switchyard_classifier_requests_total), calls
 // to its pool per second and their mean latency (the classifications that
 // missed the cache: switchyard_classifier_duration_seconds' count and sum),
-// and the cache hit rate (classifier.CacheHitRate: cache hits over the
+// and the cache hit rate (Options.CacheHitRate: cache hits over the
 // classifications that asked the cache). A rate with nothing to divide by
 // is null.
 type ClassifierFigures struct {
@@ -81,14 +77,16 @@ func (h *handler) figures(now time.Time, cur *ClassifierCounters) Figures {
 		f.Pools[pool] = pf
 	}
 	if cur != nil {
-		f.Classifier = classifierFigures(h.Ring.classifierSince(now.Add(-w)), *cur, now)
+		f.Classifier = classifierFigures(h.Ring.classifierSince(now.Add(-w)), *cur, now, h.CacheHitRate)
 	}
 	return f
 }
 
 // classifierFigures are the rates between the counters old (nil: none
-// kept yet, counted from zero) and cur, taken at now.
-func classifierFigures(old *ClassifierCounters, cur ClassifierCounters, now time.Time) *ClassifierFigures {
+// kept yet, counted from zero) and cur, taken at now; hitRate is
+// Options.CacheHitRate.
+func classifierFigures(old *ClassifierCounters, cur ClassifierCounters, now time.Time,
+	hitRate func(map[string]float64) (float64, bool)) *ClassifierFigures {
 	if old == nil {
 		old = &ClassifierCounters{At: now}
 	}
@@ -104,7 +102,7 @@ func classifierFigures(old *ClassifierCounters, cur ClassifierCounters, now time
 	if secs > 0 {
 		cf.PerSecond, cf.CallsPerSecond = total/secs, calls/secs
 	}
-	if rate, ok := classifier.CacheHitRate(delta); ok {
+	if rate, ok := hitRate(delta); ok {
 		cf.CacheHitRate = &rate
 	}
 	if calls > 0 {

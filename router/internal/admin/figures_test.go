@@ -26,7 +26,7 @@ func TestFigures(t *testing.T) {
 	for s := start.Unix(); s < start.Unix()+120; s++ {
 		r.Prepare(s)
 	}
-	h := &handler{Options: Options{Started: start, Ring: r}}
+	h := &handler{Options: Options{Started: start, Ring: r, CacheHitRate: classifier.CacheHitRate}}
 	r.SampleClassifier(start)
 	// 11 s after the start: 30 requests to a, 10 to b, 4 classifications
 	// of which 3 cache hits.

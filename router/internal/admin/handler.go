@@ -3,7 +3,6 @@ package admin
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
 	"net"
 	"net/http"
 	"net/netip"
@@ -16,19 +15,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/router/internal/wire"
 )
 
 // View is what the admin API reads of the gateway and may ask of it. The
 // gateway implements it; the admin API knows nothing else of it.
 type View interface {
-	// Config is the running config and its generation.
-	Config() (*policy.Config, int64)
+	// Running is what the admin API reads of the running config.
+	Running() Running
+	// ConfigYAML is the running config as YAML, with its generation.
+	ConfigYAML() ([]byte, int64, error)
 	// Ready is the readiness answer: its status and document.
 	Ready() (int, map[string]any)
-	// Reload reloads the config; the generation running afterwards.
-	Reload() (int64, error)
+	// Reload reloads the config: the generation running afterwards, and
+	// for a refused config each of its problems and the whole error.
+	Reload() (gen int64, problems []string, err error)
 	// Explain answers POST /admin/explain for r.
 	Explain(r *http.Request) (any, *wire.APIError)
 	// Pools is every pool and replica as /admin/pools shows them.
@@ -46,7 +47,11 @@ type Options struct {
 	// Registry is gathered for /metrics and the status page's classifier
 	// figures.
 	Registry *prometheus.Registry
-	Version  string
+	// CacheHitRate is the classifier's cache hit rate from its
+	// classifications by result (classifier.CacheHitRate, the one
+	// definition); ok false when no classification asked the cache.
+	CacheHitRate func(results map[string]float64) (rate float64, ok bool)
+	Version      string
 	// Started is when the gateway started; Now its clock.
 	Started time.Time
 	Now     func() time.Time
@@ -103,17 +108,16 @@ func (h *handler) guard(next http.Handler) http.Handler {
 				Message: "cross-origin requests to the admin API are refused"})
 			return
 		}
-		cfg, _ := h.view.Config()
-		sc := &cfg.Server
+		sc := h.view.Running()
 		probe := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
-		if sc.AdminToken == "" && !probe && !trustedHost(r.Host, sc.AdminListen) {
+		if sc.Token == nil && !probe && !trustedHost(r.Host, sc.AdminListen) {
 			wire.WriteError(w, &wire.APIError{Status: http.StatusForbidden, Type: "permission_error", Code: "host_not_allowed",
 				Message: "without an admin token the admin API answers only requests addressed to an IP address, localhost or its admin_listen host (Host " +
 					strconv.Quote(wire.Clip(r.Host)) + "); set server.admin_token_env to reach it by another name"})
 			return
 		}
-		guarded := strings.HasPrefix(r.URL.Path, "/admin/") || (r.URL.Path == "/metrics" && sc.AdminTokenMetrics)
-		if guarded && sc.AdminToken != "" && !bearerIs(r, string(sc.AdminToken)) {
+		guarded := strings.HasPrefix(r.URL.Path, "/admin/") || (r.URL.Path == "/metrics" && sc.TokenMetrics)
+		if guarded && sc.Token != nil && !bearerIs(r, sc.Token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard-admin"`)
 			wire.WriteError(w, &wire.APIError{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
 				Message: "the admin API needs Authorization: Bearer <admin token> (server.admin_token_env)"})
@@ -168,26 +172,18 @@ func crossOrigin(r *http.Request) bool {
 
 // bearerIs reports whether r carries the bearer token want, compared in
 // constant time over digests.
-func bearerIs(r *http.Request, want string) bool {
+func bearerIs(r *http.Request, want *[sha256.Size]byte) bool {
 	h := r.Header.Get("Authorization")
 	if len(h) < 7 || !strings.EqualFold(h[:7], "Bearer ") {
 		return false
 	}
-	got, exp := sha256.Sum256([]byte(strings.TrimSpace(h[7:]))), sha256.Sum256([]byte(want))
-	return subtle.ConstantTimeCompare(got[:], exp[:]) == 1
+	got := sha256.Sum256([]byte(strings.TrimSpace(h[7:])))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
 func (h *handler) reload(w http.ResponseWriter, _ *http.Request) {
-	gen, err := h.view.Reload()
+	gen, list, err := h.view.Reload()
 	if err != nil {
-		var errs policy.Errors
-		list := []string{err.Error()}
-		if errors.As(err, &errs) {
-			list = list[:0]
-			for _, e := range errs {
-				list = append(list, e.Error())
-			}
-		}
 		wire.WriteJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
 			"message": "config reload refused; the running config keeps serving", "type": "invalid_request_error",
 			"code": "invalid_config", "param": nil, "errors": list}, "generation": gen})
@@ -206,9 +202,9 @@ func (h *handler) explain(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) pools(w http.ResponseWriter, _ *http.Request) {
-	cfg, gen := h.view.Config()
-	resp := map[string]any{"generation": gen, "pools": h.view.Pools(h.Now())}
-	if t := cfg.Topology; t != nil {
+	run := h.view.Running()
+	resp := map[string]any{"generation": run.Generation, "pools": h.view.Pools(h.Now())}
+	if t := run.Topology; t != nil {
 		resp["topology"] = t
 	}
 	wire.WriteJSON(w, http.StatusOK, resp)
@@ -216,7 +212,7 @@ func (h *handler) pools(w http.ResponseWriter, _ *http.Request) {
 
 // control shows the share controller's state.
 func (h *handler) control(w http.ResponseWriter, _ *http.Request) {
-	_, gen := h.view.Config()
+	gen := h.view.Running().Generation
 	state, ok := h.view.Control()
 	if !ok {
 		wire.WriteJSON(w, http.StatusOK, map[string]any{"enabled": false, "generation": gen})
@@ -234,10 +230,10 @@ func (h *handler) shadow(w http.ResponseWriter, _ *http.Request) {
 }
 
 // config prints the running config as YAML. Secrets are never in it:
-// keys are read from the environment and policy.Secret redacts itself.
+// keys are read from the environment and the config's secrets redact
+// themselves (policy.Secret).
 func (h *handler) config(w http.ResponseWriter, _ *http.Request) {
-	cfg, gen := h.view.Config()
-	out, err := policy.Render(cfg)
+	out, gen, err := h.view.ConfigYAML()
 	if err != nil {
 		wire.WriteError(w, &wire.APIError{Status: http.StatusInternalServerError, Type: "internal_error", Code: "internal_error",
 			Message: "could not render config"})

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/switchyard/switchyard/pools"
 	"github.com/switchyard/switchyard/router/internal/wire"
 )
 
@@ -85,7 +84,7 @@ type Ring struct {
 	nPools    atomic.Int32
 	decisions [statusDecisions]atomic.Pointer[Decision]
 	nDecided  atomic.Uint64
-	replicas  sync.Map // *pools.Endpoint → *replicaRing
+	replicas  sync.Map // Replica → *replicaRing
 	// Gather, when set, is read once a second for the classifier's
 	// counters, so that its rates cover the same window as the split's.
 	Gather    prometheus.Gatherer
@@ -173,7 +172,7 @@ func (r *Ring) Run(ctx context.Context, now func() time.Time) {
 		// Endpoints a reload or a DNS change removed are forgotten once
 		// drained, so that churn does not pin them.
 		r.replicas.Range(func(k, _ any) bool {
-			if e := k.(*pools.Endpoint); e.Retired() && e.Inflight() == 0 {
+			if e := k.(Replica); e.Retired() && e.Inflight() == 0 {
 				r.replicas.Delete(k)
 			}
 			return true
@@ -195,7 +194,7 @@ type Sample struct {
 	// Endpoint and Replica the replica that answered last (nil, "" when
 	// none was reached).
 	Pool     string
-	Endpoint *pools.Endpoint
+	Endpoint Replica
 	Replica  string
 	Status   int
 	TTFT     time.Duration
@@ -302,7 +301,7 @@ type ReplicaStats struct {
 }
 
 // Replica is the outcomes of endpoint e over the last window.
-func (r *Ring) Replica(e *pools.Endpoint, now time.Time, window time.Duration) ReplicaStats {
+func (r *Ring) Replica(e Replica, now time.Time, window time.Duration) ReplicaStats {
 	var st ReplicaStats
 	v, ok := r.replicas.Load(e)
 	if !ok {

@@ -70,7 +70,7 @@ type classifierStat struct {
 }
 
 func (h *handler) status(w http.ResponseWriter, r *http.Request) {
-	cfg, gen := h.view.Config()
+	run := h.view.Running()
 	now := h.Now()
 	secs := statusSeconds
 	if v := r.URL.Query().Get("seconds"); v != "" {
@@ -80,18 +80,18 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request) {
 			secs = n
 		}
 	}
-	doc := statusDoc{Version: h.Version, Now: now.UTC(), Started: h.Started.UTC(), Generation: gen,
-		LastReload: h.view.LastReload(), TokenRequired: cfg.Server.AdminToken != "",
+	doc := statusDoc{Version: h.Version, Now: now.UTC(), Started: h.Started.UTC(), Generation: run.Generation,
+		LastReload: h.view.LastReload(), TokenRequired: run.Token != nil,
 		Split: h.Ring.Series(now, secs), Pools: h.view.Pools(now), Decisions: h.Ring.Recent()}
 	if state, ok := h.view.Control(); ok {
 		doc.Control = map[string]any{"share": state}
 	}
 	doc.Shadow = h.view.Shadow()
 	var cur *ClassifierCounters
-	if cl := cfg.Classifier; cl != nil {
+	if run.Classifier != "" {
 		c := gatherClassifier(h.Registry) // one gather for both views
 		cur = &c
-		doc.Classifier = &classifierStat{Kind: cl.Kind, Results: c.Results, DurationSum: c.DurationSum, Calls: c.Calls, BreakerOpen: c.BreakerOpen}
+		doc.Classifier = &classifierStat{Kind: run.Classifier, Results: c.Results, DurationSum: c.DurationSum, Calls: c.Calls, BreakerOpen: c.BreakerOpen}
 	}
 	doc.Figures = h.figures(now, cur)
 	// Compact: the page polls it every second (900 counts a series).

@@ -1,9 +1,8 @@
 package admin
 
 import (
+	"crypto/sha256"
 	"time"
-
-	"github.com/switchyard/switchyard/pools"
 )
 
 // ReplicaView is a replica as /admin/pools and the status page show it.
@@ -55,22 +54,50 @@ type PoolView struct {
 	Discovery *DiscoveryView `json:"discovery,omitempty"`
 }
 
-// ReplicaState is the one word /admin/pools shows for a replica, the most
+// ReplicaFlags are the facts about a replica that State weighs.
+type ReplicaFlags struct {
+	Retired, Probing, Misconfigured, Ejected, Healthy bool
+}
+
+// State is the one word /admin/pools shows for a replica, the most
 // telling first.
-func ReplicaState(rep *pools.Replica, now time.Time) string {
+func (f ReplicaFlags) State() string {
 	switch {
-	case rep.Retired():
+	case f.Retired:
 		return "draining"
-	case rep.Probing():
+	case f.Probing:
 		return "probing"
-	case rep.Misconfigured():
+	case f.Misconfigured:
 		return "misconfigured"
-	case rep.Ejected(now):
+	case f.Ejected:
 		return "ejected"
-	case !rep.Healthy():
+	case !f.Healthy:
 		return "unhealthy"
 	}
 	return "healthy"
+}
+
+// Replica is a replica as the status page's memory keys its outcomes
+// (a *pools.Endpoint): one gone and idle is forgotten.
+type Replica interface {
+	Retired() bool
+	Inflight() int64
+}
+
+// Running is what the admin API reads of the running config, as plain
+// values the gateway fills in from its snapshot.
+type Running struct {
+	Generation int64
+	// Token is the SHA-256 of server.admin_token, which guards /admin/*
+	// (and /metrics with TokenMetrics); nil without a token.
+	Token        *[sha256.Size]byte
+	TokenMetrics bool
+	AdminListen  string
+	// Classifier is the classifier's kind, empty without one.
+	Classifier string
+	// Topology is the config's topology, shown by /admin/pools; nil
+	// without one.
+	Topology any
 }
 
 // DiscoveryView is a discovered pool's part of /admin/pools.

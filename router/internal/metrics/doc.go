@@ -1,0 +1,5 @@
+// Package metrics defines the gateway's own Prometheus series (requests,
+// latency, tokens, retries, resumes, reloads, connections, ...) on an
+// injected Registerer; docs/observability.md lists them. The request path
+// in router counts into them. It imports no other Switchyard package.
+package metrics
