@@ -1,8 +1,11 @@
 package router
 
 import (
+	"hash/maphash"
+
 	"context"
 	"crypto/sha256"
+	"github.com/switchyard/switchyard/router/internal/outcomes"
 	"net/http"
 	"strconv"
 	"time"
@@ -45,6 +48,9 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 		return g.classify(withTenant(ctx, name, weight), x, in)
 	}, explain)
 	x.sess.outcome = d.Session
+	if !explain {
+		x.sess.instruction = g.judgePrevious(s, preq, in, d)
+	}
 	// sticky counts a session's class reused without asking the
 	// classifier: a decision that asked it (for a route above the kept
 	// one) is already counted once, by its result.
@@ -143,6 +149,29 @@ func sessionID(s *Snapshot, r *http.Request, info *wire.Info, turn *features.Tur
 	}
 	k := turn.OpeningKey()
 	return string(k[:])
+}
+
+// instructionSeed keys the instruction hashes the outcome tracker
+// compares (within this process).
+var instructionSeed = maphash.MakeSeed()
+
+// judgePrevious counts how the session's previous answered turn went,
+// from what this turn shows (a side request is no turn of the session),
+// and returns the hash of this turn's new instruction (0: none), kept
+// with it when it is answered.
+func (g *Gateway) judgePrevious(s *Snapshot, preq *policy.Request, in classifier.Input, d policy.Decision) uint64 {
+	if s.outcomes == nil || preq.Session == "" || d.Side {
+		return 0
+	}
+	var instr uint64
+	if preq.Turn == policy.TurnInstruction {
+		instr = maphash.String(instructionSeed, in.LastUser) | 1 // never 0
+	}
+	s.outcomes.Next(preq.Session, outcomes.Next{
+		ToolError: preq.ToolError != "", RepeatedCall: preq.RepeatedCall != "",
+		MovedUp: d.Session == policy.SessionMovedUp, Instruction: instr,
+	})
+	return instr
 }
 
 func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input) policy.Classification {

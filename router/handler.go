@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"fmt"
+	"github.com/switchyard/switchyard/router/internal/outcomes"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -128,6 +129,8 @@ type sessionState struct {
 	// result reads as a failure, the tool it repeats, and the store's
 	// outcome (new, kept, moved_up, moved_down, side, not_kept).
 	turn, toolError, repeated, outcome string
+	// instruction is the hash of the turn's new instruction (0: none).
+	instruction uint64
 }
 
 // attrs adds the turn's evidence and the session's outcome to an access
@@ -446,6 +449,9 @@ func (g *Gateway) finish(x *exchange) {
 		g.metrics.Duration.WithLabelValues(x.pool).Observe(elapsed.Seconds())
 	}
 	g.status.Record(x.sample(), g.opts.Now(), elapsed)
+	if x.snap != nil && x.snap.outcomes != nil && x.sess.key != "" && x.status < 300 && x.pool != "" && !x.decision.Side {
+		x.snap.outcomes.Answered(x.sess.key, outcomes.Turn{Pool: x.pool, Route: x.route, Instruction: x.sess.instruction})
+	}
 	if x.tel.span.IsRecording() {
 		g.endServerSpan(x)
 	}

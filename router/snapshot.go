@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"github.com/switchyard/switchyard/router/internal/outcomes"
 	"net/http"
 	"path"
 	"reflect"
@@ -48,6 +49,9 @@ type Snapshot struct {
 	idSecret   []byte
 	classifier *classifier.Classifier
 	sessions   *policy.Sessions
+	// outcomes keeps each session's last answered turn, to count how it
+	// went (nil without sessions); it lives as long as sessions.
+	outcomes *outcomes.Tracker
 	// required are the pools /readyz needs an available replica in.
 	required []string
 	// discovery are the discovered pools' discoveries, by pool name.
@@ -355,9 +359,10 @@ func (g *Gateway) policyOptions(cfg *policy.Config, prev *Snapshot, s *Snapshot)
 	var popts []policy.Option
 	if se := cfg.Session; se != nil {
 		if prev != nil && prev.sessions != nil && reflect.DeepEqual(prev.Config.Session, se) {
-			s.sessions = prev.sessions
+			s.sessions, s.outcomes = prev.sessions, prev.outcomes
 		} else {
 			s.sessions = policy.NewSessions(se.Size, se.TTL.Std(), g.opts.Now)
+			s.outcomes = outcomes.New(se.Size, g.metrics.TurnOutcomes)
 		}
 		popts = append(popts, policy.WithSessions(s.sessions))
 	}

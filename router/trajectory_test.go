@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -319,4 +320,50 @@ func TestClassificationsCountedOnce(t *testing.T) {
 			t.Errorf("turn %d added %v classification results, want at most 1", i+1, n)
 		}
 	}
+}
+
+// TestTurnOutcomes: replaying a captured session whose small-pool answer
+// is followed by a tool error counts a tool_error outcome for the small
+// pool's route; a routine next step counts ok, a repeated call
+// repeated_call, and the session's move up after it moved_up.
+func TestTurnOutcomes(t *testing.T) {
+	gw, _ := trajectoryGateway(t, true)
+	path, first := capturedLine(t, "opencode.jsonl", 2)
+	_, second := capturedLine(t, "opencode.jsonl", 3)
+	outcome := func(pool, route, o string) float64 {
+		return metricValue(t, gw, "switchyard_turn_outcomes_total", map[string]string{"pool": pool, "route": route, "outcome": o})
+	}
+	if got := sendPool(t, gw, path, first); got != "small" {
+		t.Fatalf("first turn: %q", got)
+	}
+	// The write the small pool's answer asked for failed.
+	failed, _ := sjson.Set(second, "messages.3.content", "Error: EACCES: permission denied, open 'notes.txt'")
+	if got := sendPool(t, gw, path, failed); got != "big" {
+		t.Fatalf("the failed turn: %q", got)
+	}
+	if v := outcome("small", "default", "tool_error"); v != 1 {
+		t.Errorf("small/default tool_error = %v, want 1", v)
+	}
+	// The big pool's answer is followed by a routine step: ok.
+	_, third := capturedLine(t, "opencode.jsonl", 4)
+	third, _ = sjson.Set(third, "messages.3.content", "Error: EACCES: permission denied, open 'notes.txt'")
+	sendPool(t, gw, path, third)
+	if v := outcome("big", "complex", "ok"); v != 1 {
+		t.Errorf("big/complex ok = %v, want 1", v)
+	}
+	if !strings.Contains(metricsText(t, gw), `switchyard_turn_outcomes_total{outcome="tool_error",pool="small",route="default"} 1`) {
+		t.Error("/metrics does not show the outcome")
+	}
+}
+
+// metricsText is the admin listener's /metrics page.
+func metricsText(t *testing.T, gw *gateway) string {
+	t.Helper()
+	resp, err := http.Get(gw.Admin.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
