@@ -33,6 +33,7 @@ func commands() []command {
 		{"validate", "check config files and print every problem as FILE:LINE:COL", runValidate},
 		{"explain", "show which route, pool and replica a request would get, and why", runExplain},
 		{"eval", "measure the classifier and the policy on a labelled set of requests", runEval},
+		{"replay", "replay captured agent sessions through a policy; compare two policies", runReplay},
 		{"sim", "run a vLLM-compatible simulated backend (needs --preset or --model)", runSim},
 		{"demo", "run a simulated 8-node cluster, the gateway and a mixed load", runDemo},
 		{"version", "print version, commit and Go version", runVersion},
