@@ -82,10 +82,15 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 	failed := false
-	for _, r := range results {
-		for _, f := range r.Failed {
-			fmt.Fprintf(stderr, "switchyard replay: %s: %s\n", r.Capture, f)
-			failed = true
+	for i, rs := range [][]replay.Result{results, old} {
+		for _, r := range rs {
+			for _, f := range r.Failed {
+				if i == 1 {
+					f += " (through " + *against + ")"
+				}
+				fmt.Fprintf(stderr, "switchyard replay: %s: %s\n", r.Capture, f)
+				failed = true
+			}
 		}
 	}
 	if *against != "" && *maxChange >= 0 && replay.Exceeds(changes, shifts, *maxChange) {
