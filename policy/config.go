@@ -27,6 +27,7 @@ type Config struct {
 	Models     []Model     `yaml:"models"`
 	Session    *Session    `yaml:"session,omitempty"`
 	Control    *Control    `yaml:"control,omitempty"`
+	Capture    *Capture    `yaml:"capture,omitempty"`
 	Routes     []*Route    `yaml:"routes"`
 
 	// root is the file's YAML tree, for positions in later errors.
@@ -561,6 +562,24 @@ const (
 	MoveDownNewInstruction = "new_instruction"
 	MoveDownNever          = "never"
 )
+
+// Capture records the requests of chosen keys, or a sampled share of all,
+// to rotating JSON Lines files (one {"path", "headers", "body"} a line:
+// the format switchyard replay reads). Off without the section.
+type Capture struct {
+	// Dir is the folder the files are written to (created if missing).
+	Dir string `yaml:"dir"`
+	// Keys are the API key names whose requests are all recorded.
+	Keys StringList `yaml:"keys,omitempty"`
+	// Sample is the share of the other requests recorded (0 to 1).
+	Sample float64 `yaml:"sample,omitempty"`
+	// MaxFileSize starts a new file once one would grow past it. Default
+	// 64MiB.
+	MaxFileSize ByteSize `yaml:"max_file_size"`
+	// MaxFiles is how many files are kept; the oldest is removed. Default
+	// 10.
+	MaxFiles int `yaml:"max_files"`
+}
 
 // Route is one ordered policy rule.
 type Route struct {

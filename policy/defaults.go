@@ -99,6 +99,7 @@ var (
 	}
 	DefaultCache        = Cache{Size: DefaultCacheSize, TTL: Duration(DefaultCacheTTL)}
 	DefaultBreaker      = Breaker{Failures: DefaultBreakerFailures, Cooldown: Duration(DefaultBreakerCooldown)}
+	DefaultCapture      = Capture{MaxFileSize: 64 << 20, MaxFiles: 10}
 	DefaultSession      = Session{TTL: Duration(DefaultSessionTTL), Size: DefaultSessionSize, Implicit: true, MoveDown: MoveDownNewInstruction}
 	DefaultShareControl = ShareControl{Window: Duration(DefaultShareWindow), Utilization: DefaultShareUtilization}
 	DefaultRoute        = Route{Sticky: true}
@@ -241,6 +242,12 @@ func (b *Breaker) UnmarshalYAML(unmarshal func(any) error) error {
 	*b = DefaultBreaker
 	type plain Breaker
 	return unmarshal((*plain)(b))
+}
+
+func (c *Capture) UnmarshalYAML(unmarshal func(any) error) error {
+	*c = DefaultCapture
+	type plain Capture
+	return unmarshal((*plain)(c))
 }
 
 func (s *Session) UnmarshalYAML(unmarshal func(any) error) error {

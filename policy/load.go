@@ -140,7 +140,7 @@ type decoder struct {
 	hidden map[ast.Node]bool
 }
 
-var topLevelKeys = []string{"version", "server", "topology", "pools", "classifier", "models", "session", "control", "routes"}
+var topLevelKeys = []string{"version", "server", "topology", "pools", "classifier", "models", "session", "control", "capture", "routes"}
 
 // pairs returns a mapping's entries, reporting duplicate keys.
 func (d *decoder) pairs(node ast.Node, what string) ([]*ast.MappingValueNode, bool) {
@@ -595,6 +595,10 @@ func (d *decoder) root(root ast.Node, cfg *Config) {
 		case "control":
 			cfg.Control = &Control{}
 			d.section(k, d.value(val, cfg.Control, "control"))
+		case "capture":
+			c := DefaultCapture
+			cfg.Capture = &c
+			d.section(k, d.value(val, cfg.Capture, "capture"))
 		case "routes":
 			seq, ok := val.(*ast.SequenceNode)
 			if !ok {

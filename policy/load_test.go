@@ -219,7 +219,7 @@ var badFixtures = []struct {
 		`../testdata/unknown-route-key.bad.yaml:10:5: routes[0] "default": unknown key "fallbacks" (known: name, when, to, split, fallback, spill, sticky, side)`,
 	}},
 	{"unknown-top-level-key", []string{
-		`../testdata/unknown-top-level-key.bad.yaml:7:1: unknown key "routez" (known: version, server, topology, pools, classifier, models, session, control, routes; x-* keys are ignored)`,
+		`../testdata/unknown-top-level-key.bad.yaml:7:1: unknown key "routez" (known: version, server, topology, pools, classifier, models, session, control, capture, routes; x-* keys are ignored)`,
 	}},
 	{"unknown-when-key", []string{
 		`../testdata/unknown-when-key.bad.yaml:14:7: routes[0] "tools": when: unknown key "tool_count" (known: class, score, model, tools, messages, prompt_tokens, stream, max_tokens, small_model, system_contains, tool_error, repeated_call, header, key, any, not)`,

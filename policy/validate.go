@@ -81,7 +81,7 @@ func (v *validator) validate() {
 	}{
 		{"server", v.server}, {"server", v.apiKeys}, {"server", v.trustedProxies}, {"pools", v.pools}, {"server", v.readiness}, {"topology", v.topology},
 		{"classifier", v.classifier}, {"models", v.models}, {"session", v.session}, {"routes", v.routes},
-		{"control", v.control},
+		{"control", v.control}, {"capture", v.capture},
 	} {
 		if !v.broken[check.part] {
 			check.run()
@@ -629,6 +629,39 @@ func (v *validator) control() {
 	}
 	if len(v.autos) == 0 && !v.broken["routes"] {
 		v.errf(at, "control.share: no route has an auto score bound ({score: {LABEL: {gte: auto}}}) for it to move")
+	}
+}
+
+func (v *validator) capture() {
+	c := v.cfg.Capture
+	if c == nil {
+		return
+	}
+	if c.Dir == "" {
+		v.errf(p("capture", "dir"), "capture: dir is required: the folder the files are written to")
+	}
+	if c.Sample < 0 || c.Sample > 1 {
+		v.errf(p("capture", "sample"), "capture: sample is a share between 0 and 1, got %g", c.Sample)
+	}
+	if len(c.Keys) == 0 && c.Sample == 0 {
+		v.errf(p("capture"), "capture: records nothing: name keys, or a sample above 0")
+	}
+	known := map[string]bool{}
+	for _, k := range v.cfg.Server.APIKeys {
+		known[k.Name] = true
+	}
+	for i, k := range c.Keys {
+		if !known[k] {
+			path := p("capture", "keys")
+			if len(c.Keys) > 1 {
+				path = appendCopy(path, i)
+			}
+			v.errf(path, "capture: keys: %q is not a server.api_keys name", k)
+		}
+	}
+	v.atLeast(p("capture", "max_files"), "capture: max_files", c.MaxFiles, 1)
+	if c.MaxFileSize < 4096 {
+		v.errf(p("capture", "max_file_size"), "capture: max_file_size must be at least 4KiB, got %s", c.MaxFileSize)
 	}
 }
 

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/switchyard/switchyard/router/internal/recorder"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,6 +113,8 @@ type Gateway struct {
 	rand func() uint64
 	// exec is the upstream executor.
 	exec *upstream.Executor
+	// recorder writes the requests capture: chooses (off without it).
+	recorder *recorder.Recorder
 	// via is this process's Via entry and local the machine's addresses
 	// (loops.go).
 	via   string
@@ -155,6 +159,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 		return nil
 	}))
 	g.ctx, g.stop = context.WithCancel(context.Background())
+	g.recorder = recorder.New(o.Logger, func() float64 { return float64(rnd()>>11) / (1 << 53) }, o.Now, g.metrics.CaptureDropped, g.metrics.CaptureLines)
 	g.status, g.started = &admin.Ring{Gather: o.Registry}, o.Now()
 	now := o.Now().Unix()
 	g.status.Prepare(now)
@@ -172,6 +177,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	g.metrics.Generation.Set(float64(s.Generation))
 	g.snap.Store(s)
 	g.commitDiscovery(s)
+	g.recorder.Configure(g.ctx, captureConfig(cfg))
 	if o.ShadowPath != "" {
 		if err := g.loadShadow(); err != nil {
 			g.stop()
@@ -318,6 +324,7 @@ func (g *Gateway) Apply(cfg *policy.Config) (int64, error) {
 	s.Generation = g.gen.Add(1)
 	g.snap.Store(s)
 	g.commitDiscovery(s)
+	g.recorder.Configure(g.ctx, captureConfig(cfg))
 	g.lastReload.Store(&admin.ReloadOutcome{At: g.opts.Now().UTC(), OK: true, Generation: s.Generation})
 	g.metrics.Reloads.WithLabelValues("ok").Inc()
 	g.metrics.Generation.Set(float64(s.Generation))
@@ -356,4 +363,28 @@ func (g *Gateway) startSpan(ctx context.Context, name string, opts ...trace.Span
 		return ctx, noopSpan
 	}
 	return g.tracer.Start(ctx, name, opts...)
+}
+
+// captureConfig is the recorder's config from cfg's capture: section (nil:
+// off). The headers kept are the session ids agents send, the configured
+// session header and the Messages API's version: never a key.
+func captureConfig(cfg *policy.Config) *recorder.Config {
+	c := cfg.Capture
+	if c == nil {
+		return nil
+	}
+	headers := append([]string{"anthropic-version", "prompt-cache-key"}, sessionHeaders[:]...)
+	if se := cfg.Session; se != nil && se.Header != "" && !isSecretHeader(se.Header) {
+		headers = append(headers, se.Header)
+	}
+	return &recorder.Config{Dir: c.Dir, Keys: c.Keys, Sample: c.Sample, MaxFileBytes: int64(c.MaxFileSize), MaxFiles: c.MaxFiles, Headers: headers}
+}
+
+// isSecretHeader reports whether a header carries credentials.
+func isSecretHeader(name string) bool {
+	switch strings.ToLower(name) {
+	case "authorization", "proxy-authorization", "x-api-key", "api-key", "cookie":
+		return true
+	}
+	return false
 }

@@ -2,16 +2,21 @@ package router_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/switchyard/switchyard/replay"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -366,4 +371,91 @@ func metricsText(t *testing.T, gw *gateway) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// captureYAML records the agents key's requests to {{dir}}.
+const captureYAML = `
+version: 1
+server:
+  api_keys:
+    - {name: agents, key_env: KEY_AGENTS}
+    - {name: ci, key_env: KEY_CI}
+pools:
+  small: {model: openbmb/MiniCPM5-2B, health: {disabled: true}, replicas: [{name: small-a, url: "{{small}}"}]}
+session: {header: X-Session-Id}
+capture: {dir: "{{dir}}", keys: [agents], max_file_size: 64KiB, max_files: 50}
+routes:
+  - {name: default, to: small}
+`
+
+// TestCaptureUnderLoad: the agents key's requests, sent 8 at a time, are
+// recorded in the capture format switchyard replay reads, with the
+// session header and without any key; the ci key's are not; and with a
+// folder that cannot be written every request is still answered, the
+// drops counted.
+func TestCaptureUnderLoad(t *testing.T) {
+	small := startReplica(t, fast("openbmb/MiniCPM5-2B"))
+	env := map[string]string{"KEY_AGENTS": "sk-agents-secret", "KEY_CI": "sk-ci-secret"}
+	for _, unwritable := range []bool{false, true} {
+		dir := t.TempDir()
+		if unwritable {
+			blocker := filepath.Join(dir, "file")
+			os.WriteFile(blocker, nil, 0o644)
+			dir = filepath.Join(blocker, "sub")
+		}
+		gw := startGateway(t, loadConfig(t, captureYAML, map[string]string{"small": small.Srv.URL, "dir": dir}, env))
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 25 {
+					key := "sk-agents-secret"
+					if i%5 == 0 {
+						key = "sk-ci-secret"
+					}
+					body := fmt.Sprintf(`{"model":"openbmb/MiniCPM5-2B","max_tokens":2,"messages":[{"role":"user","content":"request %d of worker %d"}]}`, i, w)
+					resp, _ := post(t, gw.API.URL+"/v1/chat/completions", body, map[string]string{"Authorization": "Bearer " + key, "X-Session-Id": fmt.Sprint("s", w)})
+					if resp.StatusCode != http.StatusOK {
+						failed.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if failed.Load() != 0 {
+			t.Fatalf("unwritable %t: %d of 200 requests failed", unwritable, failed.Load())
+		}
+		recorded := func() float64 { return metricSum(t, gw, "switchyard_capture_requests_total", nil) }
+		dropped := func() float64 { return metricSum(t, gw, "switchyard_capture_dropped_total", nil) }
+		eventually(t, 30*time.Second, "the writer to catch up", func() bool { return recorded()+dropped() == 160 })
+		if unwritable {
+			if dropped() != 160 {
+				t.Errorf("unwritable: %v dropped, want 160", dropped())
+			}
+			continue
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, "capture-*.jsonl"))
+		var lines int
+		for _, f := range files {
+			data, _ := os.ReadFile(f)
+			if strings.Contains(string(data), "secret") {
+				t.Errorf("%s holds a key", f)
+			}
+			reqs, errs := replay.Load(f)
+			if len(errs) != 0 {
+				t.Errorf("%s: %v", f, errs)
+			}
+			for _, r := range reqs {
+				if r.Headers["X-Session-Id"] == "" || len(r.Headers) != 1 {
+					t.Errorf("%s line %d: headers %v", f, r.Line, r.Headers)
+				}
+			}
+			lines += len(reqs)
+		}
+		if lines != 160 {
+			t.Errorf("%d requests recorded in %d files, want the agents key's 160", lines, len(files))
+		}
+	}
 }

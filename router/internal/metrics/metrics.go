@@ -24,6 +24,10 @@ type Metrics struct {
 	// TurnOutcomes are the outcomes of answered agent turns, read from
 	// the session's next turn (router/internal/outcomes).
 	TurnOutcomes *prometheus.CounterVec
+	// CaptureLines and CaptureDropped count the capture: section's
+	// recorded requests, and those not recorded by reason.
+	CaptureLines   prometheus.Counter
+	CaptureDropped *prometheus.CounterVec
 	// Shadow counts live and shadow pool pairs (serve --shadow).
 	Shadow     *prometheus.CounterVec
 	Retries    *prometheus.CounterVec
@@ -87,6 +91,12 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_upstream_retries_total", Help: "Retries sent, by pool and the reason the previous attempt failed (on another replica, or on the same one after a connection failure when no other can take the request).",
 		}, []string{"pool", "reason"}),
+		CaptureLines: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_capture_requests_total", Help: "Requests recorded by the capture: section.",
+		}),
+		CaptureDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_capture_dropped_total", Help: "Requests the capture: section chose but did not record, by reason: queue_full (the writer is behind), write_error (the folder is full or unwritable).",
+		}, []string{"reason"}),
 		TurnOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_turn_outcomes_total",
 			Help: "Answered turns of sessions by the pool and route that answered them and what the session's next turn showed: ok, tool_error, repeated_call, reasked, moved_up.",
@@ -146,7 +156,7 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 		Help: "Policy-routed requests by the pool the live policy chose and the pool the shadow policy (serve --shadow) would have chosen.",
 	}, []string{"live_pool", "shadow_pool"})
 	reg.MustRegister(m.Shadow)
-	reg.MustRegister(m.Requests, m.Duration, m.TTFT, m.Tokens, m.KeyRequests, m.KeyTokens, m.ClassifierTokens, m.TurnOutcomes, m.Retries, m.Fallbacks, m.Resumes,
+	reg.MustRegister(m.Requests, m.Duration, m.TTFT, m.Tokens, m.KeyRequests, m.KeyTokens, m.ClassifierTokens, m.TurnOutcomes, m.CaptureLines, m.CaptureDropped, m.Retries, m.Fallbacks, m.Resumes,
 		m.Reloads, m.Generation, m.Inflight, m.QueueWait, m.ConnsOpen, m.ConnsRefused, m.ConnsIdle, m.ConnsEvicted, m.Loops, m.DiscoverySelf, m.Poison, m.Tokenize, build)
 	for _, l := range []string{"api", "admin"} {
 		m.ConnsRefused.WithLabelValues(l)
