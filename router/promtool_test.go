@@ -82,6 +82,7 @@ var panelSeries = []struct{ series, values string }{
 	{`switchyard_queue_wait_seconds_bucket{pool="minicpm",le="+Inf"}`, "0+15x80"},
 	{`switchyard_classifier_duration_seconds_bucket{le="0.1"}`, "0+15x80"},
 	{`switchyard_classifier_duration_seconds_bucket{le="+Inf"}`, "0+15x80"},
+	{`switchyard_classifier_duration_seconds_count`, "0+15x80"},
 	// A quarter of minicpm's judged turns went badly, none of qwen's.
 	{`switchyard_turn_outcomes_total{pool="minicpm",route="default",outcome="ok"}`, "0+11.25x80"},
 	{`switchyard_turn_outcomes_total{pool="minicpm",route="default",outcome="tool_error"}`, "0+3.75x80"},
@@ -114,6 +115,9 @@ var panelWant = map[string]map[string]string{
 	`sum by (label) (rate(switchyard_classifier_requests_total[1m]))`:                                                                                   {`{label="simple"}`: "1", `{label="complex"}`: "1"},
 	`sum(rate(switchyard_classifier_requests_total{result="cache_hit"}[1m])) / sum(rate(switchyard_classifier_requests_total{result!="sticky"}[1m]))`:   {`{}`: "0.25"},
 	`sum(rate(switchyard_classifier_requests_total{result=~"timeout|error|circuit_open"}[1m])) / sum(rate(switchyard_classifier_requests_total[1m]))`:   {`{}`: "0.25"},
+	// One classifier call (cache miss) a second per instance, two
+	// requests a second per instance.
+	`sum(rate(switchyard_classifier_duration_seconds_count[1m])) / sum(rate(switchyard_requests_total{route!="direct"}[1m]))`: {`{}`: "0.5"},
 	// Turn outcomes: shares per pool, and rates that add up over instances.
 	`(sum by (pool) (rate(switchyard_turn_outcomes_total{pool=~".*",outcome!="ok"}[1m])) or 0 * sum by (pool) (rate(switchyard_turn_outcomes_total{pool=~".*"}[1m]))) / sum by (pool) (rate(switchyard_turn_outcomes_total{pool=~".*"}[1m]))`: {`{pool="minicpm"}`: "0.25", `{pool="qwen"}`: "0"},
 	`sum by (pool, outcome) (rate(switchyard_turn_outcomes_total{pool=~".*"}[1m]))`: {`{pool="minicpm",outcome="ok"}`: "1.5", `{pool="minicpm",outcome="tool_error"}`: "0.5", `{pool="qwen",outcome="ok"}`: "2"},
