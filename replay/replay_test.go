@@ -54,4 +54,3 @@ func TestRunCountsEveryTurn(t *testing.T) {
 		t.Errorf("classifier calls %d, gain %+v", r.ClassifierCalls, r.Gain)
 	}
 }
-
