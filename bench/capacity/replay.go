@@ -1,29 +1,22 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
+	"errors"
+
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/switchyard/switchyard/replay"
 	"io"
-	"log/slog"
 	"maps"
-	"net/http"
-	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/switchyard/switchyard/capacity"
 	"github.com/switchyard/switchyard/demo"
 	"github.com/switchyard/switchyard/examples"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/router"
-	"github.com/switchyard/switchyard/vllmsim"
 )
 
 // The replay workload sends the request sequences captured from real
@@ -69,9 +62,9 @@ type ReplayResult struct {
 	TokensByRoute map[string]int `json:"prompt_tokens_by_route"`
 	Routes        []string       `json:"routes_in_order"`
 	// Gain is the capacity model's throughput of the routed cluster (3
-	// Qwen replicas, 2 MiniCPM) over a Qwen-only one (4 Qwen replicas) on
-	// this agent's requests as routed (replayGain); Bottleneck is the
-	// pool that limits it.
+	// Qwen replicas, 2 MiniCPM, the classifier's calls on MiniCPM) over a
+	// Qwen-only one (4 Qwen replicas) on this agent's requests as routed
+	// (package replay); Bottleneck is the pool that limits it.
 	Gain       float64 `json:"gain"`
 	Bottleneck string  `json:"bottleneck"`
 }
@@ -97,139 +90,24 @@ func Replay(ctx context.Context, dir string) ([]ReplayResult, error) {
 func replayFile(ctx context.Context, file string) (ReplayResult, error) {
 	res := ReplayResult{Agent: strings.TrimSuffix(filepath.Base(file), ".jsonl"), ByPool: map[string]int{}, ByRoute: map[string]int{},
 		TokensByPool: map[string]int{}, TokensByRoute: map[string]int{}}
-	cfg, err := replayPolicy()
-	if err != nil {
-		return res, err
+	rs, errs := replay.Run(ctx, replayPolicy, []string{file})
+	if len(errs) > 0 {
+		return res, errors.Join(errs...)
 	}
-	cl, err := demo.StartCluster(cfg, demo.ProfileByModel, 1000, vllmsim.WithChooser(vllmsim.DefaultChooser))
-	if err != nil {
-		return res, err
-	}
-	defer cl.Close()
-	g, err := router.New(cfg, router.Options{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
-	if err != nil {
-		return res, err
-	}
-	defer g.Close()
-	srv := httptest.NewServer(g.Handler())
-	defer srv.Close()
-	var sized []routedRequest
-	reqs, err := loadSession(file)
-	if err != nil {
-		return res, err
-	}
-	for n, req := range reqs {
-		hr, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+req.Path, bytes.NewReader(req.Body))
-		if err != nil {
-			return res, fmt.Errorf("request %d: %w", n+1, err)
-		}
-		hr.Header.Set("Content-Type", "application/json")
-		for k, v := range req.Headers {
-			hr.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(hr)
-		if err != nil {
-			return res, fmt.Errorf("request %d: %w", n+1, err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return res, fmt.Errorf("request %d: status %d", n+1, resp.StatusCode)
-		}
-		pool, route := resp.Header.Get("X-Switchyard-Pool"), resp.Header.Get("X-Switchyard-Route")
-		tokens := (len(req.Body) + 3) / 4
-		res.Requests++
-		res.PromptTokens += tokens
-		res.ByPool[pool]++
-		res.ByRoute[route]++
-		res.TokensByPool[pool] += tokens
-		res.TokensByRoute[route] += tokens
-		res.Routes = append(res.Routes, route)
-		sized = append(sized, routedRequest{pool, tokens})
-	}
-	if res.Requests == 0 {
+	if len(rs) != 1 || rs[0].Requests == 0 {
 		return res, fmt.Errorf("no requests")
 	}
-	res.Gain, res.Bottleneck = replayGain(sized)
+	r := rs[0]
+	if len(r.Failed) > 0 {
+		return res, fmt.Errorf("request %s", r.Failed[0])
+	}
+	res.Requests, res.PromptTokens, res.ByPool, res.TokensByPool, res.ByRoute = r.Requests, r.PromptTokens, r.ByPool, r.TokensByPool, r.ByRoute
+	for _, t := range r.Turns {
+		res.TokensByRoute[t.Route] += t.PromptTokens
+		res.Routes = append(res.Routes, t.Route)
+	}
+	res.Gain, res.Bottleneck = r.Gain.Factor, r.Gain.Bottleneck
 	return res, nil
-}
-
-// capturedRequest is one line of a session file: the request's path, the
-// headers kept and its body.
-type capturedRequest struct {
-	Path    string            `json:"path"`
-	Headers map[string]string `json:"headers"`
-	Body    json.RawMessage   `json:"body"`
-}
-
-// loadSession reads a session file: one request a line, each with an API
-// path (/v1/...) and a JSON object body; an empty file is an error.
-func loadSession(file string) ([]capturedRequest, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	var out []capturedRequest
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for n := 1; sc.Scan(); n++ {
-		var req capturedRequest
-		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
-			return nil, fmt.Errorf("line %d: %w", n, err)
-		}
-		if !strings.HasPrefix(req.Path, "/v1/") {
-			return nil, fmt.Errorf("line %d: path %q is not an API path", n, req.Path)
-		}
-		if len(req.Body) == 0 || req.Body[0] != '{' {
-			return nil, fmt.Errorf("line %d: the body is not a JSON object", n)
-		}
-		out = append(out, req)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no requests")
-	}
-	return out, nil
-}
-
-// routedRequest is one replayed request: the pool it went to and its
-// prompt tokens.
-type routedRequest struct {
-	pool   string
-	prompt int
-}
-
-// replayOutput is the answer length the capacity model gives every
-// replayed request, as the classes workload's.
-const replayOutput = 64
-
-// replayGain is the capacity model (capacity.ServiceTime over the
-// presets' batch limits: a saturated replica's time per request, with no
-// prefix cache) applied request by request: the Qwen-only cluster spends
-// the Qwen time of every request over 4 replicas; the routed one the Qwen
-// time of the requests routed to qwen over 3 replicas and the MiniCPM time
-// of the others over 2, the busier pool setting the pace. With every
-// request of one size it is capacity.Cluster.Bound at the share sent to
-// Qwen.
-func replayGain(reqs []routedRequest) (float64, string) {
-	q, m := vllmsim.QwenFlashNext2Node(), vllmsim.MiniCPM5_2B()
-	var base, large, small float64
-	for _, r := range reqs {
-		wq := capacity.ServiceTime(q, r.prompt, replayOutput) / float64(q.MaxBatch)
-		base += wq
-		if r.pool == "qwen" {
-			large += wq
-		} else {
-			small += capacity.ServiceTime(m, r.prompt, replayOutput) / float64(m.MaxBatch)
-		}
-	}
-	largeT, smallT := large/3, small/2
-	if largeT >= smallT {
-		return (base / 4) / largeT, "qwen"
-	}
-	return (base / 4) / smallT, "minicpm"
 }
 
 // runReplay prints Replay's results.
