@@ -14,6 +14,18 @@ type Figures struct {
 	Pools         map[string]PoolFigures `json:"pools"`
 	// Classifier is nil without a classifier.
 	Classifier *ClassifierFigures `json:"classifier,omitempty"`
+	// Outcomes are the turn outcomes judged in the window, by the pool
+	// that answered the turn (switchyard_turn_outcomes_total).
+	Outcomes map[string]OutcomeFigures `json:"turn_outcomes"`
+}
+
+// OutcomeFigures are a pool's judged turns over the window, and the share
+// of them whose next turn went badly (every outcome but ok; null when none
+// was judged).
+type OutcomeFigures struct {
+	Judged   int      `json:"judged"`
+	Bad      int      `json:"bad"`
+	BadShare *float64 `json:"bad_share"`
 }
 
 // PoolFigures are a pool's requests over the window: how many
@@ -46,9 +58,9 @@ func window(now, started time.Time) time.Duration {
 	return max(time.Second, min(figureWindow, now.Sub(started)))
 }
 
-// figures computes the page's numbers at now; cur is the classifier's
-// counters now (nil without a classifier).
-func (h *handler) figures(now time.Time, cur *ClassifierCounters) Figures {
+// figures computes the page's numbers at now; cur is the counters now
+// (nil: none gathered), classified says a classifier is configured.
+func (h *handler) figures(now time.Time, cur *ClassifierCounters, classified bool) Figures {
 	w := window(now, h.Started)
 	f := Figures{WindowSeconds: w.Seconds(), Pools: map[string]PoolFigures{}}
 	// The per-second slots of the window: from the one holding its start
@@ -76,10 +88,37 @@ func (h *handler) figures(now time.Time, cur *ClassifierCounters) Figures {
 		}
 		f.Pools[pool] = pf
 	}
-	if cur != nil {
+	if cur != nil && classified {
 		f.Classifier = classifierFigures(h.Ring.classifierSince(now.Add(-w)), *cur, now, h.CacheHitRate)
 	}
+	if cur != nil {
+		f.Outcomes = outcomeFigures(h.Ring.classifierSince(now.Add(-w)), *cur)
+	}
 	return f
+}
+
+// outcomeFigures are the turn outcomes between the counters old (nil:
+// counted from zero) and cur, by pool.
+func outcomeFigures(old *ClassifierCounters, cur ClassifierCounters) map[string]OutcomeFigures {
+	out := map[string]OutcomeFigures{}
+	for pool, byOutcome := range cur.Outcomes {
+		var of OutcomeFigures
+		for outcome, n := range byOutcome {
+			if old != nil {
+				n -= old.Outcomes[pool][outcome]
+			}
+			of.Judged += int(n)
+			if outcome != "ok" {
+				of.Bad += int(n)
+			}
+		}
+		if of.Judged > 0 {
+			share := float64(of.Bad) / float64(of.Judged)
+			of.BadShare = &share
+		}
+		out[pool] = of
+	}
+	return out
 }
 
 // classifierFigures are the rates between the counters old (nil: none

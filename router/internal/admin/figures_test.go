@@ -43,7 +43,7 @@ func TestFigures(t *testing.T) {
 	}
 	now := start.Add(11 * time.Second)
 	cur := gatherClassifier(reg)
-	f := h.figures(now, &cur)
+	f := h.figures(now, &cur, true)
 	if f.WindowSeconds != 11 {
 		t.Errorf("window %vs at 11 s of uptime, want 11", f.WindowSeconds)
 	}
@@ -58,11 +58,33 @@ func TestFigures(t *testing.T) {
 	later := start.Add(90 * time.Second)
 	r.SampleClassifier(later.Add(-60 * time.Second))
 	cur = gatherClassifier(reg)
-	f = h.figures(later, &cur)
+	f = h.figures(later, &cur, true)
 	if f.WindowSeconds != 60 || f.Pools["a"].Requests != 0 {
 		t.Errorf("at 90 s: window %vs, pool a %+v; want 60 s and none", f.WindowSeconds, f.Pools["a"])
 	}
 	if cf := f.Classifier; cf.CacheHitRate != nil || cf.PerSecond != 0 {
 		t.Errorf("at 90 s the classifier figures %+v; want none in the last minute", cf)
+	}
+}
+
+// TestOutcomeFigures: the turn outcomes of the window, per pool: judged
+// turns and the bad share (every outcome but ok); none judged is null.
+func TestOutcomeFigures(t *testing.T) {
+	old := &ClassifierCounters{Outcomes: map[string]map[string]float64{"small": {"ok": 10, "tool_error": 2}}}
+	cur := ClassifierCounters{Outcomes: map[string]map[string]float64{
+		"small": {"ok": 16, "tool_error": 4, "reasked": 2},
+		"big":   {"ok": 5},
+		"idle":  {"ok": 3},
+	}}
+	old.Outcomes["idle"] = map[string]float64{"ok": 3}
+	got := outcomeFigures(old, cur)
+	if s := got["small"]; s.Judged != 10 || s.Bad != 4 || s.BadShare == nil || *s.BadShare != 0.4 {
+		t.Errorf("small %+v, want 4 bad of 10", s)
+	}
+	if b := got["big"]; b.Judged != 5 || b.Bad != 0 || b.BadShare == nil || *b.BadShare != 0 {
+		t.Errorf("big %+v", b)
+	}
+	if i := got["idle"]; i.Judged != 0 || i.BadShare != nil {
+		t.Errorf("idle %+v, want nothing judged and a null share", i)
 	}
 }

@@ -87,13 +87,11 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request) {
 		doc.Control = map[string]any{"share": state}
 	}
 	doc.Shadow = h.view.Shadow()
-	var cur *ClassifierCounters
+	cur := gatherClassifier(h.Registry) // one gather for every view
 	if run.Classifier != "" {
-		c := gatherClassifier(h.Registry) // one gather for both views
-		cur = &c
-		doc.Classifier = &classifierStat{Kind: run.Classifier, Results: c.Results, DurationSum: c.DurationSum, Calls: c.Calls, BreakerOpen: c.BreakerOpen}
+		doc.Classifier = &classifierStat{Kind: run.Classifier, Results: cur.Results, DurationSum: cur.DurationSum, Calls: cur.Calls, BreakerOpen: cur.BreakerOpen}
 	}
-	doc.Figures = h.figures(now, cur)
+	doc.Figures = h.figures(now, &cur, run.Classifier != "")
 	// Compact: the page polls it every second (900 counts a series).
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -112,11 +110,13 @@ type ClassifierCounters struct {
 	Calls       float64
 	// BreakerOpen: the classifier's circuit breaker is open.
 	BreakerOpen bool
+	// Outcomes are switchyard_turn_outcomes_total by pool and outcome.
+	Outcomes map[string]map[string]float64
 }
 
 // gatherClassifier reads the classifier's counters from reg.
 func gatherClassifier(reg prometheus.Gatherer) ClassifierCounters {
-	c := ClassifierCounters{Results: map[string]float64{}}
+	c := ClassifierCounters{Results: map[string]float64{}, Outcomes: map[string]map[string]float64{}}
 	fams, err := reg.Gather()
 	if err != nil {
 		return c
@@ -131,6 +131,14 @@ func gatherClassifier(reg prometheus.Gatherer) ClassifierCounters {
 			for _, m := range f.GetMetric() {
 				c.DurationSum += m.GetHistogram().GetSampleSum()
 				c.Calls += float64(m.GetHistogram().GetSampleCount())
+			}
+		case "switchyard_turn_outcomes_total":
+			for _, m := range f.GetMetric() {
+				pool := label(m.GetLabel(), "pool")
+				if c.Outcomes[pool] == nil {
+					c.Outcomes[pool] = map[string]float64{}
+				}
+				c.Outcomes[pool][label(m.GetLabel(), "outcome")] += m.GetCounter().GetValue()
 			}
 		case "switchyard_classifier_circuit_open":
 			for _, m := range f.GetMetric() {

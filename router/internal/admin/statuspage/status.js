@@ -248,6 +248,11 @@ function drawClassifier(d) {
     const fallbacks = ["timeout", "error", "circuit_open", "refused"].map((k) => c.results[k] || 0).reduce((s, v) => s + v, 0);
     add(dl, "fell back (all time)", total ? pct(fallbacks / total) : "–", fallbacks ? "bad" : "");
   }
+  const outcomes = d.figures.turn_outcomes || {};
+  for (const pool of Object.keys(outcomes).sort()) {
+    const o = outcomes[pool];
+    add(dl, "bad turns: " + pool, o.bad_share === null ? "–" : pct(o.bad_share) + " of " + o.judged, o.bad_share > 0.2 ? "bad num" : "num", "bad-turns-" + pool);
+  }
   const sh = $("shadow");
   sh.replaceChildren();
   $("shadow-title").hidden = !(d.shadow && d.shadow.enabled);
