@@ -46,6 +46,8 @@ var badFixtures = []struct {
 	}},
 	{"bad-url", []string{
 		`../testdata/bad-url.bad.yaml:6:30: pool "small": replica "small-a": url "10.0.0.1:8000" must be an absolute http:// or https:// URL`,
+		`../testdata/bad-url.bad.yaml:7:30: pool "small": replica "small-b": url "http://0.0.0.0:8000" names the unspecified address 0.0.0.0, which is no server's (name the replica's own address)`,
+		`../testdata/bad-url.bad.yaml:8:30: pool "small": replica "small-c": url "http://[::]:8000" names the unspecified address ::, which is no server's (name the replica's own address)`,
 	}},
 	{"replica-default-name-taken", []string{
 		`../testdata/replica-default-name-taken.bad.yaml:7:10: pool "small": replica 1 has no name and its default name "small-1" is taken; name it`,

@@ -437,6 +437,11 @@ func replicaURL(raw string) (*url.URL, error) {
 			return nil, fmt.Errorf("has port %s, outside 1..65535", port)
 		}
 	}
+	if a, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && a.IsUnspecified() {
+		// 0.0.0.0 and :: are a listener's "every address", not a
+		// server's: a connection to them reaches this machine.
+		return nil, fmt.Errorf("names the unspecified address %s, which is no server's (name the replica's own address)", u.Hostname())
+	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.Host = strings.ToLower(u.Host)
 	return u, nil
