@@ -378,8 +378,9 @@ routes:
 	}
 }
 
-// TestForwardingHeaders: headers the replica names in Connection do not
-// reach the client; the replica learns the client's address.
+// TestForwardingHeaders: hop-by-hop headers, those the replica names in
+// Connection and its cookies do not reach the client; the replica learns
+// the client's address.
 func TestForwardingHeaders(t *testing.T) {
 	var seen http.Header
 	sim := vllmsim.New(fast("m"))
@@ -388,6 +389,8 @@ func TestForwardingHeaders(t *testing.T) {
 		w.Header().Set("Connection", "X-Hop, keep-alive")
 		w.Header().Set("X-Hop", "secret")
 		w.Header().Set("X-Kept", "yes")
+		w.Header().Add("Set-Cookie", "replica=1; Domain=example.com; Path=/")
+		w.Header().Set("Keep-Alive", "timeout=5")
 		sim.ServeHTTP(w, r)
 	}))
 	t.Cleanup(up.Close)
@@ -395,6 +398,11 @@ func TestForwardingHeaders(t *testing.T) {
 	resp, _ := post(t, gw.API.URL+"/v1/chat/completions", chatBody("x", ""), map[string]string{"X-Forwarded-For": "203.0.113.9"})
 	if resp.Header.Get("X-Hop") != "" || resp.Header.Get("X-Kept") != "yes" {
 		t.Errorf("X-Hop %q X-Kept %q", resp.Header.Get("X-Hop"), resp.Header.Get("X-Kept"))
+	}
+	// A replica's cookie is for the replica's origin, and every tenant
+	// shares the gateway's: it never reaches a client (issue 42).
+	if c := resp.Header.Values("Set-Cookie"); len(c) != 0 || resp.Header.Get("Keep-Alive") != "" {
+		t.Errorf("Set-Cookie %q Keep-Alive %q reached the client", c, resp.Header.Get("Keep-Alive"))
 	}
 	if got := seen.Get("X-Forwarded-For"); got != "203.0.113.9, 127.0.0.1" {
 		t.Errorf("X-Forwarded-For %q", got)

@@ -157,8 +157,8 @@ var maxResponseBytes int64 = 64 << 20
 func (g *Gateway) writeHeaders(w http.ResponseWriter, x *exchange, resp *http.Response, length int64) {
 	h := w.Header()
 	for k, vv := range resp.Header {
-		if upstream.IsHop(k) || k == "Content-Length" || k == upstream.HeaderRequestID {
-			continue
+		if upstream.IsHop(k) || k == "Content-Length" || k == upstream.HeaderRequestID || k == "Set-Cookie" || k == "Set-Cookie2" {
+			continue // a replica's cookies are for its own origin, not the gateway's every tenant shares
 		}
 		h[k] = vv
 	}
