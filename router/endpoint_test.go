@@ -557,3 +557,38 @@ routes:
 		}
 	}
 }
+
+// TestAccessLineQueueOf503: a request that waits out queue_timeout and
+// gets a 503 logs the time it queued, not 0 (issue 42).
+func TestAccessLineQueueOf503(t *testing.T) {
+	up := startGate(t, "m")
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p: {model: m, max_inflight: 1, queue_timeout: 200ms, health: {disabled: true}, replicas: [{name: r, url: "{{up}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"up": up.Srv.URL}, nil))
+	url := gw.API.URL + "/v1/chat/completions"
+	done := make(chan struct{})
+	go func() { post(t, url, chatBody("A", ""), nil); close(done) }()
+	eventually(t, 5*time.Second, "A to reach the replica", func() bool { return up.hits.Load() == 1 })
+	resp, _ := post(t, url, chatBody("B", ""), nil)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("B: %d, want 503 after queue_timeout", resp.StatusCode)
+	}
+	id := resp.Header.Get("X-Request-Id")
+	up.open()
+	<-done
+	eventually(t, 5*time.Second, "both access lines", func() bool { return len(accessLogs(t, gw)) == 2 })
+	for _, line := range accessLogs(t, gw) {
+		if line["request_id"] != id {
+			continue
+		}
+		// It waited queue_timeout (200 ms) by construction.
+		if q, _ := line["queue_ms"].(float64); q < 200 {
+			t.Errorf("the 503's access line %v: queue_ms %v, want at least the 200 ms queue_timeout", line, line["queue_ms"])
+		}
+	}
+}

@@ -220,6 +220,9 @@ func (e *Executor) Execute(ctx context.Context, ex *Execution) Result {
 			rep, err = ps.Acquire(ctx, ex.Req, exclude)
 		}
 		if err != nil {
+			// The wait counts even when it ends without a slot: a 503
+			// after queue_timeout was queued all that time.
+			ex.Queued += time.Since(waitStart)
 			switch {
 			case ctx.Err() != nil:
 				return NotSent(ctx.Err())
