@@ -39,8 +39,13 @@ func (g *Gateway) bounded(admin bool, next http.Handler) http.Handler {
 			w.Header().Set("Connection", "close")
 		}
 		if !admin && upstream.Looped(r.Header, g.via) {
-			g.refuseLoop(w, r)
-			return
+			// A Via entry is the client's to forge: only an authenticated
+			// request is answered as a loop (and logged, and counted); any
+			// other goes on to be refused as unauthenticated.
+			if _, err := g.snap.Load().authenticate(r); err == nil {
+				g.refuseLoop(w, r)
+				return
+			}
 		}
 		if ce, ok := wire.BodyEncoding(r.Header); !ok {
 			ep := wire.Chat

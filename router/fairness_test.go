@@ -496,3 +496,42 @@ func TestClassifierCallsTakeTurnsByTenant(t *testing.T) {
 		t.Errorf("the classifier's replica got calls in the order %v, want %v (the other key's second)", order, want)
 	}
 }
+
+// TestForgedViaNeedsAKey: a request carrying this gateway's Via entry but
+// no valid key is refused as unauthenticated (401), not as a loop: no
+// warning, no loop counted (issue 42); with a valid key it is a loop.
+func TestForgedViaNeedsAKey(t *testing.T) {
+	var via atomic.Value
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		via.Store(r.Header.Get("Via"))
+		vllmsim.New(fast("m")).ServeHTTP(w, r)
+	}))
+	defer up.Close()
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+server: {api_keys: [{name: k, key_env: KEY}]}
+pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "{{up}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"up": up.URL}, map[string]string{"KEY": "sk-1"}))
+	url := gw.API.URL + "/v1/chat/completions"
+	body := `{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
+	if resp, b := post(t, url, body, map[string]string{"Authorization": "Bearer sk-1"}); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	forged, _ := via.Load().(string)
+	if forged == "" {
+		t.Fatal("the replica saw no Via entry")
+	}
+	if resp, b := post(t, url, body, map[string]string{"Via": forged}); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("forged Via without a key: %d %s, want 401", resp.StatusCode, b)
+	}
+	if v := metricValue(t, gw, "switchyard_request_loops_total", nil); v != 0 || strings.Contains(gw.Logs.String(), "request loop") {
+		t.Errorf("an unauthenticated forged Via counted %v loops / logged a loop warning", v)
+	}
+	if resp, _ := post(t, url, body, map[string]string{"Via": forged, "Authorization": "Bearer sk-1"}); resp.StatusCode != http.StatusLoopDetected {
+		t.Errorf("an authenticated looped request: %d, want 508", resp.StatusCode)
+	}
+}
