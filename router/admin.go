@@ -66,7 +66,9 @@ func (v adminView) Reload() (int64, []string, error) {
 
 func (v adminView) Explain(r *http.Request) (any, *wire.APIError) {
 	s := v.g.snap.Load()
-	body, err := readBody(r, int64(s.Config.Server.MaxBodyBytes))
+	// The admin view has no response writer: its answer keeps the
+	// Connection: close that bounded set (explain is an operator's call).
+	body, err := readBody(nil, r, int64(s.Config.Server.MaxBodyBytes))
 	if err != nil {
 		return nil, toAPIError(err, "")
 	}

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -34,6 +35,24 @@ func (g *Gateway) bounded(admin bool, next http.Handler) http.Handler {
 		if hasBody {
 			d := g.snap.Load().Config.Server.BodyTimeout.Std()
 			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))
+			// Until its body is read (readBody), the request is not
+			// admitted: its connection gives way at the cap after the idle
+			// ones, and an answer given before the body is read (401, 403,
+			// 404, 413, 415) closes the connection instead of draining
+			// what the client still trickles in.
+			conns.Reading(r)
+			w.Header().Set("Connection", "close")
+			body := &seenBody{ReadCloser: r.Body}
+			r.Body = body
+			defer func() {
+				if !body.eof {
+					// Answered before its body was read: the server
+					// would now drain what the client still trickles in
+					// (up to 256 KiB, for body_timeout) before closing.
+					// It reads nothing more: the connection closes now.
+					_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+				}
+			}()
 		}
 		if len(r.TransferEncoding) > 0 {
 			w.Header().Set("Connection", "close")
@@ -58,6 +77,20 @@ func (g *Gateway) bounded(admin bool, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// seenBody is a request body that says whether it was read to its end.
+type seenBody struct {
+	io.ReadCloser
+	eof bool
+}
+
+func (b *seenBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
 }
 
 // DefaultMaxConnections is the client listener's connection cap for a

@@ -286,3 +286,110 @@ func TestIdleTimeoutShrinksUnderPressure(t *testing.T) {
 		t.Errorf("a connection idle 0s was closed")
 	}
 }
+
+// halfSent opens a connection from the loopback address from and sends a
+// POST's headers and the first byte of a 100-byte body, the rest never
+// coming (a client trickling its body).
+func halfSent(t *testing.T, from, addr, path string, header ...string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n%s\r\n{", path, strings.Join(append(header, ""), "\r\n"))
+	return c
+}
+
+// TestHalfSentBodiesGiveWay: connections whose request headers are in and
+// whose bodies trickle carry no admitted request: at the cap they give
+// way (the oldest first) to a keyed victim's requests, on the client and
+// the admin listener alike; an unauthenticated one is answered 401 at
+// once and closed, never held to drain its body (issue 42, N1: four
+// addresses' half-sent bodies filled the cap and the victim got 0 of 70,
+// the probes 503).
+func TestHalfSentBodiesGiveWay(t *testing.T) {
+	m := startReplica(t, fast("m"))
+	// body_timeout a minute: nothing below waits for it.
+	cfg := strings.Replace(connsConfig(t, m, "8", "120s"), "  idle_timeout:", "  body_timeout: 1m\n  idle_timeout:", 1)
+	gw := startGateway(t, loadConfig(t, cfg, map[string]string{"m": m.Srv.URL}, connsEnv))
+
+	t.Run("unauthenticated", func(t *testing.T) {
+		addr := limited(t, gw, gw.G.Handler(), "api")
+		c := halfSent(t, "127.0.0.3", addr, "/v1/chat/completions")
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("no answer to a half-sent unauthenticated request: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+			t.Errorf("%d, Connection close %t; want 401 and the connection closed", resp.StatusCode, resp.Close)
+		}
+		if !isClosed(c) {
+			t.Error("the connection stayed open to drain the body")
+		}
+	})
+	for _, l := range []struct {
+		name, path string
+		h          http.Handler
+		cap        int
+	}{{"api", "/v1/chat/completions", gw.G.Handler(), 8}, {"admin", "/healthz", gw.G.AdminHandler(), 4}} {
+		t.Run(l.name, func(t *testing.T) {
+			addr := limited(t, gw, l.h, l.name)
+			var flood []net.Conn
+			for i := range l.cap {
+				// Four addresses, keyed: authentication passes, the body
+				// never completes.
+				flood = append(flood, halfSent(t, fmt.Sprintf("127.0.0.%d", 4+i%4), addr, l.path, "Authorization: Bearer attacker-secret"))
+			}
+			if l.name == "admin" {
+				// The probes read no body: each half-sent one is answered
+				// and its connection closed at once, never held.
+				for i, c := range flood {
+					_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+					resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+					if err != nil {
+						t.Fatalf("half-sent probe %d: %v", i, err)
+					}
+					resp.Body.Close()
+					if !isClosed(c) {
+						t.Errorf("half-sent probe %d: its connection is held", i)
+					}
+				}
+			} else {
+				eventually(t, 10*time.Second, "the flood to be open", func() bool {
+					return metricValue(t, gw, "switchyard_connections_open", map[string]string{"listener": l.name}) == float64(l.cap)
+				})
+			}
+			c := victimClient("127.0.0.1")
+			for i := range 5 {
+				var status int
+				var body string
+				if l.name == "api" {
+					status, body = victimChat(t, c, "http://"+addr, i)
+				} else {
+					resp, err := c.Get("http://" + addr + "/healthz")
+					if err != nil {
+						t.Fatalf("probe %d: %v", i, err)
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					status, body = resp.StatusCode, string(b)
+				}
+				if status != 200 {
+					t.Fatalf("victim request %d with %d half-sent bodies held: %d %s", i, l.cap, status, body)
+				}
+			}
+			if l.name == "api" {
+				if !isClosed(flood[0]) {
+					t.Error("the oldest half-sent connection is still open")
+				}
+				if v := metricValue(t, gw, "switchyard_connections_evicted_total", map[string]string{"listener": l.name, "reason": "reading_at_cap"}); v < 1 {
+					t.Errorf("evicted while reading %v, want at least 1", v)
+				}
+			}
+		})
+	}
+}

@@ -252,7 +252,7 @@ func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix
 	if err == nil {
 		x.key = key
 		x.info = &wire.Info{}
-		x.body, err = readBody(r, int64(s.Config.Server.MaxBodyBytes))
+		x.body, err = readBody(w, r, int64(s.Config.Server.MaxBodyBytes))
 	}
 	if err == nil {
 		_ = x.responseController(w).SetReadDeadline(time.Time{})
@@ -289,7 +289,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return err
 	}
 	x.key = key
-	body, err := readBody(r, int64(s.Config.Server.MaxBodyBytes))
+	body, err := readBody(w, r, int64(s.Config.Server.MaxBodyBytes))
 	if err != nil {
 		// The deadline stays: after the answer the server would read on
 		// to discard the rest of the body, and a client that trickles it

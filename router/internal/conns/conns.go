@@ -2,6 +2,7 @@ package conns
 
 import (
 	"container/list"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -44,6 +45,16 @@ func Listen(ln net.Listener, o Options) *Listener {
 // connection counts as busy.
 func (l *Listener) Track(srv *http.Server) {
 	l.tracked = true
+	prevCtx := srv.ConnContext
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if prevCtx != nil {
+			ctx = prevCtx(ctx, c)
+		}
+		if lc, ok := c.(*limitConn); ok {
+			ctx = context.WithValue(ctx, connKey{}, lc)
+		}
+		return ctx
+	}
 	prev := srv.ConnState
 	srv.ConnState = func(c net.Conn, st http.ConnState) {
 		l.connState(c, st)
@@ -76,6 +87,10 @@ type Listener struct {
 	// idle holds the idle connections, the longest idle first (its
 	// length published under mu).
 	idle list.List
+	// reading holds the connections whose request's body is still
+	// arriving (not yet admitted), the oldest first: at the cap they give
+	// way after the idle ones.
+	reading list.List
 	// clients counts the open connections per client address.
 	clients map[netip.Addr]int
 }
@@ -146,11 +161,28 @@ func (l *Listener) admit(c net.Conn) *limitConn {
 			}
 		}
 	}
+	if answer != nil { // the client is at its cap with none of its own idle
+		// ... else its own oldest connection still reading a body.
+		for e := l.reading.Front(); e != nil; e = e.Next() {
+			if rc := e.Value.(*limitConn); rc.addr == addr {
+				evict = append(evict, l.release(rc))
+				l.count("per_client_reading")
+				answer = nil
+				break
+			}
+		}
+	}
 	if answer == nil && l.open.Load() >= cap {
 		answer = refusal
 		if e := l.idle.Front(); e != nil {
 			evict = append(evict, l.release(e.Value.(*limitConn)))
 			l.count("idle_at_cap")
+			answer = nil
+		} else if e := l.reading.Front(); e != nil {
+			// No connection is idle: the one whose body has been
+			// arriving the longest carries no admitted request yet.
+			evict = append(evict, l.release(e.Value.(*limitConn)))
+			l.count("reading_at_cap")
 			answer = nil
 		}
 	}
@@ -191,6 +223,10 @@ func (l *Listener) release(c *limitConn) *limitConn {
 		l.idle.Remove(c.elem)
 		c.elem = nil
 	}
+	if c.readElem != nil {
+		l.reading.Remove(c.readElem)
+		c.readElem = nil
+	}
 	if c.counted {
 		if l.clients[c.addr]--; l.clients[c.addr] <= 0 {
 			delete(l.clients, c.addr)
@@ -215,6 +251,10 @@ func (l *Listener) connState(nc net.Conn, st http.ConnState) {
 	}
 	switch st {
 	case http.StateIdle:
+		if c.readElem != nil {
+			l.reading.Remove(c.readElem)
+			c.readElem = nil
+		}
 		if c.elem != nil {
 			l.idle.Remove(c.elem)
 		}
@@ -277,6 +317,43 @@ type limitConn struct {
 	elem      *list.Element
 	idleSince time.Time
 	gone      bool
+	// readElem is the place in l.reading while the request's body is
+	// arriving (nil otherwise).
+	readElem *list.Element
+}
+
+type connKey struct{}
+
+// Reading marks the connection of r (served by a tracked listener) as
+// reading its request's body: evictable at the cap after the idle ones,
+// until Admitted.
+func Reading(r *http.Request) {
+	c, ok := r.Context().Value(connKey{}).(*limitConn)
+	if !ok {
+		return
+	}
+	l := c.l
+	l.mu.Lock()
+	if !c.gone && c.readElem == nil {
+		c.readElem = l.reading.PushBack(c)
+	}
+	l.mu.Unlock()
+}
+
+// Admitted says r's body was read: its connection carries an admitted
+// request and is no longer evictable. Idempotent.
+func Admitted(r *http.Request) {
+	c, ok := r.Context().Value(connKey{}).(*limitConn)
+	if !ok {
+		return
+	}
+	l := c.l
+	l.mu.Lock()
+	if c.readElem != nil {
+		l.reading.Remove(c.readElem)
+		c.readElem = nil
+	}
+	l.mu.Unlock()
 }
 
 func (c *limitConn) Close() error {
