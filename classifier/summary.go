@@ -183,17 +183,27 @@ func (in *Input) truncate(limit int) {
 	}
 	toolBudget := limit / 8
 	used := 0
-	tools := make([]string, 0, len(in.Tools)) // never write the caller's slice
-	for _, t := range in.Tools {
-		t = head(t, min(maxToolName, toolBudget))
-		if t == "" {
+	var tools []string // a copy once a name is cut: never write the caller's slice
+	for i, t := range in.Tools {
+		cut := head(t, min(maxToolName, toolBudget))
+		if cut == "" {
+			if tools == nil {
+				tools = in.Tools[:i]
+			}
 			break
 		}
-		toolBudget -= len(t)
-		used += len(t) + 2 // ", " between names
-		tools = append(tools, t)
+		if cut != t && tools == nil {
+			tools = append(make([]string, 0, len(in.Tools)), in.Tools[:i]...)
+		}
+		if tools != nil {
+			tools = append(tools, cut)
+		}
+		toolBudget -= len(cut)
+		used += len(cut) + 2 // ", " between names
 	}
-	in.Tools = tools
+	if tools != nil {
+		in.Tools = tools
+	}
 	in.System = head(in.System, limit/8)
 	in.Opening = head(in.Opening, limit/8)
 	rest := max(0, limit-used-len(in.System)-len(in.Opening))

@@ -31,8 +31,10 @@ type Turn struct {
 	RepeatedCall string
 	// opening is what OpeningKey digests, kept so that only a request
 	// that needs an implicit session id pays for the digest.
-	opening   *openingState
+	opening   openingState
 	promptKey string
+	// completion: a /v1/completions prompt, keyed by promptKey.
+	completion bool
 }
 
 // openingState is what the opening key digests.
@@ -44,7 +46,7 @@ type openingState struct {
 // OpeningKey is a digest of the conversation's opening, canonicalised
 // (see Read): the implicit session id.
 func (t Turn) OpeningKey() [16]byte {
-	if t.opening == nil {
+	if t.completion {
 		sum := sha256.Sum256([]byte(t.promptKey))
 		return [16]byte(sum[:16])
 	}
@@ -74,12 +76,11 @@ func Read(info *wire.Info, limit int) Turn {
 		} else {
 			in.Prompt = excerpt(info.RawPrompt.Get("0").Raw, limit)
 		}
-		t.promptKey = info.RawPrompt.Raw
+		t.promptKey, t.completion = info.RawPrompt.Raw, true
 		return t
 	}
 	in.Tools = allToolNames(info)
-	var pending [maxResults]pendingResult
-	w := walker{limit: limit, in: in, pending: pending[:0]}
+	w := walker{limit: limit}
 	if info.RawSystem.Exists() {
 		w.system(rawString(info.RawSystem))
 	}
@@ -101,7 +102,7 @@ func Read(info *wire.Info, limit int) Turn {
 		t.ToolError = w.failure
 		t.RepeatedCall = w.repeated
 	}
-	t.opening = &openingState{systemRaw: w.systemRaw, parts: w.opening}
+	t.opening = openingState{systemRaw: w.systemRaw, parts: w.opening}
 
 	return t
 }
@@ -109,7 +110,6 @@ func Read(info *wire.Info, limit int) Turn {
 // walker is Read's state over one pass of the messages.
 type walker struct {
 	limit int
-	in    *classifier.Input
 
 	systemRaw  []string // the system prompt's text parts, raw, for the key
 	systemText string
@@ -128,7 +128,8 @@ type walker struct {
 
 	// The tool results since the last assistant turn (the first
 	// maxResults of them), and what they say.
-	pending  []pendingResult
+	pending  [maxResults]pendingResult
+	npending int
 	results  string
 	failure  string
 	newCalls int // calls of the latest assistant turn
@@ -237,7 +238,7 @@ func (w *walker) message(f *fields) {
 		if !w.inAssistant {
 			w.steps++
 			w.newCalls = 0
-			w.pending = w.pending[:0]
+			w.npending = 0
 		}
 		w.inAssistant, w.last = true, ""
 		w.assistantCalls(f)
@@ -304,7 +305,7 @@ func hasNonText(c string) bool {
 
 func (w *walker) instruction(words string) {
 	w.last, w.steps = classifier.LastInstruction, 0
-	w.pending = w.pending[:0]
+	w.npending = 0
 	w.instructions++
 	if w.instructions == 1 {
 		w.first, w.firstAt = words, w.index
@@ -325,18 +326,19 @@ func (w *walker) opened(role, words string) {
 
 func (w *walker) toolResult(out string, isError bool) {
 	if w.last != classifier.LastToolResult {
-		w.pending = w.pending[:0]
+		w.npending = 0
 	}
 	w.last = classifier.LastToolResult
-	if len(w.pending) < cap(w.pending) {
-		w.pending = append(w.pending, pendingResult{out, isError})
+	if w.npending < len(w.pending) {
+		w.pending[w.npending] = pendingResult{out, isError}
+		w.npending++
 	}
 }
 
 // readResults reads the latest tool results, once the pass is over:
 // their excerpts, within limit in all, and the first failure.
 func (w *walker) readResults() {
-	if len(w.pending) == 1 { // the usual turn: one call, one result
+	if w.npending == 1 { // the usual turn: one call, one result
 		r := w.pending[0]
 		w.results = resultExcerpt(r.out, w.limit)
 		if w.failure = "is_error"; !r.isError {
@@ -345,7 +347,7 @@ func (w *walker) readResults() {
 		return
 	}
 	var sb strings.Builder
-	for _, r := range w.pending {
+	for _, r := range w.pending[:w.npending] {
 		room := w.limit - sb.Len()
 		if room <= 0 {
 			break
