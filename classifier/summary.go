@@ -214,6 +214,20 @@ func (in *Input) truncate(limit int) {
 	in.Prompt = headTail(in.Prompt, limit)
 }
 
+// ResultBudget is how many bytes of the latest tool results the summary
+// of in holds within limit, its other parts as they are: a reader that
+// cuts the tool output to it is not cut again by truncate.
+func ResultBudget(in Input, limit int) int {
+	in.ToolResult = "x"
+	in.truncate(limit)
+	used := 0
+	for _, t := range in.Tools {
+		used += len(t) + 2
+	}
+	rest := max(0, limit-used-len(in.System)-len(in.Opening))
+	return max(rest/3, rest-len(in.LastUser))
+}
+
 // The bounds of the tool names the classifier sees: OpenAI's function
 // names are at most 64 characters.
 const (

@@ -97,7 +97,9 @@ func Read(info *wire.Info, limit int) Turn {
 	}
 	in.LastUser = w.latest
 	if w.last == classifier.LastToolResult {
-		w.readResults()
+		// Read as much tool output as the summary will hold (at least
+		// a few kilobytes, where a run says how it ended).
+		w.readResults(max(classifier.ResultBudget(*in, limit), min(limit, 2048)))
 		in.ToolResult = w.results
 		t.ToolError = w.failure
 		t.RepeatedCall = w.repeated
@@ -337,10 +339,10 @@ func (w *walker) toolResult(out string, isError bool) {
 
 // readResults reads the latest tool results, once the pass is over:
 // their excerpts, within limit in all, and the first failure.
-func (w *walker) readResults() {
+func (w *walker) readResults(limit int) {
 	if w.npending == 1 { // the usual turn: one call, one result
 		r := w.pending[0]
-		w.results = resultExcerpt(r.out, w.limit)
+		w.results = resultExcerpt(r.out, limit)
 		if w.failure = "is_error"; !r.isError {
 			w.failure = failureOf(w.results)
 		}
@@ -348,7 +350,7 @@ func (w *walker) readResults() {
 	}
 	var sb strings.Builder
 	for _, r := range w.pending[:w.npending] {
-		room := w.limit - sb.Len()
+		room := limit - sb.Len()
 		if room <= 0 {
 			break
 		}
