@@ -68,7 +68,7 @@ func Binaries(t testing.TB) (etcd, apiserver string) {
 		apiserver = filepath.Join(CacheDir(), "kube-apiserver")
 	}
 	if !executable(apiserver) {
-		missing = append(missing, "kube-apiserver "+Version+" (.ci/run builds it into "+CacheDir()+", or set "+APIServerEnv+")")
+		missing = append(missing, "kube-apiserver "+Version+" (bash .ci/install builds it into "+CacheDir()+", or set "+APIServerEnv+")")
 	}
 	if len(missing) > 0 {
 		msg := "needs a real Kubernetes API server; missing " + strings.Join(missing, " and ")
