@@ -190,7 +190,8 @@ func (s *screen) table(elapsed time.Duration, rs []Result, span time.Duration) s
 	}
 	fmt.Fprintf(&b, "  routes   %s\n", shares(groupBy(rs, func(r Result) string { return r.Route }), len(rs)))
 	var reps []string
-	for _, r := range s.replicas() {
+	replicas := s.replicas()
+	for _, r := range replicas {
 		reps = append(reps, fmt.Sprintf("%s %s %d", r.name, r.state, r.inflight))
 	}
 	// Long lines are wrapped, not cut, so that every word can be read on
@@ -200,6 +201,9 @@ func (s *screen) table(elapsed time.Duration, rs []Result, span time.Duration) s
 		width = defaultWidth
 	}
 	b.WriteString(wrap("  replicas (state, in flight)  ", reps, " │ ", width))
+	if legend := stateLegend(replicas); legend != "" {
+		b.WriteString(wrap("  ", strings.Fields(legend), " ", width))
+	}
 	b.WriteString("  events")
 	if len(s.events) == 0 {
 		b.WriteString("   none\n")
@@ -237,6 +241,31 @@ func wrap(first string, parts []string, sep string, width int) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// stateWords explains each replica state the table shows but "up".
+var stateWords = []struct{ state, means string }{
+	{"probing", "new, no requests until its first health probe passes"},
+	{"EJECTED", "out of rotation after repeated errors, until its ejection ends"},
+	{"DOWN", "failing its health probes (or refusing the pool's key or model), no requests until they pass"},
+}
+
+// stateLegend explains the states of replicas that are not up, once each,
+// or is "" when every replica is up.
+func stateLegend(reps []replicaLine) string {
+	var parts []string
+	for _, w := range stateWords {
+		for _, r := range reps {
+			if r.state == w.state {
+				parts = append(parts, w.state+": "+w.means)
+				break
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "(" + strings.Join(parts, "; ") + ")"
 }
 
 type replicaLine struct {

@@ -223,3 +223,22 @@ func TestWrap(t *testing.T) {
 		})
 	}
 }
+
+// TestStateLegend: the table explains each state it shows but "up", once.
+func TestStateLegend(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		reps []replicaLine
+		want string
+	}{
+		{"all up", []replicaLine{{"a", "up", 0}}, ""},
+		{"down twice and ejected", []replicaLine{{"a", "DOWN", 0}, {"b", "EJECTED", 0}, {"c", "DOWN", 0}},
+			"(EJECTED: out of rotation after repeated errors, until its ejection ends; DOWN: failing its health probes (or refusing the pool's key or model), no requests until they pass)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := stateLegend(tc.reps); got != tc.want {
+				t.Errorf("legend %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
