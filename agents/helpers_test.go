@@ -80,11 +80,11 @@ func agentsDir(t *testing.T) string {
 func agent(t *testing.T, name string) string {
 	t.Helper()
 	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node is not installed; .ci/run installs it")
+		t.Skip("node is not installed: run bash .ci/install (as root)")
 	}
 	bin := filepath.Join(agentsDir(t), "node_modules", ".bin", name)
 	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("%s is not installed: run npm ci --prefix testdata/agents (.ci/run does)", name)
+		t.Skipf("%s is not installed: run npm ci --prefix testdata/agents (bash .ci/install does)", name)
 	}
 	if name == "claude" {
 		// The package ships a 500-byte placeholder that its postinstall

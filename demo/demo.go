@@ -156,7 +156,6 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		}
 		fmt.Fprintf(o.Out, "\nRunning a mixed agent-like load (%d concurrent sessions); %s.\n", load.Workers, until)
 		fmt.Fprintf(o.Out, "Latencies are of the simulated replicas, whose model time runs %g× faster than the reference cluster's (--speedup).\n", o.SpeedUp)
-		fmt.Fprintln(o.Out, ClassLegend)
 		fmt.Fprintln(o.Out)
 		go func() { load.Run(runCtx); close(done) }()
 	} else {

@@ -44,7 +44,7 @@ func TestDemoHeadless(t *testing.T) {
 	if !strings.HasPrefix(text, "switchyard demo: starting ") {
 		t.Errorf("the first line does not say the demo is starting:\n%s", text)
 	}
-	for _, want := range []string{"gateway on http://127.0.0.1:", "for the 8-node cluster", "stopping after 3m0s.", demo.ClassLegend,
+	for _, want := range []string{"gateway on http://127.0.0.1:", "for the 8-node cluster", "stopping after 3m0s.",
 		"req/s", "summary:", "minicpm", "qwen"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
@@ -55,9 +55,14 @@ func TestDemoHeadless(t *testing.T) {
 			t.Errorf("output has %q:\n%s", bad, text)
 		}
 	}
-	// The legend is printed before the first table.
-	if legend, table := strings.Index(text, demo.ClassLegend), strings.Index(text, "req/s"); legend > table {
-		t.Errorf("the class legend comes after the first table:\n%s", text)
+	// The banner explains only what the live view shows: the classes, and
+	// their legend, are in the summary only.
+	summary := strings.Index(text, "summary:")
+	if legend := strings.Index(text, demo.ClassLegend); legend >= 0 && legend < summary {
+		t.Errorf("the class legend comes before the summary:\n%s", text)
+	}
+	if classes := strings.Index(text, "classes"); classes >= 0 && classes < summary {
+		t.Errorf("classes are named before the summary, where the live view has none:\n%s", text)
 	}
 }
 

@@ -99,11 +99,12 @@ func orDash(s string) string {
 // maxFailed bounds the failed requests the summary lists.
 const maxFailed = 10
 
-// ClassLegend explains the "-" among the classes: the gateway sets
-// X-Switchyard-Class only when the classifier decided the route, so a request
-// that matched a rule before any class condition (side: a client's own
-// small model) or that named a pool has no class.
-const ClassLegend = `In "classes:", - counts requests that needed no classifier call (a rule matched before any class condition, or the model named a pool).`
+// ClassLegend explains the "-" among the summary's classes, under them
+// (the live table has no classes, so the banner does not explain it): the
+// gateway sets X-Switchyard-Class only when the classifier decided the
+// route, so a request that matched a rule before any class condition
+// (side: a client's own small model) or that named a pool has no class.
+const ClassLegend = `(class -: no classifier call was needed: a rule matched before any class condition, or the model named a pool)`
 
 // PrintSummary writes the end-of-run summary.
 func PrintSummary(w io.Writer, s Summary) {
@@ -114,7 +115,7 @@ func PrintSummary(w io.Writer, s Summary) {
 	fmt.Fprintf(w, "  classes: %s\n", countShares(s.ByClass, s.Requests))
 	fmt.Fprintf(w, "  apis:    %s\n", s.APIs)
 	if s.ByClass["-"] > 0 {
-		fmt.Fprintln(w, "  (class -: no classifier call was needed)")
+		fmt.Fprintln(w, "  "+ClassLegend)
 	}
 	for _, f := range s.Failed {
 		fmt.Fprintf(w, "  failed: %s\n", f)

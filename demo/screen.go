@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/switchyard/switchyard/router"
 )
@@ -36,19 +37,24 @@ type screen struct {
 	// drawn is how many lines the last table took (terminal).
 	drawn    int
 	lastLine time.Time
-	events   []string
+	events   []event
 	// seen is how many results have been looked at for failures.
 	seen int
 }
 
+// event is one line under "events": when (into the run) and what.
+type event struct {
+	at, msg string
+}
+
 // event notes something the operator should see, at t into the run.
 func (s *screen) event(t time.Duration, msg string) {
-	line := fmt.Sprintf("%5s  %s", t.Round(time.Second), msg)
+	e := event{at: fmt.Sprintf("%5s", t.Round(time.Second)), msg: msg}
 	if !s.terminal {
-		fmt.Fprintln(s.w, line)
+		fmt.Fprintf(s.w, "%s  %s\n", e.at, e.msg)
 		return
 	}
-	s.events = append(s.events, line)
+	s.events = append(s.events, e)
 	if len(s.events) > maxEvents {
 		s.events = s.events[len(s.events)-maxEvents:]
 	}
@@ -89,10 +95,13 @@ func (s *screen) tick(now time.Time) {
 	s.drawn = strings.Count(table, "\n")
 }
 
-// fitWidth cuts every line of text to width runes (0: 120).
+// defaultWidth is the width of a terminal whose width is not known.
+const defaultWidth = 120
+
+// fitWidth cuts every line of text to width runes (0: defaultWidth).
 func fitWidth(text string, width int) string {
 	if width <= 0 {
-		width = 120
+		width = defaultWidth
 	}
 	lines := strings.SplitAfter(text, "\n")
 	for i, l := range lines {
@@ -181,20 +190,82 @@ func (s *screen) table(elapsed time.Duration, rs []Result, span time.Duration) s
 	}
 	fmt.Fprintf(&b, "  routes   %s\n", shares(groupBy(rs, func(r Result) string { return r.Route }), len(rs)))
 	var reps []string
-	for _, r := range s.replicas() {
+	replicas := s.replicas()
+	for _, r := range replicas {
 		reps = append(reps, fmt.Sprintf("%s %s %d", r.name, r.state, r.inflight))
 	}
-	fmt.Fprintf(&b, "  replicas (state, in flight)  %s\n", strings.Join(reps, " │ "))
+	// Long lines are wrapped, not cut, so that every word can be read on
+	// an 80-column terminal; the continuation lines hang under the text.
+	width := s.width
+	if width <= 0 {
+		width = defaultWidth
+	}
+	b.WriteString(wrap("  replicas (state, in flight)  ", reps, " │ ", width))
+	if legend := stateLegend(replicas); legend != "" {
+		b.WriteString(wrap("  ", strings.Fields(legend), " ", width))
+	}
 	b.WriteString("  events")
 	if len(s.events) == 0 {
 		b.WriteString("   none\n")
 	} else {
 		b.WriteString("\n")
 		for _, e := range s.events {
-			fmt.Fprintf(&b, "    %s\n", e)
+			b.WriteString(wrap("    "+e.at+"  ", strings.Fields(e.msg), " ", width))
 		}
 	}
 	return b.String()
+}
+
+// wrap writes first and then parts joined by sep, breaking lines between
+// parts so that no line is wider than width-1 runes (the last column is
+// left free, as fitWidth does); continuation lines are indented as wide as
+// first. A part too long for a line of its own is left for fitWidth to cut.
+func wrap(first string, parts []string, sep string, width int) string {
+	indent := strings.Repeat(" ", utf8.RuneCountInString(first))
+	var b strings.Builder
+	b.WriteString(first)
+	n := utf8.RuneCountInString(first)
+	for i, p := range parts {
+		pn := utf8.RuneCountInString(p)
+		switch {
+		case i == 0:
+		case n+utf8.RuneCountInString(sep)+pn <= width-1:
+			b.WriteString(sep)
+			n += utf8.RuneCountInString(sep)
+		default:
+			b.WriteString("\n" + indent)
+			n = len(indent)
+		}
+		b.WriteString(p)
+		n += pn
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// stateWords explains each replica state the table shows but "up".
+var stateWords = []struct{ state, means string }{
+	{"probing", "new, no requests until its first health probe passes"},
+	{"EJECTED", "out of rotation after repeated errors, until its ejection ends"},
+	{"DOWN", "failing its health probes (or refusing the pool's key or model), no requests until they pass"},
+}
+
+// stateLegend explains the states of replicas that are not up, once each,
+// or is "" when every replica is up.
+func stateLegend(reps []replicaLine) string {
+	var parts []string
+	for _, w := range stateWords {
+		for _, r := range reps {
+			if r.state == w.state {
+				parts = append(parts, w.state+": "+w.means)
+				break
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "(" + strings.Join(parts, "; ") + ")"
 }
 
 type replicaLine struct {

@@ -53,7 +53,7 @@ func TestScreenRedrawsInPlace(t *testing.T) {
 			t.Errorf("a line of %d runes on a 60-column terminal: %q", n, l)
 		}
 	}
-	if !strings.Contains(first, "failed: responses tool stream (pool p): the str") {
+	if !strings.Contains(first, "failed: responses tool stream (pool p): the\n") || !strings.Contains(first, " stream was interrupted\n") {
 		t.Errorf("the failure is not an event:\n%s", first)
 	}
 	out.Reset()
@@ -157,5 +157,88 @@ func TestScreenWithoutTerminal(t *testing.T) {
 	s.event(4*time.Second, "killed r1")
 	if !strings.HasSuffix(out.String(), "   4s  killed r1\n") {
 		t.Errorf("event line: %q", out.String())
+	}
+}
+
+// TestScreenWrapsEvents: on an 80-column terminal an event longer than a
+// line is wrapped under its text, never cut, so every word of it can be
+// read (issue 43: the kill event ended "one c…").
+func TestScreenWrapsEvents(t *testing.T) {
+	var out bytes.Buffer
+	rec := NewRecorder()
+	s := &screen{w: &out, terminal: true, width: 80, rec: rec, g: testGateway(t)}
+	const msg = "killed qwen-b: its requests are retried and its streams (chat, Responses, Messages) resume elsewhere; one cut inside a tool call ends with an error event"
+	s.event(5*time.Second, msg)
+	s.tick(rec.started.Add(6 * time.Second))
+	text := out.String()
+	if strings.Contains(text, "…") {
+		t.Errorf("a line is cut:\n%s", text)
+	}
+	_, events, ok := strings.Cut(text, "  events\n")
+	if !ok {
+		t.Fatalf("no events:\n%s", text)
+	}
+	lines := strings.Split(strings.TrimSuffix(events, "\n"), "\n")
+	if len(lines) < 2 {
+		t.Errorf("the event is not wrapped:\n%s", events)
+	}
+	var words []string
+	for i, l := range lines {
+		if n := len([]rune(l)); n > 79 {
+			t.Errorf("a line of %d runes on an 80-column terminal: %q", n, l)
+		}
+		// The first line starts with the time; the others hang under the text.
+		indent := "           "
+		if i == 0 {
+			indent = "       5s  "
+		}
+		rest, ok := strings.CutPrefix(l, indent)
+		if !ok || strings.HasPrefix(rest, " ") {
+			t.Errorf("line %d is not indented as %q: %q", i, indent, l)
+		}
+		words = append(words, strings.Fields(rest)...)
+	}
+	if got := strings.Join(words, " "); got != msg {
+		t.Errorf("the wrapped event reads\n%q\nwant\n%q", got, msg)
+	}
+}
+
+func TestWrap(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		parts []string
+		sep   string
+		width int
+		want  string
+	}{
+		{"fits", []string{"a 1", "b 2"}, " │ ", 20, "xx: a 1 │ b 2\n"},
+		{"breaks between parts", []string{"aaaa 1", "bbbb 2", "cccc 3"}, " │ ", 20, "xx: aaaa 1 │ bbbb 2\n    cccc 3\n"},
+		{"a part too long stays whole", []string{"short", "a-very-long-word-indeed"}, " ", 12, "xx: short\n    a-very-long-word-indeed\n"},
+		{"nothing", nil, " ", 10, "xx: \n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := wrap("xx: ", tc.parts, tc.sep, tc.width); got != tc.want {
+				t.Errorf("wrap: %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStateLegend: the table explains each state it shows but "up", once.
+func TestStateLegend(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		reps []replicaLine
+		want string
+	}{
+		{"all up", []replicaLine{{"a", "up", 0}}, ""},
+		{"down twice and ejected", []replicaLine{{"a", "DOWN", 0}, {"b", "EJECTED", 0}, {"c", "DOWN", 0}},
+			"(EJECTED: out of rotation after repeated errors, until its ejection ends; DOWN: failing its health probes (or refusing the pool's key or model), no requests until they pass)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := stateLegend(tc.reps); got != tc.want {
+				t.Errorf("legend %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

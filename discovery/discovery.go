@@ -46,7 +46,8 @@ type Watcher interface {
 	// Watch follows the source until ctx ends, calling update, one call
 	// at a time, with the whole set after each change, or with an error
 	// when the source is lost or empty (ErrNoRecords), after which the
-	// last good set is kept.
+	// last good set is kept; except ErrNoReadyEndpoints, the source's
+	// own word that the set is empty, which empties it.
 	Watch(ctx context.Context, update func(addrs []string, err error))
 }
 
@@ -114,9 +115,12 @@ type Status struct {
 	TTL time.Duration
 }
 
-// Discovery keeps a pool's replica set in step with DNS. A failed or empty
-// resolution keeps the last good set: DNS hiccups never take a pool's
-// replicas away (health checks still do, one replica at a time).
+// Discovery keeps a pool's replica set in step with DNS or a Service's
+// EndpointSlices. A failed or empty resolution keeps the last good set:
+// DNS hiccups, a failed list or a lost watch never take a pool's replicas
+// away (health checks still do, one replica at a time). The one exception
+// is ErrNoReadyEndpoints: the API server itself lists no endpoint for the
+// Service, and the set becomes empty.
 type Discovery struct {
 	opts Options
 
@@ -199,6 +203,9 @@ func (d *Discovery) record(addrs []string, ttl time.Duration, err error) (change
 	if err == nil && len(addrs) == 0 {
 		err = ErrNoRecords
 	}
+	// The API server's own word that the Service has no endpoint: the set
+	// becomes empty, unlike a source that failed or a name without records.
+	emptied := errors.Is(err, ErrNoReadyEndpoints)
 	result := ResultOK
 	switch {
 	case errors.Is(err, ErrNoRecords):
@@ -224,10 +231,16 @@ func (d *Discovery) record(addrs []string, ttl time.Duration, err error) (change
 	prev := d.status
 	d.status.AttemptAt, d.status.Result, d.status.Err = now, result, ""
 	var added, removed []string
-	if err != nil {
+	switch {
+	case emptied:
+		d.fails = 0
+		_, removed = diffSets(prev.Addrs, nil)
+		d.status.Addrs, d.status.ResolvedAt, d.status.TTL = nil, now, -1
+		d.status.Err = err.Error()
+	case err != nil:
 		d.status.Err = err.Error()
 		d.fails++
-	} else {
+	default:
 		d.fails = 0
 		added, removed = diffSets(prev.Addrs, addrs)
 		d.status.Addrs, d.status.ResolvedAt, d.status.TTL = addrs, now, ttl
@@ -324,7 +337,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		resolutions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_discovery_resolutions_total",
-			Help: "Resolutions of a discovered pool's name (DNS), or updates of its Service's EndpointSlices (kubernetes), by result: ok, empty (no records, no ready endpoint: the last good set is kept) or error (no answer, a lost watch: kept)."},
+			Help: "Resolutions of a discovered pool's name (DNS), or updates of its Service's EndpointSlices (kubernetes), by result: ok, empty (no records: the last good set is kept; a Service with no ready or serving endpoint: the pool is emptied) or error (no answer, a failed list, a lost watch: kept)."},
 			[]string{"pool", "result"}),
 		replicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "switchyard_discovery_replicas",
 			Help: "Replicas of a discovered pool: the addresses of its last good resolution."}, []string{"pool"}),

@@ -42,10 +42,22 @@ type KubernetesOptions struct {
 // serviceAccountNamespace is the file holding a pod's namespace.
 var serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
-// ErrNoReadyEndpoints is a Service whose EndpointSlices list no ready (nor
-// serving) endpoint on the port: the last good set is kept, as with a DNS
-// name without records.
-var ErrNoReadyEndpoints = fmt.Errorf("%w: the Service's EndpointSlices list no ready endpoint on the port", ErrNoRecords)
+// ErrNoReadyEndpoints is a Service whose EndpointSlices, as the API server
+// lists them, hold no ready (nor serving) endpoint on the port. Unlike a
+// DNS name without records, this answer is authoritative (the informer's
+// store is the API server's own state): the pool's set becomes empty and
+// its requests get 503 at once, as Envoy's EDS and kube-proxy drop every
+// endpoint then. A failed list or a lost watch is another error, which
+// keeps the last good set. It is an ErrNoRecords too (result "empty").
+var ErrNoReadyEndpoints error = noReadyEndpoints{}
+
+type noReadyEndpoints struct{}
+
+func (noReadyEndpoints) Error() string {
+	return "no ready or serving endpoint on the port in its EndpointSlices"
+}
+
+func (noReadyEndpoints) Is(target error) bool { return target == ErrNoRecords }
 
 // Kubernetes follows a Service's discovery.k8s.io/v1 EndpointSlices (those
 // labelled kubernetes.io/service-name=SERVICE) with a client-go informer.
@@ -111,6 +123,16 @@ func restConfig(path string) (*rest.Config, string, error) {
 // Name is the Service as NAMESPACE/SERVICE.
 func (k *Kubernetes) Name() string { return k.namespace + "/" + k.o.Service }
 
+// noEndpoints is ErrNoReadyEndpoints naming the Service and the port:
+// `service "inference/vllm" (port "http"): no ready or serving endpoint…`.
+func (k *Kubernetes) noEndpoints() error {
+	port := strconv.Itoa(k.o.PortNumber)
+	if k.o.PortName != "" {
+		port = strconv.Quote(k.o.PortName)
+	}
+	return fmt.Errorf("service %q (port %s): %w", k.Name(), port, ErrNoReadyEndpoints)
+}
+
 func (k *Kubernetes) selector() string {
 	return discoveryv1.LabelServiceName + "=" + k.o.Service
 }
@@ -131,7 +153,7 @@ func (k *Kubernetes) Lookup(ctx context.Context, _, _ string, _ int) ([]string, 
 	}
 	addrs := k.addresses(eps)
 	if len(addrs) == 0 {
-		return nil, -1, ErrNoReadyEndpoints
+		return nil, -1, k.noEndpoints()
 	}
 	return addrs, -1, nil
 }
@@ -168,7 +190,7 @@ func (k *Kubernetes) Watch(ctx context.Context, update func(addrs []string, err 
 		}
 		addrs := k.addresses(eps)
 		if len(addrs) == 0 {
-			update(nil, ErrNoReadyEndpoints)
+			update(nil, k.noEndpoints())
 			return
 		}
 		update(addrs, nil)

@@ -219,8 +219,9 @@ func TestKubernetesWatch(t *testing.T) {
 		t.Fatalf("Lookup = %v, %v, %v; want [192.0.2.1:8000], no TTL", addrs, ttl, err)
 	}
 	none := discovery.NewKubernetes(discovery.KubernetesOptions{Service: "none", Namespace: ns, PortName: "http", Kubeconfig: srv.Kubeconfig})
-	if _, _, err := none.Lookup(ctx, "kubernetes", none.Name(), 0); !errors.Is(err, discovery.ErrNoRecords) {
-		t.Errorf("Lookup of a Service without EndpointSlices: %v, want ErrNoRecords", err)
+	if _, _, err := none.Lookup(ctx, "kubernetes", none.Name(), 0); !errors.Is(err, discovery.ErrNoReadyEndpoints) ||
+		!strings.Contains(err.Error(), `service "inference/none"`) {
+		t.Errorf("Lookup of a Service without EndpointSlices: %v, want ErrNoReadyEndpoints naming it", err)
 	}
 
 	w := newWatched()
@@ -262,11 +263,20 @@ func TestKubernetesWatch(t *testing.T) {
 	put(slice("vllm-a", "vllm", discoveryv1.AddressTypeIPv4, httpPort(8000), endpoint("192.0.2.1", yes, yes, no)))
 	w.awaitSet(t, "192.0.2.1:8000", "192.0.2.4:8000")
 
-	// Every endpoint not ready and not serving: ErrNoRecords (the
-	// discovery keeps its last good set).
+	// Every endpoint not ready and not serving: ErrNoReadyEndpoints, the
+	// API server's word (the discovery empties the set), not a lost watch.
 	if err := api.Delete(ctx, "vllm-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	put(slice("vllm-b", "vllm", discoveryv1.AddressTypeIPv4, httpPort(8000), endpoint("192.0.2.4", no, no, yes)))
-	w.await(t, "no ready endpoint", func(_ []string, err error) bool { return errors.Is(err, discovery.ErrNoRecords) })
+	w.await(t, "no ready endpoint", func(_ []string, err error) bool { return errors.Is(err, discovery.ErrNoReadyEndpoints) })
+	// Every slice deleted: the same.
+	put(slice("vllm-b", "vllm", discoveryv1.AddressTypeIPv4, httpPort(8000), endpoint("192.0.2.4", yes, yes, no)))
+	w.awaitSet(t, "192.0.2.4:8000")
+	if err := api.Delete(ctx, "vllm-b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "every slice deleted", func(_ []string, err error) bool {
+		return errors.Is(err, discovery.ErrNoReadyEndpoints) && strings.Contains(err.Error(), `service "inference/vllm" (port "http")`)
+	})
 }

@@ -95,11 +95,17 @@ func (c *collector) decodeErr(err error, fallback ast.Node, context string) {
 			// the mistake is the indentation of the line holding the ':'.
 			tk = tk.Next
 			msg += " (check the indentation of this line)"
-		} else if errors.As(err, &se) && tk != nil && tk.Position != nil && strings.Contains(msg, "not allowed in this context") &&
-			(tk.Prev == nil || tk.Prev.Position == nil || tk.Prev.Position.Line < tk.Position.Line) {
+		} else if errors.As(err, &se) && tk != nil && tk.Position != nil && firstOnLine(tk) &&
+			(strings.Contains(msg, "not allowed in this context") || strings.Contains(msg, "non-map value is specified")) {
 			// The first thing on its line cannot go where its indentation
-			// puts it (a list item or a key indented past its siblings).
-			msg += " (check the indentation of this line: is it indented too far?)"
+			// puts it: a key or list item in line with nothing above it, or
+			// a list item dedented to where a key belongs. Say which columns
+			// would fit, rather than guess which way it went wrong.
+			if hint := indentationHint(tk, strings.Contains(msg, "non-map value")); hint != "" {
+				msg = hint
+			} else {
+				msg += " (check the indentation of this line)"
+			}
 		}
 		switch {
 		case strings.Contains(msg, "'\t'"):
@@ -142,6 +148,11 @@ func (c *collector) decodeErr(err error, fallback ast.Node, context string) {
 		return
 	}
 	c.at(fallback, "%s%v", prefix, err)
+}
+
+// firstOnLine reports whether tk begins its line.
+func firstOnLine(tk *token.Token) bool {
+	return tk.Prev == nil || tk.Prev.Position == nil || tk.Prev.Position.Line < tk.Position.Line
 }
 
 // pathTo finds, under node, the value whose token is tk, and returns the

@@ -131,10 +131,19 @@ var badFixtures = []struct {
 		`../testdata/indentation.bad.yaml:5:14: mapping value is not allowed in this context (check the indentation of this line)`,
 	}},
 	{"indented-too-far", []string{
-		`../testdata/indented-too-far.bad.yaml:7:9: value is not allowed in this context (check the indentation of this line: is it indented too far?)`,
+		`../testdata/indented-too-far.bad.yaml:7:9: the list item at column 9 is not in line with any list above it: indent it to column 7 to continue the list of line 6`,
 	}},
 	{"key-indented-too-far", []string{
-		`../testdata/key-indented-too-far.bad.yaml:8:6: value is not allowed in this context (check the indentation of this line: is it indented too far?)`,
+		`../testdata/key-indented-too-far.bad.yaml:8:6: "balance" at column 6 is not in line with any key above it: indent it to column 5, beside "replicas" (line 5), or to column 9, beside "url" (line 7)`,
+	}},
+	{"key-under-indented", []string{
+		`../testdata/key-under-indented.bad.yaml:5:4: "balance" at column 4 is not in line with any key above it: indent it to column 5, beside "model" (line 4), or to column 3, beside "small" (line 3)`,
+	}},
+	{"list-key-under-indented", []string{
+		`../testdata/list-key-under-indented.bad.yaml:7:8: "url" at column 8 is not in line with any key above it: indent it to column 9, beside "name" (line 6), or to column 5, beside "replicas" (line 5)`,
+	}},
+	{"list-item-dedented", []string{
+		`../testdata/list-item-dedented.bad.yaml:7:5: a list item at column 5, where a key is expected: indent it to column 7 to continue the list of line 6`,
 	}},
 	{"listen-addresses", []string{
 		`../testdata/listen-addresses.bad.yaml:6:11: server: listen "127.0.0.1:99999" has port 99999, over 65535`,

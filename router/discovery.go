@@ -2,11 +2,14 @@ package router
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/switchyard/switchyard/discovery"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/router/internal/admin"
+	"github.com/switchyard/switchyard/router/internal/upstream"
 )
 
 // discoveredPool is a pool's running DNS discovery. It outlives reloads
@@ -122,11 +125,34 @@ func (g *Gateway) onDiscovery(ev discovery.Event) {
 		g.log.Info("discovery: replica set changed", append(attrs, "added", ev.Added, "removed", ev.Removed)...)
 	case ev.Result == discovery.ResultOK:
 		g.log.Info("discovery: the name resolves again", attrs...)
+	case errors.Is(ev.Err, discovery.ErrNoReadyEndpoints):
+		// The API server's own word: the pool is empty (requests get 503
+		// naming the Service, or the route's fallback).
+		g.log.Warn("discovery: the Service lists no ready or serving endpoint; the pool has no replica",
+			append(attrs, "removed", ev.Removed, "error", ev.Err.Error())...)
 	case ev.Result == discovery.ResultEmpty:
 		g.log.Warn("discovery: the name has no address; keeping the last good set", append(attrs, "error", ev.Err.Error())...)
 	default:
 		g.log.Error("discovery: resolution failed; keeping the last good set", append(attrs, "error", ev.Err.Error())...)
 	}
+}
+
+// emptyPool is why a request finds no replica in a discovered pool whose
+// source lists none (a Kubernetes Service without a ready or serving
+// endpoint, or a name never resolved): ErrNoReplica naming the source, so
+// the client's 503 no_replica_available says why, and the route's fallback
+// is tried as for a pool without a healthy replica. nil for a pool with
+// replicas or without discovery.
+func (s *Snapshot) emptyPool(ps *poolState) error {
+	dp := s.discovery[ps.Name]
+	if dp == nil || len(ps.Replicas()) > 0 {
+		return nil
+	}
+	st := dp.d.Status()
+	if len(st.Addrs) > 0 || st.Err == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: pool %q has no replica: %s", upstream.ErrNoReplica, ps.Name, st.Err)
 }
 
 // discoveryView is a discovered pool's part of /admin/pools.

@@ -128,6 +128,9 @@ var errAnswerTooLarge = errors.New("answer over the size limit")
 // placeOn places the request on ps through the executor. It returns done
 // once a response has been committed to the client.
 func (g *Gateway) placeOn(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, ps *poolState) (bool, error) {
+	if err := x.snap.emptyPool(ps); err != nil {
+		return false, err
+	}
 	body := x.body
 	if x.info.Model != "" && x.info.Model != ps.Model {
 		var err error

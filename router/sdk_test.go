@@ -37,10 +37,10 @@ func runSDKs(t *testing.T, baseURL string, stream bool) map[string]sdkResult {
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skip("node is not installed; .ci/run installs it")
+		t.Skip("node is not installed: run bash .ci/install (as root)")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules")); err != nil {
-		t.Skip("the SDKs are not installed: run npm ci --prefix testdata/sdk (.ci/run does)")
+		t.Skip("the SDKs are not installed: run npm ci --prefix testdata/sdk (bash .ci/install does)")
 	}
 	args := []string{filepath.Join(dir, "clients.mjs"), baseURL}
 	if stream {
@@ -208,10 +208,10 @@ func agentsSDK(t *testing.T) (node, dir string) {
 		t.Fatal(err)
 	}
 	if node, err = exec.LookPath("node"); err != nil {
-		t.Skip("node is not installed; .ci/run installs it")
+		t.Skip("node is not installed: run bash .ci/install (as root)")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@openai", "agents")); err != nil {
-		t.Skip("the SDKs are not installed: run npm ci --prefix testdata/sdk (.ci/run does)")
+		t.Skip("the SDKs are not installed: run npm ci --prefix testdata/sdk (bash .ci/install does)")
 	}
 	return node, dir
 }

@@ -67,8 +67,9 @@ routes:
 // Chromium against a gateway with simulated replicas and load: the page
 // asks for the admin token once and sends it as a header (never in a
 // URL), it makes no request outside the admin listener, it shows every
-// pool and replica and a split whose counts equal /metrics, and a killed
-// replica's row turns red. With SWITCHYARD_STATUS_SCREENSHOT=FILE it saves
+// pool and replica, every number of the split and the classifier equals
+// its metric (docs/observability.md's table), and a killed replica's row
+// turns red. With SWITCHYARD_STATUS_SCREENSHOT=FILE it saves
 // a screenshot there (docs/status.png is made so; see
 // docs/observability.md).
 func TestStatusPage(t *testing.T) {
@@ -192,6 +193,85 @@ func TestStatusPage(t *testing.T) {
 	}
 	if want := fmt.Sprintf("%.0f%%", 100*hits/asked); hitRate != want {
 		t.Errorf("the page's cache hit rate %q, /metrics %v of %v = %s", hitRate, hits, asked, want)
+	}
+	// The other numbers, each against its metric (docs/observability.md's
+	// table): the split's errors (5xx by pool), classifications/s (every
+	// result, over the window), calls to the classifier's pool/s and their
+	// mean latency (the duration histogram, cache misses only), and the
+	// share that fell back (timeout, error, circuit_open, refused, of every
+	// result, all time). The window moves on while the page is read: it is read before and after, and the page's rate lies
+	// between the counts over the two (one refresh, a second, earlier).
+	var before, after struct {
+		Figures struct {
+			WindowSeconds float64 `json:"window_seconds"`
+		} `json:"figures"`
+	}
+	getAdmin(t, gw, "/admin/status", tok, &before)
+	figures, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](`Object.fromEntries([...document.querySelectorAll("#classifier dt")].map(dt => [dt.textContent, dt.nextElementSibling.textContent]))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errorsShown, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](`Object.fromEntries([...document.querySelectorAll("#split tbody tr")].map(r => [r.dataset.pool, r.cells[3].textContent]))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	getAdmin(t, gw, "/admin/status", tok, &after)
+	for _, pool := range []string{"pa", "pb"} {
+		n := 0.0
+		for _, m := range matchingSeries(t, gw, "switchyard_requests_total", map[string]string{"pool": pool}) {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "code" && strings.HasPrefix(l.GetValue(), "5") {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+		if want := fmt.Sprintf("%.0f", n); errorsShown[pool] != want {
+			t.Errorf("pool %s: the page's errors %q, /metrics %s", pool, errorsShown[pool], want)
+		}
+	}
+	results := map[string]float64{}
+	for _, m := range matchingSeries(t, gw, "switchyard_classifier_requests_total", nil) {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "result" {
+				results[l.GetValue()] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	classified := 0.0
+	for _, v := range results {
+		classified += v
+	}
+	shownRate, _ := strconv.ParseFloat(figures["classifications/s"], 64)
+	lo, hi := classified/after.Figures.WindowSeconds-0.05, classified/max(before.Figures.WindowSeconds-1, 1)+0.05
+	if shownRate < lo || shownRate > hi {
+		t.Errorf("the page's classifications/s %q; /metrics counts %v over a window of %v to %vs", figures["classifications/s"],
+			classified, before.Figures.WindowSeconds, after.Figures.WindowSeconds)
+	}
+	calls, spent := 0.0, 0.0
+	for _, m := range matchingSeries(t, gw, "switchyard_classifier_duration_seconds", nil) {
+		calls += float64(m.GetHistogram().GetSampleCount())
+		spent += m.GetHistogram().GetSampleSum()
+	}
+	shownCalls, _ := strconv.ParseFloat(figures["calls to its pool/s"], 64)
+	if lo, hi := calls/after.Figures.WindowSeconds-0.05, calls/max(before.Figures.WindowSeconds-1, 1)+0.05; calls == 0 || shownCalls < lo || shownCalls > hi {
+		t.Errorf("the page's calls to the classifier's pool/s %q; /metrics counts %v over a window of %v to %vs", figures["calls to its pool/s"],
+			calls, before.Figures.WindowSeconds, after.Figures.WindowSeconds)
+	}
+	// status.js's fmtMS of the mean in milliseconds.
+	mean := 1000 * spent / calls
+	want := fmt.Sprintf("%.2f s", mean/1000)
+	switch {
+	case mean < 1:
+		want = fmt.Sprintf("%.0f µs", mean*1000)
+	case mean < 1000:
+		want = fmt.Sprintf("%.1f ms", mean)
+	}
+	if figures["latency (mean)"] != want {
+		t.Errorf("the page's classifier latency %q, /metrics %v s over %v calls = %s", figures["latency (mean)"], spent, calls, want)
+	}
+	fellBack := results["timeout"] + results["error"] + results["circuit_open"] + results["refused"]
+	if want := fmt.Sprintf("%.0f%%", 100*fellBack/classified); figures["fell back (all time)"] != want {
+		t.Errorf("the page's fell back %q, /metrics %v of %v = %s", figures["fell back (all time)"], fellBack, classified, want)
 	}
 	// Numeric columns are right-aligned under right-aligned headings.
 	misaligned, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#split, #replicas, #decisions")].flatMap(t => { const h = [...t.tHead.rows[0].cells]; return [...t.tBodies[0].rows].flatMap(r => [...r.cells].filter((c, i) => h[i] && getComputedStyle(c).textAlign !== getComputedStyle(h[i]).textAlign).map(c => t.id + ": " + h[[...r.cells].indexOf(c)].textContent)); })`))

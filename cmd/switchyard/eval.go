@@ -35,10 +35,10 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
-	path := resolveConfig(*configPath)
+	path, from := resolveConfig(*configPath)
 	cfg, err := router.LoadConfig(path)
 	if err != nil {
-		printConfigErr(stderr, path, err)
+		printConfigErr(stderr, "eval", path, from, err)
 		return exitInvalid
 	}
 	if cfg.Classifier == nil {

@@ -30,10 +30,10 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	// The same file serve would load. It is read before the request so that
 	// a config error shows at once rather than after standard input ends.
-	path := resolveConfig(*configPath)
+	path, from := resolveConfig(*configPath)
 	cfg, err := router.LoadConfig(path)
 	if err != nil {
-		printConfigErr(stderr, path, err)
+		printConfigErr(stderr, "explain", path, from, err)
 		return exitInvalid
 	}
 	var body []byte

@@ -114,18 +114,6 @@ func parse(fs *flag.FlagSet, args []string) (int, bool) {
 	return 0, true
 }
 
-// resolveConfig is the config file a command reads: the --config flag, else
-// $SWITCHYARD_CONFIG, else ./switchyard.yaml.
-func resolveConfig(flagValue string) string {
-	if flagValue != "" {
-		return flagValue
-	}
-	if env := os.Getenv("SWITCHYARD_CONFIG"); env != "" {
-		return env
-	}
-	return "switchyard.yaml"
-}
-
 // signalContext is cancelled by SIGINT or SIGTERM.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -37,15 +37,15 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "switchyard replay: --max-change %g: a share is at most 1\n", *maxChange)
 		return exitUsage
 	}
-	loader := func(path string) (func() (*policy.Config, error), int) {
+	loader := func(path, from string) (func() (*policy.Config, error), int) {
 		if _, err := router.LoadConfig(path); err != nil {
-			printConfigErr(stderr, path, err)
+			printConfigErr(stderr, "replay", path, from, err)
 			return nil, exitInvalid
 		}
 		return func() (*policy.Config, error) { return router.LoadConfig(path) }, exitOK
 	}
-	newPath := resolveConfig(*configPath)
-	loadNew, code := loader(newPath)
+	newPath, from := resolveConfig(*configPath)
+	loadNew, code := loader(newPath, from)
 	if loadNew == nil {
 		return code
 	}
@@ -61,7 +61,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var changes []replay.Change
 	var shifts []replay.Shift
 	if *against != "" {
-		loadOld, code := loader(*against)
+		loadOld, code := loader(*against, "--against")
 		if loadOld == nil {
 			return code
 		}

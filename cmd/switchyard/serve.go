@@ -36,13 +36,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.Usage()
 		return exitUsage
 	}
-	path := *configPath
-	if path == "" {
-		path = os.Getenv("SWITCHYARD_CONFIG")
-	}
-	if path == "" {
-		path = "switchyard.yaml"
-	}
+	path, from := resolveConfig(*configPath)
 	log, err := newLogger(stderr, *logLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, "switchyard serve:", err)
@@ -50,7 +44,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	cfg, err := router.LoadConfig(path)
 	if err != nil {
-		printConfigErr(stderr, path, err)
+		printConfigErr(stderr, "serve", path, from, err)
 		return exitInvalid
 	}
 	tp, shutdownTracing, err := startTracing(ctx, log, stdout)
@@ -224,17 +218,6 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("bad --log-level %q: use debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
-}
-
-func printConfigErr(w io.Writer, path string, err error) {
-	var errs policy.Errors
-	if errors.As(err, &errs) {
-		for _, e := range errs {
-			fmt.Fprintln(w, e.Error())
-		}
-		return
-	}
-	fmt.Fprintf(w, "%s: %v\n", path, err)
 }
 
 func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, g *router.Gateway, log *slog.Logger) {

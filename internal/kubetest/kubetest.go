@@ -1,8 +1,9 @@
 // Package kubetest runs a real Kubernetes API server for tests: Debian's
 // etcd and a kube-apiserver built from k8s.io/kubernetes (see .ci/run),
 // both on 127.0.0.1, with a static token, AlwaysAllow authorization and no
-// endpoint reconciler. Nothing it starts listens beyond loopback or sends
-// anywhere else.
+// endpoint reconciler; and, for tests that need only the EndpointSlices
+// discovery reads, a fake API server that needs no binary (StartSlices).
+// Nothing it starts listens beyond loopback or sends anywhere else.
 package kubetest
 
 import (
@@ -68,7 +69,7 @@ func Binaries(t testing.TB) (etcd, apiserver string) {
 		apiserver = filepath.Join(CacheDir(), "kube-apiserver")
 	}
 	if !executable(apiserver) {
-		missing = append(missing, "kube-apiserver "+Version+" (.ci/run builds it into "+CacheDir()+", or set "+APIServerEnv+")")
+		missing = append(missing, "kube-apiserver "+Version+" (bash .ci/install builds it into "+CacheDir()+", or set "+APIServerEnv+")")
 	}
 	if len(missing) > 0 {
 		msg := "needs a real Kubernetes API server; missing " + strings.Join(missing, " and ")

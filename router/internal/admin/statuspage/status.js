@@ -211,8 +211,13 @@ function drawReplicas(d) {
       cell(row, state, "state");
       cell(row, String(r.inflight), "num");
       cell(row, String(r.waiting), "num");
-      cell(row, r.queue === undefined ? "–" : String(r.queue), "num");
-      cell(row, r.kv_cache_usage === undefined ? "–" : pct(r.kv_cache_usage), "num");
+      // A dash says why there is no value (the note under the table says the rest).
+      const unscraped = r.scrape_error ? "no fresh scrape: " + r.scrape_error :
+        r.last_scrape ? "vLLM did not report it" : "not scraped: this pool does not read vLLM's /metrics (balance kv_aware or p2c, or a route's spill, turns it on)";
+      const q = cell(row, r.queue === undefined ? "–" : String(r.queue), "num");
+      if (r.queue === undefined) q.title = unscraped;
+      const kv = cell(row, r.kv_cache_usage === undefined ? "–" : pct(r.kv_cache_usage), "num");
+      if (r.kv_cache_usage === undefined) kv.title = unscraped;
       cell(row, fmtMS(r.recent.ttft_p50_ms), "num");
       cell(row, fmtMS(r.recent.ttft_p99_ms), "num");
       cell(row, r.recent.requests ? pct(r.recent.error_rate) + " of " + r.recent.requests : "–", r.recent.error_rate > 0 ? "num bad" : "num");
