@@ -79,51 +79,59 @@ func (in *Input) summary() string {
 		sb.WriteString(in.Prompt)
 		return sb.String()
 	}
-	n := 256 + len(in.LastUser) + len(in.ToolResult) + len(in.Opening) + len(in.System)
-	for _, t := range in.Tools {
-		n += len(t) + 2
-	}
-	sb.Grow(n)
-	sb.WriteString("Turns: ")
-	sb.WriteString(strconv.Itoa(in.Turns))
+	// The lines describing the turn first, on the stack, so that the
+	// summary is allocated once at its exact size.
+	var buf [1024]byte
+	h := append(buf[:0], "Turns: "...)
+	h = strconv.AppendInt(h, int64(in.Turns), 10)
 	if in.Instructions > 0 {
-		sb.WriteString(" (user instructions: ")
-		sb.WriteString(strconv.Itoa(in.Instructions))
-		sb.WriteString(")")
+		h = append(h, " (user instructions: "...)
+		h = strconv.AppendInt(h, int64(in.Instructions), 10)
+		h = append(h, ')')
 	}
-	sb.WriteString("\n")
+	h = append(h, '\n')
 	switch in.Last {
 	case LastInstruction:
-		sb.WriteString("Last message: a new instruction from the user\n")
+		h = append(h, "Last message: a new instruction from the user\n"...)
 	case LastToolResult:
-		sb.WriteString("Last message: a tool result, ")
-		sb.WriteString(strconv.Itoa(in.Steps))
-		sb.WriteString(" assistant steps after the user's last message\n")
+		h = append(h, "Last message: a tool result, "...)
+		h = strconv.AppendInt(h, int64(in.Steps), 10)
+		h = append(h, " assistant steps after the user's last message\n"...)
 	}
 	if in.Last != "" {
-		sb.WriteString("Prompt: ")
-		sb.WriteString(band(in.PromptTokens))
-		sb.WriteString(" tokens\nAnswer budget: ")
-		sb.WriteString(answerBand(in.MaxTokens))
+		h = append(h, "Prompt: "...)
+		h = appendBand(h, in.PromptTokens)
+		h = append(h, " tokens\nAnswer budget: "...)
 		if in.MaxTokens > 0 {
-			sb.WriteString(" tokens")
+			h = appendBand(h, in.MaxTokens)
+			h = append(h, " tokens"...)
+		} else {
+			h = append(h, "not set"...)
 		}
-		sb.WriteString("\n")
+		h = append(h, '\n')
 	}
 	if len(in.Tools) > 0 {
-		sb.WriteString("Tools (")
-		sb.WriteString(strconv.Itoa(len(in.Tools)))
-		sb.WriteString("): ")
+		h = append(h, "Tools ("...)
+		h = strconv.AppendInt(h, int64(len(in.Tools)), 10)
+		h = append(h, "): "...)
 		for i, t := range in.Tools {
 			if i > 0 {
-				sb.WriteString(", ")
+				h = append(h, ", "...)
 			}
-			sb.WriteString(t)
+			h = append(h, t...)
 		}
-		sb.WriteString("\n")
+		h = append(h, '\n')
 	} else {
-		sb.WriteString("Tools: none\n")
+		h = append(h, "Tools: none\n"...)
 	}
+	n := len(h) + len(headInstruction) + len(in.LastUser) + 1
+	for _, part := range [...]struct{ head, text string }{{headToolResult, in.ToolResult}, {headOpening, in.Opening}, {headSystem, in.System}} {
+		if part.text != "" {
+			n += len(part.head) + len(part.text) + 1
+		}
+	}
+	sb.Grow(n)
+	sb.Write(h)
 	// The current instruction always has its heading; the evidence and
 	// context after it only when there is some.
 	for _, part := range [...]struct{ head, text string }{
@@ -144,6 +152,24 @@ func answerBand(n int) string {
 		return "not set"
 	}
 	return band(n)
+}
+
+// appendBand appends band(n) to b without allocating.
+func appendBand(b []byte, n int) []byte {
+	if n < 1024 {
+		return append(b, "under 1k"...)
+	}
+	lo := 1
+	for lo*2*1024 <= n && lo < 128 {
+		lo *= 2
+	}
+	if lo >= 128 {
+		return append(b, "128k or more"...)
+	}
+	b = strconv.AppendInt(b, int64(lo), 10)
+	b = append(b, "k-"...)
+	b = strconv.AppendInt(b, int64(lo*2), 10)
+	return append(b, 'k')
 }
 
 // band writes n tokens as the band it falls in: under 1k, then doubling

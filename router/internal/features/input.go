@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"hash/maphash"
 	"io"
+	"iter"
 	"strings"
 
 	"github.com/switchyard/switchyard/classifier"
@@ -39,8 +40,8 @@ type Turn struct {
 
 // openingState is what the opening key digests.
 type openingState struct {
-	systemRaw []string
-	parts     []openingPart
+	systemRaw inline[string]
+	parts     inline[openingPart]
 }
 
 // OpeningKey is a digest of the conversation's opening, canonicalised
@@ -113,9 +114,9 @@ func Read(info *wire.Info, limit int) Turn {
 type walker struct {
 	limit int
 
-	systemRaw  []string // the system prompt's text parts, raw, for the key
+	systemRaw  inline[string] // the system prompt's text parts, raw, for the key
 	systemText string
-	opening    []openingPart // up to the first instruction, for the key
+	opening    inline[openingPart] // up to the first instruction, for the key
 	openDone   bool
 
 	last         string
@@ -158,13 +159,13 @@ type openingPart struct {
 func (w *walker) system(s string) {
 	if strings.HasPrefix(s, `"`) {
 		w.systemText = headExcerpt(s, w.limit/8) // its start is what the classifier reads
-		w.systemRaw = append(w.systemRaw, s)
+		w.systemRaw.add(s)
 		return
 	}
 	w.systemText = contentExcerpt(s, w.limit)
 	elements(s, func(part string) bool {
 		if t := member(part, "text"); t != "" {
-			w.systemRaw = append(w.systemRaw, t)
+			w.systemRaw.add(t)
 		}
 		return true
 	})
@@ -250,7 +251,7 @@ func (w *walker) message(f *fields) {
 		if w.systemText == "" {
 			w.system(f.content)
 		} else if !w.openDone {
-			w.opening = append(w.opening, openingPart{role, contentExcerpt(f.content, w.limit)})
+			w.opening.add(openingPart{role, contentExcerpt(f.content, w.limit)})
 		}
 		w.inAssistant = false
 		return
@@ -320,7 +321,7 @@ func (w *walker) opened(role, words string) {
 	if w.openDone {
 		return
 	}
-	w.opening = append(w.opening, openingPart{role, words})
+	w.opening.add(openingPart{role, words})
 	if role == "user" && words != "" {
 		w.openDone = true
 	}
@@ -425,11 +426,11 @@ func (w *walker) call(name, args string) {
 func (o *openingState) key(tools []string) [16]byte {
 	h := sha256.New()
 	h.Write([]byte("opening\x00"))
-	for _, raw := range o.systemRaw {
+	for _, raw := range o.systemRaw.all() {
 		writeUndated(h, raw)
 		h.Write([]byte{0})
 	}
-	for _, p := range o.parts {
+	for _, p := range o.parts.all() {
 		io.WriteString(h, p.role)
 		h.Write([]byte{0})
 		writeUndated(h, p.text)
@@ -521,4 +522,37 @@ func fullText(c gjson.Result) string {
 		return true
 	})
 	return sb.String()
+}
+
+// inline keeps its first four items in place and the rest in a slice: an
+// opening is a few messages, read on every request.
+type inline[T any] struct {
+	arr  [4]T
+	n    int
+	more []T
+}
+
+func (l *inline[T]) add(v T) {
+	if l.n < len(l.arr) {
+		l.arr[l.n] = v
+		l.n++
+		return
+	}
+	l.more = append(l.more, v)
+}
+
+// all yields the items in order.
+func (l *inline[T]) all() iter.Seq2[int, T] {
+	return func(yield func(int, T) bool) {
+		for i, v := range l.arr[:l.n] {
+			if !yield(i, v) {
+				return
+			}
+		}
+		for i, v := range l.more {
+			if !yield(l.n+i, v) {
+				return
+			}
+		}
+	}
 }
