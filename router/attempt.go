@@ -192,8 +192,8 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 		err = p.Run(resp.Body)
 	}
 	if err == nil {
-		if p.SawUsage {
-			g.recordUsage(x, ps, p.Prompt, p.Completion, p.UsageModel, span)
+		if u := p.Usage(); u.SawUsage {
+			g.recordUsage(x, ps, u.Prompt, u.Completion, u.UsageModel, span)
 		}
 		return upstream.Answered(pools.Success, "")
 	}
@@ -255,13 +255,13 @@ func (g *Gateway) clientLeft(ctx context.Context, x *exchange, err error, span t
 	if errors.Is(err, pump.ErrClientGone) && ctx.Err() == nil {
 		x.access.errMsg = "client stopped reading: " + err.Error()
 	}
-	switch {
-	case p.SawUsage && p.Completion > 0:
-		g.recordUsage(x, x.attempt.up.ps, p.Prompt, p.Completion, p.UsageModel, span)
-	case p.Deltas > 0:
-		g.recordUsage(x, x.attempt.up.ps, p.Prompt, p.Deltas, p.UsageModel, span)
-	case p.SawUsage:
-		g.recordUsage(x, x.attempt.up.ps, p.Prompt, p.Completion, p.UsageModel, span)
+	switch u := p.Usage(); {
+	case u.SawUsage && u.Completion > 0:
+		g.recordUsage(x, x.attempt.up.ps, u.Prompt, u.Completion, u.UsageModel, span)
+	case p.Deltas() > 0:
+		g.recordUsage(x, x.attempt.up.ps, u.Prompt, p.Deltas(), u.UsageModel, span)
+	case u.SawUsage:
+		g.recordUsage(x, x.attempt.up.ps, u.Prompt, u.Completion, u.UsageModel, span)
 	}
 }
 
@@ -269,8 +269,8 @@ func (g *Gateway) clientLeft(ctx context.Context, x *exchange, err error, span t
 // counts the tokens it did report.
 func (g *Gateway) endCut(x *exchange, ps *poolState, rep *pools.Replica, err error) {
 	p := &x.stream.pump
-	if p.SawUsage {
-		g.recordUsage(x, ps, p.Prompt, p.Completion, p.UsageModel, x.tel.span)
+	if u := p.Usage(); u.SawUsage {
+		g.recordUsage(x, ps, u.Prompt, u.Completion, u.UsageModel, x.tel.span)
 	}
 	x.access.errMsg = err.Error()
 	p.Fail(&wire.APIError{Type: "upstream_error", Code: "stream_interrupted",

@@ -92,8 +92,8 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 	g.metrics.Resumes.WithLabelValues(ps.Name, "resumed").Inc()
 	x.access.resume = fmt.Sprintf("resumed on %s after %d deltas", x.rep.Name, rs.Offset)
 	x.stream.end = endNormal // the client's stream was completed
-	if p.SawUsage {
-		g.recordUsage(x, ps, p.Prompt, p.Completion, p.UsageModel, x.tel.span)
+	if u := p.Usage(); u.SawUsage {
+		g.recordUsage(x, ps, u.Prompt, u.Completion, u.UsageModel, x.tel.span)
 	}
 	g.log.Warn("stream cut by replica; resumed on another replica", "request_id", x.id, "pool", ps.Name,
 		"replica", cut.rep.Name, "error", cut.err.Error())
