@@ -48,7 +48,7 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 	resp, hctx, res := g.send(ctx, span, sendSpec{ps: u.ps, rep: rep, clock: &x.attempt.clock, ex: &x.attempt.exec, x: x, body: u.body, clientJudge: true})
 	if resp == nil {
 		if ctx.Err() != nil {
-			x.stream.end = endClientLeft // cancelled by the client, not failed
+			x.endAs(endClientLeft) // cancelled by the client, not failed
 		}
 		return res
 	}
@@ -102,7 +102,7 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 		return upstream.Failed(pools.Neutral, "", ue)
 	} else if err != nil {
 		if ctx.Err() != nil {
-			x.stream.end = endClientLeft
+			x.endAs(endClientLeft)
 		}
 		var pt *upstream.PhaseTimeout
 		if errors.As(context.Cause(hctx), &pt) {
@@ -204,8 +204,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	// A replica that cut its stream, or stalled it past first_token_timeout
 	// or stream_idle_timeout, failed; one that ran into
 	// max_stream_duration just produced a long answer.
-	outcome := pools.Status5xx
-	x.stream.end = endCut // counted as failed although 200 was sent
+	outcome, end := pools.Status5xx, endCut // counted as failed although 200 was sent
 	cause := context.Cause(hctx)
 	var pt *upstream.PhaseTimeout
 	switch {
@@ -217,8 +216,9 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 			outcome = pools.Neutral
 		}
 	case errors.Is(cause, errShuttingDown):
-		err, outcome, x.stream.end = errShuttingDown, pools.Neutral, endShutdown
+		err, outcome, end = errShuttingDown, pools.Neutral, endShutdown
 	}
+	x.endAs(end)
 	spans.SetClientError(span, spans.ErrTypeStreamCut, err)
 	if p.Resume != nil {
 		x.stream.cut = &cutStream{rep: rep, err: err, cause: cause, span: span.SpanContext(), sw: sw, started: clock.StreamStart}
@@ -250,7 +250,7 @@ type cutStream struct {
 // streamed so far are counted when the usage never came.
 func (g *Gateway) clientLeft(ctx context.Context, x *exchange, err error, span trace.Span) {
 	p := &x.stream.pump
-	x.stream.end = endClientLeft
+	x.endAs(endClientLeft)
 	x.access.errMsg = "client closed the stream"
 	if errors.Is(err, pump.ErrClientGone) && ctx.Err() == nil {
 		x.access.errMsg = "client stopped reading: " + err.Error()

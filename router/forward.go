@@ -72,7 +72,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 		lastErr = err
 		if ctx.Err() != nil {
-			x.stream.end = endClientLeft
+			x.endAs(endClientLeft)
 			return
 		}
 		// A timeout or an over-size answer is the request's own result,
