@@ -62,30 +62,6 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 	return g.deliver(ctx, hctx, x, rep, resp, span)
 }
 
-// judge classifies a replica's answer status for a client request. A 404
-// means the server lacks the pool's model only where the endpoint says so
-// (endpointSpec.missingModel404), or where it names a model; otherwise it
-// is an answer (FastAPI's {"detail":"Not Found"} of an endpoint this vLLM
-// version lacks, a stored response that is not there), which says nothing
-// of the replica's other traffic.
-func (x *exchange) judge(resp *http.Response) (pools.Outcome, bool, string) {
-	o, retry, reason := upstream.JudgeStatus(resp.StatusCode)
-	if resp.StatusCode == http.StatusNotFound && !x.ep.Spec().MissingModel404 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
-		resp.Body = readCloser{bytes.NewReader(b), resp.Body}
-		if x.stored.pinned != nil || !x.ep.Generates() || !bytes.Contains(bytes.ToLower(b), []byte("model")) {
-			o, retry = pools.Neutral, false
-		}
-	}
-	return o, retry, reason
-}
-
-// readCloser reads what was peeked of a body and closes the original.
-type readCloser struct {
-	io.Reader
-	io.Closer
-}
-
 // deliver passes a non-stream answer to the client, read whole first: a
 // replica's failure while reading it can still be retried elsewhere.
 func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Replica, resp *http.Response, span trace.Span) upstream.Result {
@@ -277,3 +253,6 @@ func (g *Gateway) endCut(x *exchange, ps *poolState, rep *pools.Replica, err err
 		Message: fmt.Sprintf("the stream was interrupted (pool %q): %v", ps.Name, err)})
 	g.log.Warn("stream cut by replica; ended the client stream with an error event", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
 }
+
+// errAnswerTooLarge: a non-stream answer exceeded maxResponseBytes.
+var errAnswerTooLarge = errors.New("answer over the size limit")
