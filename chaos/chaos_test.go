@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/switchyard/switchyard/internal/polltest"
 )
 
 func threeReplicaConfig(a, b, c string, extra string) string {
@@ -202,7 +204,7 @@ func TestSlowAndVanishingClients(t *testing.T) {
 		}()
 	}
 	slowWG.Wait()
-	eventually(t, 20*time.Second, "every slot to be free", func() bool { return gw.metric(t, "switchyard_replica_inflight") == 0 })
+	polltest.Eventually(t, 20*time.Second, "every slot to be free", func() bool { return gw.metric(t, "switchyard_replica_inflight") == 0 })
 	for _, c := range conns {
 		c.Close()
 	}
@@ -340,7 +342,7 @@ func TestDrainWithOpenStreams(t *testing.T) {
 			results <- o
 		}()
 	}
-	eventually(t, 10*time.Second, "the streams to be running", func() bool { return gw.metric(t, "switchyard_replica_inflight") == 6 })
+	polltest.Eventually(t, 10*time.Second, "the streams to be running", func() bool { return gw.metric(t, "switchyard_replica_inflight") == 6 })
 	signal(t, gw, syscall.SIGTERM)
 	for range 6 {
 		if o := <-results; o != complete {
@@ -453,7 +455,7 @@ func TestKillReplicaMidStreamResumes(t *testing.T) {
 			for range n {
 				go func() { results <- read(gw, x) }()
 			}
-			eventually(t, 10*time.Second, "streams to run on every replica", func() bool { return gw.metric(t, "switchyard_replica_inflight") >= n })
+			polltest.Eventually(t, 10*time.Second, "streams to run on every replica", func() bool { return gw.metric(t, "switchyard_replica_inflight") >= n })
 			time.Sleep(100 * time.Millisecond) // a few tokens into each stream
 			_ = b.cmd.Process.Kill()
 			for range n {

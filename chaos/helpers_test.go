@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/deploy/imagebuild"
+	"github.com/switchyard/switchyard/internal/polltest"
 )
 
 // binary is the switchyard binary built once for the suite, as the
@@ -215,27 +216,12 @@ func (p *proc) baseline(t *testing.T) baseline {
 func (p *proc) settles(t *testing.T, b baseline) {
 	t.Helper()
 	var fds, gs float64
-	eventually(t, 20*time.Second, "fds and goroutines to return to the baseline", func() bool {
+	polltest.Eventually(t, 20*time.Second, "fds and goroutines to return to the baseline", func() bool {
 		fds, gs = float64(p.fds(t)), p.metric(t, "go_goroutines")
 		return fds <= b.fds+4 && gs <= b.goroutines+8
 	}, func() string {
 		return fmt.Sprintf("fds %v (baseline %v), goroutines %v (baseline %v)", fds, b.fds, gs, b.goroutines)
 	})
-}
-
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool, state ...func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			s := ""
-			if len(state) > 0 {
-				s = ": " + state[0]()
-			}
-			t.Fatalf("timed out after %s waiting for %s%s", d, what, s)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // outcome is how one client request ended, from the client's side.

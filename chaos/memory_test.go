@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/switchyard/switchyard/internal/polltest"
 )
 
 // hwm is the process's peak resident memory (VmHWM) in bytes.
@@ -82,7 +84,7 @@ routes:
 	}
 	direct, _ := gateway(t, config(`[{name: b, url: "http://`+b.addr+`"}]`))
 	resumed, _ := gateway(t, config(`[{name: a, url: "http://`+a.addr+`"}, {name: b, url: "http://`+b.addr+`"}]`))
-	eventually(t, 10*time.Second, "both replicas healthy", func() bool { return resumed.metric(t, "switchyard_replica_healthy") >= 2 })
+	polltest.Eventually(t, 10*time.Second, "both replicas healthy", func() bool { return resumed.metric(t, "switchyard_replica_healthy") >= 2 })
 
 	restDirect, restResumed := direct.hwm(t), resumed.hwm(t)
 	d := readHuge(direct.addr, tokens)

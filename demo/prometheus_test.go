@@ -22,6 +22,7 @@ import (
 	"github.com/goccy/go-yaml"
 
 	"github.com/switchyard/switchyard/demo"
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/policy"
 )
 
@@ -115,7 +116,7 @@ func TestPrometheusExampleBesideDemo(t *testing.T) {
 			t.Errorf("demo: %v", err)
 		}
 	})
-	waitFor(t, 2*time.Minute, "the demo's metrics to count requests", func() bool {
+	polltest.Eventually(t, 2*time.Minute, "the demo's metrics to count requests", func() bool {
 		resp, err := http.Get("http://" + admin + "/metrics")
 		if err != nil {
 			return false
@@ -181,7 +182,7 @@ func TestPrometheusExampleBesideDemo(t *testing.T) {
 	// The README's split, per pool.
 	const split = `sum by (pool) (rate(switchyard_requests_total[5m]))`
 	var shares map[string]float64
-	waitFor(t, 3*time.Minute, "Prometheus to show the split", func() bool {
+	polltest.Eventually(t, 3*time.Minute, "Prometheus to show the split", func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("prometheus exited:\n%s", out.String())
@@ -255,17 +256,4 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-// waitFor polls cond every 100 ms until it holds; within is the slack a
-// loaded machine gets, not a speed the test asks for.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: no %s", within, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

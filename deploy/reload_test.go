@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/polltest"
 )
 
 // A policy whose only route is called name.
@@ -118,15 +120,9 @@ func TestConfigMapSwapReloads(t *testing.T) {
 	}
 
 	writeConfigMapVersion(t, dir, 2, fmt.Sprintf(reloadPolicy, "second"))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		gen, body := config()
-		if gen == "2" && strings.Contains(body, "name: second") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("10s after the swap: generation %q, config:\n%s", gen, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var gen, body string
+	polltest.Eventually(t, 10*time.Second, "the swapped config to be served", func() bool {
+		gen, body = config()
+		return gen == "2" && strings.Contains(body, "name: second")
+	}, func() string { return fmt.Sprintf("generation %q, config:\n%s", gen, body) })
 }

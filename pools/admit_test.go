@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/pools"
 	"github.com/switchyard/switchyard/vllmsim"
 )
@@ -57,7 +58,7 @@ func TestNewReplicaWaitsForAProbe(t *testing.T) {
 		p.Release(r)
 	}
 	loading.Sim.SetFaults(vllmsim.Faults{})
-	eventually(t, "the loaded replica to be admitted", func() bool { return !fresh.Probing() && fresh.Healthy() })
+	polltest.Eventually(t, waitFor, "the loaded replica to be admitted", func() bool { return !fresh.Probing() && fresh.Healthy() })
 
 	// With probes off a replica takes traffic at once, as before.
 	o.Health.Disabled = true

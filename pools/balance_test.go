@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/pools"
 	"github.com/switchyard/switchyard/vllmsim"
 )
@@ -132,7 +133,7 @@ func TestQueueAwareBalancersAvoidDeepQueue(t *testing.T) {
 	slow := vllmsim.Profile{Model: "m", DecodeTPS: 10, MaxBatch: 1}
 	sims := []*sim{startSim(t, fast), startSim(t, fast), startSim(t, slow)}
 	hold(t, sims[2], 4, longBody)
-	eventually(t, "r2 to run 1 and queue 3", func() bool { return sims[2].Sim.Running() == 1 && sims[2].Sim.Waiting() == 3 })
+	polltest.Eventually(t, waitFor, "r2 to run 1 and queue 3", func() bool { return sims[2].Sim.Running() == 1 && sims[2].Sim.Waiting() == 3 })
 
 	for _, bal := range []string{"kv_aware", "p2c"} {
 		t.Run(bal, func(t *testing.T) {
@@ -173,7 +174,7 @@ func TestKVAwareLegacyMetrics(t *testing.T) {
 	current := startSim(t, vllmsim.Profile{Model: "m", DecodeTPS: 10, KVCacheTokens: 1 << 30})
 	hold(t, legacy, 1, longBody)
 	hold(t, current, 1, longBody)
-	eventually(t, "both replicas to run a request", func() bool { return legacy.Sim.Running() == 1 && current.Sim.Running() == 1 })
+	polltest.Eventually(t, waitFor, "both replicas to run a request", func() bool { return legacy.Sim.Running() == 1 && current.Sim.Running() == 1 })
 
 	clk := newClock()
 	p := newPool(t, pools.Options{Balance: "kv_aware", Replicas: simSpecs(legacy, current), Rand: seeded(3),
@@ -236,9 +237,9 @@ func TestKVAwareMissingSignals(t *testing.T) {
 	// Let several rounds run, so that a repeated warning would show.
 	for range 4 {
 		last := p.Replica("r0").CurrentLoad()
-		eventually(t, "another scrape of r0", func() bool { return p.Replica("r0").CurrentLoad() != last })
+		polltest.Eventually(t, waitFor, "another scrape of r0", func() bool { return p.Replica("r0").CurrentLoad() != last })
 	}
-	eventually(t, "a scrape of r1", func() bool { return p.Replica("r1").CurrentLoad() != nil })
+	polltest.Eventually(t, waitFor, "a scrape of r1", func() bool { return p.Replica("r1").CurrentLoad() != nil })
 	cancel()
 	p.Endpoints().Close()
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/pools"
 	"github.com/switchyard/switchyard/vllmsim"
 )
@@ -46,7 +47,7 @@ func TestFIFOAdmission(t *testing.T) {
 	}
 	for i := range n {
 		start(i)
-		eventually(t, "waiter to queue", func() bool { return p.Waiters() == int64(i+1) })
+		polltest.Eventually(t, waitFor, "waiter to queue", func() bool { return p.Waiters() == int64(i+1) })
 	}
 	p.Release(held)
 	wg.Wait()
@@ -71,7 +72,7 @@ func TestNoOvertaking(t *testing.T) {
 	ctx := context.Background()
 	held, _ := p.Acquire(ctx, &pools.Request{}, nil)
 	first := acquireAsync(ctx, p, nil)
-	eventually(t, "the first waiter", func() bool { return p.Waiters() == 1 })
+	polltest.Eventually(t, waitFor, "the first waiter", func() bool { return p.Waiters() == 1 })
 	p.Release(held)
 	a := receive(t, first)
 	if a.err != nil {
@@ -120,7 +121,7 @@ func TestSharedEndpoint(t *testing.T) {
 		t.Fatalf("in flight %d, want 2 over both pools", n)
 	}
 	ch := acquireAsync(ctx, ps[1], nil)
-	eventually(t, "the classifier request to wait", func() bool { return ps[1].Waiters() == 1 })
+	polltest.Eventually(t, waitFor, "the classifier request to wait", func() bool { return ps[1].Waiters() == 1 })
 	ps[0].Release(a)
 	got := receive(t, ch)
 	if got.err != nil || got.r.Name != "r1" {
@@ -151,7 +152,7 @@ func TestWaiterSurvivesReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := acquireAsync(ctx, gen2[0], nil)
-	eventually(t, "B to queue", func() bool { return gen2[0].Waiters() == 1 })
+	polltest.Eventually(t, waitFor, "B to queue", func() bool { return gen2[0].Waiters() == 1 })
 	start := time.Now()
 	gen1[0].Release(a) // A finishes on the old generation's pool
 	b := receive(t, ch)
@@ -216,7 +217,7 @@ func TestRemovedEndpointClosesConnections(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	eventually(t, "connections to be open", func() bool { return open.Load() > 0 })
+	polltest.Eventually(t, waitFor, "connections to be open", func() bool { return open.Load() > 0 })
 	ep := p.Replicas()[0].Endpoint
 
 	o.Replicas = []pools.ReplicaSpec{{Name: "b", URL: other}}
@@ -228,7 +229,7 @@ func TestRemovedEndpointClosesConnections(t *testing.T) {
 	if !ep.Retired() || ep.Available(time.Now()) {
 		t.Error("the removed endpoint still takes requests")
 	}
-	eventually(t, "the removed endpoint's connections to close", func() bool { return open.Load() == 0 })
+	polltest.Eventually(t, waitFor, "the removed endpoint's connections to close", func() bool { return open.Load() == 0 })
 	// No probe reaches it any more: its loops have ended, and the new
 	// pool's probes go to its new replica only.
 	waitLoops(t, ep, "the removed endpoint's loops")
@@ -276,7 +277,7 @@ func TestMixedCapsDoNotBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	head := acquireAsync(ctx, ps[0], nil)
-	eventually(t, "the classifier request to queue", func() bool { return ps[0].Waiters() == 1 })
+	polltest.Eventually(t, waitFor, "the classifier request to queue", func() bool { return ps[0].Waiters() == 1 })
 	got := receive(t, acquireAsync(ctx, ps[1], nil))
 	if got.err != nil {
 		t.Fatalf("traffic request: %v", got.err)

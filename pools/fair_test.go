@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/pools"
 )
 
@@ -40,7 +41,7 @@ func serveQueue(t *testing.T, p *pools.Pool, reqs []pools.Request) []string {
 			mu.Unlock()
 			p.Release(r)
 		}()
-		eventually(t, "the request to queue", func() bool { return p.Waiters() == int64(i+1) })
+		polltest.Eventually(t, waitFor, "the request to queue", func() bool { return p.Waiters() == int64(i+1) })
 	}
 	p.Release(held)
 	wg.Wait()
@@ -109,7 +110,7 @@ func TestWaitersFollowReload(t *testing.T) {
 	var chans []<-chan acquired
 	for i := range 3 {
 		chans = append(chans, acquireAsync(ctx, gen1[0], nil))
-		eventually(t, "waiters to queue", func() bool { return gen1[0].Waiters() == int64(i+1) })
+		polltest.Eventually(t, waitFor, "waiters to queue", func() bool { return gen1[0].Waiters() == int64(i+1) })
 	}
 	// The reload replaces the replica and allows 3 at once.
 	o.MaxInflight = 3
@@ -139,7 +140,7 @@ func TestWaitersFollowReload(t *testing.T) {
 	chans = chans[:0]
 	for i := range 2 {
 		chans = append(chans, acquireAsync(ctx, gen3[0], nil))
-		eventually(t, "waiters to queue", func() bool { return gen3[0].Waiters() == int64(i+1) })
+		polltest.Eventually(t, waitFor, "waiters to queue", func() bool { return gen3[0].Waiters() == int64(i+1) })
 	}
 	o.MaxInflight = 3
 	if _, err := reg.Apply([]pools.Options{o}); err != nil {

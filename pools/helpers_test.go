@@ -157,18 +157,6 @@ func withDefaults(o pools.Options) pools.Options {
 	return o
 }
 
-// eventually polls cond until it holds or waitFor passes.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", waitFor, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // complete sends one chat completion to r through the pool's client and
 // reads the whole answer.
 func complete(ctx context.Context, p *pools.Pool, r *pools.Replica, body string) error {

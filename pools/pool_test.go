@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/pools"
 	"github.com/switchyard/switchyard/vllmsim"
 )
@@ -68,7 +69,7 @@ func TestMaxInflightAdmission(t *testing.T) {
 			t.Fatalf("in flight %d, want %d", n, maxIn)
 		}
 		ch := acquireAsync(ctx, p, nil)
-		eventually(t, "the third Acquire to wait", func() bool { return p.Waiters() == 1 })
+		polltest.Eventually(t, waitFor, "the third Acquire to wait", func() bool { return p.Waiters() == 1 })
 		select {
 		case a := <-ch:
 			t.Fatalf("third Acquire returned (%v, %v) while the replica was full", a.r, a.err)
@@ -118,7 +119,7 @@ func TestMaxInflightAdmission(t *testing.T) {
 		r, _ := p.Acquire(ctx, &pools.Request{}, nil)
 		cctx, cancel := context.WithCancel(ctx)
 		ch := acquireAsync(cctx, p, nil)
-		eventually(t, "Acquire to wait", func() bool { return p.Waiters() == 1 })
+		polltest.Eventually(t, waitFor, "Acquire to wait", func() bool { return p.Waiters() == 1 })
 		cancel()
 		if a := receive(t, ch); !errors.Is(a.err, context.Canceled) || a.r != nil {
 			t.Errorf("got (%v, %v), want context.Canceled", a.r, a.err)
@@ -311,9 +312,9 @@ func TestRunHealthStops(t *testing.T) {
 		Health: pools.HealthOptions{Interval: 5 * time.Millisecond, UnhealthyAfter: 2, HealthyAfter: 2}})
 	ctx, cancel := context.WithCancel(context.Background())
 	p.Endpoints().Start(ctx)
-	eventually(t, "the replica to be marked unhealthy", func() bool { return p.HealthyCount() == 0 })
+	polltest.Eventually(t, waitFor, "the replica to be marked unhealthy", func() bool { return p.HealthyCount() == 0 })
 	s.Sim.SetFaults(vllmsim.Faults{})
-	eventually(t, "the replica to be readmitted", func() bool { return p.HealthyCount() == 1 })
+	polltest.Eventually(t, waitFor, "the replica to be readmitted", func() bool { return p.HealthyCount() == 1 })
 	cancel()
 	waitLoops(t, p.Replicas()[0].Endpoint, "the health loop after its context ended")
 	// With the loop ended, a failing replica stays as it was.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/pools"
 )
 
@@ -76,7 +77,7 @@ func TestReservedSlotWaiter(t *testing.T) {
 		_, err := p.Acquire(qctx, &pools.Request{Tenant: "hog"}, nil)
 		queued <- err
 	}()
-	eventually(t, "the hog's second request to queue", func() bool { return p.Waiters() == 1 })
+	polltest.Eventually(t, waitFor, "the hog's second request to queue", func() bool { return p.Waiters() == 1 })
 	r, err := p.Acquire(ctx, &pools.Request{Tenant: "(classifier)", Priority: true}, nil)
 	if err != nil {
 		t.Fatalf("priority request: %v", err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/pools"
 )
 
@@ -45,7 +46,7 @@ func TestShareBoundsAHog(t *testing.T) {
 			}
 			got <- held{r, req}
 		}()
-		eventually(t, "the request to queue", func() bool { return p.Waiters() == n+1 })
+		polltest.Eventually(t, waitFor, "the request to queue", func() bool { return p.Waiters() == n+1 })
 	}
 	for range 3 {
 		queue("hog")
@@ -164,7 +165,7 @@ func TestShareReserveKeepsARecentTenantsSlots(t *testing.T) {
 			got <- held{r, req}
 		}()
 	}
-	eventually(t, "the hog's requests over its share to wait", func() bool { return p.Waiters() == 2 })
+	polltest.Eventually(t, waitFor, "the hog's requests over its share to wait", func() bool { return p.Waiters() == 2 })
 	// The victim comes back: its two slots are free.
 	v1, v2 := acquire("victim"), acquire("victim")
 	p.ReleaseFor(v1.r, v1.req)
@@ -181,7 +182,7 @@ func TestShareReserveKeepsARecentTenantsSlots(t *testing.T) {
 		t.Fatalf("%d waiting, want the hog's 2", w)
 	}
 	clk.Advance(2 * time.Second)
-	eventually(t, "the hog to get the lapsed reserve", func() bool {
+	polltest.Eventually(t, waitFor, "the hog to get the lapsed reserve", func() bool {
 		timers.fire()
 		return len(got) == 2
 	})

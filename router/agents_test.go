@@ -18,6 +18,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -296,7 +297,7 @@ func TestAgentsUsageAndTTFT(t *testing.T) {
 		}
 	}
 	st := r.Sim.Stats()
-	eventually(t, 5*time.Second, "four requests counted", func() bool {
+	polltest.Eventually(t, 5*time.Second, "four requests counted", func() bool {
 		return metricValue(t, gw, "switchyard_tokens_total", map[string]string{"kind": "completion"}) == float64(st.CompletionTokens)
 	})
 	if got := metricValue(t, gw, "switchyard_tokens_total", map[string]string{"kind": "prompt"}); got != float64(st.PromptTokens) {
@@ -473,7 +474,7 @@ func TestCompletedStreamThenReset(t *testing.T) {
 	if resp.StatusCode != 200 || strings.Contains(string(b), "event: error") || !strings.HasSuffix(string(b), `data: {"type":"message_stop"}`+"\n\n") {
 		t.Errorf("%d %q", resp.StatusCode, b)
 	}
-	eventually(t, 5*time.Second, "the request counted", func() bool {
+	polltest.Eventually(t, 5*time.Second, "the request counted", func() bool {
 		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}) == 1
 	})
 	if got := metricValue(t, gw, "switchyard_tokens_total", map[string]string{"kind": "completion"}); got != 2 {

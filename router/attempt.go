@@ -48,7 +48,7 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 	resp, hctx, res := g.send(ctx, span, sendSpec{ps: u.ps, rep: rep, clock: &x.attempt.clock, ex: &x.attempt.exec, x: x, body: u.body, clientJudge: true})
 	if resp == nil {
 		if ctx.Err() != nil {
-			x.stream.end = endClientLeft // cancelled by the client, not failed
+			x.endAs(endClientLeft) // cancelled by the client, not failed
 		}
 		return res
 	}
@@ -60,30 +60,6 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 		return g.relay(ctx, hctx, x, rep, resp, span)
 	}
 	return g.deliver(ctx, hctx, x, rep, resp, span)
-}
-
-// judge classifies a replica's answer status for a client request. A 404
-// means the server lacks the pool's model only where the endpoint says so
-// (endpointSpec.missingModel404), or where it names a model; otherwise it
-// is an answer (FastAPI's {"detail":"Not Found"} of an endpoint this vLLM
-// version lacks, a stored response that is not there), which says nothing
-// of the replica's other traffic.
-func (x *exchange) judge(resp *http.Response) (pools.Outcome, bool, string) {
-	o, retry, reason := upstream.JudgeStatus(resp.StatusCode)
-	if resp.StatusCode == http.StatusNotFound && !x.ep.Spec().MissingModel404 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
-		resp.Body = readCloser{bytes.NewReader(b), resp.Body}
-		if x.stored.pinned != nil || !x.ep.Generates() || !bytes.Contains(bytes.ToLower(b), []byte("model")) {
-			o, retry = pools.Neutral, false
-		}
-	}
-	return o, retry, reason
-}
-
-// readCloser reads what was peeked of a body and closes the original.
-type readCloser struct {
-	io.Reader
-	io.Closer
 }
 
 // deliver passes a non-stream answer to the client, read whole first: a
@@ -102,7 +78,7 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 		return upstream.Failed(pools.Neutral, "", ue)
 	} else if err != nil {
 		if ctx.Err() != nil {
-			x.stream.end = endClientLeft
+			x.endAs(endClientLeft)
 		}
 		var pt *upstream.PhaseTimeout
 		if errors.As(context.Cause(hctx), &pt) {
@@ -192,8 +168,8 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 		err = p.Run(resp.Body)
 	}
 	if err == nil {
-		if p.SawUsage {
-			g.recordUsage(x, ps, p.Prompt, p.Completion, p.UsageModel, span)
+		if u := p.Usage(); u.SawUsage {
+			g.recordUsage(x, ps, u.Prompt, u.Completion, u.UsageModel, span)
 		}
 		return upstream.Answered(pools.Success, "")
 	}
@@ -204,8 +180,7 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	// A replica that cut its stream, or stalled it past first_token_timeout
 	// or stream_idle_timeout, failed; one that ran into
 	// max_stream_duration just produced a long answer.
-	outcome := pools.Status5xx
-	x.stream.end = endCut // counted as failed although 200 was sent
+	outcome, end := pools.Status5xx, endCut // counted as failed although 200 was sent
 	cause := context.Cause(hctx)
 	var pt *upstream.PhaseTimeout
 	switch {
@@ -217,8 +192,9 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 			outcome = pools.Neutral
 		}
 	case errors.Is(cause, errShuttingDown):
-		err, outcome, x.stream.end = errShuttingDown, pools.Neutral, endShutdown
+		err, outcome, end = errShuttingDown, pools.Neutral, endShutdown
 	}
+	x.endAs(end)
 	spans.SetClientError(span, spans.ErrTypeStreamCut, err)
 	if p.Resume != nil {
 		x.stream.cut = &cutStream{rep: rep, err: err, cause: cause, span: span.SpanContext(), sw: sw, started: clock.StreamStart}
@@ -250,18 +226,18 @@ type cutStream struct {
 // streamed so far are counted when the usage never came.
 func (g *Gateway) clientLeft(ctx context.Context, x *exchange, err error, span trace.Span) {
 	p := &x.stream.pump
-	x.stream.end = endClientLeft
+	x.endAs(endClientLeft)
 	x.access.errMsg = "client closed the stream"
 	if errors.Is(err, pump.ErrClientGone) && ctx.Err() == nil {
 		x.access.errMsg = "client stopped reading: " + err.Error()
 	}
-	switch {
-	case p.SawUsage && p.Completion > 0:
-		g.recordUsage(x, x.attempt.up.ps, p.Prompt, p.Completion, p.UsageModel, span)
-	case p.Deltas > 0:
-		g.recordUsage(x, x.attempt.up.ps, p.Prompt, p.Deltas, p.UsageModel, span)
-	case p.SawUsage:
-		g.recordUsage(x, x.attempt.up.ps, p.Prompt, p.Completion, p.UsageModel, span)
+	switch u := p.Usage(); {
+	case u.SawUsage && u.Completion > 0:
+		g.recordUsage(x, x.attempt.up.ps, u.Prompt, u.Completion, u.UsageModel, span)
+	case p.Deltas() > 0:
+		g.recordUsage(x, x.attempt.up.ps, u.Prompt, p.Deltas(), u.UsageModel, span)
+	case u.SawUsage:
+		g.recordUsage(x, x.attempt.up.ps, u.Prompt, u.Completion, u.UsageModel, span)
 	}
 }
 
@@ -269,11 +245,14 @@ func (g *Gateway) clientLeft(ctx context.Context, x *exchange, err error, span t
 // counts the tokens it did report.
 func (g *Gateway) endCut(x *exchange, ps *poolState, rep *pools.Replica, err error) {
 	p := &x.stream.pump
-	if p.SawUsage {
-		g.recordUsage(x, ps, p.Prompt, p.Completion, p.UsageModel, x.tel.span)
+	if u := p.Usage(); u.SawUsage {
+		g.recordUsage(x, ps, u.Prompt, u.Completion, u.UsageModel, x.tel.span)
 	}
 	x.access.errMsg = err.Error()
 	p.Fail(&wire.APIError{Type: "upstream_error", Code: "stream_interrupted",
 		Message: fmt.Sprintf("the stream was interrupted (pool %q): %v", ps.Name, err)})
 	g.log.Warn("stream cut by replica; ended the client stream with an error event", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
 }
+
+// errAnswerTooLarge: a non-stream answer exceeded maxResponseBytes.
+var errAnswerTooLarge = errors.New("answer over the size limit")

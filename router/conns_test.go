@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/router"
 )
 
@@ -76,7 +77,7 @@ func idleConn(t *testing.T, from, addr, path string, header ...string) net.Conn 
 // may be after the client has read it).
 func idleSeen(t *testing.T, gw *gateway, listener string, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, fmt.Sprintf("%d idle connections", n), func() bool {
+	polltest.Eventually(t, 10*time.Second, fmt.Sprintf("%d idle connections", n), func() bool {
 		return metricValue(t, gw, "switchyard_connections_idle", map[string]string{"listener": listener}) == float64(n)
 	})
 }
@@ -222,7 +223,7 @@ func TestConnectionsPerClient(t *testing.T) {
 			io.Copy(io.Discard, c)
 		}()
 	}
-	eventually(t, 10*time.Second, "three held requests", func() bool { return m.held.Load() == 3 })
+	polltest.Eventually(t, 10*time.Second, "three held requests", func() bool { return m.held.Load() == 3 })
 	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/discovery/dnstest"
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -174,7 +175,7 @@ func (l *load) drain(t *testing.T) {
 	for i := range l.completed {
 		mark[i] = l.completed[i].Load()
 	}
-	eventually(t, 30*time.Second, "the requests in flight to end", func() bool {
+	polltest.Eventually(t, 30*time.Second, "the requests in flight to end", func() bool {
 		for i := range l.completed {
 			if l.completed[i].Load() <= mark[i] {
 				return false
@@ -231,7 +232,7 @@ routes:
 		for _, ip := range ips {
 			names = append(names, name(ip))
 		}
-		eventually(t, 30*time.Second, what, func() bool { return slices.Equal(healthyReplicas(t, gw), names) })
+		polltest.Eventually(t, 30*time.Second, what, func() bool { return slices.Equal(healthyReplicas(t, gw), names) })
 	}
 	want("the first set healthy", "127.0.0.2", "127.0.0.3")
 	p := getPools(t, gw).Pools[0]
@@ -249,11 +250,11 @@ routes:
 		start := counts[ip].Load()
 		return func() bool { return counts[ip].Load() > start+5 }
 	}
-	eventually(t, 30*time.Second, "traffic on the first set", served("127.0.0.2"))
+	polltest.Eventually(t, 30*time.Second, "traffic on the first set", served("127.0.0.2"))
 
 	a("127.0.0.2", "127.0.0.3", "127.0.0.4") // added
 	want("127.0.0.4 added", "127.0.0.2", "127.0.0.3", "127.0.0.4")
-	eventually(t, 30*time.Second, "traffic on 127.0.0.4", served("127.0.0.4"))
+	polltest.Eventually(t, 30*time.Second, "traffic on 127.0.0.4", served("127.0.0.4"))
 
 	a("127.0.0.3", "127.0.0.4") // removed
 	want("127.0.0.2 removed", "127.0.0.3", "127.0.0.4")
@@ -262,20 +263,20 @@ routes:
 
 	a("127.0.0.4", "127.0.0.5") // changed: .3 becomes .5
 	want("127.0.0.3 changed to 127.0.0.5", "127.0.0.4", "127.0.0.5")
-	eventually(t, 30*time.Second, "traffic on 127.0.0.5", served("127.0.0.5"))
+	polltest.Eventually(t, 30*time.Second, "traffic on 127.0.0.5", served("127.0.0.5"))
 
 	for _, m := range []dnstest.Mode{dnstest.Silent, dnstest.ServFail} {
 		before := metricValue(t, gw, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "error"})
 		dnsSrv.SetMode(m)
-		eventually(t, 30*time.Second, "failed resolutions counted", func() bool {
+		polltest.Eventually(t, 30*time.Second, "failed resolutions counted", func() bool {
 			return metricValue(t, gw, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "error"}) >= before+2
 		})
 		want("the last good set kept while the resolver fails", "127.0.0.4", "127.0.0.5")
-		eventually(t, 30*time.Second, "traffic while the resolver fails", served("127.0.0.4"))
+		polltest.Eventually(t, 30*time.Second, "traffic while the resolver fails", served("127.0.0.4"))
 	}
 	dnsSrv.SetMode(dnstest.Answer)
 	dnsSrv.Zone() // NXDOMAIN: no replica at all
-	eventually(t, 30*time.Second, "empty resolutions counted", func() bool {
+	polltest.Eventually(t, 30*time.Second, "empty resolutions counted", func() bool {
 		return metricValue(t, gw, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "empty"}) >= 2
 	})
 	want("the last good set kept on an empty answer", "127.0.0.4", "127.0.0.5")
@@ -286,8 +287,8 @@ routes:
 		t.Errorf("switchyard_discovery_replicas = %g, want 2", got)
 	}
 	a("127.0.0.4", "127.0.0.5")
-	eventually(t, 30*time.Second, "a good resolution again", func() bool { return getPools(t, gw).Pools[0].Discovery.Result == "ok" })
-	eventually(t, 30*time.Second, "traffic after recovery", served("127.0.0.5"))
+	polltest.Eventually(t, 30*time.Second, "a good resolution again", func() bool { return getPools(t, gw).Pools[0].Discovery.Result == "ok" })
+	polltest.Eventually(t, 30*time.Second, "traffic after recovery", served("127.0.0.5"))
 	l.end()
 
 	if n := counts["127.0.0.2"].Load(); n != gone {
@@ -341,7 +342,7 @@ routes:
 	gw := startGateway(t, cfg)
 	want := []string{fmt.Sprintf("127.0.0.2:%d", ports[0]), fmt.Sprintf("127.0.0.3:%d", ports[1])}
 	slices.Sort(want)
-	eventually(t, 30*time.Second, "both SRV targets healthy", func() bool { return slices.Equal(healthyReplicas(t, gw), want) })
+	polltest.Eventually(t, 30*time.Second, "both SRV targets healthy", func() bool { return slices.Equal(healthyReplicas(t, gw), want) })
 	for _, r := range getPools(t, gw).Pools[0].Replicas {
 		if r.Source != "srv" {
 			t.Errorf("replica %s: source %q, want srv", r.Name, r.Source)
@@ -390,7 +391,7 @@ routes:
 	dnsSrv.Zone("vllm.test. 30 IN A 127.0.0.2", "other.test. 30 IN A 127.0.0.3")
 	dnsSrv.SetMode(dnstest.Answer)
 	a := "127.0.0.2:" + strconv.Itoa(port)
-	eventually(t, 30*time.Second, "the replica after the resolver recovers", func() bool { return slices.Equal(healthyReplicas(t, gw), []string{a}) })
+	polltest.Eventually(t, 30*time.Second, "the replica after the resolver recovers", func() bool { return slices.Equal(healthyReplicas(t, gw), []string{a}) })
 	resp, body = post(t, gw.API.URL+"/v1/chat/completions", `{"model":"small","messages":[{"role":"user","content":"hi"}]}`, nil)
 	if resp.StatusCode != http.StatusOK || counts["127.0.0.2"].Load() == 0 {
 		t.Fatalf("status %d %s", resp.StatusCode, body)
@@ -414,7 +415,7 @@ routes:
 	if p := getPools(t, gw).Pools[0]; len(p.Replicas) != 1 || p.Replicas[0].Name != b {
 		t.Fatalf("after the reload: %+v", p.Replicas)
 	}
-	eventually(t, 30*time.Second, "the new name's replica healthy", func() bool { return slices.Equal(healthyReplicas(t, gw), []string{b}) })
+	polltest.Eventually(t, 30*time.Second, "the new name's replica healthy", func() bool { return slices.Equal(healthyReplicas(t, gw), []string{b}) })
 
 	// A reload listing the replicas instead ends the discovery and its series.
 	static := strings.Replace(yaml, "discovery: {dns: {{name}}, port: {{port}}, interval: 100ms, resolver: {{dns}}}", "replicas: [{name: a, url: 'http://"+a+"'}]", 1)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -90,13 +91,13 @@ routes:
 	url := gw.API.URL + "/v1/chat/completions"
 	a := make(chan int, 1)
 	go func() { resp, _ := post(t, url, chatBody("A", ""), nil); a <- resp.StatusCode }()
-	eventually(t, 5*time.Second, "A to reach the replica", func() bool { return up.hits.Load() == 1 })
+	polltest.Eventually(t, 5*time.Second, "A to reach the replica", func() bool { return up.hits.Load() == 1 })
 	if _, err := gw.G.Apply(loadConfig(t, fmt.Sprintf(tmpl, 1), map[string]string{"up": up.Srv.URL}, nil)); err != nil {
 		t.Fatal(err)
 	}
 	b := make(chan int, 1)
 	go func() { resp, _ := post(t, url, chatBody("B", ""), nil); b <- resp.StatusCode }()
-	eventually(t, 5*time.Second, "B to queue", func() bool { return adminReplicaView(t, gw, "p", "r").Waiting == 1 })
+	polltest.Eventually(t, 5*time.Second, "B to queue", func() bool { return adminReplicaView(t, gw, "p", "r").Waiting == 1 })
 	up.open() // A finishes
 	for name, ch := range map[string]chan int{"A": a, "B": b} {
 		select {
@@ -129,9 +130,9 @@ routes:
 	url := gw.API.URL + "/v1/chat/completions"
 	ids := make(chan string, 2)
 	go func() { resp, _ := post(t, url, chatBody("A", ""), nil); ids <- resp.Header.Get("X-Request-Id") }()
-	eventually(t, 5*time.Second, "A to reach the replica", func() bool { return up.hits.Load() == 1 })
+	polltest.Eventually(t, 5*time.Second, "A to reach the replica", func() bool { return up.hits.Load() == 1 })
 	go func() { resp, _ := post(t, url, chatBody("B", ""), nil); ids <- "B" + resp.Header.Get("X-Request-Id") }()
-	eventually(t, 5*time.Second, "B to queue", func() bool { return adminReplicaView(t, gw, "p", "r").Waiting == 1 })
+	polltest.Eventually(t, 5*time.Second, "B to queue", func() bool { return adminReplicaView(t, gw, "p", "r").Waiting == 1 })
 	seen := time.Now()
 	time.Sleep(30 * time.Millisecond) // B waits at least this long, however slow the machine
 	waited := time.Since(seen)
@@ -145,7 +146,7 @@ routes:
 			a = id
 		}
 	}
-	eventually(t, 5*time.Second, "both access lines", func() bool { return len(accessLogs(t, gw)) == 2 })
+	polltest.Eventually(t, 5*time.Second, "both access lines", func() bool { return len(accessLogs(t, gw)) == 2 })
 	for _, line := range accessLogs(t, gw) {
 		q, ok := line["queue_ms"].(float64)
 		d, _ := line["duration_ms"].(float64)
@@ -169,7 +170,7 @@ routes:
 	if resp.StatusCode != 200 {
 		t.Fatalf("classified request: %d %s", resp.StatusCode, body)
 	}
-	eventually(t, 5*time.Second, "the access line", func() bool { return len(accessLogs(t, cgw)) == 1 })
+	polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return len(accessLogs(t, cgw)) == 1 })
 	line := accessLogs(t, cgw)[0]
 	c, ok := line["classify_ms"].(float64)
 	if d, _ := line["duration_ms"].(float64); !ok || c <= 0 || c > d {
@@ -221,7 +222,7 @@ routes:
 			}
 			// The access line is written once the handler returns, which
 			// may be just after the client has its answer.
-			eventually(t, 5*time.Second, "the access line", func() bool { return len(accessLogs(t, gw)) == 1 })
+			polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return len(accessLogs(t, gw)) == 1 })
 			if logs := accessLogs(t, gw); logs[0]["retries"] != tc.retries {
 				t.Errorf("access log retries: %v, want %v", logs, tc.retries)
 			}
@@ -301,7 +302,7 @@ routes:
 	// after its client has the answer.
 	// Every attempt's outcome is recorded before its replica is released:
 	// once no replica has a request in flight, all 18 are in.
-	eventually(t, 5*time.Second, "every attempt to be released", func() bool {
+	polltest.Eventually(t, 5*time.Second, "every attempt to be released", func() bool {
 		for _, name := range []string{"a", "b", "c"} {
 			if adminReplicaView(t, gw, "p", name).Inflight != 0 {
 				return false
@@ -347,7 +348,7 @@ routes:
 	}
 	// Probes keep checking /v1/models: once one has (its error names the
 	// missing model), it stays out.
-	eventually(t, 5*time.Second, "a probe to check the models", func() bool {
+	polltest.Eventually(t, 5*time.Second, "a probe to check the models", func() bool {
 		return strings.Contains(adminReplicaView(t, gw, "p", "wrong").LastError, `does not list the model "m"`)
 	})
 	if v := adminReplicaView(t, gw, "p", "wrong"); !v.Misconfigured || v.Healthy {
@@ -375,7 +376,7 @@ routes:
     to: p
 `
 	gw := startGateway(t, loadConfig(t, fmt.Sprintf(tmpl, "m"), map[string]string{"r": wrong.Srv.URL}, nil))
-	eventually(t, 5*time.Second, "the probe to mark the replica misconfigured", func() bool {
+	polltest.Eventually(t, 5*time.Second, "the probe to mark the replica misconfigured", func() bool {
 		return adminReplicaView(t, gw, "p", "r").Misconfigured
 	})
 	if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", chatBody("hi", ""), nil); resp.StatusCode != 503 || wrong.count() != 0 {
@@ -384,7 +385,7 @@ routes:
 	if _, err := gw.G.Apply(loadConfig(t, fmt.Sprintf(tmpl, "other-model"), map[string]string{"r": wrong.Srv.URL}, nil)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the replica to come back", func() bool {
+	polltest.Eventually(t, 5*time.Second, "the replica to come back", func() bool {
 		v := adminReplicaView(t, gw, "p", "r")
 		return !v.Misconfigured && v.Healthy
 	})
@@ -546,11 +547,11 @@ routes:
 	}
 	// The final config has no replica c: its connections close.
 	client.CloseIdleConnections()
-	eventually(t, 10*time.Second, "the removed replica's connections to close", func() bool { return cOpen.Load() == 0 })
+	polltest.Eventually(t, 10*time.Second, "the removed replica's connections to close", func() bool { return cOpen.Load() == 0 })
 	// The rest may keep a few more idle keep-alive connections than at the
 	// baseline (scrape loops of the storm's p2c configs used some), but
 	// nothing grows with the number of reloads.
-	eventually(t, 10*time.Second, fmt.Sprintf("open fds to return near the baseline of %d", fdsBefore), func() bool { return openFDs(t) <= fdsBefore+12 })
+	polltest.Eventually(t, 10*time.Second, fmt.Sprintf("open fds to return near the baseline of %d", fdsBefore), func() bool { return openFDs(t) <= fdsBefore+12 })
 	for _, name := range []string{"a", "b"} {
 		if v := adminReplicaView(t, gw, "p", name); v.Inflight != 0 || v.Waiting != 0 {
 			t.Errorf("replica %s left with %d in flight, %d waiting", name, v.Inflight, v.Waiting)

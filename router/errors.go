@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/switchyard/switchyard/router/internal/upstream"
@@ -93,4 +94,13 @@ func mapError(err error, detail string) *wire.APIError {
 		return &wire.APIError{Status: 502, Type: "upstream_error", Code: "upstream_failed", Message: msg}
 	}
 	return &wire.APIError{Status: 500, Type: "internal_error", Code: "internal_error", Message: msg}
+}
+
+// apiOf guesses the API a request outside the known endpoints speaks:
+// Anthropic's when it sends anthropic-version or asks under /v1/messages.
+func apiOf(r *http.Request) wire.Endpoint {
+	if r.Header.Get("Anthropic-Version") != "" || strings.HasPrefix(r.URL.Path, "/v1/messages") {
+		return wire.Messages
+	}
+	return wire.Chat
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/openai/openai-go/v3"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -40,7 +41,7 @@ func restartReplica(t *testing.T, r *replica) {
 func reviveReplica(t *testing.T, r *replica, addr string, h http.Handler) {
 	t.Helper()
 	var ln net.Listener
-	eventually(t, failoverWait, "listening again on "+addr, func() bool {
+	polltest.Eventually(t, failoverWait, "listening again on "+addr, func() bool {
 		var err error
 		ln, err = net.Listen("tcp", addr)
 		return err == nil
@@ -186,7 +187,7 @@ routes:
 	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	t.Cleanup(stopLoad)
 
-	eventually(t, failoverWait, "every replica to serve", func() bool {
+	polltest.Eventually(t, failoverWait, "every replica to serve", func() bool {
 		return reps["a"].count() > 20 && reps["b"].count() > 20 && reps["c"].count() > 20
 	})
 
@@ -201,19 +202,19 @@ routes:
 	// Outlier detection (3 failed requests) and the probes (2 failed
 	// probes) race to take c out; which wins depends on the scheduler, so
 	// either is accepted. TestRetryOnAnotherReplica covers ejection alone.
-	eventually(t, failoverWait, "/admin/pools to show c out of rotation", func() bool {
+	polltest.Eventually(t, failoverWait, "/admin/pools to show c out of rotation", func() bool {
 		v := adminReplicaView(t, gw, "main", "c")
 		return (v.Ejected && v.Ejections >= 1 || !v.Healthy) && v.LastError != ""
 	})
-	eventually(t, failoverWait, "probes to mark c down", func() bool { return !dead.Healthy() })
-	eventually(t, failoverWait, "traffic to flow on a and b", func() bool { return ok.Load() > killedAt+50 })
+	polltest.Eventually(t, failoverWait, "probes to mark c down", func() bool { return !dead.Healthy() })
+	polltest.Eventually(t, failoverWait, "traffic to flow on a and b", func() bool { return ok.Load() > killedAt+50 })
 
 	served := reps["c"].count()
 	reviveReplica(t, reps["c"], addr, handler)
-	eventually(t, failoverWait, "probes to readmit c", func() bool {
+	polltest.Eventually(t, failoverWait, "probes to readmit c", func() bool {
 		return dead.Healthy() && !dead.Ejected(time.Now())
 	})
-	eventually(t, failoverWait, "c to serve again", func() bool { return reps["c"].count() > served+20 })
+	polltest.Eventually(t, failoverWait, "c to serve again", func() bool { return reps["c"].count() > served+20 })
 	stopLoad()
 
 	mu.Lock()
@@ -292,7 +293,7 @@ routes:
 		}
 	})
 
-	eventually(t, failoverWait, "both cut streams to be counted as 502", func() bool {
+	polltest.Eventually(t, failoverWait, "both cut streams to be counted as 502", func() bool {
 		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": "p", "code": "502"}) == 2
 	})
 	if n := metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": "p", "code": "200"}); n != 0 {
@@ -425,7 +426,7 @@ routes:
 	}()
 	t.Cleanup(func() { cancel(); <-held })
 	slot := gw.G.Snapshot().Pool("busy").Replica("busy-a")
-	eventually(t, failoverWait, "the held request to take busy's only slot", func() bool {
+	polltest.Eventually(t, failoverWait, "the held request to take busy's only slot", func() bool {
 		return slot.Inflight() == 1 && busy.Sim.Running() == 1
 	})
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
 	"github.com/tidwall/gjson"
@@ -114,7 +115,7 @@ func TestClassifierNotStarvedByTenant(t *testing.T) {
 			gw := startGateway(t, loadConfig(t, yaml, map[string]string{"qwen": q.Srv.URL, "minicpm": m.Srv.URL}, nil))
 			url := gw.API.URL + "/v1/chat/completions"
 			wait := hog(t, url, "minicpm", 3, nil)
-			eventually(t, 10*time.Second, "the hog to hold its slots", func() bool { return m.held.Load() == tc.held })
+			polltest.Eventually(t, 10*time.Second, "the hog to hold its slots", func() bool { return m.held.Load() == tc.held })
 
 			for i := range 5 {
 				resp, b := post(t, url, chatBody(fmt.Sprint("What is the capital of Portugal? ", i), ""), nil)
@@ -167,7 +168,7 @@ routes:
 	url := gw.API.URL + "/v1/chat/completions"
 	hogKey := map[string]string{"Authorization": "Bearer hog-secret"}
 	wait := hog(t, url, "p", 2, hogKey)
-	eventually(t, 10*time.Second, "the hog to hold two slots", func() bool { return m.held.Load() == 2 })
+	polltest.Eventually(t, 10*time.Second, "the hog to hold two slots", func() bool { return m.held.Load() == 2 })
 	resp, b := post(t, url, `{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"HOLD more"}]}`, hogKey)
 	if resp.StatusCode != 429 || !strings.Contains(string(b), "max_inflight") {
 		t.Fatalf("the hog's third request: %d %s, want 429 naming max_inflight", resp.StatusCode, b)
@@ -396,7 +397,7 @@ routes:
 			if tc.answered {
 				want = 2
 			}
-			eventually(t, 10*time.Second, "the stalled exchange to finish", func() bool {
+			polltest.Eventually(t, 10*time.Second, "the stalled exchange to finish", func() bool {
 				return metricValue(t, gw, "switchyard_request_duration_seconds", nil) == want
 			})
 			// Counted against the replica: its last error says so (a
@@ -480,13 +481,13 @@ func TestClassifierCallsTakeTurnsByTenant(t *testing.T) {
 	// The burst's first call holds the classifier's one slot; three more
 	// queue, then the other key's.
 	send("burst-secret", "HOLD burst-0")
-	eventually(t, 10*time.Second, "the first call to hold the slot", func() bool { return m.held.Load() == 1 })
+	polltest.Eventually(t, 10*time.Second, "the first call to hold the slot", func() bool { return m.held.Load() == 1 })
 	for i := 1; i <= 3; i++ {
 		send("burst-secret", fmt.Sprintf("burst-%d", i))
-		eventually(t, 10*time.Second, "the burst to queue", func() bool { return waiting() == int64(i) })
+		polltest.Eventually(t, 10*time.Second, "the burst to queue", func() bool { return waiting() == int64(i) })
 	}
 	send("other-secret", "other-0")
-	eventually(t, 10*time.Second, "the other key's call to queue", func() bool { return waiting() == 4 })
+	polltest.Eventually(t, 10*time.Second, "the other key's call to queue", func() bool { return waiting() == 4 })
 	m.release()
 	wg.Wait()
 	want := []string{"burst", "burst", "other", "burst", "burst"}

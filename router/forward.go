@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -72,7 +71,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 		lastErr = err
 		if ctx.Err() != nil {
-			x.stream.end = endClientLeft
+			x.endAs(endClientLeft)
 			return
 		}
 		// A timeout or an over-size answer is the request's own result,
@@ -85,45 +84,11 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 	g.fail(w, x, lastErr, "")
 }
 
-// errContextLength: the request does not fit a pool's context (its
-// estimate does not, or a replica said so); a larger pool of the chain is
-// asked.
-var errContextLength = errors.New("the prompt does not fit the pool's context")
-
-// fitsContext reports whether the request's prompt estimate and a minimal
-// answer fit ps's max_model_len (always, when it is not set or the
-// endpoint generates nothing).
-func fitsContext(ps *poolState, x *exchange) bool {
-	limit := ps.cfg.MaxModelLen
-	if limit <= 0 || !x.ep.Generates() || x.info == nil {
-		return true
-	}
-	return x.info.PromptTokens+wire.MinFitAnswer <= limit
-}
-
-// contextOverflow reports a replica's 400 that says the prompt exceeds its
-// context (vLLM's wordings across versions).
-func contextOverflow(status int, body []byte) bool {
-	if status != http.StatusBadRequest {
-		return false
-	}
-	b := bytes.ToLower(body)
-	for _, w := range [...]string{"maximum context length", "max_model_len", "maximum model length", "context length"} {
-		if bytes.Contains(b, []byte(w)) {
-			return true
-		}
-	}
-	return false
-}
-
 // isTerminal reports a failure that no other replica or pool is asked to
 // repeat: a timeout (504) or an answer over the size limit.
 func isTerminal(err error) bool {
 	return upstream.IsTimeout(err) || errors.Is(err, errAnswerTooLarge)
 }
-
-// errAnswerTooLarge: a non-stream answer exceeded maxResponseBytes.
-var errAnswerTooLarge = errors.New("answer over the size limit")
 
 // placeOn places the request on ps through the executor. It returns done
 // once a response has been committed to the client.

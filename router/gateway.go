@@ -151,7 +151,14 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	g.exec = &upstream.Executor{QueueWait: g.metrics.QueueWait, Retries: g.metrics.Retries, Poison: g.metrics.Poison, Rand: rnd}
 	g.classMetrics = classifier.NewMetrics(o.Registry)
 	g.discMetrics = discovery.NewMetrics(o.Registry)
-	o.Registry.MustRegister(newControlCollector(g))
+	o.Registry.MustRegister(metrics.NewControlCollector(func() (metrics.ControlState, bool) {
+		s := g.snap.Load()
+		if s == nil || s.Policy == nil || s.Policy.Controller() == nil {
+			return metrics.ControlState{}, false
+		}
+		c := s.Policy.Controller()
+		return metrics.ControlState{Pool: c.Pool(), Target: c.Target(), Share: c.Share(), Threshold: c.Threshold()}, true
+	}))
 	o.Registry.MustRegister(pools.NewCollector(func() []*pools.Pool {
 		if s := g.snap.Load(); s != nil {
 			return s.poolList()

@@ -396,6 +396,17 @@ const (
 	endShutdown          // 503: the gateway's shutdown ended the stream
 )
 
+// endAs records how x ended, as what happened to it last says, and is the
+// one place that decides it: a client that went away ends it whatever
+// comes after (nothing more reaches the client); otherwise the latest
+// word holds (a stream its replica cut is 502, or 503 when the gateway's
+// shutdown ended it, and normal again once a continuation completed it).
+func (x *exchange) endAs(e ending) {
+	if x.stream.end != endClientLeft {
+		x.stream.end = e
+	}
+}
+
 // statusOf is the status an exchange is counted and logged with: the
 // status line sent, unless it ended otherwise (ending), 200 when nothing
 // set one. It is decided here, once, at the edge.

@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/router/internal/wire"
 	"github.com/switchyard/switchyard/vllmsim"
@@ -145,7 +146,7 @@ func TestSSEForms(t *testing.T) {
 			if !strings.HasPrefix(tc.raw, string(b)[:min(len(b), len(tc.raw))]) && tc.name != "done without its blank line" {
 				t.Errorf("the client got %q, not the replica's bytes %q", b, tc.raw)
 			}
-			eventually(t, 5*time.Second, "the request to be counted", func() bool {
+			polltest.Eventually(t, 5*time.Second, "the request to be counted", func() bool {
 				return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}) == 1
 			})
 			if v := adminReplicaView(t, gw, "p", "r"); v.Ejections != 0 || v.LastError != "" {
@@ -172,7 +173,7 @@ func TestUsageStrippedEverywhere(t *testing.T) {
 	if !strings.Contains(string(b), `"content":"a"`) || !strings.Contains(string(b), `"content":"b"`) || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
 		t.Errorf("content lost: %s", b)
 	}
-	eventually(t, 5*time.Second, "tokens to be counted", func() bool {
+	polltest.Eventually(t, 5*time.Second, "tokens to be counted", func() bool {
 		return metricValue(t, gw, "switchyard_tokens_total", map[string]string{"pool": "p", "kind": "completion"}) == 2
 	})
 }
@@ -234,7 +235,7 @@ func TestCompletedStreamIsOK(t *testing.T) {
 		resp.Body.Close()
 		tr.CloseIdleConnections() // close the connection right after [DONE]
 	}
-	eventually(t, 5*time.Second, "every stream to be logged", func() bool {
+	polltest.Eventually(t, 5*time.Second, "every stream to be logged", func() bool {
 		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": "p"}) == n
 	})
 	if got := metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}); got != n {
@@ -278,7 +279,7 @@ func TestStreamTimeouts(t *testing.T) {
 			}
 			// The slot is released, and the outcome recorded, once the
 			// attempt returns: just after the client has its answer.
-			eventually(t, 5*time.Second, "the slot to be free", func() bool { return adminReplicaView(t, gw, "p", "r").Inflight == 0 })
+			polltest.Eventually(t, 5*time.Second, "the slot to be free", func() bool { return adminReplicaView(t, gw, "p", "r").Inflight == 0 })
 			wantFailure := tc.want != "max_stream_duration"
 			if v := adminReplicaView(t, gw, "p", "r"); (v.LastError != "") != wantFailure {
 				t.Errorf("replica failure recorded %t, want %t: %+v", v.LastError != "", wantFailure, v)
@@ -310,9 +311,9 @@ func TestWriteTimeout(t *testing.T) {
 	defer conn.Close()
 	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(streamReq), streamReq)
 	// Never read.
-	eventually(t, 20*time.Second, "the upstream request to be cancelled", cancelled.Load)
-	eventually(t, 5*time.Second, "the slot to be free", func() bool { return adminReplicaView(t, gw, "p", "r").Inflight == 0 })
-	eventually(t, 5*time.Second, "a 499 to be logged", func() bool {
+	polltest.Eventually(t, 20*time.Second, "the upstream request to be cancelled", cancelled.Load)
+	polltest.Eventually(t, 5*time.Second, "the slot to be free", func() bool { return adminReplicaView(t, gw, "p", "r").Inflight == 0 })
+	polltest.Eventually(t, 5*time.Second, "a 499 to be logged", func() bool {
 		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "499"}) == 1
 	})
 }
@@ -462,7 +463,7 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 		_, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
 		done <- string(b)
 	}()
-	eventually(t, 5*time.Second, "the stream to start", func() bool { return adminReplicaView(t, gw, "p", "r").Inflight == 1 })
+	polltest.Eventually(t, 5*time.Second, "the stream to start", func() bool { return adminReplicaView(t, gw, "p", "r").Inflight == 1 })
 	// Whether or not its pumping has begun, the stream is ended: one
 	// that starts after CutStreams is ended at once.
 	gw.G.CutStreams()
@@ -474,7 +475,7 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream did not end")
 	}
-	eventually(t, 5*time.Second, "a 503 to be logged", func() bool {
+	polltest.Eventually(t, 5*time.Second, "a 503 to be logged", func() bool {
 		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "503"}) == 1
 	})
 	_ = context.Background
@@ -603,7 +604,7 @@ func TestClientCancelIsTheClients(t *testing.T) {
 		}
 	}
 	resp.Body.Close()
-	eventually(t, 5*time.Second, "a 499 to be logged", func() bool {
+	polltest.Eventually(t, 5*time.Second, "a 499 to be logged", func() bool {
 		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "499"}) == 1
 	})
 	if logs := gw.Logs.String(); !strings.Contains(logs, "client closed the stream") || strings.Contains(logs, "replica ended the stream") {

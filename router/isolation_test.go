@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
 )
@@ -130,7 +131,7 @@ func TestConnectionCap(t *testing.T) {
 				t.Errorf("refused counted %g, want 1", v)
 			}
 			held[0].Close()
-			eventually(t, 10*time.Second, "a freed place to be taken", func() bool {
+			polltest.Eventually(t, 10*time.Second, "a freed place to be taken", func() bool {
 				c, err := net.Dial("tcp", addr)
 				if err != nil {
 					return false
@@ -194,7 +195,7 @@ func TestEchoesAreBounded(t *testing.T) {
 	if resp.StatusCode != 404 || len(b) > 2048 || !strings.Contains(string(b), "more bytes]") {
 		t.Errorf("error for a 4 MiB model name: %d, %d bytes", resp.StatusCode, len(b))
 	}
-	eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"status":404`) })
+	polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"status":404`) })
 	for _, line := range strings.Split(gw.Logs.String(), "\n") {
 		if len(line) > 4096 {
 			t.Errorf("a log line of %d bytes", len(line))
@@ -480,7 +481,7 @@ routes:
 		}
 	}
 	loading.Sim.SetFaults(vllmsim.Faults{})
-	eventually(t, 10*time.Second, "the replica to be admitted", func() bool { return adminReplicaView(t, gw, "p", "loading").State == "healthy" })
+	polltest.Eventually(t, 10*time.Second, "the replica to be admitted", func() bool { return adminReplicaView(t, gw, "p", "loading").State == "healthy" })
 }
 
 // TestExplainScoresRounded: explain shows scores to 3 decimals (the
@@ -901,7 +902,7 @@ routes:
 	// client: each request waits for the last one's release.
 	settled := func(want ...int64) {
 		t.Helper()
-		eventually(t, 10*time.Second, "the replicas' in-flight counts to settle", func() bool {
+		polltest.Eventually(t, 10*time.Second, "the replicas' in-flight counts to settle", func() bool {
 			return adminReplicaView(t, gw, "small", "s0").Inflight == want[0] && adminReplicaView(t, gw, "small", "s1").Inflight == want[1]
 		})
 	}

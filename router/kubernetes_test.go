@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/switchyard/switchyard/internal/kubetest"
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/pools"
 	"github.com/switchyard/switchyard/router"
 )
@@ -152,7 +153,7 @@ routes:
 		for _, n := range ns {
 			names = append(names, name(n))
 		}
-		eventually(t, 60*time.Second, what, func() bool { return slices.Equal(healthyReplicas(t, gw), names) })
+		polltest.Eventually(t, 60*time.Second, what, func() bool { return slices.Equal(healthyReplicas(t, gw), names) })
 	}
 	// told writes with put and waits until the gateway's discovery has
 	// taken an update of the informer since (each is counted).
@@ -161,7 +162,7 @@ routes:
 		ok := map[string]string{"pool": "small", "result": "ok"}
 		before := metricValue(t, gw, "switchyard_discovery_resolutions_total", ok)
 		put()
-		eventually(t, 60*time.Second, what, func() bool {
+		polltest.Eventually(t, 60*time.Second, what, func() bool {
 			return metricValue(t, gw, "switchyard_discovery_resolutions_total", ok) > before
 		})
 	}
@@ -183,7 +184,7 @@ routes:
 	}
 
 	l := startLoad(t, gw.API.URL, 4)
-	eventually(t, 60*time.Second, "traffic on the first set", served(2))
+	polltest.Eventually(t, 60*time.Second, "traffic on the first set", served(2))
 
 	// The rolling update (maxSurge 1, maxUnavailable 0): a new pod
 	// starts (listed, not ready: no traffic), turns ready, then an old
@@ -195,7 +196,7 @@ routes:
 	}
 	es.put("vllm-abcde", map[int]podState{2: ready, 3: ready, 4: ready})
 	want("the new pod ready", 2, 3, 4)
-	eventually(t, 60*time.Second, "traffic on the new pod", served(4))
+	polltest.Eventually(t, 60*time.Second, "traffic on the new pod", served(4))
 	es.put("vllm-abcde", map[int]podState{2: terminating, 3: ready, 4: ready})
 	want("the old pod terminating", 3, 4)
 	l.drain(t) // requests that picked .2 before the update end
@@ -204,7 +205,7 @@ routes:
 	es.put("vllm-abcde", map[int]podState{3: ready, 4: ready, 5: notReady})
 	es.put("vllm-abcde", map[int]podState{3: ready, 4: ready, 5: ready})
 	want("the second new pod ready", 3, 4, 5)
-	eventually(t, 60*time.Second, "traffic on the second new pod", served(5))
+	polltest.Eventually(t, 60*time.Second, "traffic on the second new pod", served(5))
 	es.put("vllm-abcde", map[int]podState{3: terminating, 4: ready, 5: ready})
 	want("the second old pod terminating", 4, 5)
 	l.drain(t)
@@ -238,7 +239,7 @@ routes:
 	// written again (they come back, probed first).
 	es.put("vllm-fghij", map[int]podState{6: ready})
 	want("the second slice's pod", 4, 5, 6)
-	eventually(t, 60*time.Second, "traffic on the second slice's pod", served(6))
+	polltest.Eventually(t, 60*time.Second, "traffic on the second slice's pod", served(6))
 	es.delete("vllm-abcde")
 	want("the first slice deleted", 6)
 	es.put("vllm-abcde", map[int]podState{4: ready, 5: ready})
@@ -247,22 +248,22 @@ routes:
 	// The API server goes away: the watch is lost, the set kept, traffic
 	// unchanged; it comes back and changes are followed again.
 	srv.StopAPIServer()
-	eventually(t, 60*time.Second, "the lost watch in /admin/pools", func() bool {
+	polltest.Eventually(t, 60*time.Second, "the lost watch in /admin/pools", func() bool {
 		d := getPools(t, gw).Pools[0].Discovery
 		return d.Result == "error" && d.Error != ""
 	})
 	want("the set kept while the API server is down", 4, 5, 6)
-	eventually(t, 60*time.Second, "traffic while the API server is down", served(6))
+	polltest.Eventually(t, 60*time.Second, "traffic while the API server is down", served(6))
 	if got := metricValue(t, gw, "switchyard_discovery_replicas", map[string]string{"pool": "small"}); got != 3 {
 		t.Errorf("switchyard_discovery_replicas = %g, want 3", got)
 	}
 	srv.StartAPIServer()
-	eventually(t, 60*time.Second, "the watch back in /admin/pools", func() bool { return getPools(t, gw).Pools[0].Discovery.Result == "ok" })
+	polltest.Eventually(t, 60*time.Second, "the watch back in /admin/pools", func() bool { return getPools(t, gw).Pools[0].Discovery.Result == "ok" })
 	es.put("vllm-fghij", map[int]podState{6: terminating})
 	want("a change after the restart", 4, 5)
 	l.drain(t)
 	gone6 := counts[sim(6)].Load()
-	eventually(t, 60*time.Second, "traffic after the restart", served(5))
+	polltest.Eventually(t, 60*time.Second, "traffic after the restart", served(5))
 	l.end()
 
 	for n, gone := range map[int]int64{2: gone2, 3: gone3, 6: gone6} {

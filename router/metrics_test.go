@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -95,7 +96,7 @@ routes:
 			t.Fatalf("key %s: %d %s", c.key, resp.StatusCode, b)
 		}
 	}
-	eventually(t, 5*time.Second, "the last request counted", func() bool {
+	polltest.Eventually(t, 5*time.Second, "the last request counted", func() bool {
 		return metricValue(t, gw, "switchyard_key_requests_total", map[string]string{"key": "none", "code": "401"}) == 1 &&
 			strings.Count(gw.Logs.String(), `"msg":"request"`) == 4
 	})

@@ -21,6 +21,7 @@ import (
 
 	"github.com/goccy/go-yaml"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/router"
 )
 
@@ -134,7 +135,7 @@ func TestPrometheusScrapesSplit(t *testing.T) {
 	// A request is counted once its handler returns, which may be just
 	// after the client has read the whole answer.
 	var qwenCount, minicpmCount float64
-	eventually(t, 5*time.Second, fmt.Sprintf("the gateway to count all %d requests", total), func() bool {
+	polltest.Eventually(t, 5*time.Second, fmt.Sprintf("the gateway to count all %d requests", total), func() bool {
 		qwenCount, minicpmCount = counts()
 		qwenCount, minicpmCount = qwenCount-qwenWarm, minicpmCount-minicpmWarm
 		return qwenCount+minicpmCount == total
@@ -409,20 +410,16 @@ func (p *promServer) waitForSum(t *testing.T, n float64, series int) {
 	})
 }
 
-// poll calls cond until it holds or d passes; cond also says what it saw.
+// poll calls cond until it holds or d passes (polltest.Eventually); cond
+// also says what it saw, which a failure shows with Prometheus's output.
 func (p *promServer) poll(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s (last: %s)\n%s", d, what, saw, p.out)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	var saw string
+	polltest.Eventually(t, d, what, func() bool {
+		ok, s := cond()
+		saw = s
+		return ok
+	}, func() string { return fmt.Sprintf("(last: %s)\n%s", saw, p.out) })
 }
 
 type dashboardExpr struct{ where, expr string }

@@ -19,6 +19,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/tidwall/sjson"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -293,8 +294,8 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	eventually(t, time.Second, "the replica's running gauge to return to 0", func() bool { return m.Sim.Running() == 0 })
-	eventually(t, time.Second, "the gateway's in-flight count to return to 0", func() bool {
+	polltest.Eventually(t, time.Second, "the replica's running gauge to return to 0", func() bool { return m.Sim.Running() == 0 })
+	polltest.Eventually(t, time.Second, "the gateway's in-flight count to return to 0", func() bool {
 		return gw.G.Snapshot().Pool("minicpm").Replicas()[0].Inflight() == 0
 	})
 	if st := m.Sim.Stats(); st.Cancelled != 1 {
@@ -360,7 +361,7 @@ routes:
 			resp.Body.Close()
 		}
 	}()
-	eventually(t, 2*time.Second, "the held request to occupy its slot", func() bool { return held.Sim.Running() == 1 })
+	polltest.Eventually(t, 2*time.Second, "the held request to occupy its slot", func() bool { return held.Sim.Running() == 1 })
 
 	tests := []struct {
 		name       string
@@ -523,7 +524,7 @@ routes:
 	t.Run("a dead fallback and classifier pool leave it ready", func(t *testing.T) {
 		cfg := loadConfig(t, tmpl, map[string]string{"m": m.Srv.URL, "gone": gone, "readiness": "{}"}, nil)
 		gw := startGateway(t, cfg)
-		eventually(t, 5*time.Second, "the dead pool to be marked down", func() bool {
+		polltest.Eventually(t, 5*time.Second, "the dead pool to be marked down", func() bool {
 			return metricValue(t, gw, "switchyard_replica_healthy", map[string]string{"pool": "gone"}) == 0
 		})
 		if code, body := ready(t, gw); code != http.StatusOK {
@@ -546,7 +547,7 @@ routes:
 		cfg := loadConfig(t, tmpl, map[string]string{"m": m.Srv.URL, "gone": gone, "readiness": "{readiness: {require_pools: [small, gone]}}"}, nil)
 		gw := startGateway(t, cfg)
 		var body string
-		eventually(t, 5*time.Second, "/readyz to report the required pool down", func() bool {
+		polltest.Eventually(t, 5*time.Second, "/readyz to report the required pool down", func() bool {
 			var code int
 			code, body = ready(t, gw)
 			return code == http.StatusServiceUnavailable

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
 )
@@ -98,7 +99,7 @@ routes:
 			resp.Body.Close()
 		}
 	}()
-	eventually(t, 2*time.Second, "the slot to be taken", func() bool { return held.Sim.Running() == 1 })
+	polltest.Eventually(t, 2*time.Second, "the slot to be taken", func() bool { return held.Sim.Running() == 1 })
 	resp, _ := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"y"}]}`, nil)
 	if resp.StatusCode != 503 || resp.Header.Get("X-Switchyard-Pool") != "p" || resp.Header.Get("X-Switchyard-Route") != "default" {
 		t.Errorf("status %d pool %q route %q", resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"), resp.Header.Get("X-Switchyard-Route"))
@@ -246,7 +247,7 @@ routes:
 	}
 	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
 	dead := func() *router.Snapshot { return gw.G.Snapshot() }
-	eventually(t, 5*time.Second, "the dead replica to be marked unhealthy", func() bool {
+	polltest.Eventually(t, 5*time.Second, "the dead replica to be marked unhealthy", func() bool {
 		return !dead().Pool("p").Replica("dead").Healthy()
 	})
 	before := gw.G.Snapshot().Pool("p")

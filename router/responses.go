@@ -22,30 +22,6 @@ func replicaTag(rep *pools.Replica) string {
 	return hex.EncodeToString(sum[:6])
 }
 
-// responseIDSecret is the secret of the deployment's response ids:
-// server.response_id_secret_env's value, else a digest of the API keys'
-// values (unknown to any one client when there are several keys), else,
-// without keys, a constant (ids are then bound to nothing but their
-// replica, as every client may use every id).
-func responseIDSecret(sc *policy.Server) []byte {
-	h := sha256.New()
-	h.Write([]byte("switchyard response ids\x00"))
-	if sc.ResponseIDSecret != "" {
-		h.Write([]byte(sc.ResponseIDSecret))
-		return h.Sum(nil)
-	}
-	secrets := make([]string, 0, len(sc.APIKeys))
-	for _, k := range sc.APIKeys {
-		secrets = append(secrets, string(k.Secret))
-	}
-	slices.Sort(secrets)
-	for _, k := range secrets {
-		h.Write([]byte(k))
-		h.Write([]byte{0})
-	}
-	return h.Sum(nil)
-}
-
 // idsFor is the signer of the exchange's key.
 func (x *exchange) ids() wire.ResponseIDs {
 	i := wire.ResponseIDs{Secret: x.snap.idSecret}

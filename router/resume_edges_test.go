@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/polltest"
 )
 
 // chatChunk is one chat stream event carrying delta (JSON).
@@ -67,7 +69,7 @@ func TestResumeClientLeaves(t *testing.T) {
 		t.Fatal("no continuation was asked for")
 	}
 	cancel()
-	eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
+	polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
 	if !strings.Contains(gw.Logs.String(), `"status":499`) || !strings.Contains(gw.Logs.String(), "the client left during the resume") {
 		t.Errorf("access line: %s", gw.Logs.String())
 	}
@@ -112,7 +114,7 @@ func TestResumeClientLeavesAfterTheEnd(t *testing.T) {
 	if s := got.String(); !strings.HasSuffix(s, "data: [DONE]\n\n") || !strings.Contains(s, `" world"`) || strings.Contains(s, "stream_interrupted") {
 		t.Fatalf("the client's stream: %q", s)
 	}
-	eventually(t, 10*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
+	polltest.Eventually(t, 10*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
 	if l := gw.Logs.String(); !strings.Contains(l, `"status":200`) || !strings.Contains(l, `"resume":"resumed on b `) {
 		t.Errorf("access line: %s", l)
 	}
@@ -167,7 +169,7 @@ routes:
 			t.Errorf("the continuing replica was counted as failing: %+v", v)
 		}
 	}
-	eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
+	polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
 	if !strings.Contains(gw.Logs.String(), "the continuation called a tool") {
 		t.Errorf("log does not say why: %s", gw.Logs.String())
 	}
@@ -190,7 +192,7 @@ func TestResumeUnstartedTypedStream(t *testing.T) {
 			if !strings.Contains(string(body), "event: error") || calls != 0 {
 				t.Errorf("body %q, %d continuations", body, calls)
 			}
-			eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
+			polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
 			if !strings.Contains(gw.Logs.String(), c.why) {
 				t.Errorf("log does not say why: %s", gw.Logs.String())
 			}
@@ -211,7 +213,7 @@ func TestResumeAfterOversizeEvent(t *testing.T) {
 	if !strings.Contains(string(body), "stream_interrupted") || calls != 0 {
 		t.Errorf("%d continuations; the stream ends %q", calls, body[max(0, len(body)-200):])
 	}
-	eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
+	polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
 	if !strings.Contains(gw.Logs.String(), "passed through unread") {
 		t.Errorf("log does not say why: %.2000s", gw.Logs.String())
 	}
@@ -231,7 +233,7 @@ func TestResumeAfterCutStreams(t *testing.T) {
 	if !strings.Contains(string(body), "shutting down") || calls != 0 {
 		t.Errorf("%d continuations; the stream: %q", calls, body)
 	}
-	eventually(t, 5*time.Second, "a 503 to be logged", func() bool {
+	polltest.Eventually(t, 5*time.Second, "a 503 to be logged", func() bool {
 		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "503"}) == 1
 	})
 }

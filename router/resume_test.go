@@ -11,6 +11,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/vllmsim"
 )
@@ -111,7 +112,7 @@ func TestResumeOnAnotherReplica(t *testing.T) {
 		t.Errorf("a got %d requests, b %d", a.count(), b.count())
 	}
 	// Counted and logged once the handler returns.
-	eventually(t, 5*time.Second, "the request to be counted", func() bool {
+	polltest.Eventually(t, 5*time.Second, "the request to be counted", func() bool {
 		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}) == 1
 	})
 	if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"pool": "p", "result": "resumed"}); got != 1 {
@@ -190,7 +191,7 @@ func TestResumeNotPossible(t *testing.T) {
 			if b.count() != 0 {
 				t.Errorf("a continuation was sent")
 			}
-			eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
+			polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
 			if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "not_resumable"}); got != 1 {
 				t.Errorf("not_resumable %v", got)
 			}
@@ -205,7 +206,7 @@ func TestResumeNotPossible(t *testing.T) {
 		if !strings.Contains(string(body), "stream_interrupted") || b.count() != 0 {
 			t.Errorf("body %q, %d continuations", body, b.count())
 		}
-		eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
+		polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
 		if !strings.Contains(gw.Logs.String(), "not a chat completion") {
 			t.Errorf("log does not say why: %s", gw.Logs.String())
 		}
@@ -218,7 +219,7 @@ func TestResumeNotPossible(t *testing.T) {
 		if !strings.Contains(string(body), "stream_interrupted") {
 			t.Errorf("body %q", body)
 		}
-		eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
+		polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
 		if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "failed"}); got != 1 {
 			t.Errorf("failed %v", got)
 		}
@@ -256,7 +257,7 @@ func TestResumeReleasesCutReplica(t *testing.T) {
 		_, body := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
 		done <- string(body)
 	}()
-	eventually(t, 10*time.Second, "the continuation to stream on b", func() bool {
+	polltest.Eventually(t, 10*time.Second, "the continuation to stream on b", func() bool {
 		return adminReplicaView(t, gw, "p", "b").Inflight == 1
 	})
 	if av := adminReplicaView(t, gw, "p", "a"); av.Inflight != 0 || av.LastError == "" {

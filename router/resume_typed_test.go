@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -89,7 +90,7 @@ func TestResumeResponsesStream(t *testing.T) {
 			if partial := gjson.GetBytes(cont, "messages.@reverse.0.content").Str; cutAfter >= 15 && !strings.Contains(partial, "\n</think>\n\n") {
 				t.Errorf("partial message %q leaves the reasoning open", partial)
 			}
-			eventually(t, 5*time.Second, "the request to be counted", func() bool {
+			polltest.Eventually(t, 5*time.Second, "the request to be counted", func() bool {
 				return metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}) == 1 &&
 					metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}) == 1
 			})
@@ -175,7 +176,7 @@ func TestResumeTypedNotPossible(t *testing.T) {
 			if b.count() != 0 {
 				t.Errorf("a continuation was sent: %s", b.lastBody())
 			}
-			eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
+			polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
 			if !strings.Contains(gw.Logs.String(), tc.why) {
 				t.Errorf("log does not say why (%s): %s", tc.why, gw.Logs.String())
 			}

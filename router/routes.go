@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/switchyard/switchyard/router/internal/wire"
@@ -46,15 +45,6 @@ func (g *Gateway) Handler() http.Handler {
 			Message: "method " + wire.Clip(r.Method) + " is not allowed on " + wire.Clip(r.URL.Path)})
 	})
 	return g.bounded(false, r)
-}
-
-// apiOf guesses the API a request outside the known endpoints speaks:
-// Anthropic's when it sends anthropic-version or asks under /v1/messages.
-func apiOf(r *http.Request) wire.Endpoint {
-	if r.Header.Get("Anthropic-Version") != "" || strings.HasPrefix(r.URL.Path, "/v1/messages") {
-		return wire.Messages
-	}
-	return wire.Chat
 }
 
 type modelEntry struct {

@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/pools"
 	"github.com/switchyard/switchyard/router"
@@ -745,7 +746,7 @@ func TestShadowPolicy(t *testing.T) {
 		t.Errorf("live pools %v: the shadow changed the live routing", pools)
 	}
 	var b []byte
-	eventually(t, 5*time.Second, "ten shadow decisions", func() bool {
+	polltest.Eventually(t, 5*time.Second, "ten shadow decisions", func() bool {
 		r, err := http.Get(gw.Admin.URL + "/admin/shadow")
 		if err != nil {
 			return false
@@ -825,7 +826,7 @@ func TestShadowClassifierCallsBounded(t *testing.T) {
 		}
 	}
 	var b []byte
-	eventually(t, 10*time.Second, "six skipped shadow decisions", func() bool {
+	polltest.Eventually(t, 10*time.Second, "six skipped shadow decisions", func() bool {
 		r, err := http.Get(gw.Admin.URL + "/admin/shadow")
 		if err != nil {
 			return false

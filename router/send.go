@@ -254,3 +254,27 @@ func putBuffer(b *bytes.Buffer) {
 	b.Reset()
 	bufferPool.Put(b)
 }
+
+// judge classifies a replica's answer status for a client request. A 404
+// means the server lacks the pool's model only where the endpoint says so
+// (endpointSpec.missingModel404), or where it names a model; otherwise it
+// is an answer (FastAPI's {"detail":"Not Found"} of an endpoint this vLLM
+// version lacks, a stored response that is not there), which says nothing
+// of the replica's other traffic.
+func (x *exchange) judge(resp *http.Response) (pools.Outcome, bool, string) {
+	o, retry, reason := upstream.JudgeStatus(resp.StatusCode)
+	if resp.StatusCode == http.StatusNotFound && !x.ep.Spec().MissingModel404 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
+		resp.Body = readCloser{bytes.NewReader(b), resp.Body}
+		if x.stored.pinned != nil || !x.ep.Generates() || !bytes.Contains(bytes.ToLower(b), []byte("model")) {
+			o, retry = pools.Neutral, false
+		}
+	}
+	return o, retry, reason
+}
+
+// readCloser reads what was peeked of a body and closes the original.
+type readCloser struct {
+	io.Reader
+	io.Closer
+}

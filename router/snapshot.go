@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -455,4 +456,28 @@ func (g *Gateway) utilization(pool string) float64 {
 		return 2 // nothing available: as saturated as it gets
 	}
 	return float64(busy) / float64(slots)
+}
+
+// responseIDSecret is the secret of the deployment's response ids:
+// server.response_id_secret_env's value, else a digest of the API keys'
+// values (unknown to any one client when there are several keys), else,
+// without keys, a constant (ids are then bound to nothing but their
+// replica, as every client may use every id).
+func responseIDSecret(sc *policy.Server) []byte {
+	h := sha256.New()
+	h.Write([]byte("switchyard response ids\x00"))
+	if sc.ResponseIDSecret != "" {
+		h.Write([]byte(sc.ResponseIDSecret))
+		return h.Sum(nil)
+	}
+	secrets := make([]string, 0, len(sc.APIKeys))
+	for _, k := range sc.APIKeys {
+		secrets = append(secrets, string(k.Secret))
+	}
+	slices.Sort(secrets)
+	for _, k := range secrets {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+	}
+	return h.Sum(nil)
 }

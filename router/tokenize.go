@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"time"
@@ -175,4 +176,35 @@ func (g *Gateway) countPrompt(ctx context.Context, ps *poolState, x *exchange) (
 		return 0, &upstream.Failure{Status: resp.StatusCode, Msg: wire.ReadErrorMessage(bytes.NewReader(b))}
 	}
 	return int(count.Int()), nil
+}
+
+// errContextLength: the request does not fit a pool's context (its
+// estimate does not, or a replica said so); a larger pool of the chain is
+// asked.
+var errContextLength = errors.New("the prompt does not fit the pool's context")
+
+// fitsContext reports whether the request's prompt estimate and a minimal
+// answer fit ps's max_model_len (always, when it is not set or the
+// endpoint generates nothing).
+func fitsContext(ps *poolState, x *exchange) bool {
+	limit := ps.cfg.MaxModelLen
+	if limit <= 0 || !x.ep.Generates() || x.info == nil {
+		return true
+	}
+	return x.info.PromptTokens+wire.MinFitAnswer <= limit
+}
+
+// contextOverflow reports a replica's 400 that says the prompt exceeds its
+// context (vLLM's wordings across versions).
+func contextOverflow(status int, body []byte) bool {
+	if status != http.StatusBadRequest {
+		return false
+	}
+	b := bytes.ToLower(body)
+	for _, w := range [...]string{"maximum context length", "max_model_len", "maximum model length", "context length"} {
+		if bytes.Contains(b, []byte(w)) {
+			return true
+		}
+	}
+	return false
 }

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
 )
@@ -38,7 +39,7 @@ func TestTracingSpanTree(t *testing.T) {
 	// The request span ends when the handler returns, which may be just
 	// after the client has its answer.
 	spans := map[string]sdktrace.ReadOnlySpan{}
-	eventually(t, 5*time.Second, "the request span to end", func() bool {
+	polltest.Eventually(t, 5*time.Second, "the request span to end", func() bool {
 		for _, s := range rec.Ended() {
 			spans[s.Name()] = s
 		}
@@ -187,7 +188,7 @@ func TestTracingResume(t *testing.T) {
 	}
 	var server sdktrace.ReadOnlySpan
 	var upstream []sdktrace.ReadOnlySpan
-	eventually(t, 5*time.Second, "the request span to end", func() bool {
+	polltest.Eventually(t, 5*time.Second, "the request span to end", func() bool {
 		server, upstream = nil, nil
 		for _, s := range rec.Ended() {
 			switch s.Name() {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
@@ -28,17 +29,6 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func getBody(url string) string {
@@ -102,7 +92,7 @@ routes:
 	go func() {
 		done <- run(ctx, []string{"serve", "--config", path, "--listen", api, "--admin-listen", admin}, io.Discard, &stderr)
 	}()
-	poll(t, "the gateway to serve", func() bool { return strings.Contains(getBody("http://"+api+"/readyz"), `"ready"`) })
+	polltest.Eventually(t, 10*time.Second, "the gateway to serve", func() bool { return strings.Contains(getBody("http://"+api+"/readyz"), `"ready"`) })
 
 	// A stream in flight when shutdown begins must complete.
 	resp, err := http.Post("http://"+api+"/v1/chat/completions", "application/json",
@@ -116,19 +106,19 @@ routes:
 	}
 
 	write(conf("small"))
-	poll(t, "the file-change reload", func() bool {
+	polltest.Eventually(t, 10*time.Second, "the file-change reload", func() bool {
 		return strings.Contains(getBody("http://"+admin+"/readyz"), "") &&
 			strings.Contains(getBody("http://"+admin+"/admin/config"), "to: small")
 	})
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the SIGHUP reload", func() bool { return strings.Contains(getBody("http://"+admin+"/admin/config"), "# generation 3") })
+	polltest.Eventually(t, 10*time.Second, "the SIGHUP reload", func() bool { return strings.Contains(getBody("http://"+admin+"/admin/config"), "# generation 3") })
 
 	stop() // as SIGTERM does
 	// While the stream drains, /readyz (on the admin listener, which stays
 	// up until the client API has drained) says so.
-	poll(t, "/readyz to report draining", func() bool {
+	polltest.Eventually(t, 10*time.Second, "/readyz to report draining", func() bool {
 		r, err := http.Get("http://" + admin + "/readyz")
 		if err != nil {
 			return false
@@ -209,7 +199,7 @@ routes:
 		}
 		stop()
 		if second {
-			poll(t, "the drain to begin", func() bool { return strings.Contains(logs.String(), "shutting down") })
+			polltest.Eventually(t, 10*time.Second, "the drain to begin", func() bool { return strings.Contains(logs.String(), "shutting down") })
 			if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
@@ -269,7 +259,7 @@ routes:
 	done := make(chan int, 1)
 	var stderr syncWriter
 	go func() { done <- run(ctx, []string{"serve", "--config", path, "--no-watch"}, io.Discard, &stderr) }()
-	poll(t, "the gateway to serve", func() bool { return strings.Contains(getBody("http://"+api+"/readyz"), `"ready"`) })
+	polltest.Eventually(t, 10*time.Second, "the gateway to serve", func() bool { return strings.Contains(getBody("http://"+api+"/readyz"), `"ready"`) })
 
 	reload := func() (int, string) {
 		resp, err := http.Post("http://"+admin+"/admin/reload", "application/json", nil)

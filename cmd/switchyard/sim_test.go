@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/polltest"
 )
 
 // TestSimScenario: --scenario scripts the simulator's turns; a bad file is
@@ -34,14 +36,12 @@ func TestSimScenario(t *testing.T) {
 		}
 	}()
 	var addr string
-	for deadline := time.Now().Add(10 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	polltest.Eventually(t, 10*time.Second, "the sim to start", func() bool {
 		var line struct{ Listen string }
 		_ = json.Unmarshal([]byte(strings.SplitN(stderr.String(), "\n", 2)[0]), &line)
 		addr = line.Listen
-	}
-	if addr == "" {
-		t.Fatalf("sim did not start: %s", stderr.String())
-	}
+		return addr != ""
+	}, stderr.String)
 	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"messages":[{"role":"user","content":"summarize the notes"}]}`))
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -293,7 +294,7 @@ routes:
 	go func() {
 		done <- run(ctx, []string{"serve", "--config", path, "--listen", api, "--admin-listen", admin, "--no-watch"}, io.Discard, &stderr)
 	}()
-	poll(t, "the gateway to serve", func() bool { return strings.Contains(getBody("http://"+api+"/readyz"), `"ready"`) })
+	polltest.Eventually(t, 10*time.Second, "the gateway to serve", func() bool { return strings.Contains(getBody("http://"+api+"/readyz"), `"ready"`) })
 	for _, rq := range reqs {
 		req, err := http.NewRequest(http.MethodPost, "http://"+api+"/v1/chat/completions", strings.NewReader(rq.body))
 		if err != nil {

@@ -169,3 +169,43 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 	}
 	return m
 }
+
+// ControlState is the share controller's state, as its series report it.
+type ControlState struct {
+	Pool                     string
+	Target, Share, Threshold float64
+}
+
+// controlCollector reports the share controller's state, when the running
+// config has one.
+type controlCollector struct {
+	state                    func() (ControlState, bool)
+	target, share, threshold *prometheus.Desc
+}
+
+// NewControlCollector reports switchyard_control_{target,share,threshold}
+// from state, asked at each scrape (ok false: the running config has no
+// share controller, and nothing is reported).
+func NewControlCollector(state func() (ControlState, bool)) prometheus.Collector {
+	return &controlCollector{state: state,
+		target:    prometheus.NewDesc("switchyard_control_target", "The share of policy-routed requests the controller holds its pool at (moving in capacity mode).", []string{"pool"}, nil),
+		share:     prometheus.NewDesc("switchyard_control_share", "The pool's measured share of policy-routed requests over the controller's window.", []string{"pool"}, nil),
+		threshold: prometheus.NewDesc("switchyard_control_threshold", "The score threshold the controller sets for the routes' auto bounds.", []string{"pool"}, nil),
+	}
+}
+
+func (c *controlCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.target
+	ch <- c.share
+	ch <- c.threshold
+}
+
+func (c *controlCollector) Collect(ch chan<- prometheus.Metric) {
+	st, ok := c.state()
+	if !ok {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.target, prometheus.GaugeValue, st.Target, st.Pool)
+	ch <- prometheus.MustNewConstMetric(c.share, prometheus.GaugeValue, st.Share, st.Pool)
+	ch <- prometheus.MustNewConstMetric(c.threshold, prometheus.GaugeValue, st.Threshold, st.Pool)
+}

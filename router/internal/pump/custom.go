@@ -26,6 +26,8 @@ import (
 // brings no character of the input is not passed on; a catch-up delta is
 // added before a done event).
 type customStream struct {
+	// tools are the request's custom tools.
+	tools wire.CustomTools
 	calls []*customCallState
 	shift int64
 	// settled are the inputs of ended calls whose item, as the replica
@@ -79,7 +81,7 @@ func (cs *customStream) end(itemID string) {
 	}
 }
 
-// customEvent turns the events of a replica's function call to a custom
+// event turns the events of a replica's function call to a custom
 // tool into the client's custom tool call events, and numbers every event
 // on from what the client was sent. It returns the event or events to
 // send (nil: none) and the data of the last one.
@@ -89,17 +91,12 @@ func (cs *customStream) end(itemID string) {
 //	response.function_call_arguments.done        → response.custom_tool_call_input.done (a catch-up delta first when the deltas fell short)
 //	response.output_item.done (function_call)    → response.output_item.done (custom_tool_call)
 //	response.* with response.output              → its function_call items as custom_tool_call items
-func (p *Pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]byte, []byte) {
-	cs := p.customs
-	if cs == nil {
-		cs = &customStream{}
-		p.customs = cs
-	}
+func (cs *customStream) event(ev, data []byte, root gjson.Result, typ string) ([]byte, []byte) {
 	var out []byte // when set, the events replacing ev (data not yet numbered)
 	switch typ {
 	case "response.output_item.added", "response.output_item.done":
 		it := root.Get("item")
-		if it.Get("type").Str != "function_call" || !p.Custom.Has(it.Get("name").Str) {
+		if it.Get("type").Str != "function_call" || !cs.tools.Has(it.Get("name").Str) {
 			break
 		}
 		input := ""
@@ -132,7 +129,7 @@ func (p *Pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]by
 		}
 		c.sent = append(c.sent, piece...)
 		ev = translate.CustomDelta(root, piece, root.Get("sequence_number").Int())
-		ev, data = p.renumber(ev)
+		ev, data = cs.renumber(ev)
 		return ev, data
 	case "response.function_call_arguments.done":
 		c := cs.call(root.Get("item_id").Str)
@@ -153,26 +150,26 @@ func (p *Pump) customEvent(ev, data []byte, root gjson.Result, typ string) ([]by
 		done := `{"type":"response.custom_tool_call_input.done","item_id":` + translate.RawOr(root.Get("item_id"), `""`) +
 			`,"output_index":` + translate.RawOr(root.Get("output_index"), "0") + `,"input":` + wire.Quote(input) +
 			`,"sequence_number":` + itoa(n) + `}`
-		last, d := p.renumber(sse.AppendEvent(nil, "response.custom_tool_call_input.done", done))
+		last, d := cs.renumber(sse.AppendEvent(nil, "response.custom_tool_call_input.done", done))
 		return append(out, last...), d
 	case "response.created", "response.in_progress", "response.completed", "response.incomplete", "response.failed":
 		if bytes.Contains(data, []byte(`"function_call"`)) {
-			if nd := cs.settledOutput(translate.CustomOutput(data, "response.output", p.Custom)); !bytes.Equal(nd, data) {
+			if nd := cs.settledOutput(translate.CustomOutput(data, "response.output", cs.tools)); !bytes.Equal(nd, data) {
 				ev, data = sse.RebuildData(ev, nd), nd
 			}
 		}
 	}
 	if cs.shift != 0 {
-		return p.renumber(ev)
+		return cs.renumber(ev)
 	}
 	return ev, data
 }
 
 // renumber moves the sequence_number of the one event ev back by the
 // stream's shift; it returns the event and its data.
-func (p *Pump) renumber(ev []byte) ([]byte, []byte) {
+func (cs *customStream) renumber(ev []byte) ([]byte, []byte) {
 	data, _ := sse.EventData(ev)
-	shift := p.customs.shift
+	shift := cs.shift
 	n := gjson.GetBytes(data, "sequence_number")
 	if shift == 0 || n.Type != gjson.Number {
 		return ev, data

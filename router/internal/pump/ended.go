@@ -61,20 +61,27 @@ func (s *endState) hasEnded(i int64) bool { return slices.Contains(s.ended, i) }
 // looks for a needle's first byte first, and JSON is full of quotes.
 var finishKey = []byte(`finish_reason"`)
 
-// chatFinish drops what a chat or completions chunk brings to choices that
+// chatEnds drops what a chat or completions chunk brings to choices that
 // had their finish reason, and notes the choices it finishes. A chunk left
 // with no choice and no usage is dropped whole. The common chunk, before
 // any finish reason, is looked at without parsing it.
-func chatFinish(p *Pump, e *event) {
-	if !mayFinish(e.data) && (len(p.ends.ended) == 0 || noChoice(e.data)) {
-		return
+type (
+	chatEnds      endState
+	responsesEnds endState
+	messagesEnds  endState
+)
+
+func (x *chatEnds) filter(e *event) error {
+	s := (*endState)(x)
+	if !mayFinish(e.data) && (len(s.ended) == 0 || noChoice(e.data)) {
+		return nil
 	}
 	if len(e.data) == 0 || e.data[0] != '{' || !gjson.ValidBytes(e.data) {
-		return
+		return nil
 	}
 	// Ends noted before this chunk: content in the chunk that carries a
 	// finish reason is the choice's last.
-	ended := len(p.ends.ended)
+	ended := len(s.ended)
 	nd, edited, left := e.data, false, 0
 	// Every top-level "choices" member, as chatUsage reads "usage":
 	// parsers disagree on which duplicate counts.
@@ -87,29 +94,30 @@ func chatFinish(p *Pump, e *event) {
 		n, drop := 0, 0
 		m.val.ForEach(func(_, c gjson.Result) bool {
 			n++
-			if slices.Contains(p.ends.ended[:ended], c.Get("index").Int()) && carries(c) {
+			if slices.Contains(s.ended[:ended], c.Get("index").Int()) && carries(c) {
 				drop++
 			}
 			if c.Get("finish_reason").Type == gjson.String {
-				p.ends.end(c.Get("index").Int())
+				s.end(c.Get("index").Int())
 			}
 			return true
 		})
 		left += n - drop
 		if drop > 0 {
-			nd = append(append(bytes.Clone(nd[:m.val.Index]), keptChoices(m.val, p.ends.ended[:ended])...), nd[m.val.Index+len(m.val.Raw):]...)
+			nd = append(append(bytes.Clone(nd[:m.val.Index]), keptChoices(m.val, s.ended[:ended])...), nd[m.val.Index+len(m.val.Raw):]...)
 			edited = true
 		}
 	}
 	if !edited {
-		return
+		return nil
 	}
 	if left == 0 && !slices.ContainsFunc(topMembers(nd, "usage"), func(m member) bool { return m.val.IsObject() }) {
 		e.ev = nil // nothing left for the client
-		return
+		return nil
 	}
 	e.ev = sse.RebuildData(e.ev, nd)
 	e.data, _ = sse.EventData(e.ev)
+	return nil
 }
 
 var choicesKey = []byte(`choices"`)
@@ -198,13 +206,13 @@ func keptChoices(choices gjson.Result, ended []int64) []byte {
 	return append(b, ']')
 }
 
-// responsesEnd drops the events of output items that were done (by their
+// responsesEnds drops the events of output items that were done (by their
 // item id) and every event after the terminal event, and notes those ends.
-func responsesEnd(p *Pump, e *event) {
-	s := &p.ends
+func (x *responsesEnds) filter(e *event) error {
+	s := (*endState)(x)
 	if s.over {
 		e.ev = nil
-		return
+		return nil
 	}
 	id := e.root.Get("item_id").Str
 	if e.typ == "response.output_item.added" || e.typ == "response.output_item.done" {
@@ -212,7 +220,7 @@ func responsesEnd(p *Pump, e *event) {
 	}
 	if id != "" && slices.Contains(s.items, id) {
 		e.ev = nil
-		return
+		return nil
 	}
 	switch e.typ {
 	case "response.output_item.done":
@@ -222,16 +230,17 @@ func responsesEnd(p *Pump, e *event) {
 	case "response.completed", "response.incomplete", "response.failed":
 		s.over = true
 	}
+	return nil
 }
 
-// messagesEnd drops the events of content blocks that stopped (until a
+// messagesEnds drops the events of content blocks that stopped (until a
 // block of that index starts again), content blocks after the stop reason,
 // and every event after message_stop, and notes those ends.
-func messagesEnd(p *Pump, e *event) {
-	s := &p.ends
+func (x *messagesEnds) filter(e *event) error {
+	s := (*endState)(x)
 	if s.over {
 		e.ev = nil
-		return
+		return nil
 	}
 	switch e.typ {
 	case "content_block_start", "content_block_delta", "content_block_stop":
@@ -253,4 +262,5 @@ func messagesEnd(p *Pump, e *event) {
 	case "message_stop":
 		s.over = true
 	}
+	return nil
 }

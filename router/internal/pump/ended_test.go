@@ -72,8 +72,8 @@ func TestChatContentAfterFinishDropped(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("client got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if p.Deltas != 6 {
-		t.Errorf("counted %d deltas, want 6 (the chunks relayed from the first token on, [DONE] aside)", p.Deltas)
+	if p.Deltas() != 6 {
+		t.Errorf("counted %d deltas, want 6 (the chunks relayed from the first token on, [DONE] aside)", p.Deltas())
 	}
 
 	// The completions API: text after the finish reason.
@@ -119,8 +119,8 @@ func TestTypedContentAfterEndDropped(t *testing.T) {
 	if want := []int64{0, 1, 2, 3, 5, 6, 7}; !slices.Equal(ids, want) {
 		t.Errorf("Responses: the client got events %v, want %v", ids, want)
 	}
-	if p.Deltas != 2 {
-		t.Errorf("Responses: counted %d deltas, want 2", p.Deltas)
+	if p.Deltas() != 2 {
+		t.Errorf("Responses: counted %d deltas, want 2", p.Deltas())
 	}
 
 	msgs := []string{
@@ -146,8 +146,8 @@ func TestTypedContentAfterEndDropped(t *testing.T) {
 	if want := []string{msgs[0], msgs[1], msgs[2], msgs[3], msgs[5], msgs[6], msgs[7], msgs[10]}; !slices.Equal(got, want) {
 		t.Errorf("Messages: client got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if p.Deltas != 2 {
-		t.Errorf("Messages: counted %d deltas, want 2", p.Deltas)
+	if p.Deltas() != 2 {
+		t.Errorf("Messages: counted %d deltas, want 2", p.Deltas())
 	}
 }
 

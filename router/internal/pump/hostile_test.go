@@ -55,8 +55,8 @@ func TestLargeTerminalEvent(t *testing.T) {
 	stream := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":" + resp + "}\n\n" +
 		"event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":1,\"response\":" + resp + "}\n\n"
 	out, p, err := runTyped(t, wire.Responses, stream)
-	if err != nil || !p.complete {
-		t.Fatalf("run = %v, complete %t", err, p.complete)
+	if err != nil || !p.complete() {
+		t.Fatalf("run = %v, complete %t", err, p.complete())
 	}
 	want := p.IDs.Encode("0123456789ab", "resp_1")
 	for _, ev := range sseEvents([]byte(out)) {
@@ -92,7 +92,7 @@ func TestEchoAtTheRequestBoundPasses(t *testing.T) {
 	params := strings.Repeat(`{"a":`, 62) + "1" + strings.Repeat("}", 62)
 	ev := "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"object\":\"response\",\"tools\":[{\"type\":\"function\",\"parameters\":" + params + "}]}}\n\n" +
 		"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"object\":\"response\"}}\n\n"
-	if _, p, err := runTyped(t, wire.Responses, ev); err != nil || !p.complete {
+	if _, p, err := runTyped(t, wire.Responses, ev); err != nil || !p.complete() {
 		t.Fatalf("an echo of a request at the bound: %v", err)
 	}
 }

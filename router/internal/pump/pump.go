@@ -69,7 +69,8 @@ var ErrClientGone = errors.New("client went away")
 // through byte for byte, event:, id:, retry: and comment lines included,
 // except for the usage the gateway asked for on the client's behalf, which
 // is removed. It notes the first token, and reads usage wherever the
-// replica puts it.
+// replica puts it. Its filters' chain points into it: a Pump is not copied
+// once Run began.
 type Pump struct {
 	W  io.Writer
 	RC *http.ResponseController
@@ -97,20 +98,8 @@ type Pump struct {
 	// (models[].rewrite_response_model).
 	RewriteModel string
 
-	sawToken, SawDone, SawUsage bool
-	// complete: a Responses or Messages stream sent its terminal event
-	// (response.completed, .incomplete or .failed; message_stop), so its
-	// end is a normal end.
-	complete           bool
-	Prompt, Completion int64
-	UsageModel         string
-	// Deltas counts the token-bearing events relayed (for chat, the
-	// chunks from the first token on): the completion tokens counted when
-	// a stream ends before its usage arrives.
-	Deltas int64
-	// seq is the last sequence_number of a Responses stream, so that an
-	// error event can follow it.
-	seq int64
+	// SawDone: the stream's [DONE] came.
+	SawDone bool
 	// IDTag, for a Responses stream, is the replica's tag for the
 	// response ids clients see, and IDs signs them (see storedPrefix).
 	IDTag string
@@ -119,7 +108,7 @@ type Pump struct {
 	// parses it (server.max_json_depth; 0: the default).
 	MaxDepth int
 	// Refused, when set, is why an event from the replica could not be
-	// relayed safely; the stream ends as cut.
+	// relayed safely (a filter refused it); the stream ends as cut.
 	Refused error
 	// midEvent: the bytes written so far end inside an event (an event
 	// too long to parse was passed through), so an error event needs a
@@ -127,16 +116,34 @@ type Pump struct {
 	midEvent bool
 	// Custom, for a Responses stream whose request offered custom tools,
 	// names them: their function calls reach the client as custom tool
-	// calls (customEvent), followed in customs. Nil for every other
-	// stream, which is not looked at for them.
-	Custom  wire.CustomTools
-	customs *customStream
+	// calls (customStream). Nil for every other stream, which is not
+	// looked at for them.
+	Custom wire.CustomTools
 	// cur is the event in the filters: a field, so that passing it to
-	// them (calls through function values) allocates nothing.
+	// them (calls through interfaces) allocates nothing.
 	cur event
-	// ends is what of the answer ended: nothing after it is relayed.
-	ends endState
+	// filters are the filters' own states (filters.go), read once an
+	// event went through them; active is the chain over them that Run
+	// built from the settings above.
+	filters filterState
+	active  []filter
 }
+
+// Usage is what the stream said of its tokens so far.
+func (p *Pump) Usage() Usage { return p.filters.usage.Usage }
+
+// Deltas counts the token-bearing events relayed (for chat, the chunks
+// from the first token on): the completion tokens counted when a stream
+// ends before its usage arrives.
+func (p *Pump) Deltas() int64 { return p.filters.tokens.Deltas }
+
+// complete reports that a Responses or Messages stream sent its terminal
+// event, so its end is a normal end.
+func (p *Pump) complete() bool { return p.filters.terminal }
+
+// seq is the last sequence_number of a Responses stream the client was
+// sent, so that an event the gateway adds can follow it.
+func (p *Pump) seq() int64 { return p.filters.seq.last }
 
 // Run pumps body to the client until the stream ends. It returns nil once
 // the [DONE] event has been passed to the client (however the client or
@@ -145,6 +152,7 @@ type Pump struct {
 // stream ended without [DONE]. Run writes no error event itself; see
 // (*Pump).Fail.
 func (p *Pump) Run(body io.Reader) error {
+	p.active = p.chain()
 	bp := streamBufPool.Get().(*[]byte)
 	defer streamBufPool.Put(bp)
 	buf := *bp
@@ -172,7 +180,7 @@ func (p *Pump) Run(body io.Reader) error {
 				return err
 			}
 		}
-		if p.SawDone && p.typed() && !p.complete {
+		if p.SawDone && p.typed() && !p.complete() {
 			// These APIs end with their own terminal event; a [DONE]
 			// before it ends an answer that is not whole.
 			return fmt.Errorf("%w: [DONE] came before the stream's terminal event", ErrStreamCut)
@@ -306,7 +314,7 @@ func (p *Pump) ended(tail []byte, rerr error) error {
 			return nil
 		}
 	}
-	if p.complete {
+	if p.complete() {
 		// The terminal event was sent: however the replica ends the
 		// connection now, the client has its whole answer.
 		return nil
@@ -383,13 +391,13 @@ func (p *Pump) depthBound() int {
 // and a "usage" key nested inside another value is never touched. A chunk
 // that carries usage and no choice is the usage chunk the client did not
 // ask for, and is dropped whole (nil).
-func (p *Pump) chatUsage(ev, data []byte) []byte {
+func (u *usageNote) chatUsage(ev, data []byte) ([]byte, error) {
 	k := bytes.Index(data, usageKey)
 	// A key can spell "usage" with \u escapes; without one, a chunk with
 	// no "usage" has no usage member.
 	escaped := bytes.Contains(data, []byte(`\u`))
 	if k < 0 && !escaped {
-		return ev
+		return ev, nil
 	}
 	// Fast path for the "usage":null that servers add to every chunk once
 	// include_usage is set: no JSON parse when it is the only "usage" and a
@@ -397,47 +405,46 @@ func (p *Pump) chatUsage(ev, data []byte) []byte {
 	if !escaped && bytes.LastIndex(data, usageKey) == k && objectDepth(data[:k]) == 1 {
 		if v := sse.SkipSpace(data[k+len(usageKey):]); len(v) > 0 && v[0] == ':' {
 			if v = sse.SkipSpace(v[1:]); bytes.HasPrefix(v, []byte("null")) {
-				if !p.Injected {
-					return ev
+				if !u.injected {
+					return ev, nil
 				}
 				if !gjson.ValidBytes(data) {
 					// Not JSON: removing the member could make it
 					// JSON ({"choices":[..]"usage":null}).
-					return ev
+					return ev, nil
 				}
 				valueEnd := len(data) - len(v) + len("null")
-				return sse.RemoveSpan(ev, data, k, valueEnd)
+				return sse.RemoveSpan(ev, data, k, valueEnd), nil
 			}
 		}
 	}
-	if !wire.CheckDepth(data, p.depthBound()) {
+	if !wire.CheckDepth(data, u.depth) {
 		// Too deep to parse safely, and it may carry usage.
-		p.Refused = fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", p.depthBound())
-		return nil
+		return nil, fmt.Errorf("the replica sent an event nesting JSON deeper than %d levels", u.depth)
 	}
 	if !gjson.ValidBytes(data) {
 		// Not JSON: no usage to read, and no member to remove (an edit
 		// could turn it into JSON that carries one).
-		return ev
+		return ev, nil
 	}
 	usage := topMembers(data, "usage")
 	if len(usage) == 0 {
-		return ev
+		return ev, nil
 	}
-	if u := usage[len(usage)-1].val; u.IsObject() {
-		p.Prompt, p.Completion = u.Get("prompt_tokens").Int(), u.Get("completion_tokens").Int()
-		p.SawUsage = true
-		if p.UsageModel == "" {
-			p.UsageModel = gjson.GetBytes(data, "model").String()
+	if v := usage[len(usage)-1].val; v.IsObject() {
+		u.Prompt, u.Completion = v.Get("prompt_tokens").Int(), v.Get("completion_tokens").Int()
+		u.SawUsage = true
+		if u.UsageModel == "" {
+			u.UsageModel = gjson.GetBytes(data, "model").String()
 		}
 	}
-	if !p.Injected {
-		return ev
+	if !u.injected {
+		return ev, nil
 	}
 	object := slices.ContainsFunc(usage, func(m member) bool { return m.val.IsObject() })
 	choices := slices.ContainsFunc(topMembers(data, "choices"), func(m member) bool { return m.val.Get("0").Exists() })
 	if object && !choices {
-		return nil // the usage chunk the client did not ask for
+		return nil, nil // the usage chunk the client did not ask for
 	}
 	// Usage members in a chunk that also carries choices ("usage":null,
 	// or running totals with continuous usage stats): remove them.
@@ -446,26 +453,16 @@ func (p *Pump) chatUsage(ev, data []byte) []byte {
 		m := usage[i]
 		nd = sse.RemoveSpan(nd, nd, m.start, m.val.Index+len(m.val.Raw))
 	}
-	return sse.RebuildData(ev, nd)
+	return sse.RebuildData(ev, nd), nil
 }
 
-func (p *Pump) noteToken() {
-	p.Deltas++
-	if !p.sawToken {
-		p.sawToken = true
-		if p.Token != nil {
-			p.Token.FirstToken()
-		}
-	}
-}
-
-// rewrite sets the string at path of an event's data to rewriteModel,
+// rewrite sets the string at path of an event's data to model,
 // rebuilding the event as one data line.
-func (p *Pump) rewrite(ev, data []byte, path string) ([]byte, []byte) {
+func rewrite(ev, data []byte, path, model string) ([]byte, []byte) {
 	if !gjson.GetBytes(data, path).Exists() {
 		return ev, data
 	}
-	nd, err := sjson.SetBytes(bytes.Clone(data), path, p.RewriteModel)
+	nd, err := sjson.SetBytes(bytes.Clone(data), path, model)
 	if err != nil {
 		return ev, data
 	}
@@ -526,7 +523,7 @@ func (p *Pump) Fail(ae *wire.APIError) {
 	case wire.Responses:
 		// The Responses API's error event, numbered after the last event.
 		_ = p.Write([]byte("event: error\ndata: "))
-		_ = p.Write(ae.ResponsesEvent(p.seq + 1))
+		_ = p.Write(ae.ResponsesEvent(p.seq() + 1))
 	case wire.Messages:
 		_ = p.Write([]byte("event: error\ndata: "))
 		_ = p.Write(ae.AnthropicBody())
@@ -614,7 +611,7 @@ func (p *Pump) translated(data []byte) ([]byte, bool) {
 			rs.Usage = d.Usage
 		}
 	}
-	evs, err := rs.Typed.Translate(p.seq, d, done)
+	evs, err := rs.Typed.Translate(p.seq(), d, done)
 	if err != nil {
 		p.Refused = err
 		return nil, false

@@ -111,8 +111,8 @@ func FuzzPump(f *testing.F) {
 			cuts = append(cuts, int(s&7)+1)
 		}
 		split, sp, serr := run(cuts)
-		if (werr == nil) != (serr == nil) || wp.SawDone != sp.SawDone || wp.SawUsage != sp.SawUsage || wp.Completion != sp.Completion {
-			t.Fatalf("verdict depends on the split: %v/%v done %t/%t usage %t/%t", werr, serr, wp.SawDone, sp.SawDone, wp.SawUsage, sp.SawUsage)
+		if (werr == nil) != (serr == nil) || wp.SawDone != sp.SawDone || wp.Usage().SawUsage != sp.Usage().SawUsage || wp.Usage().Completion != sp.Usage().Completion {
+			t.Fatalf("verdict depends on the split: %v/%v done %t/%t usage %t/%t", werr, serr, wp.SawDone, sp.SawDone, wp.Usage().SawUsage, sp.Usage().SawUsage)
 		}
 		if werr != nil && !errors.Is(werr, ErrStreamCut) {
 			t.Fatalf("error %v is not a cut stream", werr)
@@ -234,8 +234,8 @@ func TestPumpDuplicateUsage(t *testing.T) {
 				t.Fatalf("%s: %v", c.name, err)
 			}
 			got := sseEvents(rec.Body.Bytes())
-			if p.Prompt != c.prompt || p.Completion != c.completion {
-				t.Errorf("%s (injected %t): counted %d/%d, want the last member's %d/%d", c.name, injected, p.Prompt, p.Completion, c.prompt, c.completion)
+			if p.Usage().Prompt != c.prompt || p.Usage().Completion != c.completion {
+				t.Errorf("%s (injected %t): counted %d/%d, want the last member's %d/%d", c.name, injected, p.Usage().Prompt, p.Usage().Completion, c.prompt, c.completion)
 			}
 			if !injected {
 				if len(got) != 2 || got[0] != c.data {
