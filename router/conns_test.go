@@ -360,7 +360,7 @@ func TestHalfSentBodiesGiveWay(t *testing.T) {
 					}
 				}
 			} else {
-				eventually(t, 10*time.Second, "the flood to be open", func() bool {
+				polltest.Eventually(t, 10*time.Second, "the flood to be open", func() bool {
 					return metricValue(t, gw, "switchyard_connections_open", map[string]string{"listener": l.name}) == float64(l.cap)
 				})
 			}

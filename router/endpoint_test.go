@@ -574,7 +574,7 @@ routes:
 	url := gw.API.URL + "/v1/chat/completions"
 	done := make(chan struct{})
 	go func() { post(t, url, chatBody("A", ""), nil); close(done) }()
-	eventually(t, 5*time.Second, "A to reach the replica", func() bool { return up.hits.Load() == 1 })
+	polltest.Eventually(t, 5*time.Second, "A to reach the replica", func() bool { return up.hits.Load() == 1 })
 	resp, _ := post(t, url, chatBody("B", ""), nil)
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("B: %d, want 503 after queue_timeout", resp.StatusCode)
@@ -582,7 +582,7 @@ routes:
 	id := resp.Header.Get("X-Request-Id")
 	up.open()
 	<-done
-	eventually(t, 5*time.Second, "both access lines", func() bool { return len(accessLogs(t, gw)) == 2 })
+	polltest.Eventually(t, 5*time.Second, "both access lines", func() bool { return len(accessLogs(t, gw)) == 2 })
 	for _, line := range accessLogs(t, gw) {
 		if line["request_id"] != id {
 			continue

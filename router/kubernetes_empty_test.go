@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"encoding/json"
+	"github.com/switchyard/switchyard/internal/polltest"
 	"net"
 	"net/http/httptest"
 	"path/filepath"
@@ -84,7 +85,7 @@ func TestKubernetesServiceEmptied(t *testing.T) {
 	gw := startGateway(t, cfg)
 	healthy := func(what string, want ...string) {
 		t.Helper()
-		eventually(t, 30*time.Second, what, func() bool { return strings.Join(healthyReplicas(t, gw), ",") == strings.Join(want, ",") })
+		polltest.Eventually(t, 30*time.Second, what, func() bool { return strings.Join(healthyReplicas(t, gw), ",") == strings.Join(want, ",") })
 	}
 	healthy("the replica listed", replica)
 	if code, _, msg := askEmptied(t, gw); code != 200 {
@@ -92,7 +93,7 @@ func TestKubernetesServiceEmptied(t *testing.T) {
 	}
 
 	fs.Delete("vllm-a")
-	eventually(t, 30*time.Second, "the pool emptied", func() bool { return len(getPools(t, gw).Pools[0].Replicas) == 0 })
+	polltest.Eventually(t, 30*time.Second, "the pool emptied", func() bool { return len(getPools(t, gw).Pools[0].Replicas) == 0 })
 	code, errCode, msg := askEmptied(t, gw)
 	const why = `service "inference/vllm" (port "http"): no ready or serving endpoint on the port in its EndpointSlices`
 	if code != 503 || errCode != "no_replica_available" || !strings.Contains(msg, why) {
@@ -114,7 +115,7 @@ func TestKubernetesServiceEmptied(t *testing.T) {
 
 	// A lost watch keeps the set: requests still reach the replica.
 	fs.Break()
-	eventually(t, 30*time.Second, "the lost watch in /admin/pools", func() bool {
+	polltest.Eventually(t, 30*time.Second, "the lost watch in /admin/pools", func() bool {
 		d := getPools(t, gw).Pools[0].Discovery
 		return d.Result == "error" && d.Error != ""
 	})
@@ -146,11 +147,11 @@ func TestKubernetesServiceEmptiedAPIServer(t *testing.T) {
 	replica := "192.0.2.2:" + strconv.Itoa(port)
 	healthy := func(what string, want ...string) {
 		t.Helper()
-		eventually(t, 60*time.Second, what, func() bool { return strings.Join(healthyReplicas(t, gw), ",") == strings.Join(want, ",") })
+		polltest.Eventually(t, 60*time.Second, what, func() bool { return strings.Join(healthyReplicas(t, gw), ",") == strings.Join(want, ",") })
 	}
 	empty := func(what string) {
 		t.Helper()
-		eventually(t, 60*time.Second, what, func() bool { return len(getPools(t, gw).Pools[0].Replicas) == 0 })
+		polltest.Eventually(t, 60*time.Second, what, func() bool { return len(getPools(t, gw).Pools[0].Replicas) == 0 })
 		code, errCode, msg := askEmptied(t, gw)
 		if code != 503 || errCode != "no_replica_available" || !strings.Contains(msg, `service "inference/vllm" (port "http")`) {
 			t.Errorf("%s: %d %s %q, want 503 no_replica_available naming the Service", what, code, errCode, msg)
@@ -168,11 +169,11 @@ func TestKubernetesServiceEmptiedAPIServer(t *testing.T) {
 	healthy("the pod ready again", replica)
 
 	srv.StopAPIServer()
-	eventually(t, 60*time.Second, "the lost watch in /admin/pools", func() bool { return getPools(t, gw).Pools[0].Discovery.Result == "error" })
+	polltest.Eventually(t, 60*time.Second, "the lost watch in /admin/pools", func() bool { return getPools(t, gw).Pools[0].Discovery.Result == "error" })
 	healthy("the set kept while the API server is down", replica)
 	if code, _, msg := askEmptied(t, gw); code != 200 {
 		t.Errorf("while the API server is down: %d %s", code, msg)
 	}
 	srv.StartAPIServer()
-	eventually(t, 60*time.Second, "the watch back", func() bool { return getPools(t, gw).Pools[0].Discovery.Result == "ok" })
+	polltest.Eventually(t, 60*time.Second, "the watch back", func() bool { return getPools(t, gw).Pools[0].Discovery.Result == "ok" })
 }

@@ -3,6 +3,7 @@ package router_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/switchyard/switchyard/internal/polltest"
 	"io"
 	"net/http"
 	"os"
@@ -429,7 +430,7 @@ func TestCaptureUnderLoad(t *testing.T) {
 		}
 		recorded := func() float64 { return metricSum(t, gw, "switchyard_capture_requests_total", nil) }
 		dropped := func() float64 { return metricSum(t, gw, "switchyard_capture_dropped_total", nil) }
-		eventually(t, 30*time.Second, "the writer to catch up", func() bool { return recorded()+dropped() == 160 })
+		polltest.Eventually(t, 30*time.Second, "the writer to catch up", func() bool { return recorded()+dropped() == 160 })
 		if unwritable {
 			if dropped() != 160 {
 				t.Errorf("unwritable: %v dropped, want 160", dropped())

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/switchyard/switchyard/internal/polltest"
 	"io"
 	"net/http"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // quickstartSection is the README's "## Quick start" section.
@@ -77,7 +79,7 @@ func TestQuickstart(t *testing.T) {
 		}
 		conf = strings.ReplaceAll(conf, "http://"+sim[2], "http://"+addr)
 		start("sim", "--preset", sim[1], "--listen", addr)
-		poll(t, "sim "+sim[1], func() bool {
+		polltest.Eventually(t, 10*time.Second, "sim "+sim[1], func() bool {
 			return getBody("http://"+addr+"/v1/models") != ""
 		})
 	}
@@ -87,7 +89,7 @@ func TestQuickstart(t *testing.T) {
 	}
 	api, admin := freeAddr(t), freeAddr(t)
 	start("serve", "--config", path, "--listen", api, "--admin-listen", admin, "--no-watch")
-	poll(t, "the gateway to be ready", func() bool { return strings.Contains(getBody("http://"+api+"/readyz"), `"ready"`) })
+	polltest.Eventually(t, 10*time.Second, "the gateway to be ready", func() bool { return strings.Contains(getBody("http://"+api+"/readyz"), `"ready"`) })
 
 	url := strings.Replace(curl[1], "127.0.0.1:8080", api, 1)
 	resp, err := http.Post(url, "application/json", strings.NewReader(curl[2]))

@@ -1,8 +1,11 @@
 package recorder
 
 import (
+	"fmt"
+
 	"bufio"
 	"context"
+	"github.com/switchyard/switchyard/internal/polltest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -59,13 +62,9 @@ func count(t *testing.T, c prometheus.Collector) float64 {
 // a goroutine: no sleep decides the test, only the counts).
 func waitWritten(t *testing.T, written, dropped prometheus.Collector, n float64) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for count(t, written)+count(t, dropped) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%v written, %v dropped, want %v in all", count(t, written), count(t, dropped), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	polltest.Eventually(t, 30*time.Second, fmt.Sprintf("%v lines written or dropped", n), func() bool {
+		return count(t, written)+count(t, dropped) >= n
+	})
 }
 
 func readLines(t *testing.T, dir string) []string {
