@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard/classifier"
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -230,14 +231,9 @@ func receive(t *testing.T, ch <-chan classifier.Result) classifier.Result {
 	}
 }
 
-// eventually polls cond until it holds or waitFor passes.
+// eventually polls cond until it holds or waitFor passes
+// (polltest.Eventually, the repository's one polling loop).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, waitFor)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	polltest.Eventually(t, waitFor, what, cond)
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"time"
 
 	"github.com/switchyard/switchyard/pools"
 	"github.com/switchyard/switchyard/router/internal/pump"
@@ -17,15 +16,6 @@ import (
 	"github.com/switchyard/switchyard/router/internal/wire"
 	"go.opentelemetry.io/otel/trace"
 )
-
-// upstreamCall is what a client request's attempts send where.
-type upstreamCall struct {
-	w        http.ResponseWriter
-	r        *http.Request
-	ps       *poolState
-	body     []byte
-	injected bool
-}
 
 func (x *exchange) Acquired(rep *pools.Replica) { x.replica, x.rep = rep.Name, rep }
 
@@ -202,22 +192,6 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 		g.endCut(x, ps, rep, err)
 	}
 	return upstream.Answered(outcome, "stream: "+err.Error())
-}
-
-// cutStream is a stream whose replica failed mid-way, left for resume.
-type cutStream struct {
-	rep *pools.Replica
-	err error
-	// cause is why the attempt's context ended, if it did (a phase
-	// timeout, the gateway shutting down).
-	cause error
-	// span is the cut attempt's, which a continuation's span links to;
-	// sw, when tracing, reads the whole answer for the spans.
-	span trace.SpanContext
-	sw   *spans.SpanWriter
-	// started is when the stream began: max_stream_duration counts from
-	// then across continuations.
-	started time.Time
 }
 
 // clientLeft records a client that went away mid-stream (or stopped

@@ -99,14 +99,6 @@ func (g *Gateway) resume(ctx context.Context, x *exchange, ps *poolState) {
 		"replica", cut.rep.Name, "error", cut.err.Error())
 }
 
-// continuation makes the attempts of a resume: each asks one replica to
-// continue the answer the client has been sent so far.
-type continuation struct {
-	x      *exchange
-	failed *pools.Replica
-	cut    *cutStream
-}
-
 var _ upstream.Attempt = (*continuation)(nil)
 
 func (c *continuation) Acquired(rep *pools.Replica) {

@@ -278,3 +278,13 @@ type readCloser struct {
 	io.Reader
 	io.Closer
 }
+
+// fail writes err as the client's answer, with whatever route headers are
+// known.
+func (g *Gateway) fail(w http.ResponseWriter, x *exchange, err error, detail string) {
+	ae := toAPIError(err, detail)
+	x.status, x.sent = ae.Status, ae.Status
+	x.access.errMsg = ae.Message
+	g.setRouteHeaders(w.Header(), x)
+	wire.WriteErrorFor(w, x.ep, ae)
+}

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -112,17 +113,9 @@ func readSSE(r io.Reader) (events []string, done bool, err error) {
 // take to schedule it, not a speed asked for.
 const settle = 10 * time.Second
 
-// eventually polls cond until it holds or a deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s never happened", within, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// eventually polls cond until it holds or a deadline passes
+// (polltest.Eventually, the repository's one polling loop).
+var eventually = polltest.Eventually
 
 func decode[T any](t testing.TB, b []byte) T {
 	t.Helper()
