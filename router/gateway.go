@@ -113,8 +113,6 @@ type Gateway struct {
 	rand func() uint64
 	// exec is the upstream executor.
 	exec *upstream.Executor
-	// recorder writes the requests capture: chooses (off without it).
-	recorder *recorder.Recorder
 	// via is this process's Via entry and local the machine's addresses
 	// (loops.go).
 	via   string
@@ -166,7 +164,6 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 		return nil
 	}))
 	g.ctx, g.stop = context.WithCancel(context.Background())
-	g.recorder = recorder.New(o.Logger, func() float64 { return float64(rnd()>>11) / (1 << 53) }, o.Now, g.metrics.CaptureDropped, g.metrics.CaptureLines)
 	g.status, g.started = &admin.Ring{Gather: o.Registry}, o.Now()
 	now := o.Now().Unix()
 	g.status.Prepare(now)
@@ -184,7 +181,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	g.metrics.Generation.Set(float64(s.Generation))
 	g.snap.Store(s)
 	g.commitDiscovery(s)
-	g.recorder.Configure(g.ctx, captureConfig(cfg))
+	s.recorder.Configure(g.ctx, captureConfig(cfg))
 	if o.ShadowPath != "" {
 		if err := g.loadShadow(); err != nil {
 			g.stop()
@@ -331,7 +328,7 @@ func (g *Gateway) Apply(cfg *policy.Config) (int64, error) {
 	s.Generation = g.gen.Add(1)
 	g.snap.Store(s)
 	g.commitDiscovery(s)
-	g.recorder.Configure(g.ctx, captureConfig(cfg))
+	s.recorder.Configure(g.ctx, captureConfig(cfg))
 	g.lastReload.Store(&admin.ReloadOutcome{At: g.opts.Now().UTC(), OK: true, Generation: s.Generation})
 	g.metrics.Reloads.WithLabelValues("ok").Inc()
 	g.metrics.Generation.Set(float64(s.Generation))

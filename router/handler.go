@@ -113,9 +113,9 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return fmt.Errorf("%w: API key %q may not use model %q", errForbidden, key.name, wire.Clip(info.Model))
 	}
 	if key != nil {
-		g.recorder.Offer(key.name, r.URL.Path, r.Header, body)
+		x.snap.recorder.Offer(key.name, r.URL.Path, r.Header, body)
 	} else {
-		g.recorder.Offer("", r.URL.Path, r.Header, body)
+		x.snap.recorder.Offer("", r.URL.Path, r.Header, body)
 	}
 	if tgt.rewrite {
 		x.clientModel = info.Model

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"github.com/switchyard/switchyard/router/internal/outcomes"
+	"github.com/switchyard/switchyard/router/internal/recorder"
 	"net/http"
 	"path"
 	"reflect"
@@ -50,6 +51,8 @@ type Snapshot struct {
 	idSecret   []byte
 	classifier *classifier.Classifier
 	sessions   *policy.Sessions
+	// recorder writes the requests capture: chooses (off without it).
+	recorder *recorder.Recorder
 	// outcomes keeps each session's last answered turn, to count how it
 	// went (nil without sessions); it lives as long as sessions.
 	outcomes *outcomes.Tracker
@@ -119,6 +122,13 @@ type apiKey struct {
 // prev where their configuration did not change.
 func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 	s := &Snapshot{Config: cfg, pools: map[string]*poolState{}, models: map[string]target{}}
+	// One recorder for the gateway's life, handed from snapshot to
+	// snapshot; Apply configures it once the snapshot is running.
+	if prev != nil {
+		s.recorder = prev.recorder
+	} else {
+		s.recorder = recorder.New(g.log, func() float64 { return float64(g.rand()>>11) / (1 << 53) }, g.opts.Now, g.metrics.CaptureDropped, g.metrics.CaptureLines)
+	}
 	if err := checkSelfReplicas(cfg, g.local); err != nil {
 		return nil, err
 	}
