@@ -49,9 +49,9 @@ func limited(t *testing.T, gw *gateway, h http.Handler, listener string) string 
 	return ln.Addr().String()
 }
 
-// idleConn opens a connection from the loopback address from, makes one
-// request on it and leaves it open and idle (keep-alive).
-func idleConn(t *testing.T, from, addr, path string, header ...string) net.Conn {
+// dialFrom opens a connection to addr from the loopback address from,
+// closed when the test ends.
+func dialFrom(t *testing.T, from, addr string) net.Conn {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
 	c, err := d.Dial("tcp", addr)
@@ -59,6 +59,14 @@ func idleConn(t *testing.T, from, addr, path string, header ...string) net.Conn 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// idleConn opens a connection from the loopback address from, makes one
+// request on it and leaves it open and idle (keep-alive).
+func idleConn(t *testing.T, from, addr, path string, header ...string) net.Conn {
+	t.Helper()
+	c := dialFrom(t, from, addr)
 	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n", path, strings.Join(append(header, ""), "\r\n"))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
@@ -293,12 +301,7 @@ func TestIdleTimeoutShrinksUnderPressure(t *testing.T) {
 // coming (a client trickling its body).
 func halfSent(t *testing.T, from, addr, path string, header ...string) net.Conn {
 	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := dialFrom(t, from, addr)
 	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n%s\r\n{", path, strings.Join(append(header, ""), "\r\n"))
 	return c
 }

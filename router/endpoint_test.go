@@ -111,6 +111,21 @@ routes:
 	}
 }
 
+// gatedOneSlot is a gateway on one gated replica of one slot, whose
+// waiting requests give up after queueTimeout.
+func gatedOneSlot(t *testing.T, queueTimeout string) (*gate, *gateway) {
+	up := startGate(t, "m")
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p: {model: m, max_inflight: 1, queue_timeout: `+queueTimeout+`, health: {disabled: true}, replicas: [{name: r, url: "{{up}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"up": up.Srv.URL}, nil))
+	return up, gw
+}
+
 // TestAccessLineTimes: the access line says where a request's time went:
 // queue_ms, the time it waited for a replica slot (max_inflight), and
 // classify_ms, the classifier's part. A request queued behind another
@@ -118,15 +133,7 @@ routes:
 // duration_ms. Before, a slow request's line could not tell a queue wait
 // from a slow replica (issue 31's tail under attack).
 func TestAccessLineTimes(t *testing.T) {
-	up := startGate(t, "m")
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  p: {model: m, max_inflight: 1, queue_timeout: 1m, health: {disabled: true}, replicas: [{name: r, url: "{{up}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"up": up.Srv.URL}, nil))
+	up, gw := gatedOneSlot(t, "1m")
 	url := gw.API.URL + "/v1/chat/completions"
 	ids := make(chan string, 2)
 	go func() { resp, _ := post(t, url, chatBody("A", ""), nil); ids <- resp.Header.Get("X-Request-Id") }()
@@ -562,15 +569,7 @@ routes:
 // TestAccessLineQueueOf503: a request that waits out queue_timeout and
 // gets a 503 logs the time it queued, not 0 (issue 42).
 func TestAccessLineQueueOf503(t *testing.T) {
-	up := startGate(t, "m")
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  p: {model: m, max_inflight: 1, queue_timeout: 200ms, health: {disabled: true}, replicas: [{name: r, url: "{{up}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"up": up.Srv.URL}, nil))
+	up, gw := gatedOneSlot(t, "200ms")
 	url := gw.API.URL + "/v1/chat/completions"
 	done := make(chan struct{})
 	go func() { post(t, url, chatBody("A", ""), nil); close(done) }()
