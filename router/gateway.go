@@ -169,6 +169,9 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	g.status.Prepare(now)
 	g.status.Prepare(now + 1)
 	g.status.Prepare(now + 2)
+	// The counters' first sample, before any request: the page's rates
+	// over the uptime count every request (Run samples once a second).
+	g.status.SampleClassifier(g.started)
 	go g.status.Run(g.ctx, o.Now)
 	g.endpoints = pools.NewEndpoints(pools.EndpointsOptions{Now: o.Now, Rand: o.Rand, Transport: o.Transport,
 		OnChange: g.onHealthChange, OnMissing: g.onMissingSignals})

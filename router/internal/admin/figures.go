@@ -47,6 +47,9 @@ type PoolFigures struct {
 // classifications that asked the cache). A rate with nothing to divide by
 // is null.
 type ClassifierFigures struct {
+	// WindowSeconds is the time the rates are over: from the oldest
+	// counter sample in the window to now.
+	WindowSeconds  float64  `json:"window_seconds"`
 	PerSecond      float64  `json:"classifications_per_second"`
 	CallsPerSecond float64  `json:"calls_per_second"`
 	CacheHitRate   *float64 `json:"cache_hit_rate"`
@@ -137,7 +140,7 @@ func classifierFigures(old *ClassifierCounters, cur ClassifierCounters, now time
 		total += delta[r]
 	}
 	calls := cur.Calls - old.Calls
-	cf := &ClassifierFigures{}
+	cf := &ClassifierFigures{WindowSeconds: secs}
 	if secs > 0 {
 		cf.PerSecond, cf.CallsPerSecond = total/secs, calls/secs
 	}

@@ -245,6 +245,7 @@ function drawClassifier(d) {
     add(dl, "kind", c.kind);
     add(dl, "breaker", c.breaker_open ? "OPEN: every request gets on_error's label" : "closed", c.breaker_open ? "bad" : "good");
     if (f) {
+      dl.dataset.window = f.window_seconds;
       add(dl, "classifications/s", f.classifications_per_second.toFixed(1), "num", "classifications-per-second");
       add(dl, "calls to its pool/s", f.calls_per_second.toFixed(1), "num", "calls-per-second");
       add(dl, "cache hit rate", f.cache_hit_rate === null ? "–" : pct(f.cache_hit_rate), "num", "cache-hit-rate");
