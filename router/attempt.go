@@ -46,6 +46,13 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 	switch {
 	case x.ep == wire.CountTokens && resp.StatusCode == http.StatusNotFound:
 		return g.countTokensLocally(u.w, x, resp)
+	case upstream.IsEventStream(resp) && u.r.Method == http.MethodPost && x.info != nil && !x.info.Stream:
+		// A stream to a request that asked for none is no answer its
+		// client reads (and may run on without end). Nothing reached
+		// the client: another replica may answer.
+		ue := &upstream.Error{Pool: u.ps.Name, Replica: rep.Name, Err: errors.New("answered a non-stream request with an event stream")}
+		spans.SetClientError(span, spans.ErrTypeUnaskedStream, ue)
+		return upstream.Retryable(pools.Status5xx, "status_5xx", ue.Err.Error(), ue)
 	case upstream.IsEventStream(resp):
 		return g.relay(ctx, hctx, x, rep, resp, span)
 	}

@@ -659,3 +659,52 @@ func TestNonStreamAnswerSanitised(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamToNonStreamRefused: a replica that answers a stream: false
+// request with an event stream (issue 42: 318 MB of SSE reached such a
+// client) is a replica error: the request goes to another replica, and
+// with none the client gets a 502, never the events.
+func TestStreamToNonStreamRefused(t *testing.T) {
+	var hits atomic.Int64
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.NotFound(w, r)
+			return
+		}
+		hits.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for range 100 {
+			fmt.Fprint(w, "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n")
+		}
+	}))
+	t.Cleanup(bad.Close)
+	good := startReplica(t, fast("m"))
+	gw := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p: {model: m, balance: round_robin, retries: 1, health: {disabled: true}, replicas: [{name: bad, url: "{{bad}}"}, {name: good, url: "{{good}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"bad": bad.URL, "good": good.Srv.URL}, nil))
+	for i := range 4 {
+		resp, b := post(t, gw.API.URL+"/v1/chat/completions", chatBody("x", ""), nil)
+		if resp.StatusCode != http.StatusOK || strings.Contains(string(b), "data:") || resp.Header.Get("X-Switchyard-Replica") != "good" {
+			t.Errorf("request %d: %d from %q: %.80s", i, resp.StatusCode, resp.Header.Get("X-Switchyard-Replica"), b)
+		}
+	}
+	if hits.Load() == 0 {
+		t.Fatal("the bad replica was never tried")
+	}
+	only := startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  p: {model: m, health: {disabled: true}, replicas: [{name: bad, url: "{{bad}}"}]}
+routes:
+  - name: default
+    to: p
+`, map[string]string{"bad": bad.URL}, nil))
+	if resp, b := post(t, only.API.URL+"/v1/chat/completions", chatBody("x", ""), nil); resp.StatusCode != http.StatusBadGateway || strings.Contains(string(b), "data:") {
+		t.Errorf("with no other replica: %d %.120s, want 502 without the events", resp.StatusCode, b)
+	}
+}

@@ -71,6 +71,9 @@ const (
 	ErrTypeStreamCut  = "stream_interrupted"
 	ErrTypeTooLarge   = "answer_too_large"
 	ErrTypeNotStream  = "not_an_event_stream"
+	// ErrTypeUnaskedStream: an event stream answered a request that asked
+	// for none.
+	ErrTypeUnaskedStream = "unasked_event_stream"
 )
 
 // appendString appends k=v unless v is empty.
