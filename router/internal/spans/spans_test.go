@@ -22,7 +22,7 @@ import (
 func attrs(kvs []attribute.KeyValue) []string {
 	out := make([]string, 0, len(kvs))
 	for _, kv := range kvs {
-		out = append(out, string(kv.Key)+"="+kv.Value.Emit())
+		out = append(out, string(kv.Key)+"="+kv.Value.String())
 	}
 	return out
 }
