@@ -216,3 +216,34 @@ func TestUnescape(t *testing.T) {
 		}
 	}
 }
+
+// TestStripBoilerplate: blocks removed wherever they stand, a block cut
+// by an excerpt removed as far as it reaches, other tags kept.
+func TestStripBoilerplate(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"fix it", "fix it"},
+		{"<system-reminder>a</system-reminder>fix <b>it</b>", "fix <b>it</b>"},
+		{"x <system-reminder>a</system-reminder> y <environment_context><cwd>/</cwd></environment_context> z", "x  y  z"},
+		{"tail of a reminder</system-reminder>\nfix it", "fix it"},
+		{"fix it\n<system-reminder>a reminder cut short", "fix it"},
+		{"<system-reminders>kept</system-reminders>", "<system-reminders>kept</system-reminders>"},
+		{"a < b and c </ d", "a < b and c </ d"},
+	} {
+		if got := stripBoilerplate(tc.in); got != tc.want {
+			t.Errorf("stripBoilerplate(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// BenchmarkStripManyBlocks: a 32 kB text of about 900 reminder blocks
+// (the most a user text is read whole) costs one pass over it.
+func BenchmarkStripManyBlocks(b *testing.B) {
+	s := strings.Repeat("<system-reminder>r</system-reminder>w ", 900)
+	b.SetBytes(int64(len(s)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if got := stripBoilerplate(s); !strings.HasPrefix(got, "w") {
+			b.Fatal(got[:10])
+		}
+	}
+}

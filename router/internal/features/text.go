@@ -26,32 +26,71 @@ var boilerplateTags = [...]string{
 	"qwen:user-prompt-submit-context",
 }
 
-// stripBoilerplate removes boilerplate blocks from s. A block cut by an
-// excerpt is removed as far as it reaches: an opening tag with no end to
-// the end of s, an end tag with no opening from the start of s.
+// closeTags are the boilerplate tags' end tags, "</tag>".
+var closeTags = func() (out [len(boilerplateTags)]string) {
+	for i, t := range boilerplateTags {
+		out[i] = "</" + t + ">"
+	}
+	return out
+}()
+
+// stripBoilerplate removes boilerplate blocks from s, in one pass (a
+// client's text of thousands of blocks costs its length, not its length
+// times its blocks). A block cut by an excerpt is removed as far as it
+// reaches: an opening tag with no end to the end of s, an end tag with no
+// opening from the start of s.
 func stripBoilerplate(s string) string {
 	if !strings.Contains(s, "<") {
 		return s
 	}
-	for _, tag := range boilerplateTags {
-		for {
-			open := indexTag(s, "<"+tag)
-			end := strings.Index(s, "</"+tag+">")
-			switch {
-			case open < 0 && end < 0:
-			case open < 0 || (end >= 0 && end < open):
-				s = s[end+len(tag)+3:] // a block that began before the excerpt
-				continue
-			case end < 0:
-				s = s[:open] // a block that goes on past the excerpt
-			default:
-				s = s[:open] + s[end+len(tag)+3:]
-				continue
-			}
+	var sb strings.Builder
+	kept := 0 // s[kept:] is not yet copied
+	for i := 0; i < len(s); {
+		j := strings.IndexByte(s[i:], '<')
+		if j < 0 {
 			break
 		}
+		j += i
+		if t, ok := tagAt(s, j+1); ok {
+			end := strings.Index(s[j:], closeTags[t])
+			sb.WriteString(s[kept:j])
+			if end < 0 { // a block that goes on past the excerpt
+				return strings.TrimSpace(sb.String())
+			}
+			i = j + end + len(closeTags[t])
+			kept = i
+			continue
+		}
+		if j+1 < len(s) && s[j+1] == '/' {
+			if t, ok := tagAt(s, j+2); ok && strings.HasPrefix(s[j+2+len(boilerplateTags[t]):], ">") {
+				// An end with no opening: a block that began before
+				// the excerpt; what came before it is its text.
+				sb.Reset()
+				i = j + len(closeTags[t])
+				kept = i
+				continue
+			}
+		}
+		i = j + 1
 	}
-	return strings.TrimSpace(s)
+	if kept == 0 {
+		return strings.TrimSpace(s)
+	}
+	sb.WriteString(s[kept:])
+	return strings.TrimSpace(sb.String())
+}
+
+// tagAt reports the boilerplate tag whose name starts s at i, followed by
+// '>', a space or a newline (not a longer name).
+func tagAt(s string, i int) (int, bool) {
+	for t, tag := range boilerplateTags {
+		if strings.HasPrefix(s[i:], tag) {
+			if next := i + len(tag); next < len(s) && (s[next] == '>' || s[next] == ' ' || s[next] == '\n') {
+				return t, true
+			}
+		}
+	}
+	return 0, false
 }
 
 // wholeBlock reports whether a raw JSON string is one boilerplate block
@@ -90,21 +129,6 @@ func endsWithTag(body, lt, tag, gt string) bool {
 	}
 	body, ok = strings.CutSuffix(body, "/")
 	return ok && strings.HasSuffix(body, lt)
-}
-
-// indexTag finds "<tag" followed by '>' or a space (not "<tagname-more").
-func indexTag(s, open string) int {
-	for from := 0; ; {
-		i := strings.Index(s[from:], open)
-		if i < 0 {
-			return -1
-		}
-		at := from + i
-		if next := at + len(open); next < len(s) && (s[next] == '>' || s[next] == ' ' || s[next] == '\n') {
-			return at
-		}
-		from = at + len(open)
-	}
 }
 
 // excerpt is the text of a raw JSON string value within about n bytes:
