@@ -3,7 +3,6 @@ package agents_test
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/switchyard/switchyard/internal/capture"
 	"io"
 	"maps"
 	"net/http"
@@ -18,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/capture"
 )
 
 // capturedRequest is one request an agent sent, as kept in

@@ -3,11 +3,12 @@ package router
 import (
 	"errors"
 	"fmt"
-	"github.com/switchyard/switchyard/router/internal/conns"
 	"io"
 	"net/http"
 	"os"
 	"strconv"
+
+	"github.com/switchyard/switchyard/router/internal/conns"
 
 	"github.com/switchyard/switchyard/router/internal/wire"
 )

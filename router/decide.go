@@ -1,14 +1,14 @@
 package router
 
 import (
-	"hash/maphash"
-
 	"context"
 	"crypto/sha256"
-	"github.com/switchyard/switchyard/router/internal/outcomes"
+	"hash/maphash"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/switchyard/switchyard/router/internal/outcomes"
 
 	"github.com/switchyard/switchyard/router/internal/features"
 

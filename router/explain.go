@@ -3,11 +3,12 @@ package router
 import (
 	"context"
 	"fmt"
-	"github.com/switchyard/switchyard/classifier"
 	"math"
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/switchyard/switchyard/classifier"
 
 	"github.com/switchyard/switchyard/router/internal/wire"
 

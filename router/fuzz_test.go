@@ -1,10 +1,11 @@
 package router
 
 import (
-	"github.com/switchyard/switchyard/classifier"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/switchyard/switchyard/classifier"
 
 	"github.com/switchyard/switchyard/router/internal/features"
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/switchyard/switchyard/router/internal/recorder"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/switchyard/switchyard/router/internal/recorder"
 
 	"github.com/switchyard/switchyard/router/internal/conns"
 	"github.com/switchyard/switchyard/router/internal/metrics"

@@ -3,10 +3,11 @@ package router
 import (
 	"context"
 	"fmt"
-	"github.com/switchyard/switchyard/router/internal/outcomes"
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/switchyard/switchyard/router/internal/outcomes"
 
 	"github.com/switchyard/switchyard/router/internal/spans"
 

@@ -2,7 +2,6 @@ package router_test
 
 import (
 	"encoding/json"
-	"github.com/switchyard/switchyard/internal/polltest"
 	"net"
 	"net/http/httptest"
 	"path/filepath"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/polltest"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"

@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
-	"github.com/switchyard/switchyard/router/internal/outcomes"
-	"github.com/switchyard/switchyard/router/internal/recorder"
 	"net/http"
 	"path"
 	"reflect"
@@ -13,6 +11,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/switchyard/switchyard/router/internal/outcomes"
+	"github.com/switchyard/switchyard/router/internal/recorder"
 
 	"github.com/switchyard/switchyard/router/internal/upstream"
 

@@ -3,7 +3,6 @@ package router_test
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/switchyard/switchyard/internal/polltest"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/polltest"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"

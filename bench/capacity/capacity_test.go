@@ -3,14 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"github.com/switchyard/switchyard/internal/capture"
-	"github.com/switchyard/switchyard/replay"
 	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/capture"
+	"github.com/switchyard/switchyard/replay"
 )
 
 // TestRoutedBeatsQwenOnly is a short, time-scaled capacity run: at a

@@ -1,17 +1,17 @@
 package main
 
 import (
-	"errors"
-
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"github.com/switchyard/switchyard/replay"
 	"io"
 	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/switchyard/switchyard/replay"
 
 	"github.com/switchyard/switchyard/demo"
 	"github.com/switchyard/switchyard/examples"

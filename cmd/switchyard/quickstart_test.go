@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"github.com/switchyard/switchyard/internal/polltest"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/polltest"
 )
 
 // quickstartSection is the README's "## Quick start" section.

@@ -1,11 +1,9 @@
 package recorder
 
 import (
-	"fmt"
-
 	"bufio"
 	"context"
-	"github.com/switchyard/switchyard/internal/polltest"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/switchyard/switchyard/internal/polltest"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
