@@ -48,6 +48,9 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 		return g.classify(withTenant(ctx, name, weight), x, in)
 	}, explain)
 	x.sess.outcome = d.Session
+	if explain && s.classifier != nil && s.classifier.Kind() == "model" {
+		x.classify.explained = classifier.Summary(in, inputLimit(s))
+	}
 	if !explain {
 		x.sess.instruction = g.judgePrevious(s, preq, in, d)
 	}

@@ -99,6 +99,8 @@ type accessNote struct {
 type classifyState struct {
 	force string
 	res   classifier.Result
+	// explained, when explaining, is the text the classifier reads.
+	explained string
 }
 
 // tokenCounts are the answer's time to first token and its usage.

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/switchyard/switchyard/classifier"
 
 	"github.com/switchyard/switchyard/router/internal/wire"
 
@@ -125,10 +124,7 @@ func (g *Gateway) ExplainAPI(ctx context.Context, header http.Header, body []byt
 	e := &Explanation{Route: d.Route, Pool: d.Pools[0], Fallback: d.Pools[1:], Matched: d.Matched, Skipped: d.Skipped,
 		Spill: d.Spill, Sticky: d.Sticky, Scores: d.Scores, Why: d.Why, Side: d.Side, Session: d.Session, SessionReason: d.SessionReason,
 		Turn: x.sess.turn, ToolError: x.sess.toolError, RepeatedCall: x.sess.repeated}
-	if s.classifier != nil && s.classifier.Kind() == "model" && tgt.policy {
-		_, in, _ := policyRequest(s, r, "", info)
-		e.ClassifierInput = classifier.Summary(in, inputLimit(s))
-	}
+	e.ClassifierInput = x.classify.explained
 	for i, p := range d.Pools[:len(d.Pools)-1] {
 		if ps := s.pools[p]; ps != nil && !fitsContext(ps, x) {
 			e.ContextSkips = append(e.ContextSkips, d.Pools[i])
