@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-
 	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/switchyard/switchyard/policy"
