@@ -165,13 +165,13 @@ func (e *Endpoint) dropDead() {
 	}
 }
 
-// dispatch hands free slots to queued waiters, oldest first, while e is
-// available. A waiter whose own pool's max_inflight is lower than the
-// load does not hold back one with a higher cap behind it (one server in
-// two pools); among waiters of one cap the order is strictly FIFO, and
-// with a single cap in the queue dispatch stops at the first that does not
-// fit, so a release costs O(1) apart from dropping waiters that left.
-// e.mu is held.
+// dispatch hands free slots to queued waiters while e is available: to
+// the tenant furthest below its share (share.go), in the queue's fair
+// order among equals and within a tenant. A waiter whose own pool's
+// max_inflight is lower than the load does not hold back one with a
+// higher cap behind it (one server in two pools); when no waiter's cap
+// has room a release costs O(1) apart from dropping waiters that left,
+// and otherwise at most scanWaiters entries are weighed. e.mu is held.
 func (e *Endpoint) dispatch() {
 	e.dropDead()
 	if e.queue.len() == 0 || !e.Available(e.reg.now()) {
@@ -182,6 +182,7 @@ func (e *Endpoint) dispatch() {
 	// others' reserves for.
 	e.holds.mu.Lock()
 	defer e.holds.mu.Unlock()
+	clear(e.holds.prioGiven)
 	var over *shares
 	if s, ok := e.shareLimit(e.queue.maxCap); ok {
 		over = &s
@@ -192,39 +193,17 @@ func (e *Endpoint) dispatch() {
 	e.dispatchPass(over, false)
 }
 
-// dispatchPass is one pass of dispatch; a waiter whose tenant holds its
-// share in over is passed over (strict), or passed over when the slots
-// left would not cover the other tenants' reserves. It reports whether it
-// passed one over. e.mu is held.
+// dispatchPass is one pass of dispatch: it serves waiters while one fits,
+// choosing each as next does. It reports whether it passed one over for
+// its tenant's share. e.mu is held.
 func (e *Endpoint) dispatchPass(over *shares, strict bool) (skipped bool) {
-	var blocked int64 = -1 // the largest cap found not to fit
-	// k is relative to the queue's head: removing an entry at or after
-	// it, or compacting the queue, keeps the entries behind it at k.
-	for k := 0; k < e.queue.len(); {
-		w := e.queue.at(k)
-		wmax := w.max.Load()
-		switch {
-		case w.state.Load() != waiting:
-			e.removeAt(k)
-			continue
-		case blocked >= 0 && wmax > 0 && wmax <= blocked:
-			k++
-			continue
-		case over != nil && w.fair && over.full(w.tenant) && (strict || !over.spare(w.tenant, wmax-e.inflight.Load())):
-			skipped = true
-			k++
-			continue
-		case !e.admit(wmax):
-			if wmax <= 0 {
-				return skipped // unlimited waiter blocked: nothing fits
-			}
-			blocked = max(blocked, wmax)
-			if wmax >= e.queue.maxCap {
-				return skipped // no waiter with a higher cap is queued
-			}
-			k++
-			continue
+	for {
+		k, skip := e.next(over, strict)
+		skipped = skipped || skip
+		if k < 0 || !e.admit(e.queue.at(k).max.Load()) {
+			return skipped
 		}
+		w := e.queue.at(k)
 		if !w.state.CompareAndSwap(waiting, served) {
 			e.inflight.Add(-1) // it left in between: offer the slot on
 			e.removeAt(k)
@@ -235,9 +214,61 @@ func (e *Endpoint) dispatchPass(over *shares, strict bool) (skipped bool) {
 		if over != nil && w.fair {
 			over.give(w.tenant)
 		}
+		if w.priority {
+			if e.holds.prioGiven == nil {
+				e.holds.prioGiven = map[string]int64{}
+			}
+			e.holds.prioGiven[w.tenant]++
+		}
 		w.ch <- e
 	}
-	return skipped
+}
+
+// next is the queue entry (relative to its head) to serve next, -1 when
+// no waiter fits. A waiter fits when its cap (its pool's max_inflight)
+// has room; one whose tenant holds its share in over is passed over
+// (strict), or passed over when the slots left would not cover the other
+// tenants' reserves (skipped reports it). Of the waiters that fit, the
+// first of the highest tier (the classifier's calls) goes first; with
+// tenants to be fair to (over), among the first scanWaiters the one whose
+// tenant is furthest below its share, in slot time (the queue's order
+// among equals). e.mu is held.
+func (e *Endpoint) next(over *shares, strict bool) (best int, skipped bool) {
+	best = -1
+	inflight := e.inflight.Load()
+	if m := e.queue.maxCap; m > 0 && m < 1<<62 && inflight >= m {
+		return -1, false // no waiter's cap has room
+	}
+	var bestBehind float64
+	bestTier := 0
+	for k := 0; k < e.queue.len(); {
+		q := e.queue.items[e.queue.head+k]
+		w := q.w
+		if w.state.Load() != waiting {
+			e.removeAt(k)
+			continue
+		}
+		if best >= 0 && (q.tier > bestTier || k >= scanWaiters) {
+			break
+		}
+		k++
+		wmax := w.max.Load()
+		switch {
+		case wmax > 0 && inflight >= wmax:
+			continue
+		case w.priority && e.holds.priorityFull(w.tenant, wmax):
+			continue
+		case over != nil && w.fair && over.full(w.tenant) && (strict || !over.spare(w.tenant, wmax-inflight)):
+			skipped = true
+			continue
+		case over == nil:
+			return k - 1, skipped // no one to weigh against: first come
+		}
+		if b := over.behind(w.tenant, w.weight); best < 0 || b < bestBehind {
+			best, bestBehind, bestTier = k-1, b, q.tier
+		}
+	}
+	return best, skipped
 }
 
 // removeAt removes the queue entry k places behind the head. e.mu is held.
@@ -330,6 +361,9 @@ func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica)
 	r, err := p.acquire(ctx, req, exclude)
 	if r != nil && req.Fair {
 		r.Endpoint.holds.add(req, r.Endpoint, p.reg.now().UnixNano(), p.opts.ShareReserve)
+	}
+	if r != nil && req.Priority {
+		r.Endpoint.holds.addPriority(req, r.Endpoint)
 	}
 	return r, err
 }
@@ -533,7 +567,8 @@ func (p *Pool) candidates(req *Request, exclude func(*Replica) bool) (cands, ful
 		if !r.Available(now) || (exclude != nil && exclude(r)) {
 			continue
 		}
-		if (maxIn > 0 && r.Inflight() >= maxIn) || r.queued.Load() > 0 || (req.Fair && p.opts.ShareReserve > 0 && r.overShare(req, maxIn)) {
+		if (maxIn > 0 && r.Inflight() >= maxIn) || r.queued.Load() > 0 || (req.Fair && p.opts.ShareReserve > 0 && r.overShare(req, maxIn)) ||
+			(req.Priority && r.priorityHeld(req.Tenant, maxIn)) {
 			full = append(full, r)
 			continue
 		}

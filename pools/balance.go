@@ -64,8 +64,13 @@ type Request struct {
 	// Fair requests count against their tenant's share of a replica's
 	// slots (share.go) and must be released with ReleaseFor.
 	Fair bool
-	// held is the endpoint a fair request counts on, once acquired.
-	held *Endpoint
+	// held is the endpoint a fair request counts on, once acquired, and
+	// heldAt when (unix nanoseconds).
+	held   *Endpoint
+	heldAt int64
+	// prio is the endpoint a priority request counts on (see
+	// priorityLimit), once acquired.
+	prio *Endpoint
 }
 
 // Env is what balancers get from their pool: injected randomness and clock,

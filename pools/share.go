@@ -1,220 +1,317 @@
 package pools
 
 import (
+	"container/heap"
 	"math"
 	"sync"
 	"time"
 )
 
-// Shares: while tenants wait for a full replica, none is given more than
-// its weighted share of the replica's slots. The queue's fair order (see
-// waitQueue) shares the slots as they free; this bounds what a tenant
-// holds: a freed slot passes over a waiter whose tenant already holds its
-// share, to one whose tenant holds less, and goes to it only when no such
-// waiter fits (so no slot stays idle while anyone waits). A tenant's
-// share is cap × its weight ÷ the weights of the tenants holding or
-// waiting for the replica's slots.
+// Shares: while tenants wait for a full replica, a freed slot goes to the
+// waiting tenant furthest below its share, weighed in slot time: the
+// time its requests held the replica's slots lately (see usage), per
+// unit of weight. A tenant is given no more than its weighted share of
+// the slots while others wait: a freed slot passes over a waiter whose
+// tenant already holds its share, to one whose tenant holds less, and
+// goes to it only when no such waiter fits (so no slot stays idle while
+// anyone waits). A tenant's share is cap × its weight ÷ the weights of
+// the tenants holding, waiting for or reserving the replica's slots.
 //
-// With Options.ShareReserve, a tenant stays in play for that long after
-// its last request on the replica, and its share stays reserved: a tenant
-// over its own share takes a free slot only if the slots left free cover
-// what the others in play are owed (each one's share, up to the most it
-// held at once, less what it holds). So a tenant that sends steady
-// requests finds its slots free when it comes back, although another
-// asked for every slot between two of its requests; the cost is that a
-// reserved slot may stay idle while the other waits, until the reserve
-// lapses.
+// With Options.ShareReserve (the window slot time is weighed over), a
+// tenant earns a reserve by the slot time it used: its recent average of
+// slots held (rounded, up to its share), decaying as it stays away. A
+// tenant over its own share takes a free slot only if the slots left
+// free cover what the others are owed (each one's reserve less what it
+// holds), or half the replica's slots: reserves never leave most of a
+// replica idle. So a tenant that sends steady requests finds its slots
+// free when it comes back, although another asked for every slot between
+// two of its requests, and a tenant that sends one short request now and
+// then reserves nothing.
 //
 // Only requests with Request.Fair are counted; they must be released
 // with ReleaseFor.
 
-// holds counts, per tenant, the fair requests holding an endpoint's slots.
-// Every operation on it costs a bounded amount however many tenants are
-// in play: the weights are summed as tenants come and go, reserves lapse
-// in order from a list, and what the others are owed is added up only
-// until it is known to be too much (see owedOver).
+// holds counts, per tenant, the fair requests holding an endpoint's slots
+// and the slot time they used. Every operation on it but the check of the
+// others' reserves (owedOver) costs a bounded amount however many tenants
+// are in play: the weights are summed as tenants come and go, and kept
+// tenants lapse in order from a heap.
 type holds struct {
 	mu sync.Mutex
 	m  map[string]*tenantHold
 	// kept counts the entries of m that hold nothing (kept for their
-	// reserve), at most maxKept.
+	// reserve or their slot time), at most maxKept.
 	kept int
-	// weights is the sum of the weights of the tenants in m.
+	// weights is the sum of the weights of the tenants in play: holding
+	// slots or within their reserve.
 	weights float64
-	// lapses lists the kept tenants from lapses[head] in the order they
-	// were kept, which is the order their reserves lapse (but after a
-	// reload that shortened share_reserve: then a tenant may stay in
-	// play until an earlier reserve ahead of it lapses). An entry whose
-	// tenant holds a slot again, was kept again later, or was dropped is
-	// stale and skipped.
-	lapses []lapse
-	head   int
+	// tau is the window slot time is weighed over (nanoseconds), the
+	// share_reserve of the last request counted; 0: tenants are forgotten
+	// as soon as they hold nothing.
+	tau int64
+	// lapses orders the kept tenants' next change: the end of a reserve or
+	// being forgotten. An entry whose tenant changed since is stale and
+	// skipped.
+	lapses lapseHeap
 	// waiting and given are a dispatch's scratch (see shares), kept to be
 	// reused.
 	waiting map[string]float64
 	given   map[string]int64
+	// prio counts each tenant's priority requests (the classifier's
+	// calls) holding slots, and prioGiven those a dispatch handed out.
+	prio      map[string]int64
+	prioGiven map[string]int64
 }
 
-// maxKept bounds the reserves an endpoint keeps: tenants are keys or,
-// keyless, client addresses. A tenant that ends its last request while
-// maxKept others are kept keeps none.
+// maxKept bounds the tenants an endpoint keeps while they hold nothing:
+// tenants are keys or, keyless, client addresses. A tenant that ends its
+// last request while maxKept others are kept is forgotten.
 const maxKept = 256
+
+// A kept tenant's reserve lasts while its slot time is at least half the
+// window (an average of half a slot, which rounds to one); it is
+// remembered, for the order of service, while its slot time is at least
+// forgetShare of the window.
+const forgetShare = 0.01
 
 type tenantHold struct {
 	tenant string
 	n      int64
 	weight float64
-	// peak is the most the tenant held at once since it came into play;
-	// until (unix nanoseconds) is when its reserve lapses once it holds
-	// nothing (Options.ShareReserve after its last request ended).
-	peak, until int64
+	// counted: weight is in holds.weights (holding, or within its
+	// reserve).
+	counted bool
+	// starts is the sum of the start times of the held slots (unix
+	// nanoseconds); used is the slot time of ended requests (nanoseconds),
+	// decayed to usedAt.
+	starts int64
+	used   float64
+	usedAt int64
+	// For a tenant holding nothing: until is when its reserve ends and
+	// forget when it is forgotten (unix nanoseconds).
+	until, forget int64
 }
 
-// lapse is a kept tenant and the end of the reserve it was kept with.
+// lapse is a kept tenant's next change: its reserve ends (end) or it is
+// forgotten, at at.
 type lapse struct {
-	t     *tenantHold
-	until int64
+	t   *tenantHold
+	at  int64
+	end bool
 }
 
-// inPlay reports whether t holds a slot or its reserve has not lapsed.
-func (t *tenantHold) inPlay(now int64) bool { return t.n > 0 || t.until > now }
+type lapseHeap []lapse
 
-// current reports whether l is still the entry of a kept tenant. h.mu is
-// held.
+func (l lapseHeap) Len() int           { return len(l) }
+func (l lapseHeap) Less(i, j int) bool { return l[i].at < l[j].at }
+func (l lapseHeap) Swap(i, j int)      { l[i], l[j] = l[j], l[i] }
+func (l *lapseHeap) Push(x any)        { *l = append(*l, x.(lapse)) }
+func (l *lapseHeap) Pop() any {
+	old := *l
+	x := old[len(old)-1]
+	old[len(old)-1] = lapse{}
+	*l = old[:len(old)-1]
+	return x
+}
+
+// current reports whether l is still due for its tenant. h.mu is held.
 func (h *holds) current(l lapse) bool {
-	return l.t.n <= 0 && l.t.until == l.until && h.m[l.t.tenant] == l.t
+	t := l.t
+	if t.n > 0 || h.m[t.tenant] != t {
+		return false
+	}
+	if l.end {
+		return t.counted && t.until == l.at
+	}
+	return t.forget == l.at
 }
 
-// add counts one of req's requests at now; with a reserve its tenant's
-// peak is kept.
+// usage is t's slot time at now (nanoseconds): its ended requests', each
+// decayed by e^(-age/tau), and what its held slots have held so far.
+func (h *holds) usage(t *tenantHold, now int64) float64 {
+	return float64(t.n*now-t.starts) + h.decayed(t, now)
+}
+
+// decayed is the slot time of t's ended requests at now.
+func (h *holds) decayed(t *tenantHold, now int64) float64 {
+	if t.used <= 0 || h.tau <= 0 {
+		return 0
+	}
+	return t.used * math.Exp(-float64(now-t.usedAt)/float64(h.tau))
+}
+
+// reserve is the slots t has earned at now: its average of slots held
+// over the window, rounded, at most limit.
+func (h *holds) reserve(t *tenantHold, now, limit int64) int64 {
+	if h.tau <= 0 || (t.n <= 0 && t.until <= now) {
+		return 0
+	}
+	return min(limit, int64(math.Floor(h.usage(t, now)/float64(h.tau)+0.5)))
+}
+
+// until is when slot time u (nanoseconds, at now) decays below v: now
+// when it already is.
+func (h *holds) until(u, v float64, now int64) int64 {
+	if u < v || v <= 0 {
+		return now
+	}
+	return now + int64(float64(h.tau)*math.Log(u/v))
+}
+
+// add counts one of req's requests at now.
 func (h *holds) add(req *Request, e *Endpoint, now int64, reserve time.Duration) {
 	h.mu.Lock()
 	if h.m == nil {
 		h.m = map[string]*tenantHold{}
 	}
+	h.tau = int64(reserve)
 	h.sweep(now)
 	t := h.m[req.Tenant]
-	if t != nil && t.n <= 0 {
-		if t.inPlay(now) {
-			h.kept-- // kept for its reserve: holds one now
-		} else {
-			h.drop(t) // lapsed, not yet swept: comes into play anew
-			t = nil
-		}
-	}
 	if t == nil {
 		t = &tenantHold{tenant: req.Tenant}
 		h.m[req.Tenant] = t
-	} else {
+	} else if t.n <= 0 {
+		h.kept-- // kept while holding nothing: holds one now
+	}
+	if t.counted {
 		h.weights -= t.weight
 	}
 	t.n++
-	if reserve > 0 {
-		t.peak = max(t.peak, t.n)
-	}
+	t.starts += now
 	t.weight = float64(max(1, req.Weight))
+	t.counted = true
 	h.weights += t.weight
 	h.mu.Unlock()
-	req.held = e
+	req.held, req.heldAt = e, now
 }
 
-// remove ends one of tenant's requests at now; with a reserve the tenant
-// stays in play until now + reserve.
-func (h *holds) remove(tenant string, now int64, reserve time.Duration) {
+// remove ends one of tenant's requests, started at start, at now; with a
+// reserve the tenant stays kept while its slot time lasts.
+func (h *holds) remove(tenant string, start, now int64, reserve time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.tau = int64(reserve)
 	t := h.m[tenant]
 	if t == nil {
 		return
 	}
-	if t.n--; t.n > 0 {
+	t.n--
+	t.starts -= start
+	if h.tau > 0 {
+		t.used = h.decayed(t, now) + float64(now-start)
+		t.usedAt = now
+	}
+	if t.n > 0 {
 		return
 	}
-	if reserve > 0 && h.kept >= maxKept {
+	tau := float64(h.tau)
+	t.until = h.until(t.used, tau/2, now)
+	t.forget = h.until(t.used, tau*forgetShare, now)
+	if t.forget > now && h.kept >= maxKept {
 		h.sweep(now)
 	}
-	if reserve <= 0 || h.kept >= maxKept {
+	if t.forget <= now || h.kept >= maxKept {
 		delete(h.m, tenant)
-		h.weights -= t.weight
+		h.uncount(t)
 		return
 	}
-	t.until = max(t.until, now+int64(reserve))
 	h.kept++
-	h.lapses = append(h.lapses, lapse{t, t.until})
-	if len(h.lapses)-h.head > 2*maxKept+64 || h.head > 2*maxKept+64 {
-		h.compact() // many stale entries, or a long front already read
+	heap.Push(&h.lapses, lapse{t: t, at: t.forget})
+	if t.until > now {
+		heap.Push(&h.lapses, lapse{t: t, at: t.until, end: true})
+	} else {
+		h.uncount(t)
+	}
+	if len(h.lapses) > 4*maxKept+64 {
+		h.compact() // many stale entries
 	}
 }
 
-// drop removes t, a kept tenant, from m. h.mu is held.
-func (h *holds) drop(t *tenantHold) {
-	delete(h.m, t.tenant)
-	h.kept--
-	h.weights -= t.weight
+// uncount takes t's weight out of the tenants in play. h.mu is held.
+func (h *holds) uncount(t *tenantHold) {
+	if t.counted {
+		h.weights -= t.weight
+		t.counted = false
+	}
 }
 
-// sweep drops the tenants whose reserve lapsed by now, from the head of
-// the list, and the stale entries there. h.mu is held.
+// sweep ends the reserves and forgets the tenants due by now, and drops
+// the stale entries on the way. h.mu is held.
 func (h *holds) sweep(now int64) {
-	for h.head < len(h.lapses) {
-		l := h.lapses[h.head]
-		if h.current(l) {
-			if l.until > now {
-				break
-			}
-			h.drop(l.t)
+	for len(h.lapses) > 0 && h.lapses[0].at <= now {
+		l := heap.Pop(&h.lapses).(lapse)
+		if !h.current(l) {
+			continue
 		}
-		h.lapses[h.head] = lapse{}
-		h.head++
-	}
-	if h.head == len(h.lapses) {
-		h.lapses, h.head = h.lapses[:0], 0
+		if l.end {
+			h.uncount(l.t)
+			continue
+		}
+		delete(h.m, l.t.tenant)
+		h.kept--
+		h.uncount(l.t)
 	}
 }
 
-// compact keeps only the list's current entries (at most maxKept), in
-// order, at its start: a tenant that comes back and leaves often adds an
-// entry each time, and the list rarely empties while tenants keep
-// coming. h.mu is held.
+// compact keeps only the heap's current entries (at most 2 × maxKept): a
+// tenant that comes back and leaves often adds entries each time. h.mu
+// is held.
 func (h *holds) compact() {
 	kept := h.lapses[:0]
-	for _, l := range h.lapses[h.head:] {
+	for _, l := range h.lapses {
 		if h.current(l) {
 			kept = append(kept, l)
 		}
 	}
 	clear(h.lapses[len(kept):])
-	h.lapses, h.head = kept, 0
+	h.lapses = kept
+	heap.Init(&h.lapses)
 }
 
-// nextLapse is when the first reserve of a tenant holding nothing lapses
-// (unix nanoseconds), 0 when none is pending.
+// nextLapse is when the first reserve of a tenant holding nothing shrinks
+// (unix nanoseconds), 0 when none will: a waiter held back by it may then
+// take a slot.
 func (h *holds) nextLapse(now int64) int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.sweep(now)
-	if h.head < len(h.lapses) {
-		return h.lapses[h.head].until
+	var next int64
+	for _, t := range h.m {
+		if t.n > 0 || t.until <= now {
+			continue
+		}
+		// The reserve r = round(u / tau) drops at u = (r - 0.5) tau.
+		tau := float64(h.tau)
+		u := h.usage(t, now)
+		r := math.Floor(u/tau + 0.5)
+		at := min(t.until, h.until(u, (r-0.5)*tau, now))
+		if at <= now {
+			at = now + 1
+		}
+		if next == 0 || at < next {
+			next = at
+		}
 	}
-	return 0
+	return next
 }
 
 // shares is a view of the tenants' shares of an endpoint's cap slots,
-// while its holds' mu is held: the tenants in play are those in h.m and
-// those in h.waiting (waiters from the queue, or the request being
-// admitted, not in h.m, or with a higher weight than there); h.given
-// counts the slots a dispatch handed out. A tenant's share is cap × its
-// weight ÷ sum, rounded up, at least 1.
+// while its holds' mu is held: the tenants in play are those counted in
+// h.m and those in h.waiting (waiters from the queue, or the request
+// being admitted, not counted there, or with a higher weight than there);
+// h.given counts the slots a dispatch handed out. A tenant's share is
+// cap × its weight ÷ sum, rounded up, at least 1.
 type shares struct {
 	h   *holds
 	cap int64
 	sum float64
+	now int64
 }
 
 // weight is tenant's weight, 0 when it is not in play.
 func (s *shares) weight(tenant string) float64 {
 	var w float64
-	if t := s.h.m[tenant]; t != nil {
+	if t := s.h.m[tenant]; t != nil && t.counted {
 		w = t.weight
 	}
 	if x, ok := s.h.waiting[tenant]; ok {
@@ -242,24 +339,31 @@ func (s *shares) full(tenant string) bool {
 	return w > 0 && s.held(tenant) >= s.limit(w)
 }
 
+// behind is how far tenant is from its share: its slot time per unit of
+// weight (lower is further below). A tenant the endpoint does not know
+// has used nothing.
+func (s *shares) behind(tenant string, weight float64) float64 {
+	t := s.h.m[tenant]
+	if t == nil {
+		return 0
+	}
+	return s.h.usage(t, s.now) / max(weight, t.weight)
+}
+
 // owedOver reports whether the tenants in play other than tenant are owed
-// more than bound of their reserved shares: each one's share, up to its
-// peak, less what it holds. Only tenants in h.m have a peak. The sum
-// stops once over bound: every kept tenant (holding nothing, peak at
-// least 1) adds at least 1, and only those holding slots (at most cap)
-// can add nothing, so it reads at most cap + bound + 1 of them however
-// many are in play.
+// more than bound of their reserves: each one's reserve (up to its
+// share) less what it holds. The sum stops once over bound.
 func (s *shares) owedOver(tenant string, bound int64) bool {
 	var n int64
 	for name, t := range s.h.m {
-		if name == tenant || t.peak == 0 {
+		if name == tenant || !t.counted {
 			continue
 		}
 		w := t.weight
 		if x, ok := s.h.waiting[name]; ok {
 			w = max(w, x)
 		}
-		if o := min(s.limit(w), t.peak) - t.n - s.h.given[name]; o > 0 {
+		if o := s.h.reserve(t, s.now, s.limit(w)) - t.n - s.h.given[name]; o > 0 {
 			if n += o; n > bound {
 				return true
 			}
@@ -269,8 +373,11 @@ func (s *shares) owedOver(tenant string, bound int64) bool {
 }
 
 // spare reports whether a tenant over its share may take one of free
-// slots: what is left covers what the others are owed.
-func (s *shares) spare(tenant string, free int64) bool { return !s.owedOver(tenant, free-1) }
+// slots: what is left covers what the others are owed, or half the
+// slots (reserves never keep most of a replica idle).
+func (s *shares) spare(tenant string, free int64) bool {
+	return free-1 >= s.cap/2 || !s.owedOver(tenant, free-1)
+}
 
 // give counts a slot handed to tenant during the dispatch.
 func (s *shares) give(tenant string) {
@@ -290,13 +397,20 @@ func (e *Endpoint) shareLimit(cap int64) (s shares, ok bool) {
 		return shares{}, false
 	}
 	h := &e.holds
-	h.sweep(e.reg.now().UnixNano())
+	now := e.reg.now().UnixNano()
+	h.sweep(now)
 	clear(h.waiting)
 	clear(h.given)
-	s = shares{h: h, cap: cap, sum: h.weights}
-	n := len(h.m)
-	const scan = 256 // bounds the cost of a release under a flood
-	for k := 0; k < min(e.queue.len(), scan); k++ {
+	s = shares{h: h, cap: cap, sum: h.weights, now: now}
+	n := 0
+	for _, t := range h.m {
+		if t.counted {
+			if n++; n >= 2 {
+				break
+			}
+		}
+	}
+	for k := 0; k < min(e.queue.len(), scanWaiters); k++ {
 		w := e.queue.at(k)
 		if !w.fair || w.state.Load() != waiting {
 			continue
@@ -315,6 +429,11 @@ func (e *Endpoint) shareLimit(cap int64) (s shares, ok bool) {
 	return s, n >= 2
 }
 
+// scanWaiters bounds the waiters a dispatch weighs against each other,
+// and so the cost of a release under a flood (the queue's fair order
+// keeps every waiting tenant's first request near its head).
+const scanWaiters = 256
+
 // overShare reports whether req, a fair request, may not take a free
 // slot of e (of cap) at once: its tenant holds its share already and
 // what would be left does not cover what the other tenants in play are
@@ -327,15 +446,20 @@ func (e *Endpoint) overShare(req *Request, cap int64) bool {
 	h := &e.holds
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.sweep(e.reg.now().UnixNano())
+	now := e.reg.now().UnixNano()
+	h.sweep(now)
 	mine := h.m[req.Tenant]
-	if len(h.m) == 0 || len(h.m) == 1 && mine != nil {
+	others := len(h.m)
+	if mine != nil {
+		others--
+	}
+	if others == 0 {
 		return false // no one else in play
 	}
 	clear(h.waiting)
 	clear(h.given)
-	s := shares{h: h, cap: cap, sum: h.weights}
-	if mine == nil {
+	s := shares{h: h, cap: cap, sum: h.weights, now: now}
+	if mine == nil || !mine.counted {
 		if h.waiting == nil {
 			h.waiting = map[string]float64{}
 		}
@@ -350,8 +474,59 @@ func (e *Endpoint) overShare(req *Request, cap int64) bool {
 // and gives back its tenant's share.
 func (p *Pool) ReleaseFor(r *Replica, req *Request) {
 	if req != nil && req.held != nil {
-		req.held.holds.remove(req.Tenant, p.reg.now().UnixNano(), p.opts.ShareReserve)
+		req.held.holds.remove(req.Tenant, req.heldAt, p.reg.now().UnixNano(), p.opts.ShareReserve)
 		req.held = nil
 	}
+	if req != nil && req.prio != nil {
+		req.prio.holds.endPriority(req.Tenant)
+		req.prio = nil
+	}
 	r.release()
+}
+
+// priorityLimit is the most slots of an endpoint with cap slots that one
+// tenant's priority requests (the classifier's calls for its requests)
+// may hold: all but a quarter, at least one kept, so that one tenant's
+// burst of classifications leaves another's a slot at once; 0 is no
+// limit (no cap, or a single slot).
+func priorityLimit(cap int64) int64 {
+	if cap < 2 || cap >= 1<<62 {
+		return 0
+	}
+	return cap - max(1, cap/4)
+}
+
+// priorityFull reports whether tenant's priority requests hold their
+// limit of e's slots of cap. h.mu is held.
+func (h *holds) priorityFull(tenant string, cap int64) bool {
+	lim := priorityLimit(cap)
+	return lim > 0 && h.prio[tenant]+h.prioGiven[tenant] >= lim
+}
+
+// addPriority counts one of req's priority requests on e.
+func (h *holds) addPriority(req *Request, e *Endpoint) {
+	h.mu.Lock()
+	if h.prio == nil {
+		h.prio = map[string]int64{}
+	}
+	h.prio[req.Tenant]++
+	h.mu.Unlock()
+	req.prio = e
+}
+
+// endPriority ends one of tenant's priority requests.
+func (h *holds) endPriority(tenant string) {
+	h.mu.Lock()
+	if h.prio[tenant]--; h.prio[tenant] <= 0 {
+		delete(h.prio, tenant)
+	}
+	h.mu.Unlock()
+}
+
+// priorityHeld reports whether tenant's priority requests hold their
+// limit of e's slots of cap.
+func (e *Endpoint) priorityHeld(tenant string, cap int64) bool {
+	e.holds.mu.Lock()
+	defer e.holds.mu.Unlock()
+	return e.holds.priorityFull(tenant, cap)
 }
