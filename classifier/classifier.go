@@ -117,7 +117,7 @@ type Classifier struct {
 	opts    Options
 	backend backend
 	cache   *lru.Cache[uint64, cached]
-	sem     chan struct{}
+	slots   *slots
 	flights flightGroup
 	seed    maphash.Seed
 	breaker breaker
@@ -129,17 +129,56 @@ type breaker struct {
 	failures  int       // consecutive
 	openUntil time.Time // zero: closed
 	probing   bool      // a probe call is out (half-open)
+	// streak is the tenant of the first failure since the last success;
+	// mixed: another tenant failed since too.
+	streak string
+	mixed  bool
+	// recent are the last two different tenants that called, and when.
+	recent [2]recentCall
 }
 
-// allow reports whether a call may be made now, and whether it is the
-// probe of a half-open circuit.
-func (c *Classifier) allow() (ok, probe bool) {
+type recentCall struct {
+	tenant string
+	at     time.Time
+}
+
+// called notes a call of tenant at now. b.mu is held.
+func (b *breaker) called(tenant string, now time.Time) {
+	switch {
+	case b.recent[0].tenant == tenant:
+		b.recent[0].at = now
+	case b.recent[1].tenant == tenant:
+		b.recent[1].at = now
+	default:
+		i := 0
+		if b.recent[1].at.Before(b.recent[0].at) {
+			i = 1
+		}
+		b.recent[i] = recentCall{tenant, now}
+	}
+}
+
+// othersCalled reports whether a tenant other than tenant called within
+// window of now. b.mu is held.
+func (b *breaker) othersCalled(tenant string, now time.Time, window time.Duration) bool {
+	for _, r := range b.recent {
+		if r.tenant != "" && r.tenant != tenant && now.Sub(r.at) <= window {
+			return true
+		}
+	}
+	return false
+}
+
+// allow reports whether tenant's call may be made now, and whether it is
+// the probe of a half-open circuit.
+func (c *Classifier) allow(tenant string) (ok, probe bool) {
 	if c.opts.BreakerFailures <= 0 {
 		return true, false
 	}
 	b := &c.breaker
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.called(tenant, c.now())
 	switch {
 	case b.openUntil.IsZero():
 		return true, false
@@ -150,8 +189,12 @@ func (c *Classifier) allow() (ok, probe bool) {
 	return true, true
 }
 
-// outcome records a call's result in the breaker.
-func (c *Classifier) outcome(failed, probe bool, err error) {
+// outcome records the result of tenant's call in the breaker. The pool
+// fails, not one tenant's calls, when the failures in a row are of more
+// than one tenant, or of the only tenant calling lately: a tenant that
+// loads the pool with calls that time out while another's succeed opens
+// nothing.
+func (c *Classifier) outcome(tenant string, failed, probe bool, err error) {
 	if c.opts.BreakerFailures <= 0 {
 		return
 	}
@@ -167,9 +210,16 @@ func (c *Classifier) outcome(failed, probe bool, err error) {
 	case !failed:
 		closed = !b.openUntil.IsZero()
 		b.failures, b.openUntil = 0, time.Time{}
+		b.streak, b.mixed = "", false
 	case probe || b.openUntil.IsZero():
-		b.failures++
-		if probe || b.failures >= c.opts.BreakerFailures {
+		if b.failures++; b.failures == 1 {
+			b.streak, b.mixed = tenant, false
+		} else if tenant != b.streak {
+			b.mixed = true
+		}
+		now := c.now()
+		pool := b.mixed || !b.othersCalled(tenant, now, c.opts.BreakerCooldown)
+		if probe || (b.failures >= c.opts.BreakerFailures && pool) {
 			opened = b.openUntil.IsZero()
 			b.openUntil = c.now().Add(c.opts.BreakerCooldown)
 		}
@@ -231,7 +281,7 @@ func New(o Options) (*Classifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Classifier{opts: o, backend: b, sem: make(chan struct{}, o.Concurrency), seed: maphash.MakeSeed()}
+	c := &Classifier{opts: o, backend: b, slots: newSlots(o.Concurrency), seed: maphash.MakeSeed()}
 	if o.CacheSize > 0 {
 		// A plain LRU with an expiry per entry rather than expirable.LRU,
 		// whose cleanup goroutine never stops (golang-lru v2.0.7) and would
@@ -275,7 +325,8 @@ func (c *Classifier) Classify(ctx context.Context, in Input) Result {
 // call runs one backend classification under the concurrency cap and the
 // timeout, and caches a good answer.
 func (c *Classifier) call(ctx context.Context, in *Input, key uint64) Result {
-	ok, probe := c.allow()
+	tenant, weight := TenantOf(ctx)
+	ok, probe := c.allow(tenant)
 	if !ok {
 		r := c.fail(errCircuitOpen)
 		r.Outcome = OutcomeCircuitOpen
@@ -284,15 +335,13 @@ func (c *Classifier) call(ctx context.Context, in *Input, key uint64) Result {
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
 	defer cancel()
-	select {
-	case c.sem <- struct{}{}:
-		defer func() { <-c.sem }()
-	case <-ctx.Done():
+	if err := c.slots.acquire(ctx, tenant, weight); err != nil {
 		if probe {
 			c.endProbe() // not the backend's fault: let another probe go
 		}
-		return c.fail(ctx.Err())
+		return c.fail(err)
 	}
+	defer c.slots.release(tenant)
 	label, scores, err := c.backend.classify(ctx, in)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -305,7 +354,7 @@ func (c *Classifier) call(ctx context.Context, in *Input, key uint64) Result {
 		// pool's health either.
 		requestCaused := parent.Err() != nil || errors.Is(err, ErrRefused) || errors.Is(err, ErrNoSlot)
 		if !requestCaused {
-			c.outcome(true, probe, err)
+			c.outcome(tenant, true, probe, err)
 		} else if probe {
 			c.endProbe()
 		}
@@ -315,7 +364,7 @@ func (c *Classifier) call(ctx context.Context, in *Input, key uint64) Result {
 		}
 		return r
 	}
-	c.outcome(false, probe, nil)
+	c.outcome(tenant, false, probe, nil)
 	if c.cache != nil {
 		v := cached{label: label, scores: scores}
 		if c.opts.CacheTTL > 0 {

@@ -239,13 +239,16 @@ func TestCacheTTL(t *testing.T) {
 	}
 }
 
+// TestConcurrencyCap: at most Concurrency calls are out at once, here of
+// tenants of one call each (one tenant alone may hold all but a quarter,
+// at least one: TestOneTenantCannotTakeEverySlot).
 func TestConcurrencyCap(t *testing.T) {
 	const limit, n = 2, 7
-	ctx := context.Background()
 	g := newGate("simple")
 	c := newModel(t, g, func(o *classifier.Options) { o.Concurrency = limit })
 	results := make([]<-chan classifier.Result, n)
 	for i := range results {
+		ctx := classifier.WithTenant(context.Background(), fmt.Sprint("tenant ", i), 1)
 		results[i] = classifyAsync(ctx, c, classifier.Input{LastUser: fmt.Sprintf("question %d", i)})
 	}
 	for range limit {

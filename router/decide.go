@@ -45,7 +45,7 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 		// The classifier's call waits for its pool's slots in this
 		// request's tenant's turn among the other classifier calls.
 		name, weight := tenantOf(x, r, s.Config.Server.Trusted)
-		return g.classify(withTenant(ctx, name, weight), x, in)
+		return g.classify(classifier.WithTenant(ctx, name, weight), x, in)
 	}, explain)
 	x.sess.outcome = d.Session
 	if explain && s.classifier != nil && s.classifier.Kind() == "model" {

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -50,26 +49,4 @@ func tenantOf(x *exchange, r *http.Request, trusted []netip.Prefix) (string, int
 		return x.key.name, x.key.weight
 	}
 	return "addr " + conns.ClientAddr(r, trusted), 1
-}
-
-// tenantKey carries, in a classifier call's context, the tenant whose
-// request it classifies.
-type tenantKey struct{}
-
-type callTenant struct {
-	name   string
-	weight int
-}
-
-func withTenant(ctx context.Context, name string, weight int) context.Context {
-	return context.WithValue(ctx, tenantKey{}, callTenant{name, weight})
-}
-
-// tenantFrom is the tenant withTenant put in ctx; a call made for no
-// request (eval, shadow) is the classifier's own.
-func tenantFrom(ctx context.Context) (string, int) {
-	if t, ok := ctx.Value(tenantKey{}).(callTenant); ok {
-		return t.name, t.weight
-	}
-	return "(classifier)", 1
 }

@@ -46,7 +46,7 @@ func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte
 	// requests, and may use the slots classifier.reserved_slots keeps;
 	// among themselves they take turns by the tenant whose request each
 	// classifies.
-	tenant, weight := tenantFrom(ctx)
+	tenant, weight := classifier.TenantOf(ctx)
 	ex := &upstream.Execution{Pool: ps.Pool, Req: &pools.Request{Tenant: tenant, Weight: weight, Priority: true}, Attempts: 2, Call: call}
 	call.ex = ex
 	res := t.g.exec.Execute(ctx, ex)
