@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/switchyard/switchyard/pools"
@@ -63,14 +62,13 @@ func (g *Gateway) attempt(ctx context.Context, x *exchange, rep *pools.Replica) 
 // replica's failure while reading it can still be retried elsewhere.
 func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Replica, resp *http.Response, span trace.Span) upstream.Result {
 	ps, w := x.attempt.up.ps, x.attempt.up.w
-	buf := getBuffer()
-	defer putBuffer(buf)
 	x.attempt.clock.Body()
-	if n, err := buf.ReadFrom(io.LimitReader(resp.Body, maxResponseBytes+1)); err == nil && n > maxResponseBytes {
+	answer, release, err := answers.Read(ctx, resp.Body, resp.ContentLength)
+	defer release()
+	if errors.Is(err, upstream.ErrAnswerTooLarge) {
 		// Terminal: the answer is the request's, not the replica's
 		// fault; neither retried nor counted against the replica.
-		ue := &upstream.Error{Pool: ps.Name, Replica: rep.Name,
-			Err: fmt.Errorf("%w: non-stream answer larger than %d bytes", errAnswerTooLarge, maxResponseBytes)}
+		ue := &upstream.Error{Pool: ps.Name, Replica: rep.Name, Err: err}
 		spans.SetClientError(span, spans.ErrTypeTooLarge, ue)
 		return upstream.Failed(pools.Neutral, "", ue)
 	} else if err != nil {
@@ -88,7 +86,7 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 		// was a timeout.
 		return upstream.JudgeError(ctx, ps.Name, rep, err, "reading body")
 	}
-	answer := buf.Bytes()
+	raw := answer
 	if x.moreInChain && contextOverflow(resp.StatusCode, answer) {
 		// Nothing reached the client: the next, larger pool of the
 		// chain takes the request. Not the replica's fault.
@@ -119,10 +117,10 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 	p := pump.Pump{W: w, RC: x.responseController(w), WriteTimeout: x.snap.Config.Server.WriteTimeout.Std()}
 	_ = p.Write(answer)
 	if resp.StatusCode == http.StatusOK && x.stored.id == "" { // a stored response's tokens were counted when it was made
-		g.usage(x, ps, buf.Bytes(), span)
+		g.usage(x, ps, raw, span)
 		if span.IsRecording() {
 			var a spans.GenAIResponse
-			a.ReadAnswer(buf.Bytes())
+			a.ReadAnswer(raw)
 			spans.SetResponseAttrs(span, x.tel.span, a.Attrs())
 		}
 	}
@@ -234,6 +232,3 @@ func (g *Gateway) endCut(x *exchange, ps *poolState, rep *pools.Replica, err err
 		Message: fmt.Sprintf("the stream was interrupted (pool %q): %v", ps.Name, err)})
 	g.log.Warn("stream cut by replica; ended the client stream with an error event", "request_id", x.id, "pool", ps.Name, "replica", rep.Name, "error", err.Error())
 }
-
-// errAnswerTooLarge: a non-stream answer exceeded maxResponseBytes.
-var errAnswerTooLarge = errors.New("answer over the size limit")

@@ -87,7 +87,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, r *http.Re
 // isTerminal reports a failure that no other replica or pool is asked to
 // repeat: a timeout (504) or an answer over the size limit.
 func isTerminal(err error) bool {
-	return upstream.IsTimeout(err) || errors.Is(err, errAnswerTooLarge)
+	return upstream.IsTimeout(err) || errors.Is(err, upstream.ErrAnswerTooLarge)
 }
 
 // placeOn places the request on ps through the executor. It returns done

@@ -18,9 +18,9 @@ import (
 // TestOversizedAnswerIs502: a non-stream answer over the size limit is not
 // held in memory or passed on; the client gets 502.
 func TestOversizedAnswerIs502(t *testing.T) {
-	old := maxResponseBytes
-	maxResponseBytes = 1 << 10
-	defer func() { maxResponseBytes = old }()
+	old := answers
+	answers = upstream.NewAnswers(1<<10, 1<<10, 1<<10)
+	defer func() { answers = old }()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"x":"`+strings.Repeat("a", 4<<10)+`"}`)

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 
 	"github.com/switchyard/switchyard/router/internal/upstream"
 
@@ -148,9 +147,13 @@ func (g *Gateway) upstreamRequest(ctx, hctx context.Context, x *exchange, r *htt
 
 var jsonContentType = []string{"application/json"}
 
-// maxResponseBytes bounds a non-stream answer held in memory before it is
-// passed on (streams are never held).
-var maxResponseBytes int64 = 64 << 20
+// answers bounds the memory of the non-stream answers held whole before
+// they are passed on (streams are never held), across the process: one
+// answer at most 64 MiB, refused before it is read when its
+// Content-Length says more; one over 1 MiB reserves its size (its bound
+// when the replica sends no length) from 256 MiB shared by all, and waits
+// for earlier large answers to be passed on when they hold it all.
+var answers = upstream.NewAnswers(64<<20, 1<<20, 256<<20)
 
 // writeHeaders copies the replica's response headers and adds Switchyard's.
 // length < 0 means streamed (no Content-Length).
@@ -241,18 +244,6 @@ func (g *Gateway) recordUsage(x *exchange, ps *poolState, p, c int64, model stri
 		spans.SetUsage(span, p, c)
 		spans.SetUsage(x.tel.span, p, c)
 	}
-}
-
-var bufferPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-func getBuffer() *bytes.Buffer { return bufferPool.Get().(*bytes.Buffer) }
-
-func putBuffer(b *bytes.Buffer) {
-	if b.Cap() > 1<<20 {
-		return // let unusually large buffers go
-	}
-	b.Reset()
-	bufferPool.Put(b)
 }
 
 // judge classifies a replica's answer status for a client request. A 404
