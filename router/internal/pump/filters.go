@@ -2,6 +2,7 @@ package pump
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 
 	"github.com/tidwall/gjson"
@@ -77,7 +78,7 @@ func (p *Pump) chain() []filter {
 		c = append(c, &f.parse, (*messagesEnds)(&f.ends), (*typedFollow)(&f.follow),
 			(*messagesTokens)(&f.tokens), (*messagesUsage)(&f.usage), (*messagesTerminal)(&f.terminal), (*messagesModel)(&f.model))
 	default:
-		c = append(c, (*chatModel)(&f.model), (*chatFollow)(&f.follow), (*chatEnds)(&f.ends), (*chatTokens)(&f.tokens), &f.usage)
+		c = append(c, chatValid{}, (*chatModel)(&f.model), (*chatFollow)(&f.follow), (*chatEnds)(&f.ends), (*chatTokens)(&f.tokens), &f.usage)
 	}
 	return c
 }
@@ -253,6 +254,21 @@ func (u *usageNote) filter(e *event) error {
 	var err error
 	e.ev, err = u.chatUsage(e.ev, e.data)
 	return err
+}
+
+// chatValid refuses a chat or completions event that is not one JSON
+// object (a stray line of text, a NUL): the replica is broken, and the
+// client's SDK would fail on it. The stream ends as cut (resumed where
+// the pool resumes).
+type chatValid struct{}
+
+func (chatValid) filter(e *event) error {
+	d := bytes.TrimSpace(e.data)
+	if len(d) == 0 || d[0] != '{' || !gjson.ValidBytes(d) {
+		e.ev = nil
+		return errors.New("the replica sent an event that is not a JSON object")
+	}
+	return nil
 }
 
 // parse refuses an event nested too deeply to parse safely and parses the

@@ -117,3 +117,23 @@ func TestErrorEventSequenceNeverGoesBack(t *testing.T) {
 		t.Errorf("the error event's sequence_number is %d, want 8 (after the 7 the client saw)\n%s", got, out)
 	}
 }
+
+// TestChatEventNotJSONRefused: a chat or completions event that is not
+// one JSON object (text, a NUL, a bare number) ends the stream as cut,
+// a replica's error, and is never relayed (issue 42: they were relayed).
+func TestChatEventNotJSONRefused(t *testing.T) {
+	head := "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n"
+	for _, bad := range []string{"hello there", "{\"a\":\"\x00\"}", "\x00", "42", "{\"choices\":[", "[1,2]"} {
+		for _, ep := range []wire.Endpoint{wire.Chat, wire.Completions} {
+			rec := httptest.NewRecorder()
+			p := &Pump{W: rec, RC: http.NewResponseController(rec), API: ep}
+			err := p.Run(strings.NewReader(head + "data: " + bad + "\n\n" + "data: [DONE]\n\n"))
+			if !errors.Is(err, ErrStreamCut) || p.Refused == nil {
+				t.Errorf("%v, event %q: %v (refused %v), want a cut stream", ep, bad, err, p.Refused)
+			}
+			if out := rec.Body.String(); strings.Contains(out, bad) || !strings.Contains(out, `"Hi"`) {
+				t.Errorf("%v, event %q: the client got %q", ep, bad, out)
+			}
+		}
+	}
+}
