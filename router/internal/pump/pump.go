@@ -599,6 +599,11 @@ func (p *Pump) translated(data []byte) ([]byte, bool) {
 	var d resume.ChatDelta
 	if !done {
 		d = rs.ReadChatDelta(data)
+		if rs.Finish != "" {
+			// The continuation finished already: what follows is no
+			// part of the answer (its usage aside).
+			d = resume.ChatDelta{Usage: d.Usage}
+		}
 		if d.ToolCall {
 			rs.Broken = "the continuation called a tool"
 			p.Refused = fmt.Errorf("%w: %s", resume.ErrNotContinued, rs.Broken)

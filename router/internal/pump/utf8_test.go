@@ -185,3 +185,79 @@ func TestLoneSurrogateEscapeSanitised(t *testing.T) {
 		}
 	}
 }
+
+// TestContinuationContentAfterFinishDropped: a continuation (resume) that
+// sends content after its finish reason has it dropped, as a first
+// attempt's would be: the client's deltas, the item's done text and the
+// completed response hold the answer up to the finish (issue 42, low
+// finding; issue 31 item 7 asked for it: the continuation's translation
+// relayed it).
+func TestContinuationContentAfterFinishDropped(t *testing.T) {
+	rec := httptest.NewRecorder()
+	rs := resume.New(wire.Responses, []byte(`{"model":"m","input":"hi","stream":true}`), 1<<20, func() uint64 { return 7 })
+	p := &Pump{W: rec, RC: http.NewResponseController(rec), API: wire.Responses, Resume: rs}
+	cut := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"output\":[],\"status\":\"in_progress\"}}\n\n" +
+		"event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":{\"type\":\"message\",\"id\":\"msg_1\",\"content\":[],\"role\":\"assistant\",\"status\":\"in_progress\"}}\n\n" +
+		"event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"sequence_number\":2,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":\"\"}}\n\n" +
+		"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":3,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"Hello\"}\n\n"
+	if err := p.Run(strings.NewReader(cut)); err == nil || rs.Broken != "" {
+		t.Fatalf("the cut stream: %v, not resumable: %q", err, rs.Broken)
+	}
+	if _, _, err := rs.Request([]byte(`{"model":"m","input":"hi","stream":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	rs.Begin()
+	p.Refused, p.SawDone = nil, false
+	cont := "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" world\"}}]}\n\n" +
+		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n" +
+		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" EXTRA\"}}]}\n\n" +
+		"data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4,\"total_tokens\":7}}\n\ndata: [DONE]\n\n"
+	if err := p.Run(strings.NewReader(cont)); err != nil {
+		t.Fatalf("the continuation: %v", err)
+	}
+	var deltas, done, completed string
+	for _, d := range sseEvents(rec.Body.Bytes()) {
+		switch gjson.Get(d, "type").Str {
+		case "response.output_text.delta":
+			deltas += gjson.Get(d, "delta").Str
+		case "response.output_text.done":
+			done = gjson.Get(d, "text").Str
+		case "response.completed":
+			completed = gjson.Get(d, "response.output.0.content.0.text").Str
+		}
+	}
+	if want := "Hello world"; deltas != want || done != want || completed != want {
+		t.Errorf("deltas %q, done %q, completed %q; want %q in each", deltas, done, completed, want)
+	}
+}
+
+// TestChatContinuationContentAfterFinishDropped: the same for a chat
+// stream continued as chat.
+func TestChatContinuationContentAfterFinishDropped(t *testing.T) {
+	rec := httptest.NewRecorder()
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`)
+	rs := resume.New(wire.Chat, body, 1<<20, func() uint64 { return 7 })
+	p := &Pump{W: rec, RC: http.NewResponseController(rec), API: wire.Chat, Resume: rs}
+	cut := "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hello\"}}]}\n\n"
+	if err := p.Run(strings.NewReader(cut)); err == nil || rs.Broken != "" {
+		t.Fatalf("the cut stream: %v, not resumable: %q", err, rs.Broken)
+	}
+	if _, _, err := rs.Request(body); err != nil {
+		t.Fatal(err)
+	}
+	rs.Begin()
+	p.Refused, p.SawDone = nil, false
+	cont := "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" world\"}}]}\n\n" +
+		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n" +
+		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" EXTRA\"}}]}\n\ndata: [DONE]\n\n"
+	if err := p.Run(strings.NewReader(cont)); err != nil {
+		t.Fatalf("the continuation: %v", err)
+	}
+	var text string
+	for _, d := range sseEvents(rec.Body.Bytes()) {
+		text += gjson.Get(d, "choices.0.delta.content").Str
+	}
+	if text != "Hello world" {
+		t.Errorf("the client got %q, want %q", text, "Hello world")
+	}
+}
