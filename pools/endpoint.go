@@ -52,6 +52,10 @@ type Endpoint struct {
 	// (unix nanoseconds by the registry's clock; 0: never), for
 	// Pool.AnsweredWithin.
 	answered atomic.Int64
+	// passed is when the endpoint's last probe passed (unix nanoseconds
+	// by the registry's clock; 0: never, or a probe failed since), for
+	// Pool.AliveWithin.
+	passed atomic.Int64
 	// misHeldUntil (unix nanos): a misconfiguration found on a request is
 	// not cleared by a probe before then (a growing backoff, as for
 	// ejections, so a replica that refuses inference but lists its models

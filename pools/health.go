@@ -135,6 +135,11 @@ func (e *Endpoint) apply(ctx context.Context, o EndpointOptions) {
 	}
 	h := o.Health
 	defer e.probedOnce.Do(func() { close(e.probed) })
+	if err == nil {
+		e.passed.Store(e.reg.now().UnixNano())
+	} else {
+		e.passed.Store(0)
+	}
 	e.mu.Lock()
 	var changed, healthy bool
 	var why string

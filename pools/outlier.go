@@ -216,3 +216,15 @@ func (p *Pool) AnsweredWithin(r *Replica, d time.Duration) bool {
 	t := r.Endpoint.answered.Load()
 	return t != 0 && p.reg.now().UnixNano()-t <= int64(d)
 }
+
+// AliveWithin reports whether r answered a request successfully or
+// passed its health probe (with none failed since) within the last d: a
+// request of its that waited d for its first token on an otherwise idle
+// replica was slow for its own sake, not the replica's.
+func (p *Pool) AliveWithin(r *Replica, d time.Duration) bool {
+	if p.AnsweredWithin(r, d) {
+		return true
+	}
+	t := r.Endpoint.passed.Load()
+	return t != 0 && p.reg.now().UnixNano()-t <= int64(d)
+}

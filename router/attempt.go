@@ -181,9 +181,10 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	switch {
 	case errors.As(cause, &pt):
 		err = fmt.Errorf("%w: %s", pump.ErrStreamCut, pt.Msg)
-		if pt == ps.timeouts.TotalErr || pt == ps.timeouts.FirstTokenErr && ps.AnsweredWithin(rep, ps.timeouts.FirstToken()) {
+		if pt == ps.timeouts.TotalErr || pt == ps.timeouts.FirstTokenErr && ps.AliveWithin(rep, ps.timeouts.FirstToken()) {
 			// A long answer, or a first token that waited on a replica
-			// that answered others meanwhile: the request's prefill.
+			// that answered others or passed its probe meanwhile: the
+			// request's prefill.
 			outcome = pools.Neutral
 		}
 	case errors.Is(cause, errShuttingDown):

@@ -338,17 +338,22 @@ routes:
 // TestLongPrefillNotCounted: a stream whose first token outlasts
 // first_token_timeout on a replica that answered another request within
 // that time is the request's prefill, not the replica failing: it is not
-// counted (issue 31, item 6); on a replica that answered nothing it still
-// is. The pool's clock is frozen, so "within" does not depend on how fast
-// the machine runs; the first-token timer itself fires on its own.
+// counted (issue 31, item 6); nor on an otherwise idle replica whose
+// health probe passed within that time (issue 42: a long prefill on an
+// idle pool ejected a healthy replica); on a replica that answered
+// nothing, with no probe, it still is. The pool's clock is frozen, so
+// "within" does not depend on how fast the machine runs; the first-token
+// timer itself fires on its own.
 func TestLongPrefillNotCounted(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		answered bool
+		health   string
 		counted  bool
 	}{
-		{"the replica answered another request", true, false},
-		{"the replica answered nothing", false, true},
+		{"the replica answered another request", true, "{disabled: true}", false},
+		{"the replica answered nothing", false, "{disabled: true}", true},
+		{"the idle replica passed its probe", false, "{interval: 1h}", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sim := vllmsim.New(fast("m"))
@@ -375,7 +380,7 @@ pools:
     model: m
     first_token_timeout: 200ms
     outlier: {consecutive_5xx: 1, max_ejection_percent: 100}
-    health: {disabled: true}
+    health: `+tc.health+`
     replicas: [{name: a, url: "{{a}}"}]
 routes:
   - name: default
