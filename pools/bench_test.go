@@ -84,8 +84,8 @@ func BenchmarkAcquireContended(b *testing.B) {
 }
 
 // BenchmarkFairAcquire is one fair Acquire+ReleaseFor cycle (a client
-// request's, with its tenant) on a pool of 3 replicas with max_inflight 8,
-// with tenants in play: each of them has had requests within
+// request's, with its tenant) on a pool of 3 replicas with max_inflight
+// 1024, with tenants in play (fairPool): each of them has held a slot for
 // share_reserve, and one holds half of every replica's slots. over is
 // the admission check of that one tenant, at its share, asking for one
 // more slot: the check that reads the others' reserves. reserve=0s is

@@ -18,8 +18,10 @@ import (
 // the tenants holding, waiting for or reserving the replica's slots.
 //
 // With Options.ShareReserve (the window slot time is weighed over), a
-// tenant earns a reserve by the slot time it used: its recent average of
-// slots held (rounded, up to its share), decaying as it stays away. A
+// tenant earns a reserve by the slot time it used: one that held a slot
+// at least a fifth of the window on average reserves the most it held at
+// once (up to its share) until its slot time, decaying as it stays away,
+// falls below that. A
 // tenant over its own share takes a free slot only if the slots left
 // free cover what the others are owed (each one's reserve less what it
 // holds), or half the replica's slots: reserves never leave most of a
@@ -68,10 +70,9 @@ type holds struct {
 // last request while maxKept others are kept is forgotten.
 const maxKept = 256
 
-// A kept tenant's reserve lasts while its slot time is at least half the
-// window (an average of half a slot, which rounds to one); it is
-// remembered, for the order of service, while its slot time is at least
-// forgetShare of the window.
+// A kept tenant's reserve lasts while its slot time is at least
+// reserveShare of the window; it is remembered, for the order of
+// service, while its slot time is at least forgetShare of the window.
 const forgetShare = 0.01
 
 type tenantHold struct {
@@ -90,6 +91,9 @@ type tenantHold struct {
 	// For a tenant holding nothing: until is when its reserve ends and
 	// forget when it is forgotten (unix nanoseconds).
 	until, forget int64
+	// peak is the most the tenant held at once since it came into play
+	// (or its reserve last ended).
+	peak int64
 }
 
 // lapse is a kept tenant's next change: its reserve ends (end) or it is
@@ -140,14 +144,21 @@ func (h *holds) decayed(t *tenantHold, now int64) float64 {
 	return t.used * math.Exp(-float64(now-t.usedAt)/float64(h.tau))
 }
 
-// reserve is the slots t has earned at now: its average of slots held
-// over the window, rounded, at most limit.
+// reserve is the slots t has earned at now: none unless it held a slot
+// at least reserveShare of the window on average; then the most it held
+// at once since it came into play (what its steady use needs), at most
+// limit.
 func (h *holds) reserve(t *tenantHold, now, limit int64) int64 {
-	if h.tau <= 0 || (t.n <= 0 && t.until <= now) {
+	if h.tau <= 0 || (t.n <= 0 && t.until <= now) || h.usage(t, now) < reserveShare*float64(h.tau) {
 		return 0
 	}
-	return min(limit, int64(math.Floor(h.usage(t, now)/float64(h.tau)+0.5)))
+	return min(limit, t.peak)
 }
+
+// reserveShare is the least share of the window a tenant must have held
+// a slot to reserve any: a tenant that sends steady requests earns its
+// reserve, one that sends a short request now and then none.
+const reserveShare = 0.2
 
 // until is when slot time u (nanoseconds, at now) decays below v: now
 // when it already is.
@@ -177,6 +188,7 @@ func (h *holds) add(req *Request, e *Endpoint, now int64, reserve time.Duration)
 		h.weights -= t.weight
 	}
 	t.n++
+	t.peak = max(t.peak, t.n)
 	t.starts += now
 	t.weight = float64(max(1, req.Weight))
 	t.counted = true
@@ -205,7 +217,7 @@ func (h *holds) remove(tenant string, start, now int64, reserve time.Duration) {
 		return
 	}
 	tau := float64(h.tau)
-	t.until = h.until(t.used, tau/2, now)
+	t.until = h.until(t.used, tau*reserveShare, now)
 	t.forget = h.until(t.used, tau*forgetShare, now)
 	if t.forget > now && h.kept >= maxKept {
 		h.sweep(now)
@@ -245,6 +257,7 @@ func (h *holds) sweep(now int64) {
 		}
 		if l.end {
 			h.uncount(l.t)
+			l.t.peak = 0
 			continue
 		}
 		delete(h.m, l.t.tenant)
@@ -268,7 +281,7 @@ func (h *holds) compact() {
 	heap.Init(&h.lapses)
 }
 
-// nextLapse is when the first reserve of a tenant holding nothing shrinks
+// nextLapse is when the first reserve of a tenant holding nothing ends
 // (unix nanoseconds), 0 when none will: a waiter held back by it may then
 // take a slot.
 func (h *holds) nextLapse(now int64) int64 {
@@ -276,20 +289,9 @@ func (h *holds) nextLapse(now int64) int64 {
 	defer h.mu.Unlock()
 	h.sweep(now)
 	var next int64
-	for _, t := range h.m {
-		if t.n > 0 || t.until <= now {
-			continue
-		}
-		// The reserve r = round(u / tau) drops at u = (r - 0.5) tau.
-		tau := float64(h.tau)
-		u := h.usage(t, now)
-		r := math.Floor(u/tau + 0.5)
-		at := min(t.until, h.until(u, (r-0.5)*tau, now))
-		if at <= now {
-			at = now + 1
-		}
-		if next == 0 || at < next {
-			next = at
+	for _, l := range h.lapses {
+		if l.end && h.current(l) && (next == 0 || l.at < next) {
+			next = l.at
 		}
 	}
 	return next

@@ -216,34 +216,48 @@ func TestFairAcquireCostIsFlatInTenants(t *testing.T) {
 	}
 }
 
-// fairPool is a pool of 3 replicas with max_inflight 8 and reserve, where
-// tenant t0 holds half of every replica's slots (taken while it was
-// alone) and tenants t1..t(n-1) have each had requests within the
-// reserve; cycle is one fair acquire and release of a tenant.
+// fairPool is a pool of 3 replicas with max_inflight 1024 on a frozen
+// clock, where tenant t0 holds half of every replica's slots (taken while
+// it was alone) and tenants t1..t(n-1) have each held a slot for the
+// reserve's window (10 s when off), so each has slot time and, with a
+// reserve, one slot reserved; cycle is one fair acquire and release of a
+// tenant (no slot time: the clock stands still).
 func fairPool(tb testing.TB, tenants int, reserve time.Duration) (p *pools.Pool, names []string, cycle func(string)) {
-	p = newPool(tb, pools.Options{Balance: "least_outstanding", Replicas: specs(3), MaxInflight: 8, QueueTimeout: time.Hour, ShareReserve: reserve})
+	clk := newClock()
+	p = newPool(tb, pools.Options{Balance: "least_outstanding", Replicas: specs(3), MaxInflight: 1024, QueueTimeout: time.Hour, ShareReserve: reserve},
+		pools.EndpointsOptions{Now: clk.Now})
 	ctx := context.Background()
-	for range 12 {
-		if _, err := p.Acquire(ctx, &pools.Request{Tenant: "t0", Fair: true}, nil); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	names = make([]string, tenants)
-	for i := range names {
-		names[i] = "t" + strconv.Itoa(i)
-	}
-	cycle = func(tenant string) {
+	acquire := func(tenant string) (*pools.Replica, *pools.Request) {
 		req := &pools.Request{Tenant: tenant, Fair: true}
 		r, err := p.Acquire(ctx, req, nil)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		p.ReleaseFor(r, req)
+		return r, req
 	}
+	for range 3 * 512 {
+		acquire("t0")
+	}
+	names = make([]string, tenants)
+	for i := range names {
+		names[i] = "t" + strconv.Itoa(i)
+	}
+	type held struct {
+		r   *pools.Replica
+		req *pools.Request
+	}
+	var hs []held
 	for _, name := range names[1:] {
-		for range 3 {
-			cycle(name)
-		}
+		r, req := acquire(name)
+		hs = append(hs, held{r, req})
+	}
+	clk.Advance(max(reserve, 10*time.Second))
+	for _, h := range hs {
+		p.ReleaseFor(h.r, h.req)
+	}
+	cycle = func(tenant string) {
+		r, req := acquire(tenant)
+		p.ReleaseFor(r, req)
 	}
 	return p, names, cycle
 }

@@ -266,8 +266,8 @@ func TestReserveIsEarnedBySlotTime(t *testing.T) {
 	s.timers.fire()
 	s.none("within the victim's reserve")
 	// Away for long enough, the victim's reserve lapses: 20 s of slot
-	// time decays below half a slot over the window in about 14 s.
-	s.clk.Advance(15 * time.Second)
+	// time decays below a fifth of a slot over the window in about 22 s.
+	s.clk.Advance(23 * time.Second)
 	s.timers.fire()
 	hog = append(hog, s.next(), s.next())
 	for _, h := range hog {
