@@ -87,13 +87,13 @@ type proc struct {
 
 // start runs the binary with args and waits until its log says where it
 // listens.
-func start(t *testing.T, args ...string) *proc {
+func start(t testing.TB, args ...string) *proc {
 	t.Helper()
 	return startWith(t, nil, args...)
 }
 
 // startWith is start with env added to the process's environment.
-func startWith(t *testing.T, env []string, args ...string) *proc {
+func startWith(t testing.TB, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{cmd: exec.Command(binary, args...), logs: &logBuffer{}, done: make(chan struct{})}
 	if env != nil {
@@ -134,13 +134,13 @@ func startWith(t *testing.T, env []string, args ...string) *proc {
 }
 
 // sim starts a simulated vLLM replica serving model m.
-func sim(t *testing.T, extra ...string) *proc {
+func sim(t testing.TB, extra ...string) *proc {
 	t.Helper()
 	return start(t, append([]string{"sim", "--listen", "127.0.0.1:0", "--model", "m", "--decode-tps", "400", "--max-tokens", "8", "--natural-lengths=false"}, extra...)...)
 }
 
 // gateway writes cfg to a file and serves it.
-func gateway(t *testing.T, cfg string) (*proc, string) {
+func gateway(t testing.TB, cfg string) (*proc, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "switchyard.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -151,7 +151,7 @@ func gateway(t *testing.T, cfg string) (*proc, string) {
 }
 
 // startEnv writes cfg to a file and serves it with env set.
-func startEnv(t *testing.T, env []string, cfg string) *proc {
+func startEnv(t testing.TB, env []string, cfg string) *proc {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "switchyard.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -161,7 +161,7 @@ func startEnv(t *testing.T, env []string, cfg string) *proc {
 }
 
 // fds is the number of file descriptors the process has open.
-func (p *proc) fds(t *testing.T) int {
+func (p *proc) fds(t testing.TB) int {
 	t.Helper()
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.cmd.Process.Pid))
 	if err != nil {
@@ -172,7 +172,7 @@ func (p *proc) fds(t *testing.T) int {
 
 // metric reads one unlabelled (or first matching) series from the
 // process's admin /metrics.
-func (p *proc) metric(t *testing.T, prefix string) float64 {
+func (p *proc) metric(t testing.TB, prefix string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + p.admin + "/metrics")
 	if err != nil {
@@ -202,7 +202,7 @@ type baseline struct{ fds, goroutines float64 }
 // baseline warms the gateway up with a little load (so that its keep-alive
 // connections to the replicas exist, as they will after any case) and
 // records its fds and goroutines.
-func (p *proc) baseline(t *testing.T) baseline {
+func (p *proc) baseline(t testing.TB) baseline {
 	t.Helper()
 	if counts, why := load(context.Background(), p.addr, "auto", 32, 8); counts[complete] != 32 {
 		t.Fatalf("warm-up: %v %s", counts, why)
@@ -213,7 +213,7 @@ func (p *proc) baseline(t *testing.T) baseline {
 
 // settles waits until the gateway is back near its resting fds and
 // goroutines: nothing a case did leaks.
-func (p *proc) settles(t *testing.T, b baseline) {
+func (p *proc) settles(t testing.TB, b baseline) {
 	t.Helper()
 	var fds, gs float64
 	polltest.Eventually(t, 20*time.Second, "fds and goroutines to return to the baseline", func() bool {
@@ -311,7 +311,7 @@ func load(ctx context.Context, addr, model string, n, w int) (counts [4]int, fir
 	return counts, firstLost
 }
 
-func signal(t *testing.T, p *proc, sig syscall.Signal) {
+func signal(t testing.TB, p *proc, sig syscall.Signal) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)

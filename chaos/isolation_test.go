@@ -21,20 +21,25 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// isolationConfig: two traffic pools chosen by a model classifier, two
+// isolationConfig: two traffic pools chosen by a model classifier, three
 // keys. The classifier's model has a short context (2048 tokens) and
 // max_input_chars is set past it, so that a long turn makes the
-// classifier's own call fail for the request's sake.
-func isolationConfig(a, b, c, cls string) string {
+// classifier's own call fail for the request's sake. With defaults, no
+// isolation knob is set (no key cap, no reserved classifier slot, the
+// default breaker and connection cap).
+func isolationConfig(a, b, c, cls string, defaults bool) string {
+	server, hog, classifier := "\n  max_connections: 512", ", max_inflight: 6", "\n  breaker: {failures: 3, cooldown: 30s}\n  reserved_slots: 1"
+	if defaults {
+		server, hog, classifier = "", "", ""
+	}
 	return fmt.Sprintf(`version: 1
 server:
   body_timeout: 1s
-  read_header_timeout: 2s
-  max_connections: 512
+  read_header_timeout: 2s%s
   api_keys:
     - {name: victim, key_env: VICTIM_KEY}
     - {name: attacker, key_env: ATTACKER_KEY}
-    - {name: hog, key_env: HOG_KEY, max_inflight: 6}
+    - {name: hog, key_env: HOG_KEY%s}
 pools:
   small:
     model: m
@@ -65,9 +70,7 @@ classifier:
   on_error: complex
   max_input_chars: 40000
   timeout: 2s
-  cache: {size: 0}
-  breaker: {failures: 3, cooldown: 30s}
-  reserved_slots: 1
+  cache: {size: 0}%s
 models:
   - {name: auto, route: policy}
 session: {implicit: false}
@@ -77,7 +80,7 @@ routes:
     to: big
   - name: default
     to: small
-`, a, b, c, cls)
+`, server, hog, a, b, c, cls, classifier)
 }
 
 // victimKinds are the request shapes the victim sends, each in its API.
@@ -230,10 +233,10 @@ func (p *proc) accessLine(id string) string {
 func (r victimRun) bigShare() float64 { return float64(r.big) / float64(max(1, r.all)) }
 
 // rss is the process's resident memory in bytes.
-func (p *proc) rss(t *testing.T) int64 { return p.status(t, "VmRSS:") }
+func (p *proc) rss(t testing.TB) int64 { return p.status(t, "VmRSS:") }
 
 // status reads one of /proc/PID/status's sizes (in kB there) in bytes.
-func (p *proc) status(t *testing.T, field string) int64 {
+func (p *proc) status(t testing.TB, field string) int64 {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
@@ -252,17 +255,22 @@ func (p *proc) status(t *testing.T, field string) int64 {
 // attackCounts is what an attack sent (see attack), as the attacker
 // process reports it.
 type attackCounts struct {
-	Hoarded, Breaker, Poison, Flood, ForeignIDs, ForeignFound, Idle, ClsHog, HogRefused int64
+	Hoarded, Breaker, Poison, Flood, ForeignIDs, ForeignFound, Idle, ClsHog, HogRefused, ClsHeavy int64
+	// Defaults: the attack on a gateway with no isolation knob set.
+	Defaults bool
 }
 
 func (a *attack) counts() attackCounts {
 	return attackCounts{Hoarded: a.hoarded.Load(), Breaker: a.breaker.Load(), Poison: a.poison.Load(), Flood: a.flood.Load(),
-		ForeignIDs: a.foreignIDs.Load(), ForeignFound: a.foreignFound.Load(), Idle: a.idle.Load(), ClsHog: a.clsHog.Load(), HogRefused: a.hogRefused.Load()}
+		ForeignIDs: a.foreignIDs.Load(), ForeignFound: a.foreignFound.Load(), Idle: a.idle.Load(), ClsHog: a.clsHog.Load(),
+		HogRefused: a.hogRefused.Load(), ClsHeavy: a.clsHeavy.Load(), Defaults: a.defaults}
 }
 
 // attackerEnv names, for the attacker process, the gateway's address; its
 // presence makes the test binary an attacker (see TestMain).
-const attackerEnv, victimIDsEnv = "SWITCHYARD_CHAOS_ATTACKER", "SWITCHYARD_CHAOS_VICTIM_IDS"
+// attackDefaultsEnv set: the attack on a gateway with default settings
+// (see attack).
+const attackerEnv, victimIDsEnv, attackDefaultsEnv = "SWITCHYARD_CHAOS_ATTACKER", "SWITCHYARD_CHAOS_VICTIM_IDS", "SWITCHYARD_CHAOS_DEFAULTS"
 
 // runAttacker is the test binary run as the attacker: it attacks addr
 // until its stdin closes, then writes its counts to stdout as JSON.
@@ -273,7 +281,7 @@ func runAttacker(addr string) int {
 		cancel()
 	}()
 	ids := strings.Split(os.Getenv(victimIDsEnv), ",")
-	var a attack
+	a := attack{defaults: os.Getenv(attackDefaultsEnv) != ""}
 	go func() {
 		// "running" once every attack has run: the victim's phase starts
 		// then, however slowly a loaded machine let the attack start.
@@ -291,6 +299,10 @@ func runAttacker(addr string) int {
 
 // ran reports whether every attack has run (the test's minimum counts).
 func (c attackCounts) ran() bool {
+	if c.Defaults {
+		return c.Hoarded >= 200 && c.Breaker >= 8 && c.Poison >= 1 && c.Flood >= 16 && c.ForeignIDs >= 1 &&
+			c.Idle >= 128 && c.ClsHog >= 16 && c.ClsHeavy >= 64
+	}
 	return c.Hoarded >= 150 && c.Breaker >= 8 && c.Poison >= 1 && c.Flood >= 48 && c.ForeignIDs >= 1 &&
 		c.Idle >= 128 && c.ClsHog >= 16 && c.HogRefused >= 1
 }
@@ -299,7 +311,7 @@ func (c attackCounts) ran() bool {
 // another machine would be: its goroutines do not share the victim
 // client's scheduler. It returns once every attack has run; the returned
 // func ends it and reports its counts.
-func startAttacker(t *testing.T, addr string, victimIDs []string) func() attackCounts {
+func startAttacker(t testing.TB, addr string, victimIDs []string, defaults bool) func() attackCounts {
 	t.Helper()
 	// At the lowest CPU priority: on one machine the attacker's own
 	// work would otherwise take the CPU the victim's client and the
@@ -309,6 +321,9 @@ func startAttacker(t *testing.T, addr string, victimIDs []string) func() attackC
 	// other work it starts slowly: the victim waits until it runs.
 	cmd := exec.Command("nice", "-n", "19", os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), attackerEnv+"="+addr, victimIDsEnv+"="+strings.Join(victimIDs, ","))
+	if defaults {
+		cmd.Env = append(cmd.Env, attackDefaultsEnv+"=1")
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -364,8 +379,14 @@ type attack struct {
 	hoarded, breaker, poison, flood, foreignIDs, foreignFound atomic.Int64
 	// idle: keep-alive connections left idle; clsHog: requests straight
 	// to the classifier's pool; hogRefused: the hog key's requests
-	// refused at its max_inflight.
-	idle, clsHog, hogRefused atomic.Int64
+	// refused at its max_inflight; clsHeavy: requests whose long prompts
+	// each need a classifier call of their own.
+	idle, clsHog, hogRefused, clsHeavy atomic.Int64
+	// defaults: against a gateway with no isolation knob set, the hog's
+	// flood is 16 long streams on both pools (no key cap to refuse it),
+	// 200 connections hold half-sent bodies and 2,000 sit idle, and 64
+	// requests at a time need a classification each.
+	defaults bool
 }
 
 func (a *attack) run(ctx context.Context, addr string, victimIDs func() []string) {
@@ -406,8 +427,12 @@ func (a *attack) run(ctx context.Context, addr string, victimIDs func() []string
 		}()
 	}
 	// Connections that announce a body and never send it, no key needed:
-	// 150 held at a time, each replaced when the gateway closes it.
-	for range 150 {
+	// 150 (200) held at a time, each replaced when the gateway closes it.
+	hoard, idle := 150, 512
+	if a.defaults {
+		hoard, idle = 200, 2000
+	}
+	for range hoard {
 		loop(0, func() {
 			conn, err := dialer.Dial("tcp", addr)
 			if err != nil {
@@ -448,21 +473,43 @@ func (a *attack) run(ctx context.Context, addr string, victimIDs func() []string
 		a.poison.Add(1)
 		send("/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"POISON-INPUT"}]}`)
 	})
-	// A queue flood and slot hog: 48 requests at a time on pools of 4
-	// slots a replica, from a key capped at 6 in flight.
-	for range 48 {
-		loop(0, func() {
-			a.flood.Add(1)
-			status, _ := sendAs("hog-key-0123456789", "/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"flood"}]}`)
-			if status == http.StatusTooManyRequests {
-				a.hogRefused.Add(1)
-				time.Sleep(20 * time.Millisecond)
-			}
-		})
+	if a.defaults {
+		// Long streams on both pools from a key with no cap: 16 at a
+		// time, 2,000 tokens each (5 s at the replicas' speed).
+		for i := range 16 {
+			prompt := victimPrompts[i%2]
+			loop(0, func() {
+				a.flood.Add(1)
+				sendAs("hog-key-0123456789", "/v1/chat/completions", `{"model":"auto","stream":true,"max_tokens":2000,"messages":[{"role":"user","content":`+strconv.Quote(prompt)+`}]}`)
+			})
+		}
+		// Classification for every request: 64 at a time, each a long
+		// prompt of its own (no shared call, no cache).
+		var n atomic.Int64
+		for range 64 {
+			loop(0, func() {
+				a.clsHeavy.Add(1)
+				prompt := fmt.Sprintf("%d %s", n.Add(1), strings.Repeat("ponder this ", 500))
+				send("/v1/chat/completions", `{"model":"auto","max_tokens":4,"messages":[{"role":"user","content":`+strconv.Quote(prompt)+`}]}`)
+			})
+		}
+	} else {
+		// A queue flood and slot hog: 48 requests at a time on pools of
+		// 4 slots a replica, from a key capped at 6 in flight.
+		for range 48 {
+			loop(0, func() {
+				a.flood.Add(1)
+				status, _ := sendAs("hog-key-0123456789", "/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"flood"}]}`)
+				if status == http.StatusTooManyRequests {
+					a.hogRefused.Add(1)
+					time.Sleep(20 * time.Millisecond)
+				}
+			})
+		}
 	}
-	// Idle keep-alive connections, as many as the listener's cap, each
-	// replaced when the gateway closes it.
-	for range 512 {
+	// Idle keep-alive connections, as many as the listener's cap (2,000
+	// with the default cap), each replaced when the gateway closes it.
+	for range idle {
 		loop(100*time.Millisecond, func() {
 			conn, err := dialer.Dial("tcp", addr)
 			if err != nil {
@@ -530,10 +577,45 @@ func (a *attack) run(ctx context.Context, addr string, victimIDs func() []string
 // stays bounded. Latencies are logged (a loaded 2-core machine's timing
 // is no test); docs/benchmarks.md has measured figures.
 func TestAdversarialTenant(t *testing.T) {
+	gw, _, _ := adversarial(t, false)
+	if v := gw.metric(t, "switchyard_connections_evicted_total"); v < 1 {
+		t.Errorf("no idle connection was closed to make room: the idle flood did not fill the cap")
+	}
+}
+
+// TestAdversarialTenantDefaults: the same on a gateway with no isolation
+// knob set (no key cap, no reserved classifier slot, the default breaker
+// and connection cap), and the attack of issue 42 at once: another key's
+// 16 long streams on both pools, 64 requests at a time that each need a
+// classification, 2,000 idle and 200 slow connections. The victim loses
+// nothing and its split holds; its p99 against calm is logged here and
+// bounded by BenchmarkAdversarialTenantDefaults (before issue 42: 603 ->
+// 3,183 ms, 5.3x, its queue time held by the other key's long streams).
+func TestAdversarialTenantDefaults(t *testing.T) {
+	adversarial(t, true)
+}
+
+// BenchmarkAdversarialTenantDefaults reports the victim's p99 under the
+// attack of TestAdversarialTenantDefaults against calm, measured in the
+// same run (p99-ratio; issue 42 asks for at most 2): go test ./chaos/
+// -run '^$' -bench AdversarialTenantDefaults -benchtime 1x.
+func BenchmarkAdversarialTenantDefaults(b *testing.B) {
+	for range b.N {
+		_, quiet, attacked := adversarial(b, true)
+		b.ReportMetric(float64(quiet.p99().Milliseconds()), "calm-p99-ms")
+		b.ReportMetric(float64(attacked.p99().Milliseconds()), "attacked-p99-ms")
+		b.ReportMetric(float64(attacked.p99())/float64(max(1, quiet.p99())), "p99-ratio")
+	}
+}
+
+// adversarial runs the victim's load calm, then under the attack
+// (defaults: on a gateway with no isolation knob set), checks what must
+// hold whatever the timing, and returns the gateway and both runs.
+func adversarial(t testing.TB, defaults bool) (*proc, victimRun, victimRun) {
 	a, b, c := sim(t, "--poison-text", "POISON-INPUT"), sim(t, "--poison-text", "POISON-INPUT"), sim(t, "--poison-text", "POISON-INPUT")
 	cls := start(t, "sim", "--listen", "127.0.0.1:0", "--model", "cls", "--max-model-len", "2048", "--decode-tps", "400", "--max-tokens", "8")
 	gw := startEnv(t, []string{"VICTIM_KEY=victim-key-0123456789", "ATTACKER_KEY=attacker-key-0123456789", "HOG_KEY=hog-key-0123456789"},
-		isolationConfig(a.addr, b.addr, c.addr, cls.addr))
+		isolationConfig(a.addr, b.addr, c.addr, cls.addr, defaults))
 	const n, workers = 240, 4
 	// The victim is one steady client: its keep-alive connections, opened
 	// in the warm-up, carry both phases (a client that reconnected when
@@ -548,7 +630,23 @@ func TestAdversarialTenant(t *testing.T) {
 	}
 	rssBefore := gw.rss(t)
 
-	stop := startAttacker(t, gw.addr, quiet.ids)
+	// The victim's load is steady: it goes on, unmeasured, while the
+	// attack gets going (on a loaded machine that can take a while), and
+	// what it sends then must not be lost either.
+	bridge, endBridge := context.WithCancel(context.Background())
+	bridged := make(chan []string, 1)
+	go func() {
+		var lost []string
+		for bridge.Err() == nil {
+			lost = append(lost, victimLoad(vc, gw.addr, 2*len(victimKinds), 1).lost...) // both prompts: both pools
+		}
+		bridged <- lost
+	}()
+	stop := startAttacker(t, gw.addr, quiet.ids, defaults)
+	endBridge()
+	if lost := <-bridged; len(lost) != 0 {
+		t.Errorf("while the attack started the victim lost %d requests; first: %s", len(lost), lost[0])
+	}
 	var peakRSS atomic.Int64
 	watch := make(chan struct{})
 	go func() {
@@ -567,8 +665,8 @@ func TestAdversarialTenant(t *testing.T) {
 	close(watch)
 	atk := stop()
 
-	t.Logf("attack: %d hoarded connections, %d breaker-tripping, %d poison, %d flood requests (%d refused at the key's max_inflight), %d foreign id lookups, %d idle keep-alive connections, %d requests to the classifier's pool",
-		atk.Hoarded, atk.Breaker, atk.Poison, atk.Flood, atk.HogRefused, atk.ForeignIDs, atk.Idle, atk.ClsHog)
+	t.Logf("attack: %d hoarded connections, %d breaker-tripping, %d poison, %d flood requests (%d refused at the key's max_inflight), %d foreign id lookups, %d idle keep-alive connections, %d requests to the classifier's pool, %d needing a classification each",
+		atk.Hoarded, atk.Breaker, atk.Poison, atk.Flood, atk.HogRefused, atk.ForeignIDs, atk.Idle, atk.ClsHog, atk.ClsHeavy)
 	t.Logf("connections: %v idle ones closed to make room, %v refused", gw.metric(t, "switchyard_connections_evicted_total"), gw.metric(t, "switchyard_connections_refused_total"))
 	t.Logf("victim without attack: median %v p99 %v big share %.3f; under attack: median %v p99 %v (%.2fx) big share %.3f",
 		quiet.median(), quiet.p99(), quiet.bigShare(), attacked.median(), attacked.p99(),
@@ -593,9 +691,6 @@ func TestAdversarialTenant(t *testing.T) {
 		t.Errorf("an attack did not run: %d hoarded, %d breaker, %d poison, %d flood (%d refused), %d ids, %d idle, %d classifier-pool",
 			atk.Hoarded, atk.Breaker, atk.Poison, atk.Flood, atk.HogRefused, atk.ForeignIDs, atk.Idle, atk.ClsHog)
 	}
-	if v := gw.metric(t, "switchyard_connections_evicted_total"); v < 1 {
-		t.Errorf("no idle connection was closed to make room: the idle flood did not fill the cap")
-	}
 	if f := atk.ForeignFound; f != 0 {
 		t.Errorf("the attacker's key found %d of the victim's stored responses", f)
 	}
@@ -611,4 +706,5 @@ func TestAdversarialTenant(t *testing.T) {
 	if p := peakRSS.Load(); p > rssBefore+256<<20 {
 		t.Errorf("gateway RSS grew from %d MiB to %d MiB", rssBefore>>20, p>>20)
 	}
+	return gw, quiet, attacked
 }
