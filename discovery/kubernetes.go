@@ -259,17 +259,19 @@ func (k *Kubernetes) Watch(ctx context.Context, update func(addrs []string, err 
 // kubernetes/scheme, which registers every API group: linking it (through
 // kubernetes.Clientset or the typed DiscoveryV1 client) made the binary
 // 80.6 MB and a gateway's idle RSS 36.5 MB, Kubernetes discovery in use
-// or not (issue 40).
-var sliceScheme = func() *runtime.Scheme {
+// or not (issue 40). It is built on first use, so that a gateway without
+// Kubernetes discovery does not build it at start.
+var sliceScheme = sync.OnceValue(func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	if err := discoveryv1.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
 	return s
-}()
+})
 
-var sliceParams = runtime.NewParameterCodec(sliceScheme)
+// sliceParams encodes ListOptions as query parameters (built on first use).
+var sliceParams = sync.OnceValue(func() runtime.ParameterCodec { return runtime.NewParameterCodec(sliceScheme()) })
 
 // sliceClient is a REST client for discovery.k8s.io/v1, configured as
 // client-go's generated DiscoveryV1 client configures its own.
@@ -277,7 +279,7 @@ func sliceClient(cfg *rest.Config) (*rest.RESTClient, error) {
 	c := *cfg
 	c.GroupVersion = &discoveryv1.SchemeGroupVersion
 	c.APIPath = "/apis"
-	c.NegotiatedSerializer = rest.CodecFactoryForGeneratedClient(sliceScheme, serializer.NewCodecFactory(sliceScheme)).WithoutConversion()
+	c.NegotiatedSerializer = rest.CodecFactoryForGeneratedClient(sliceScheme(), serializer.NewCodecFactory(sliceScheme())).WithoutConversion()
 	return rest.RESTClientFor(&c)
 }
 
@@ -300,7 +302,7 @@ func (k *Kubernetes) request(o metav1.ListOptions) *rest.Request {
 		timeout = time.Duration(*o.TimeoutSeconds) * time.Second
 	}
 	return k.client.Get().UseProtobufAsDefault().Namespace(k.namespace).Resource("endpointslices").
-		VersionedParams(&o, sliceParams).Timeout(timeout)
+		VersionedParams(&o, sliceParams()).Timeout(timeout)
 }
 
 // addresses returns the set in use from a Service's EndpointSlices: the
