@@ -94,14 +94,18 @@ type tenantHold struct {
 	// peak is the most the tenant held at once since it came into play
 	// (or its reserve last ended).
 	peak int64
+	// kept counts the times the tenant was kept holding nothing: a lapse
+	// of an earlier time is stale.
+	kept uint64
 }
 
 // lapse is a kept tenant's next change: its reserve ends (end) or it is
 // forgotten, at at.
 type lapse struct {
-	t   *tenantHold
-	at  int64
-	end bool
+	t    *tenantHold
+	at   int64
+	end  bool
+	kept uint64
 }
 
 type lapseHeap []lapse
@@ -121,13 +125,7 @@ func (l *lapseHeap) Pop() any {
 // current reports whether l is still due for its tenant. h.mu is held.
 func (h *holds) current(l lapse) bool {
 	t := l.t
-	if t.n > 0 || h.m[t.tenant] != t {
-		return false
-	}
-	if l.end {
-		return t.counted && t.until == l.at
-	}
-	return t.forget == l.at
+	return t.n <= 0 && h.m[t.tenant] == t && t.kept == l.kept && (!l.end || t.counted)
 }
 
 // usage is t's slot time at now (nanoseconds): its ended requests', each
@@ -149,7 +147,16 @@ func (h *holds) decayed(t *tenantHold, now int64) float64 {
 // at once since it came into play (what its steady use needs), at most
 // limit.
 func (h *holds) reserve(t *tenantHold, now, limit int64) int64 {
-	if h.tau <= 0 || (t.n <= 0 && t.until <= now) || h.usage(t, now) < reserveShare*float64(h.tau) {
+	switch {
+	case h.tau <= 0:
+		return 0
+	case t.n <= 0:
+		// Its slot time only decays now: it is over the bound until
+		// t.until.
+		if t.until <= now {
+			return 0
+		}
+	case h.usage(t, now) < reserveShare*float64(h.tau):
 		return 0
 	}
 	return min(limit, t.peak)
@@ -228,9 +235,10 @@ func (h *holds) remove(tenant string, start, now int64, reserve time.Duration) {
 		return
 	}
 	h.kept++
-	heap.Push(&h.lapses, lapse{t: t, at: t.forget})
+	t.kept++
+	heap.Push(&h.lapses, lapse{t: t, at: t.forget, kept: t.kept})
 	if t.until > now {
-		heap.Push(&h.lapses, lapse{t: t, at: t.until, end: true})
+		heap.Push(&h.lapses, lapse{t: t, at: t.until, end: true, kept: t.kept})
 	} else {
 		h.uncount(t)
 	}
