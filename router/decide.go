@@ -29,7 +29,7 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	defer span.End()
 	key := ""
 	if x.key != nil {
-		key = x.key.name
+		key = x.key.Name
 	}
 	var preq *policy.Request
 	var in classifier.Input

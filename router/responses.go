@@ -26,7 +26,7 @@ func replicaTag(rep *pools.Replica) string {
 func (x *exchange) ids() wire.ResponseIDs {
 	i := wire.ResponseIDs{Secret: x.snap.idSecret}
 	if x.key != nil {
-		i.Key = x.key.name
+		i.Key = x.key.Name
 	}
 	return i
 }

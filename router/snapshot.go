@@ -2,22 +2,18 @@ package router
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
-	"net/http"
 	"path"
 	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
-	"time"
 
+	"github.com/switchyard/switchyard/router/internal/keys"
 	"github.com/switchyard/switchyard/router/internal/outcomes"
 	"github.com/switchyard/switchyard/router/internal/recorder"
 
 	"github.com/switchyard/switchyard/router/internal/upstream"
-
-	"golang.org/x/time/rate"
 
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
@@ -47,7 +43,7 @@ type Snapshot struct {
 	poolOrder []*poolState
 	models    map[string]target
 	patterns  []modelPattern
-	keys      []*apiKey
+	keys      keys.Set
 	// idSecret signs the stored-response ids clients see (see ids).
 	idSecret   []byte
 	classifier *classifier.Classifier
@@ -101,22 +97,6 @@ func (s *Snapshot) resolve(name string) (target, bool) {
 		}
 	}
 	return target{}, false
-}
-
-type apiKey struct {
-	name   string
-	sum    [32]byte
-	models policy.StringList
-	weight int
-	// maxInflight is api_keys[].max_inflight (0: none); slots counts the
-	// key's requests in flight (tenants.go), the same counter across
-	// reloads.
-	maxInflight int
-	slots       *keySlots
-	limiter     *rate.Limiter
-	rate        *policy.Rate
-	// instances is server.instances when the limiter was made.
-	instances int
 }
 
 // build makes a snapshot from cfg, reusing pools, limiters and sessions of
@@ -188,25 +168,17 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 			s.models[m.Name] = t
 		}
 	}
-	s.keys = buildKeys(cfg, prev)
+	var prevKeys keys.Set
+	if prev != nil {
+		prevKeys = prev.keys
+	}
+	s.keys = keys.Build(cfg, prevKeys)
 	s.idSecret = responseIDSecret(&cfg.Server)
 	s.Policy = policy.New(cfg, g.policyOptions(cfg, prev, s)...)
 	if r := cfg.Server.Readiness; r != nil {
 		s.required = r.RequirePools
 	}
 	return s, nil
-}
-
-func (s *Snapshot) key(name string) *apiKey {
-	if s == nil {
-		return nil
-	}
-	for _, k := range s.keys {
-		if k.name == name {
-			return k
-		}
-	}
-	return nil
 }
 
 // poolList returns the pools in file order.
@@ -272,96 +244,6 @@ func spillsFrom(cfg *policy.Config, pool string) bool {
 		}
 	}
 	return false
-}
-
-// authenticate returns the API key presented in the Authorization header
-// (nil when auth is off). Every configured key is compared, in constant time
-// over fixed-length digests, so timing reveals neither which key matched nor
-// how much of one did.
-func (s *Snapshot) authenticate(r *http.Request) (*apiKey, error) {
-	if len(s.keys) == 0 {
-		return nil, nil
-	}
-	h := r.Header.Get("Authorization")
-	// The scheme is case-insensitive (RFC 9110 §11.1).
-	token, ok := "", len(h) > 7 && strings.EqualFold(h[:7], "Bearer ")
-	if ok {
-		token = strings.TrimSpace(h[7:])
-	}
-	if h == "" {
-		// Anthropic's clients send the key as x-api-key.
-		token = strings.TrimSpace(r.Header.Get("X-Api-Key"))
-		ok = token != ""
-	}
-	if !ok || token == "" {
-		return nil, fmt.Errorf("%w: send Authorization: Bearer <key> (or x-api-key: <key>)", errUnauthorized)
-	}
-	sum := sha256.Sum256([]byte(token))
-	var found *apiKey
-	for _, k := range s.keys {
-		if subtle.ConstantTimeCompare(sum[:], k.sum[:]) == 1 {
-			found = k
-		}
-	}
-	if found == nil {
-		return nil, fmt.Errorf("%w: the API key is not valid", errUnauthorized)
-	}
-	return found, nil
-}
-
-// wait takes a token from the key's bucket, or says how long until one is
-// there (nothing taken).
-func (k *apiKey) wait(now time.Time) time.Duration {
-	r := k.limiter.ReserveN(now, 1)
-	if !r.OK() {
-		return time.Second
-	}
-	if d := r.DelayFrom(now); d > 0 {
-		r.CancelAt(now)
-		return d
-	}
-	return 0
-}
-
-// allows reports whether key may use the client-visible model name.
-// allows reports whether the key may use model: its models list names it
-// or holds a pattern (such as "claude-*") that matches it.
-func (k *apiKey) allows(model string) bool {
-	if k == nil || k.models.Has("*") || k.models.Has(model) {
-		return true
-	}
-	for _, m := range k.models {
-		if ok, _ := path.Match(m, model); ok {
-			return true
-		}
-	}
-	return false
-}
-
-// buildKeys makes the API keys of cfg; a key whose rate limit is unchanged
-// keeps its limiter (and so its tokens) from prev, and every key kept
-// keeps its count of requests in flight.
-func buildKeys(cfg *policy.Config, prev *Snapshot) []*apiKey {
-	var keys []*apiKey
-	n := cfg.Server.Instances
-	for _, k := range cfg.Server.APIKeys {
-		ak := &apiKey{name: k.Name, sum: sha256.Sum256([]byte(k.Secret)), models: k.Models, weight: k.Weight, rate: k.Rate, instances: n,
-			maxInflight: k.MaxInflight, slots: &keySlots{}}
-		if old := prev.key(k.Name); old != nil {
-			ak.slots = old.slots
-		}
-		if k.Rate != nil {
-			if old := prev.key(k.Name); old != nil && reflect.DeepEqual(old.rate, k.Rate) && old.instances == n {
-				ak.limiter = old.limiter
-			} else {
-				// rps and burst are cluster-wide: each of n instances takes
-				// its share (a burst of at least 1).
-				ak.limiter = rate.NewLimiter(rate.Limit(k.Rate.RPS/float64(n)), max(1, k.Rate.Burst/n))
-			}
-		}
-		keys = append(keys, ak)
-	}
-	return keys
 }
 
 // policyOptions are the policy's session store, random source and share
