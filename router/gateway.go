@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard/switchyard/router/internal/recorder"
 
 	"github.com/switchyard/switchyard/router/internal/conns"
+	"github.com/switchyard/switchyard/router/internal/discoveries"
 	"github.com/switchyard/switchyard/router/internal/metrics"
 	"github.com/switchyard/switchyard/router/internal/upstream"
 
@@ -92,11 +93,9 @@ type Gateway struct {
 	shadow atomic.Pointer[shadowState]
 	// endpoints owns every replica server across reloads.
 	endpoints *pools.Endpoints
-	// disc are the running discoveries by pool (reloadMu; see
-	// discovery.go), discMetrics their series.
-	disc        map[string]*discoveredPool
-	discMetrics *discovery.Metrics
-	snap        atomic.Pointer[Snapshot]
+	// discs are the pools' running discoveries (reloadMu).
+	discs *discoveries.Running
+	snap  atomic.Pointer[Snapshot]
 	// draining is set on shutdown: /readyz answers 503.
 	draining atomic.Bool
 	// streams are the client streams being pumped, with the cancel of
@@ -149,7 +148,8 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	g.metrics = metrics.New(o.Registry, o.Version)
 	g.exec = &upstream.Executor{QueueWait: g.metrics.QueueWait, Retries: g.metrics.Retries, Poison: g.metrics.Poison, Rand: rnd}
 	g.classMetrics = classifier.NewMetrics(o.Registry)
-	g.discMetrics = discovery.NewMetrics(o.Registry)
+	g.discs = discoveries.New(discoveries.Options{Log: o.Logger, Now: o.Now, Metrics: discovery.NewMetrics(o.Registry),
+		Passive: o.Passive, Refuse: g.refuseSelf, Changed: g.rediscover})
 	o.Registry.MustRegister(metrics.NewControlCollector(func() (metrics.ControlState, bool) {
 		s := g.snap.Load()
 		if s == nil || s.Policy == nil || s.Policy.Controller() == nil {
@@ -184,7 +184,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	s.Generation = g.gen.Add(1)
 	g.metrics.Generation.Set(float64(s.Generation))
 	g.snap.Store(s)
-	g.commitDiscovery(s)
+	g.discs.Commit(g.ctx, s.discovery)
 	s.recorder.Configure(g.ctx, captureConfig(cfg))
 	if o.ShadowPath != "" {
 		if err := g.loadShadow(); err != nil {
@@ -331,13 +331,36 @@ func (g *Gateway) Apply(cfg *policy.Config) (int64, error) {
 	}
 	s.Generation = g.gen.Add(1)
 	g.snap.Store(s)
-	g.commitDiscovery(s)
+	g.discs.Commit(g.ctx, s.discovery)
 	s.recorder.Configure(g.ctx, captureConfig(cfg))
 	g.lastReload.Store(&admin.ReloadOutcome{At: g.opts.Now().UTC(), OK: true, Generation: s.Generation})
 	g.metrics.Reloads.WithLabelValues("ok").Inc()
 	g.metrics.Generation.Set(float64(s.Generation))
 	g.log.Info("config reloaded", "file", cfg.File, "generation", s.Generation, "pools", len(s.poolOrder), "routes", len(cfg.Routes))
 	return s.Generation, nil
+}
+
+// rediscover rebuilds the running snapshot from its own config after a
+// resolution changed a pool's set: the registry adds the new addresses
+// (probing until a probe passes) and retires the vanished ones (no new
+// requests; those in flight finish), and waiters follow the new view. It
+// is serialised with reloads; a discovery a reload replaced meanwhile is
+// ignored. The generation stays: the config did not change.
+func (g *Gateway) rediscover(pool string, dp *discoveries.Pool) {
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	if !g.discs.Runs(pool, dp) {
+		return
+	}
+	prev := g.snap.Load()
+	s, err := g.build(prev.Config, prev)
+	if err != nil {
+		g.log.Error("discovery: the new replica set could not be applied; the running set keeps serving", "pool", pool, "error", err.Error())
+		return
+	}
+	s.Generation = prev.Generation
+	g.snap.Store(s)
+	g.discs.Commit(g.ctx, s.discovery)
 }
 
 func (g *Gateway) onHealthChange(r *pools.Replica, healthy bool, why string) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/switchyard/switchyard/router/internal/discoveries"
 	"github.com/switchyard/switchyard/router/internal/keys"
 	"github.com/switchyard/switchyard/router/internal/outcomes"
 	"github.com/switchyard/switchyard/router/internal/recorder"
@@ -56,7 +57,7 @@ type Snapshot struct {
 	// required are the pools /readyz needs an available replica in.
 	required []string
 	// discovery are the discovered pools' discoveries, by pool name.
-	discovery map[string]*discoveredPool
+	discovery discoveries.Set
 }
 
 // poolState is a pool as this snapshot runs it: the pool view (its replicas
@@ -130,11 +131,11 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 		s.classifier = c
 	}
 	opts := make([]pools.Options, len(cfg.Pools))
-	s.discovery = g.discoveries(cfg)
+	s.discovery = g.discs.Next(g.ctx, cfg)
 	for i, pc := range cfg.Pools {
 		opts[i] = poolOptions(pc, cfg)
-		if dp := s.discovery[pc.Name]; dp != nil {
-			opts[i].Replicas = dp.d.Replicas()
+		if reps, ok := s.discovery.Replicas(pc.Name); ok {
+			opts[i].Replicas = reps
 		}
 	}
 	// Reconciling the registry is the last step that can fail, and it
