@@ -95,7 +95,7 @@ func (v adminView) Shadow() *admin.ShadowSummary {
 	if sh == nil {
 		return nil
 	}
-	sum := sh.summary()
+	sum := sh.Summary()
 	return &sum
 }
 

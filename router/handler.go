@@ -16,6 +16,8 @@ import (
 	"github.com/switchyard/switchyard/router/internal/admin"
 	"github.com/switchyard/switchyard/router/internal/wire"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/switchyard/switchyard/policy"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -285,4 +287,12 @@ func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix
 	x.route = x.decision.Route
 	w.Header().Set(headerRoute, x.route)
 	g.forward(ctx, w, r, x)
+}
+
+// storedHandler serves GET and DELETE /v1/responses/{id} and POST
+// /v1/responses/{id}/cancel on the replica that stored the response.
+func (g *Gateway) storedHandler(suffix string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		g.serveStored(w, r, chi.URLParam(r, "id"), suffix)
+	}
 }

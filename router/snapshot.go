@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"path"
-	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -100,88 +99,6 @@ func (s *Snapshot) resolve(name string) (target, bool) {
 	return target{}, false
 }
 
-// build makes a snapshot from cfg, reusing pools, limiters and sessions of
-// prev where their configuration did not change.
-func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
-	s := &Snapshot{Config: cfg, pools: map[string]*poolState{}, models: map[string]target{}}
-	// One recorder for the gateway's life, handed from snapshot to
-	// snapshot; Apply configures it once the snapshot is running.
-	if prev != nil {
-		s.recorder = prev.recorder
-	} else {
-		s.recorder = recorder.New(g.log, func() float64 { return float64(g.rand()>>11) / (1 << 53) }, g.opts.Now, g.metrics.CaptureDropped, g.metrics.CaptureLines)
-	}
-	if err := checkSelfReplicas(cfg, g.local); err != nil {
-		return nil, err
-	}
-	if cl := cfg.Classifier; cl != nil {
-		// An unchanged classifier sending to a pool of the same model keeps
-		// its cache; it reaches the pool by name through the running
-		// snapshot, so it follows the pool across reloads.
-		if prev != nil && prev.classifier != nil && reflect.DeepEqual(prev.Config.Classifier, cl) &&
-			(cl.Kind != "model" || prev.pools[cl.Pool] != nil && prev.pools[cl.Pool].Model == cfg.Pools.Get(cl.Pool).Model) {
-			s.classifier = prev.classifier
-		}
-	}
-	if cl := cfg.Classifier; cl != nil && s.classifier == nil {
-		c, err := g.buildClassifier(cl, s)
-		if err != nil {
-			return nil, err
-		}
-		s.classifier = c
-	}
-	opts := make([]pools.Options, len(cfg.Pools))
-	s.discovery = g.discs.Next(g.ctx, cfg)
-	for i, pc := range cfg.Pools {
-		opts[i] = poolOptions(pc, cfg)
-		if reps, ok := s.discovery.Replicas(pc.Name); ok {
-			opts[i].Replicas = reps
-		}
-	}
-	// Reconciling the registry is the last step that can fail, and it
-	// fails before changing anything. Endpoints the old snapshot still
-	// uses but the new one drops are retired at once (no new requests;
-	// those in flight finish), before the swap.
-	views, err := g.endpoints.Apply(opts)
-	if err != nil {
-		return nil, err
-	}
-	for i, pc := range cfg.Pools {
-		ps := &poolState{Pool: views[i], cfg: pc, timeouts: upstream.NewTimeouts(pc.ResponseHeaderTimeout.Std(),
-			pc.FirstTokenTimeout.Std(), pc.StreamIdleTimeout.Std(), pc.MaxStreamDuration.Std())}
-		s.pools[pc.Name] = ps
-		s.poolOrder = append(s.poolOrder, ps)
-	}
-	for _, ps := range s.poolOrder {
-		s.models[ps.Name] = target{pool: ps}
-		if _, taken := s.models[ps.Model]; !taken {
-			s.models[ps.Model] = target{pool: ps}
-		}
-	}
-	for _, m := range cfg.Models {
-		t := target{policy: m.Pool == "", rewrite: m.RewriteResponseModel}
-		if m.Pool != "" {
-			t.pool = s.pools[m.Pool]
-		}
-		if m.IsPattern() {
-			s.patterns = append(s.patterns, modelPattern{pattern: m.Name, target: t})
-		} else {
-			s.models[m.Name] = t
-		}
-	}
-	var prevKeys keys.Set
-	if prev != nil {
-		prevKeys = prev.keys
-	}
-	s.keys = keys.Build(cfg, prevKeys)
-	s.idSecret = responseIDSecret(&cfg.Server)
-	s.Policy = policy.New(cfg, g.policyOptions(cfg, prev, s)...)
-	if r := cfg.Server.Readiness; r != nil {
-		s.required = r.RequirePools
-	}
-	return s, nil
-}
-
 // poolList returns the pools in file order.
 func (s *Snapshot) poolList() []*pools.Pool {
 	out := make([]*pools.Pool, len(s.poolOrder))
@@ -247,64 +164,6 @@ func spillsFrom(cfg *policy.Config, pool string) bool {
 	return false
 }
 
-// policyOptions are the policy's session store, random source and share
-// controller; the store and the controller outlive a reload that keeps
-// their settings.
-func (g *Gateway) policyOptions(cfg *policy.Config, prev *Snapshot, s *Snapshot) []policy.Option {
-	var popts []policy.Option
-	if se := cfg.Session; se != nil {
-		if prev != nil && prev.sessions != nil && reflect.DeepEqual(prev.Config.Session, se) {
-			s.sessions, s.outcomes = prev.sessions, prev.outcomes
-		} else {
-			s.sessions = policy.NewSessions(se.Size, se.TTL.Std(), g.opts.Now)
-			s.outcomes = outcomes.New(se.Size, g.metrics.TurnOutcomes)
-		}
-		popts = append(popts, policy.WithSessions(s.sessions))
-	}
-	if g.opts.Rand != nil {
-		popts = append(popts, policy.WithRand(g.opts.Rand))
-	}
-	if ctl := cfg.Control; ctl != nil && ctl.Share != nil {
-		// The controller (its threshold and measurements) outlives a
-		// reload that keeps its settings.
-		var c *policy.Controller
-		if prev != nil && prev.Policy != nil && prev.Config.Control != nil && reflect.DeepEqual(prev.Config.Control.Share, ctl.Share) {
-			c = prev.Policy.Controller()
-		}
-		if c == nil {
-			o := ctl.Share.Options()
-			o.Now = g.opts.Now
-			pool := ctl.Share.Pool
-			o.Load = func() float64 { return g.utilization(pool) }
-			c = policy.NewController(o)
-		}
-		popts = append(popts, policy.WithController(c))
-	}
-	return popts
-}
-
-func (g *Gateway) buildClassifier(cl *policy.Classifier, s *Snapshot) (*classifier.Classifier, error) {
-	o := classifier.Options{
-		Kind: cl.Kind, Labels: cl.Labels, Descriptions: cl.Descriptions, MaxInputChars: cl.MaxInputChars,
-		Timeout: cl.Timeout.Std(), OnError: cl.OnError, CacheSize: cl.Cache.Size, CacheTTL: cl.Cache.TTL.Std(),
-		Concurrency: cl.Concurrency, GuidedChoice: cl.GuidedChoice, Prompt: cl.Prompt, Metrics: g.classMetrics,
-		BreakerFailures: cl.Breaker.Failures, BreakerCooldown: cl.Breaker.Cooldown.Std(), Now: g.opts.Now,
-		OnBreaker: func(open bool, err error) {
-			if open {
-				g.log.Error("classifier circuit opened: not calling the classifier pool; using on_error", "pool", cl.Pool,
-					"label", cl.OnError, "cooldown", cl.Breaker.Cooldown.Std().String(), "error", fmt.Sprint(err))
-			} else {
-				g.log.Info("classifier circuit closed: the classifier pool answers again", "pool", cl.Pool)
-			}
-		},
-	}
-	if cl.Kind == "model" {
-		o.Model = s.Config.Pools.Get(cl.Pool).Model
-		o.Transport = &poolTransport{g: g, pool: cl.Pool}
-	}
-	return classifier.New(o)
-}
-
 // readiness reports why the snapshot is not ready ("" when it is): a pool
 // named in server.readiness.require_pools has no available replica. Pools
 // are not otherwise part of readiness: a pod that turns unready because a
@@ -328,28 +187,6 @@ func (s *Snapshot) Pool(name string) *pools.Pool {
 		return ps.Pool
 	}
 	return nil
-}
-
-// utilization is a pool's in-flight and queued requests over its slots
-// (max_inflight per available replica): 1 is full, above 1 a queue.
-func (g *Gateway) utilization(pool string) float64 {
-	ps := g.snap.Load().pools[pool]
-	if ps == nil || ps.MaxInflight() <= 0 {
-		return 0
-	}
-	var busy int64
-	slots := 0
-	now := g.opts.Now()
-	for _, r := range ps.Replicas() {
-		busy += r.Inflight() + r.Waiting()
-		if r.Available(now) {
-			slots += ps.MaxInflight()
-		}
-	}
-	if slots == 0 {
-		return 2 // nothing available: as saturated as it gets
-	}
-	return float64(busy) / float64(slots)
 }
 
 // responseIDSecret is the secret of the deployment's response ids:
