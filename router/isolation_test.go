@@ -620,25 +620,6 @@ func TestPoisonClassificationSparesTheBreaker(t *testing.T) {
 	}
 }
 
-// TestToolsCountedWhereAgentsPutThem: Codex sends its tools in an
-// additional_tools input item, grouped in namespaces; each function counts
-// for the tools feature (before: 0 tools, so the tool-heavy rule never
-// matched and the session landed on the small model), and a top-level
-// namespace group counts its functions, as docs/agents.md says.
-func TestToolsCountedWhereAgentsPutThem(t *testing.T) {
-	gw, _, _ := setupClassifier(t)
-	fns := `{"type":"function","name":"read"},{"type":"function","name":"write"},{"type":"function","name":"list"},{"type":"function","name":"exec"}`
-	for _, body := range []string{
-		`{"model":"auto","input":[{"type":"additional_tools","tools":[{"type":"namespace","name":"fs","tools":[` + fns + `]}]},{"role":"user","content":"hi"}]}`,
-		`{"model":"auto","input":"hi","tools":[{"type":"namespace","name":"fs","tools":[` + fns + `]}]}`,
-	} {
-		resp, b := post(t, gw.API.URL+"/v1/responses", body, nil)
-		if resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Route") != "tool-heavy" {
-			t.Errorf("%s: %d route %q %s", body, resp.StatusCode, resp.Header.Get("X-Switchyard-Route"), b)
-		}
-	}
-}
-
 // TestCountTokensForRoutedNames: count_tokens for a policy-routed name
 // (auto, a pattern, a claude-* name) is answered by the pool the request
 // would be routed to, without a classifier call (before: 400, and Claude
