@@ -507,9 +507,10 @@ routes:
 	}
 }
 
-// TestAdminGuard: with server.admin_token_env the admin API (and /metrics
-// with admin_token_metrics) needs the token while the probes stay open; a
-// state-changing call from another origin is refused even with the token.
+// TestAdminGuard: server.admin_token_env and admin_token_metrics reach the
+// admin listener: the admin API and /metrics need the token, the probes
+// stay open (the guard's rules, cross-origin calls included, are
+// admin.TestGuard's).
 func TestAdminGuard(t *testing.T) {
 	m := startReplica(t, fast("m"))
 	gw := startGateway(t, loadConfig(t, `
@@ -540,48 +541,17 @@ routes:
 		want         int
 	}{
 		{"GET", "/admin/pools", nil, 401},
-		{"GET", "/admin/pools", map[string]string{"Authorization": "Bearer wrong"}, 401},
 		{"GET", "/admin/pools", good, 200},
-		{"GET", "/admin/config", nil, 401},
 		{"GET", "/metrics", nil, 401},
 		{"GET", "/metrics", good, 200},
 		{"GET", "/healthz", nil, 200},
 		{"GET", "/readyz", nil, 200},
-		{"POST", "/admin/explain?class=x", nil, 401},
+		{"POST", "/admin/explain", nil, 401},
 		{"POST", "/admin/explain", good, 200},
-		{"POST", "/admin/explain", map[string]string{"Authorization": "Bearer adm-secret", "Origin": "http://evil.example"}, 403},
-		{"POST", "/admin/explain", map[string]string{"Authorization": "Bearer adm-secret", "Sec-Fetch-Site": "cross-site"}, 403},
-		{"POST", "/admin/explain", map[string]string{"Authorization": "Bearer adm-secret", "Origin": "null"}, 403},
-		{"POST", "/admin/explain", map[string]string{"Authorization": "Bearer adm-secret", "Origin": gw.Admin.URL}, 200},
 	} {
 		if got := do(c.method, c.path, c.h); got != c.want {
 			t.Errorf("%s %s %v: %d, want %d", c.method, c.path, c.h, got, c.want)
 		}
-	}
-}
-
-// TestAdminRefusesCrossOriginWithoutToken: without a token the Origin
-// check still keeps browser pages of other sites from reloading.
-func TestAdminRefusesCrossOriginWithoutToken(t *testing.T) {
-	m := startReplica(t, fast("m"))
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: a, url: "{{m}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"m": m.Srv.URL}, nil))
-	req, _ := http.NewRequest("POST", gw.Admin.URL+"/admin/reload", nil)
-	req.Header.Set("Origin", "https://attacker.example")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "cross_origin") {
-		t.Errorf("cross-origin reload: %d %s", resp.StatusCode, b)
 	}
 }
 
