@@ -9,6 +9,7 @@ import (
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/router/internal/admin"
+	"github.com/switchyard/switchyard/router/internal/discoveries"
 	"github.com/switchyard/switchyard/router/internal/wire"
 )
 
@@ -94,7 +95,7 @@ func (v adminView) Shadow() *admin.ShadowSummary {
 	if sh == nil {
 		return nil
 	}
-	sum := sh.summary()
+	sum := sh.Summary()
 	return &sum
 }
 
@@ -106,8 +107,8 @@ func (g *Gateway) poolViews(s *Snapshot, now time.Time) []admin.PoolView {
 	out := make([]admin.PoolView, 0, len(s.poolOrder))
 	for _, ps := range s.poolOrder {
 		pv := admin.PoolView{Name: ps.Name, Model: ps.Model, Balance: ps.Balance(), MaxInflight: ps.MaxInflight(), Healthy: ps.HealthyCount(),
-			Discovery: s.discoveryView(ps.Name), Replicas: []admin.ReplicaView{}}
-		source := replicaSource(ps.cfg)
+			Discovery: s.discovery.View(ps.Name), Replicas: []admin.ReplicaView{}}
+		source := discoveries.Source(ps.cfg)
 		for _, rep := range ps.Replicas() {
 			lastErr, why := rep.LastError()
 			rv := admin.ReplicaView{Name: rep.Name, URL: rep.URL().String(), Source: source, Nodes: rep.Nodes, State: admin.ReplicaFlags{Retired: rep.Retired(), Probing: rep.Probing(),

@@ -137,8 +137,8 @@ func (g *Gateway) relay(ctx, hctx context.Context, x *exchange, rep *pools.Repli
 	w.WriteHeader(resp.StatusCode)
 	x.status, x.sent = resp.StatusCode, resp.StatusCode
 	clock.Streaming()
-	g.trackStream(x, clock.Cancel)
-	defer g.untrackStream(x)
+	g.trackStream(&x.stream.pump, clock.Cancel)
+	defer g.untrackStream(&x.stream.pump)
 	var sw *spans.SpanWriter
 	if span.IsRecording() {
 		// A continuation writes on through sw, and sets the attributes of

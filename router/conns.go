@@ -61,7 +61,7 @@ func (g *Gateway) bounded(admin bool, next http.Handler) http.Handler {
 			// A Via entry is the client's to forge: only an authenticated
 			// request is answered as a loop (and logged, and counted); any
 			// other goes on to be refused as unauthenticated.
-			if _, err := g.snap.Load().authenticate(r); err == nil {
+			if _, err := g.snap.Load().keys.Authenticate(r); err == nil {
 				g.refuseLoop(w, r)
 				return
 			}

@@ -8,12 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/switchyard/switchyard/internal/polltest"
-	"github.com/switchyard/switchyard/router"
 )
 
 // connsYAML caps the client listener at 8 connections; {{per}} sets the
@@ -186,113 +184,6 @@ func TestIdleFloodDoesNotStarveKeyedClient(t *testing.T) {
 				t.Errorf("refused %v connections, want 0", v)
 			}
 		})
-	}
-}
-
-// TestConnectionsPerClient: server.max_connections_per_client bounds one
-// address: past it, the address's own oldest idle connection is closed,
-// or, when all of its connections carry requests, the new one is refused
-// with too_many_connections_per_client; another address is served.
-func TestConnectionsPerClient(t *testing.T) {
-	m := startHoldReplica(t, fast("m"))
-	gw := startGateway(t, loadConfig(t, strings.ReplaceAll(strings.ReplaceAll(connsYAML, "{{per}}", "3"), "{{idle}}", "120s"),
-		map[string]string{"m": m.Srv.URL}, connsEnv))
-	addr := limited(t, gw, gw.G.Handler(), "api")
-	var idle []net.Conn
-	for i := range 4 {
-		idle = append(idle, idleConn(t, "127.0.0.2", addr, "/v1/models", "Authorization: Bearer attacker-secret"))
-		idleSeen(t, gw, "api", min(i+1, 3))
-	}
-	if !isClosed(idle[0]) {
-		t.Fatalf("the fourth connection of one address did not close its oldest idle one")
-	}
-	if v := metricValue(t, gw, "switchyard_connections_evicted_total", map[string]string{"listener": "api", "reason": "per_client"}); v != 1 {
-		t.Errorf("per_client evictions %v, want 1", v)
-	}
-	for _, c := range idle[1:] {
-		c.Close()
-	}
-	// Three requests in flight from one address: a fourth connection is
-	// refused.
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
-	var wg sync.WaitGroup
-	var busy []net.Conn
-	for i := range 3 {
-		c, err := d.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		busy = append(busy, c)
-		body := fmt.Sprintf(`{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"HOLD %d"}]}`, i)
-		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer attacker-secret\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			io.Copy(io.Discard, c)
-		}()
-	}
-	polltest.Eventually(t, 10*time.Second, "three held requests", func() bool { return m.held.Load() == 3 })
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprint(c, "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer attacker-secret\r\n\r\n")
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	c.Close()
-	if resp.StatusCode != 503 || !strings.Contains(string(b), `"code":"too_many_connections_per_client"`) {
-		t.Fatalf("a fourth busy connection: %d %s", resp.StatusCode, b)
-	}
-	if status, body := victimChat(t, victimClient("127.0.0.1"), "http://"+addr, 0); status != 200 {
-		t.Fatalf("another address: %d %s", status, body)
-	}
-	m.release()
-	for _, c := range busy {
-		c.Close()
-	}
-	wg.Wait()
-}
-
-// TestIdleTimeoutShrinksUnderPressure: past half the cap, a connection
-// idle longer than the shortened timeout is closed when the next one
-// arrives (the clock is injected: no waiting).
-func TestIdleTimeoutShrinksUnderPressure(t *testing.T) {
-	m := startReplica(t, fast("m"))
-	var mu sync.Mutex
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	gw := startGateway(t, loadConfig(t, connsConfig(t, m, "8", "120s"), map[string]string{"m": m.Srv.URL}, connsEnv),
-		func(o *router.Options) { o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now } })
-	addr := limited(t, gw, gw.G.Handler(), "api")
-	key := "Authorization: Bearer attacker-secret"
-	var idle []net.Conn
-	for range 3 {
-		idle = append(idle, idleConn(t, "127.0.0.2", addr, "/v1/models", key))
-	}
-	idleSeen(t, gw, "api", 3)
-	advance(100 * time.Second)
-	// 4 of 8 open: no pressure, the 120s timeout holds.
-	idle = append(idle, idleConn(t, "127.0.0.2", addr, "/v1/models", key))
-	if v := metricValue(t, gw, "switchyard_connections_evicted_total", map[string]string{"listener": "api", "reason": "idle_timeout"}); v != 0 {
-		t.Fatalf("idle_timeout evictions %v at half the cap, want 0", v)
-	}
-	idleSeen(t, gw, "api", 4)
-	// The 5th of 8: past half the cap the timeout is 120s × 2 × 3/8 =
-	// 90s; the first three have been idle 100s.
-	idle = append(idle, idleConn(t, "127.0.0.2", addr, "/v1/models", key))
-	if v := metricValue(t, gw, "switchyard_connections_evicted_total", map[string]string{"listener": "api", "reason": "idle_timeout"}); v != 3 {
-		t.Errorf("idle_timeout evictions %v past half the cap, want 3", v)
-	}
-	for i, c := range idle[:3] {
-		if !isClosed(c) {
-			t.Errorf("connection %d idle 100s past half the cap is open", i)
-		}
-	}
-	if isClosed(idle[3]) {
-		t.Errorf("a connection idle 0s was closed")
 	}
 }
 

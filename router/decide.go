@@ -29,7 +29,7 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	defer span.End()
 	key := ""
 	if x.key != nil {
-		key = x.key.name
+		key = x.key.Name
 	}
 	var preq *policy.Request
 	var in classifier.Input
@@ -63,8 +63,8 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("switchyard.route", d.Route), attribute.StringSlice("switchyard.pools", d.Pools))
 	}
-	if !explain && g.opts.ShadowPath != "" {
-		g.shadowDecide(ctx, x, d, preq, in)
+	if sh := g.shadow.Load(); !explain && sh != nil {
+		sh.Decide(ctx, d, preq, x.classify.res, s.classifier, in)
 	}
 	return d
 }

@@ -423,6 +423,9 @@ routes:
 	if backup.count() != 0 || slow.count()+slow2.count() != 1 {
 		t.Errorf("a timed-out request was replayed: first pool %d, backup %d attempts", slow.count()+slow2.count(), backup.count())
 	}
+	if resp.Header.Get("X-Switchyard-Pool") != "first" {
+		t.Errorf("pool header %q", resp.Header.Get("X-Switchyard-Pool"))
+	}
 }
 
 // openFDs counts this process's open file descriptors (Linux).

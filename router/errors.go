@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard/switchyard/router/internal/keys"
 	"github.com/switchyard/switchyard/router/internal/upstream"
 
 	"github.com/switchyard/switchyard/router/internal/wire"
@@ -15,12 +16,12 @@ import (
 
 // Sentinel errors of the request path, mapped to statuses by toAPIError.
 var (
-	errUnauthorized  = errors.New("missing or unknown API key")
+	errUnauthorized  = keys.ErrUnauthorized
 	errForbidden     = errors.New("API key not allowed")
 	errModelNotFound = errors.New("model not found")
 	errTooLarge      = errors.New("request body too large")
 	errBodyTimeout   = errors.New("request body too slow")
-	errRateLimited   = errors.New("rate limited")
+	errRateLimited   = keys.ErrRateLimited
 	errUpstream429   = errors.New("upstream rate limited")
 )
 

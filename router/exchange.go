@@ -12,6 +12,7 @@ import (
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/pools"
+	"github.com/switchyard/switchyard/router/internal/keys"
 	"github.com/switchyard/switchyard/router/internal/pump"
 	"github.com/switchyard/switchyard/router/internal/spans"
 	"github.com/switchyard/switchyard/router/internal/upstream"
@@ -42,7 +43,7 @@ type exchange struct {
 	snap     *Snapshot
 	info     *wire.Info
 	body     []byte
-	key      *apiKey
+	key      *keys.Key
 	// keySlot: the request counts against its key's max_inflight.
 	keySlot  bool
 	decision policy.Decision
@@ -255,7 +256,7 @@ func (x *exchange) keyName() string {
 	if x.key == nil {
 		return "none"
 	}
-	return x.key.name
+	return x.key.Name
 }
 
 func orNone(s string) string {

@@ -525,29 +525,3 @@ routes:
 		t.Errorf("replica saw %d requests, want 3 (the limited one never reaches it)", rep.count())
 	}
 }
-
-// TestRateLimitAcrossInstances: with server.instances the key's rps and
-// burst are cluster-wide figures, so each instance takes its share: burst
-// 4 over 2 instances lets 2 through here.
-func TestRateLimitAcrossInstances(t *testing.T) {
-	rep := startReplica(t, fast("m"))
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-server:
-  instances: 2
-  api_keys: [{name: k, key_env: K, rate: {rps: 0.001, burst: 4}}]
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: a, url: "{{p}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"p": rep.Srv.URL}, map[string]string{"K": "sk-k"}))
-	var got []int
-	for range 3 {
-		resp, _ := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, map[string]string{"Authorization": "Bearer sk-k"})
-		got = append(got, resp.StatusCode)
-	}
-	if d := cmp.Diff([]int{200, 200, 429}, got); d != "" {
-		t.Errorf("statuses (-want +got):\n%s", d)
-	}
-}

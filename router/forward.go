@@ -93,7 +93,7 @@ func isTerminal(err error) bool {
 // placeOn places the request on ps through the executor. It returns done
 // once a response has been committed to the client.
 func (g *Gateway) placeOn(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, ps *poolState) (bool, error) {
-	if err := x.snap.emptyPool(ps); err != nil {
+	if err := x.snap.discovery.Empty(ps.Pool); err != nil {
 		return false, err
 	}
 	body := x.body

@@ -16,6 +16,8 @@ import (
 	"github.com/switchyard/switchyard/router/internal/admin"
 	"github.com/switchyard/switchyard/router/internal/wire"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/switchyard/switchyard/policy"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -77,7 +79,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 	// trickles in: bounded armed it before any handler ran (so a request
 	// refused before its body is read leaves the server discarding that
 	// body within it too); it is lifted once the body is read.
-	key, err := s.authenticate(r)
+	key, err := s.keys.Authenticate(r)
 	if err != nil {
 		return err
 	}
@@ -97,10 +99,8 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	x.info = info
 	x.body, x.stream.custom = wire.Adapt(x.ep, body)
-	if key != nil && key.limiter != nil {
-		if wait := key.wait(g.opts.Now()); wait > 0 {
-			return &retryAfter{err: fmt.Errorf("%w: API key %q is over its rate of %g requests/s", errRateLimited, key.name, key.rate.RPS), after: wait}
-		}
+	if wait, err := key.Throttle(g.opts.Now()); err != nil {
+		return &retryAfter{err: err, after: wait}
 	}
 	if err := x.holdKeySlot(); err != nil {
 		return err
@@ -110,11 +110,11 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 		g.hintUnknownModel(s, info.Model)
 		return fmt.Errorf("%w: the model `%s` does not exist (see GET /v1/models)", errModelNotFound, wire.Clip(info.Model))
 	}
-	if !key.allows(info.Model) {
-		return fmt.Errorf("%w: API key %q may not use model %q", errForbidden, key.name, wire.Clip(info.Model))
+	if !key.Allows(info.Model) {
+		return fmt.Errorf("%w: API key %q may not use model %q", errForbidden, key.Name, wire.Clip(info.Model))
 	}
 	if key != nil {
-		x.snap.recorder.Offer(key.name, r.URL.Path, r.Header, body)
+		x.snap.recorder.Offer(key.Name, r.URL.Path, r.Header, body)
 	} else {
 		x.snap.recorder.Offer("", r.URL.Path, r.Header, body)
 	}
@@ -181,7 +181,7 @@ func (x *exchange) sample() admin.Sample {
 		sm.Endpoint = x.rep.Endpoint
 	}
 	if x.key != nil {
-		sm.Key = x.key.name
+		sm.Key = x.key.Name
 	}
 	if x.info != nil {
 		sm.Model = wire.Clip(x.info.Model)
@@ -221,7 +221,7 @@ func (g *Gateway) finish(x *exchange) {
 		slog.Int("retries", x.retries), slog.String("fallback", x.fallback),
 	}
 	if x.key != nil {
-		attrs = append(attrs, slog.String("key", x.key.name))
+		attrs = append(attrs, slog.String("key", x.key.Name))
 	}
 	if x.info != nil {
 		attrs = append(attrs, slog.String("model", wire.Clip(x.info.Model)), slog.Bool("stream", x.info.Stream))
@@ -260,7 +260,7 @@ func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix
 	s := x.snap
 	// bounded armed server.body_timeout for the body; it is lifted once
 	// the body is read.
-	key, err := s.authenticate(r)
+	key, err := s.keys.Authenticate(r)
 	if err == nil {
 		x.key = key
 		x.info = &wire.Info{}
@@ -269,9 +269,9 @@ func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix
 	if err == nil {
 		_ = x.responseController(w).SetReadDeadline(time.Time{})
 	}
-	if err == nil && key != nil && key.limiter != nil {
-		if wait := key.wait(g.opts.Now()); wait > 0 {
-			err = &retryAfter{err: fmt.Errorf("%w: API key %q is over its rate of %g requests/s", errRateLimited, key.name, key.rate.RPS), after: wait}
+	if err == nil {
+		if wait, terr := key.Throttle(g.opts.Now()); terr != nil {
+			err = &retryAfter{err: terr, after: wait}
 		}
 	}
 	if err == nil {
@@ -287,4 +287,12 @@ func (g *Gateway) serveStored(w http.ResponseWriter, r *http.Request, id, suffix
 	x.route = x.decision.Route
 	w.Header().Set(headerRoute, x.route)
 	g.forward(ctx, w, r, x)
+}
+
+// storedHandler serves GET and DELETE /v1/responses/{id} and POST
+// /v1/responses/{id}/cancel on the replica that stored the response.
+func (g *Gateway) storedHandler(suffix string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		g.serveStored(w, r, chi.URLParam(r, "id"), suffix)
+	}
 }

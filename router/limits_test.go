@@ -1,18 +1,15 @@
 package router
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/switchyard/switchyard/router/internal/upstream"
 
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/router/internal/upstream"
 )
 
 // TestOversizedAnswerIs502: a non-stream answer over the size limit is not
@@ -52,32 +49,5 @@ routes:
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "larger than 1024 bytes") {
 		t.Errorf("status %d body %s", resp.StatusCode, body)
-	}
-}
-
-// TestClockContinuesStreamDuration: a continuation's clock counts
-// max_stream_duration from the cut stream's start, so one begun an hour
-// ago is ended at once, and one begun now is not.
-func TestClockContinuesStreamDuration(t *testing.T) {
-	tt := upstream.NewTimeouts(time.Minute, 0, 0, time.Minute)
-	var c upstream.Clock
-	ctx := c.Start(context.Background(), tt)
-	defer c.Stop()
-	if !c.Take() {
-		t.Fatal("the header timeout fired")
-	}
-	c.StreamingSince(time.Now().Add(-time.Hour))
-	<-ctx.Done()
-	if cause := context.Cause(ctx); cause != tt.TotalErr {
-		t.Errorf("cause %v, want max_stream_duration", cause)
-	}
-
-	var fresh upstream.Clock
-	ctx = fresh.Start(context.Background(), tt)
-	defer fresh.Stop()
-	fresh.Take()
-	fresh.StreamingSince(time.Now())
-	if ctx.Err() != nil {
-		t.Errorf("a stream begun now was ended: %v", context.Cause(ctx))
 	}
 }

@@ -16,40 +16,6 @@ import (
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
-// TestUpstreamTimeoutIs504AndNotRetried: a replica that does not answer in
-// response_header_timeout gives 504, and the request is not
-// replayed on another replica.
-func TestUpstreamTimeoutIs504AndNotRetried(t *testing.T) {
-	slow := startReplica(t, fast("m"))
-	slow.Sim.SetFaults(vllmsim.Faults{Stall: 2 * time.Second})
-	other := startReplica(t, fast("m"))
-	other.Sim.SetFaults(vllmsim.Faults{Stall: 2 * time.Second})
-	cfg := loadConfig(t, `
-version: 1
-pools:
-  p:
-    model: m
-    balance: round_robin
-    response_header_timeout: 100ms
-    health: {disabled: true}
-    replicas: [{name: r1, url: "{{a}}"}, {name: r2, url: "{{b}}"}]
-routes:
-  - name: default
-    to: p
-`, map[string]string{"a": slow.Srv.URL, "b": other.Srv.URL}, nil)
-	gw := startGateway(t, cfg)
-	resp, body := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil)
-	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(body), "upstream_timeout") {
-		t.Errorf("status %d body %s, want 504 upstream_timeout", resp.StatusCode, body)
-	}
-	if resp.Header.Get("X-Switchyard-Pool") != "p" {
-		t.Errorf("pool header %q", resp.Header.Get("X-Switchyard-Pool"))
-	}
-	if n := slow.count() + other.count(); n != 1 {
-		t.Errorf("the request reached replicas %d times, want 1 (a timeout is not retried)", n)
-	}
-}
-
 // TestStatusErrorsNeverRetrySameReplica: a 500 from the only replica is not
 // replayed on it; the route's fallback pool answers instead.
 func TestStatusErrorsNeverRetrySameReplica(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/switchyard/switchyard/router/internal/wire"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/tidwall/sjson"
 
 	"github.com/switchyard/switchyard/policy"
@@ -26,7 +25,7 @@ func replicaTag(rep *pools.Replica) string {
 func (x *exchange) ids() wire.ResponseIDs {
 	i := wire.ResponseIDs{Secret: x.snap.idSecret}
 	if x.key != nil {
-		i.Key = x.key.name
+		i.Key = x.key.Name
 	}
 	return i
 }
@@ -96,14 +95,6 @@ func (x *exchange) reachable(pool string) bool {
 	}
 	tgt, ok := x.snap.resolve(x.info.Model)
 	return ok && x.snap.reaches(tgt, pool)
-}
-
-// storedHandler serves GET and DELETE /v1/responses/{id} and POST
-// /v1/responses/{id}/cancel on the replica that stored the response.
-func (g *Gateway) storedHandler(suffix string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		g.serveStored(w, r, chi.URLParam(r, "id"), suffix)
-	}
 }
 
 // routed reports whether the routes can send a request to pool.

@@ -151,8 +151,8 @@ func (c *continuation) Send(ctx context.Context, rep *pools.Replica) upstream.Re
 		return upstream.Failed(o, "resume: "+err.Error(), err)
 	}
 	clock.StreamingSince(c.cut.started)
-	g.trackStream(x, clock.Cancel) // shutdown ends the continuation too
-	defer g.untrackStream(x)
+	g.trackStream(&x.stream.pump, clock.Cancel) // shutdown ends the continuation too
+	defer g.untrackStream(&x.stream.pump)
 	rs.Begin()
 	// What an earlier attempt left in the pump: why it stopped, a [DONE].
 	p.Refused, p.SawDone = nil, false

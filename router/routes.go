@@ -59,14 +59,14 @@ type modelEntry struct {
 func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request) {
 	s := g.snap.Load()
 	ep := apiOf(r)
-	key, err := s.authenticate(r)
+	key, err := s.keys.Authenticate(r)
 	if err != nil {
 		wire.WriteErrorFor(w, ep, toAPIError(err, ""))
 		return
 	}
 	names := make([]string, 0, len(s.models))
 	for n := range s.models {
-		if key.allows(n) {
+		if key.Allows(n) {
 			names = append(names, n)
 		}
 	}
@@ -108,13 +108,13 @@ func newAnthropicModel(id string, at time.Time) anthropicModel {
 func (g *Gateway) getModel(w http.ResponseWriter, r *http.Request) {
 	s := g.snap.Load()
 	ep := apiOf(r)
-	key, err := s.authenticate(r)
+	key, err := s.keys.Authenticate(r)
 	if err != nil {
 		wire.WriteErrorFor(w, ep, toAPIError(err, ""))
 		return
 	}
 	id := chi.URLParam(r, "id")
-	if _, ok := s.resolve(id); !ok || !key.allows(id) {
+	if _, ok := s.resolve(id); !ok || !key.Allows(id) {
 		wire.WriteErrorFor(w, ep, toAPIError(fmt.Errorf("%w: the model `%s` does not exist", errModelNotFound, wire.Clip(id)), ""))
 		return
 	}

@@ -507,9 +507,10 @@ routes:
 	}
 }
 
-// TestAdminGuard: with server.admin_token_env the admin API (and /metrics
-// with admin_token_metrics) needs the token while the probes stay open; a
-// state-changing call from another origin is refused even with the token.
+// TestAdminGuard: server.admin_token_env and admin_token_metrics reach the
+// admin listener: the admin API and /metrics need the token, the probes
+// stay open (the guard's rules, cross-origin calls included, are
+// admin.TestGuard's).
 func TestAdminGuard(t *testing.T) {
 	m := startReplica(t, fast("m"))
 	gw := startGateway(t, loadConfig(t, `
@@ -540,48 +541,17 @@ routes:
 		want         int
 	}{
 		{"GET", "/admin/pools", nil, 401},
-		{"GET", "/admin/pools", map[string]string{"Authorization": "Bearer wrong"}, 401},
 		{"GET", "/admin/pools", good, 200},
-		{"GET", "/admin/config", nil, 401},
 		{"GET", "/metrics", nil, 401},
 		{"GET", "/metrics", good, 200},
 		{"GET", "/healthz", nil, 200},
 		{"GET", "/readyz", nil, 200},
-		{"POST", "/admin/explain?class=x", nil, 401},
+		{"POST", "/admin/explain", nil, 401},
 		{"POST", "/admin/explain", good, 200},
-		{"POST", "/admin/explain", map[string]string{"Authorization": "Bearer adm-secret", "Origin": "http://evil.example"}, 403},
-		{"POST", "/admin/explain", map[string]string{"Authorization": "Bearer adm-secret", "Sec-Fetch-Site": "cross-site"}, 403},
-		{"POST", "/admin/explain", map[string]string{"Authorization": "Bearer adm-secret", "Origin": "null"}, 403},
-		{"POST", "/admin/explain", map[string]string{"Authorization": "Bearer adm-secret", "Origin": gw.Admin.URL}, 200},
 	} {
 		if got := do(c.method, c.path, c.h); got != c.want {
 			t.Errorf("%s %s %v: %d, want %d", c.method, c.path, c.h, got, c.want)
 		}
-	}
-}
-
-// TestAdminRefusesCrossOriginWithoutToken: without a token the Origin
-// check still keeps browser pages of other sites from reloading.
-func TestAdminRefusesCrossOriginWithoutToken(t *testing.T) {
-	m := startReplica(t, fast("m"))
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: a, url: "{{m}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"m": m.Srv.URL}, nil))
-	req, _ := http.NewRequest("POST", gw.Admin.URL+"/admin/reload", nil)
-	req.Header.Set("Origin", "https://attacker.example")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "cross_origin") {
-		t.Errorf("cross-origin reload: %d %s", resp.StatusCode, b)
 	}
 }
 
@@ -776,66 +746,14 @@ func TestShadowPolicy(t *testing.T) {
 	}
 }
 
-// TestShadowRefused: a shadow naming a pool the running config lacks, or
-// with other classifier labels, is refused with the reason.
+// TestShadowRefused: a shadow file the shadow package refuses (see
+// shadow.TestNewRefuses) fails the gateway's start, naming why.
 func TestShadowRefused(t *testing.T) {
-	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
-	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
-	dir := t.TempDir()
-	text := strings.NewReplacer("{{qwen}}", q.Srv.URL, "{{minicpm}}", m.Srv.URL).Replace(classifierYAML)
-	cfg := loadConfig(t, text, nil, nil)
-	for name, c := range map[string]struct{ yaml, why string }{
-		"other pool":   {strings.Replace(strings.ReplaceAll(text, "minicpm", "tiny"), "openbmb/MiniCPM5-2B", "m", 1), `shadow pool "tiny" is not a pool of the running config`},
-		"other labels": {strings.Replace(text, "labels: [simple, {complex:", "labels: [easy, {complex:", 1), "classifier labels [easy complex] differ"},
-	} {
-		bad := c.yaml
-		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
-		writeFile(t, path, bad)
-		_, err := router.New(cfg, router.Options{Logger: slog.New(slog.DiscardHandler), ShadowPath: path, Passive: true})
-		if err == nil || !strings.Contains(err.Error(), c.why) {
-			t.Errorf("%s: %v, want the shadow refused (%s)", name, err, c.why)
-		}
-	}
-}
-
-// TestShadowClassifierCallsBounded: when only the shadow needs the
-// classifier and the classifier stalls, at most 64 shadow decisions wait
-// on it; the rest are counted as skipped, and live requests are not held.
-func TestShadowClassifierCallsBounded(t *testing.T) {
-	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
-	m := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
-	m.Sim.SetFaults(vllmsim.Faults{Stall: time.Minute}) // the classifier never answers in time
-	dir := t.TempDir()
-	base := strings.NewReplacer("{{qwen}}", q.Srv.URL, "{{minicpm}}", m.Srv.URL).Replace(classifierYAML)
-	base = strings.Replace(base, "timeout: 2s", "timeout: 1m", 1)
-	cut := strings.Index(base, "routes:\n")
-	live, shadow := filepath.Join(dir, "live.yaml"), filepath.Join(dir, "shadow.yaml")
-	writeFile(t, live, base[:cut]+"routes:\n  - name: default\n    to: qwen\n")
-	writeFile(t, shadow, base[:cut]+"routes:\n  - name: complex\n    when: {class: complex}\n    to: qwen\n  - name: default\n    to: minicpm\n")
-	cfg, err := router.LoadConfig(live)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath, o.ShadowPath = live, shadow })
-	// Let the stalled classifier calls end with the test.
-	t.Cleanup(m.Srv.CloseClientConnections)
-	for i := range 70 {
-		// The live route needs no class: each request is answered at once.
-		if resp, b := post(t, gw.API.URL+"/v1/chat/completions", chatBody(fmt.Sprint("question ", i), ""), nil); resp.StatusCode != 200 {
-			t.Fatalf("live request %d: %d %s", i, resp.StatusCode, b)
-		}
-	}
-	var b []byte
-	polltest.Eventually(t, 10*time.Second, "six skipped shadow decisions", func() bool {
-		r, err := http.Get(gw.Admin.URL + "/admin/shadow")
-		if err != nil {
-			return false
-		}
-		defer r.Body.Close()
-		b, _ = io.ReadAll(r.Body)
-		return gjson.GetBytes(b, "skipped").Int() == 6
-	})
-	if n := gjson.GetBytes(b, "decisions").Int(); n != 0 {
-		t.Errorf("%d shadow decisions made while the classifier stalled, want 0: %s", n, b)
+	text := strings.NewReplacer("{{qwen}}", "http://127.0.0.1:1", "{{minicpm}}", "http://127.0.0.1:2").Replace(classifierYAML)
+	path := filepath.Join(t.TempDir(), "shadow.yaml")
+	writeFile(t, path, strings.Replace(text, "labels: [simple, {complex:", "labels: [easy, {complex:", 1))
+	_, err := router.New(loadConfig(t, text, nil, nil), router.Options{Logger: slog.New(slog.DiscardHandler), ShadowPath: path, Passive: true})
+	if err == nil || !strings.Contains(err.Error(), "shadow policy: ") || !strings.Contains(err.Error(), "classifier labels [easy complex] differ") {
+		t.Errorf("%v, want the shadow refused", err)
 	}
 }

@@ -2,22 +2,18 @@ package router
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
-	"net/http"
 	"path"
-	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
-	"time"
 
+	"github.com/switchyard/switchyard/router/internal/discoveries"
+	"github.com/switchyard/switchyard/router/internal/keys"
 	"github.com/switchyard/switchyard/router/internal/outcomes"
 	"github.com/switchyard/switchyard/router/internal/recorder"
 
 	"github.com/switchyard/switchyard/router/internal/upstream"
-
-	"golang.org/x/time/rate"
 
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
@@ -47,7 +43,7 @@ type Snapshot struct {
 	poolOrder []*poolState
 	models    map[string]target
 	patterns  []modelPattern
-	keys      []*apiKey
+	keys      keys.Set
 	// idSecret signs the stored-response ids clients see (see ids).
 	idSecret   []byte
 	classifier *classifier.Classifier
@@ -60,7 +56,7 @@ type Snapshot struct {
 	// required are the pools /readyz needs an available replica in.
 	required []string
 	// discovery are the discovered pools' discoveries, by pool name.
-	discovery map[string]*discoveredPool
+	discovery discoveries.Set
 }
 
 // poolState is a pool as this snapshot runs it: the pool view (its replicas
@@ -101,112 +97,6 @@ func (s *Snapshot) resolve(name string) (target, bool) {
 		}
 	}
 	return target{}, false
-}
-
-type apiKey struct {
-	name   string
-	sum    [32]byte
-	models policy.StringList
-	weight int
-	// maxInflight is api_keys[].max_inflight (0: none); slots counts the
-	// key's requests in flight (tenants.go), the same counter across
-	// reloads.
-	maxInflight int
-	slots       *keySlots
-	limiter     *rate.Limiter
-	rate        *policy.Rate
-	// instances is server.instances when the limiter was made.
-	instances int
-}
-
-// build makes a snapshot from cfg, reusing pools, limiters and sessions of
-// prev where their configuration did not change.
-func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
-	s := &Snapshot{Config: cfg, pools: map[string]*poolState{}, models: map[string]target{}}
-	// One recorder for the gateway's life, handed from snapshot to
-	// snapshot; Apply configures it once the snapshot is running.
-	if prev != nil {
-		s.recorder = prev.recorder
-	} else {
-		s.recorder = recorder.New(g.log, func() float64 { return float64(g.rand()>>11) / (1 << 53) }, g.opts.Now, g.metrics.CaptureDropped, g.metrics.CaptureLines)
-	}
-	if err := checkSelfReplicas(cfg, g.local); err != nil {
-		return nil, err
-	}
-	if cl := cfg.Classifier; cl != nil {
-		// An unchanged classifier sending to a pool of the same model keeps
-		// its cache; it reaches the pool by name through the running
-		// snapshot, so it follows the pool across reloads.
-		if prev != nil && prev.classifier != nil && reflect.DeepEqual(prev.Config.Classifier, cl) &&
-			(cl.Kind != "model" || prev.pools[cl.Pool] != nil && prev.pools[cl.Pool].Model == cfg.Pools.Get(cl.Pool).Model) {
-			s.classifier = prev.classifier
-		}
-	}
-	if cl := cfg.Classifier; cl != nil && s.classifier == nil {
-		c, err := g.buildClassifier(cl, s)
-		if err != nil {
-			return nil, err
-		}
-		s.classifier = c
-	}
-	opts := make([]pools.Options, len(cfg.Pools))
-	s.discovery = g.discoveries(cfg)
-	for i, pc := range cfg.Pools {
-		opts[i] = poolOptions(pc, cfg)
-		if dp := s.discovery[pc.Name]; dp != nil {
-			opts[i].Replicas = dp.d.Replicas()
-		}
-	}
-	// Reconciling the registry is the last step that can fail, and it
-	// fails before changing anything. Endpoints the old snapshot still
-	// uses but the new one drops are retired at once (no new requests;
-	// those in flight finish), before the swap.
-	views, err := g.endpoints.Apply(opts)
-	if err != nil {
-		return nil, err
-	}
-	for i, pc := range cfg.Pools {
-		ps := &poolState{Pool: views[i], cfg: pc, timeouts: upstream.NewTimeouts(pc.ResponseHeaderTimeout.Std(),
-			pc.FirstTokenTimeout.Std(), pc.StreamIdleTimeout.Std(), pc.MaxStreamDuration.Std())}
-		s.pools[pc.Name] = ps
-		s.poolOrder = append(s.poolOrder, ps)
-	}
-	for _, ps := range s.poolOrder {
-		s.models[ps.Name] = target{pool: ps}
-		if _, taken := s.models[ps.Model]; !taken {
-			s.models[ps.Model] = target{pool: ps}
-		}
-	}
-	for _, m := range cfg.Models {
-		t := target{policy: m.Pool == "", rewrite: m.RewriteResponseModel}
-		if m.Pool != "" {
-			t.pool = s.pools[m.Pool]
-		}
-		if m.IsPattern() {
-			s.patterns = append(s.patterns, modelPattern{pattern: m.Name, target: t})
-		} else {
-			s.models[m.Name] = t
-		}
-	}
-	s.keys = buildKeys(cfg, prev)
-	s.idSecret = responseIDSecret(&cfg.Server)
-	s.Policy = policy.New(cfg, g.policyOptions(cfg, prev, s)...)
-	if r := cfg.Server.Readiness; r != nil {
-		s.required = r.RequirePools
-	}
-	return s, nil
-}
-
-func (s *Snapshot) key(name string) *apiKey {
-	if s == nil {
-		return nil
-	}
-	for _, k := range s.keys {
-		if k.name == name {
-			return k
-		}
-	}
-	return nil
 }
 
 // poolList returns the pools in file order.
@@ -274,154 +164,6 @@ func spillsFrom(cfg *policy.Config, pool string) bool {
 	return false
 }
 
-// authenticate returns the API key presented in the Authorization header
-// (nil when auth is off). Every configured key is compared, in constant time
-// over fixed-length digests, so timing reveals neither which key matched nor
-// how much of one did.
-func (s *Snapshot) authenticate(r *http.Request) (*apiKey, error) {
-	if len(s.keys) == 0 {
-		return nil, nil
-	}
-	h := r.Header.Get("Authorization")
-	// The scheme is case-insensitive (RFC 9110 §11.1).
-	token, ok := "", len(h) > 7 && strings.EqualFold(h[:7], "Bearer ")
-	if ok {
-		token = strings.TrimSpace(h[7:])
-	}
-	if h == "" {
-		// Anthropic's clients send the key as x-api-key.
-		token = strings.TrimSpace(r.Header.Get("X-Api-Key"))
-		ok = token != ""
-	}
-	if !ok || token == "" {
-		return nil, fmt.Errorf("%w: send Authorization: Bearer <key> (or x-api-key: <key>)", errUnauthorized)
-	}
-	sum := sha256.Sum256([]byte(token))
-	var found *apiKey
-	for _, k := range s.keys {
-		if subtle.ConstantTimeCompare(sum[:], k.sum[:]) == 1 {
-			found = k
-		}
-	}
-	if found == nil {
-		return nil, fmt.Errorf("%w: the API key is not valid", errUnauthorized)
-	}
-	return found, nil
-}
-
-// wait takes a token from the key's bucket, or says how long until one is
-// there (nothing taken).
-func (k *apiKey) wait(now time.Time) time.Duration {
-	r := k.limiter.ReserveN(now, 1)
-	if !r.OK() {
-		return time.Second
-	}
-	if d := r.DelayFrom(now); d > 0 {
-		r.CancelAt(now)
-		return d
-	}
-	return 0
-}
-
-// allows reports whether key may use the client-visible model name.
-// allows reports whether the key may use model: its models list names it
-// or holds a pattern (such as "claude-*") that matches it.
-func (k *apiKey) allows(model string) bool {
-	if k == nil || k.models.Has("*") || k.models.Has(model) {
-		return true
-	}
-	for _, m := range k.models {
-		if ok, _ := path.Match(m, model); ok {
-			return true
-		}
-	}
-	return false
-}
-
-// buildKeys makes the API keys of cfg; a key whose rate limit is unchanged
-// keeps its limiter (and so its tokens) from prev, and every key kept
-// keeps its count of requests in flight.
-func buildKeys(cfg *policy.Config, prev *Snapshot) []*apiKey {
-	var keys []*apiKey
-	n := cfg.Server.Instances
-	for _, k := range cfg.Server.APIKeys {
-		ak := &apiKey{name: k.Name, sum: sha256.Sum256([]byte(k.Secret)), models: k.Models, weight: k.Weight, rate: k.Rate, instances: n,
-			maxInflight: k.MaxInflight, slots: &keySlots{}}
-		if old := prev.key(k.Name); old != nil {
-			ak.slots = old.slots
-		}
-		if k.Rate != nil {
-			if old := prev.key(k.Name); old != nil && reflect.DeepEqual(old.rate, k.Rate) && old.instances == n {
-				ak.limiter = old.limiter
-			} else {
-				// rps and burst are cluster-wide: each of n instances takes
-				// its share (a burst of at least 1).
-				ak.limiter = rate.NewLimiter(rate.Limit(k.Rate.RPS/float64(n)), max(1, k.Rate.Burst/n))
-			}
-		}
-		keys = append(keys, ak)
-	}
-	return keys
-}
-
-// policyOptions are the policy's session store, random source and share
-// controller; the store and the controller outlive a reload that keeps
-// their settings.
-func (g *Gateway) policyOptions(cfg *policy.Config, prev *Snapshot, s *Snapshot) []policy.Option {
-	var popts []policy.Option
-	if se := cfg.Session; se != nil {
-		if prev != nil && prev.sessions != nil && reflect.DeepEqual(prev.Config.Session, se) {
-			s.sessions, s.outcomes = prev.sessions, prev.outcomes
-		} else {
-			s.sessions = policy.NewSessions(se.Size, se.TTL.Std(), g.opts.Now)
-			s.outcomes = outcomes.New(se.Size, g.metrics.TurnOutcomes)
-		}
-		popts = append(popts, policy.WithSessions(s.sessions))
-	}
-	if g.opts.Rand != nil {
-		popts = append(popts, policy.WithRand(g.opts.Rand))
-	}
-	if ctl := cfg.Control; ctl != nil && ctl.Share != nil {
-		// The controller (its threshold and measurements) outlives a
-		// reload that keeps its settings.
-		var c *policy.Controller
-		if prev != nil && prev.Policy != nil && prev.Config.Control != nil && reflect.DeepEqual(prev.Config.Control.Share, ctl.Share) {
-			c = prev.Policy.Controller()
-		}
-		if c == nil {
-			o := ctl.Share.Options()
-			o.Now = g.opts.Now
-			pool := ctl.Share.Pool
-			o.Load = func() float64 { return g.utilization(pool) }
-			c = policy.NewController(o)
-		}
-		popts = append(popts, policy.WithController(c))
-	}
-	return popts
-}
-
-func (g *Gateway) buildClassifier(cl *policy.Classifier, s *Snapshot) (*classifier.Classifier, error) {
-	o := classifier.Options{
-		Kind: cl.Kind, Labels: cl.Labels, Descriptions: cl.Descriptions, MaxInputChars: cl.MaxInputChars,
-		Timeout: cl.Timeout.Std(), OnError: cl.OnError, CacheSize: cl.Cache.Size, CacheTTL: cl.Cache.TTL.Std(),
-		Concurrency: cl.Concurrency, GuidedChoice: cl.GuidedChoice, Prompt: cl.Prompt, Metrics: g.classMetrics,
-		BreakerFailures: cl.Breaker.Failures, BreakerCooldown: cl.Breaker.Cooldown.Std(), Now: g.opts.Now,
-		OnBreaker: func(open bool, err error) {
-			if open {
-				g.log.Error("classifier circuit opened: not calling the classifier pool; using on_error", "pool", cl.Pool,
-					"label", cl.OnError, "cooldown", cl.Breaker.Cooldown.Std().String(), "error", fmt.Sprint(err))
-			} else {
-				g.log.Info("classifier circuit closed: the classifier pool answers again", "pool", cl.Pool)
-			}
-		},
-	}
-	if cl.Kind == "model" {
-		o.Model = s.Config.Pools.Get(cl.Pool).Model
-		o.Transport = &poolTransport{g: g, pool: cl.Pool}
-	}
-	return classifier.New(o)
-}
-
 // readiness reports why the snapshot is not ready ("" when it is): a pool
 // named in server.readiness.require_pools has no available replica. Pools
 // are not otherwise part of readiness: a pod that turns unready because a
@@ -445,28 +187,6 @@ func (s *Snapshot) Pool(name string) *pools.Pool {
 		return ps.Pool
 	}
 	return nil
-}
-
-// utilization is a pool's in-flight and queued requests over its slots
-// (max_inflight per available replica): 1 is full, above 1 a queue.
-func (g *Gateway) utilization(pool string) float64 {
-	ps := g.snap.Load().pools[pool]
-	if ps == nil || ps.MaxInflight() <= 0 {
-		return 0
-	}
-	var busy int64
-	slots := 0
-	now := g.opts.Now()
-	for _, r := range ps.Replicas() {
-		busy += r.Inflight() + r.Waiting()
-		if r.Available(now) {
-			slots += ps.MaxInflight()
-		}
-	}
-	if slots == 0 {
-		return 2 // nothing available: as saturated as it gets
-	}
-	return float64(busy) / float64(slots)
 }
 
 // responseIDSecret is the secret of the deployment's response ids:

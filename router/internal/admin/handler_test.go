@@ -120,13 +120,22 @@ func TestGuard(t *testing.T) {
 		{"cross-site reload", Running{Token: &token}, "POST", "/admin/reload",
 			map[string]string{"Authorization": "Bearer s3cret", "Sec-Fetch-Site": "cross-site"}, 403},
 		{"other origin reload", Running{}, "POST", "/admin/reload", map[string]string{"Origin": "http://evil.example"}, 403},
+		{"null origin reload", Running{Token: &token}, "POST", "/admin/reload", map[string]string{"Authorization": "Bearer s3cret", "Origin": "null"}, 403},
+		{"same origin reload", Running{Token: &token}, "POST", "/admin/reload", map[string]string{"Authorization": "Bearer s3cret", "Origin": "SELF"}, 200},
 		{"cross-site read", Running{}, "GET", "/admin/pools", map[string]string{"Sec-Fetch-Site": "cross-site"}, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := &fakeView{run: tc.run}
 			srv := newAdmin(t, v)
-			if code, body := do(t, tc.method, srv.URL+tc.path, tc.header); code != tc.want {
+			if tc.header["Origin"] == "SELF" {
+				tc.header["Origin"] = srv.URL
+			}
+			code, body := do(t, tc.method, srv.URL+tc.path, tc.header)
+			if code != tc.want {
 				t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, code, body, tc.want)
+			}
+			if tc.header["Origin"] != "" && tc.want == 403 && !strings.Contains(body, `"cross_origin"`) {
+				t.Errorf("%s %s: %s, want the code cross_origin", tc.method, tc.path, body)
 			}
 			if tc.want == 403 && v.reloaded > 0 {
 				t.Error("a refused call reloaded the config")

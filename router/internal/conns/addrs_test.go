@@ -71,3 +71,35 @@ func FuzzClientAddr(f *testing.F) {
 		}
 	})
 }
+
+// TestSelfAddr: a replica address is the gateway's own when it names a
+// listener's port on the listener's address, or on any local address for
+// a wildcard listener.
+func TestSelfAddr(t *testing.T) {
+	local := []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("fe80::1")}
+	for _, tc := range []struct {
+		name, listen, admin, addr string
+		want                      bool
+	}{
+		{"wildcard, loopback", "0.0.0.0:8080", "127.0.0.1:9090", "127.0.0.1:8080", true},
+		{"wildcard, other loopback", "0.0.0.0:8080", "127.0.0.1:9090", "127.0.0.2:8080", true},
+		{"wildcard, interface address", "0.0.0.0:8080", "127.0.0.1:9090", "192.0.2.10:8080", true},
+		{"wildcard, localhost", ":8080", "127.0.0.1:9090", "localhost:8080", true},
+		{"wildcard v6, interface", "[::]:8080", "127.0.0.1:9090", "[fe80::1]:8080", true},
+		{"wildcard, other host", "0.0.0.0:8080", "127.0.0.1:9090", "192.0.2.11:8080", false},
+		{"wildcard, other port", "0.0.0.0:8080", "127.0.0.1:9090", "127.0.0.1:8000", false},
+		{"admin listener", "0.0.0.0:8080", "127.0.0.1:9090", "127.0.0.1:9090", true},
+		{"specific listener, other address", "192.0.2.10:8080", "127.0.0.1:9090", "127.0.0.1:8080", false},
+		{"specific listener, same address", "192.0.2.10:8080", "127.0.0.1:9090", "192.0.2.10:8080", true},
+		{"mapped v4", "0.0.0.0:8080", "127.0.0.1:9090", "[::ffff:127.0.0.1]:8080", true},
+		{"a host name is not resolved", "0.0.0.0:8080", "127.0.0.1:9090", "vllm.internal:8080", false},
+		{"garbage", "0.0.0.0:8080", "127.0.0.1:9090", "nonsense", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			own := []Own{{Key: "server.listen", Addr: tc.listen}, {Key: "server.admin_listen", Addr: tc.admin}}
+			if _, got := SelfAddr(own, local, tc.addr); got != tc.want {
+				t.Errorf("selfAddr(%s | %s, %s) = %t, want %t", tc.listen, tc.admin, tc.addr, got, tc.want)
+			}
+		})
+	}
+}

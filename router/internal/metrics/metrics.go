@@ -121,31 +121,8 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 			Name: "switchyard_queue_wait_seconds", Help: "Time spent waiting for a replica slot (max_inflight) before the upstream call.",
 			Buckets: []float64{.0001, .001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"pool"}),
-		ConnsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "switchyard_connections_open", Help: "Client connections open, by listener (api or admin).",
-		}, []string{"listener"}),
-		ConnsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_connections_refused_total", Help: "Connections answered 503 and closed because the listener was at its cap (server.max_connections, server.admin_max_connections), by listener.",
-		}, []string{"listener"}),
-		ConnsIdle: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "switchyard_connections_idle", Help: "Client connections open and idle (keep-alive between requests, or not yet sent a request), by listener: the first to be closed when the listener is full.",
-		}, []string{"listener"}),
-		ConnsEvicted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_connections_evicted_total", Help: "Idle client connections closed to make room, by listener and reason (idle_at_cap: the listener was full; per_client: the client address was at its cap; idle_timeout: idle past the idle timeout, shortened under pressure).",
-		}, []string{"listener", "reason"}),
-		Loops: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_request_loops_total", Help: "Requests that came back to the gateway that had forwarded them (marked by its Via entry) and were answered 508 instead of being forwarded again.",
-		}),
-		DiscoverySelf: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_discovery_self_refused_total", Help: "Addresses in discovery answers refused because they name the gateway's own listener, by pool.",
-		}, []string{"pool"}),
-		Tokenize: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_context_tokenize_total", Help: "Prompts whose estimate was too close to a pool's max_model_len to decide, counted by the pool's /tokenize, by pool and result: fits, too_long, error (the estimate decided).",
-		}, []string{"pool", "result"}),
-		Poison: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_poison_requests_total", Help: "Requests that got the same 500 or 503 from two replicas with no untried replica left within retries: not retried further and held against no replica, by pool.",
-		}, []string{"pool"}),
 	}
+	m.guardSeries()
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "switchyard_build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
@@ -168,6 +145,36 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 		m.Reloads.WithLabelValues(r)
 	}
 	return m
+}
+
+// guardSeries makes the series of the gateway's guards: its connection
+// bounds, request loops, the context check's /tokenize calls and poison
+// requests.
+func (m *Metrics) guardSeries() {
+	m.ConnsOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_connections_open", Help: "Client connections open, by listener (api or admin).",
+	}, []string{"listener"})
+	m.ConnsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_connections_refused_total", Help: "Connections answered 503 and closed because the listener was at its cap (server.max_connections, server.admin_max_connections), by listener.",
+	}, []string{"listener"})
+	m.ConnsIdle = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchyard_connections_idle", Help: "Client connections open and idle (keep-alive between requests, or not yet sent a request), by listener: the first to be closed when the listener is full.",
+	}, []string{"listener"})
+	m.ConnsEvicted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_connections_evicted_total", Help: "Idle client connections closed to make room, by listener and reason (idle_at_cap: the listener was full; per_client: the client address was at its cap; idle_timeout: idle past the idle timeout, shortened under pressure).",
+	}, []string{"listener", "reason"})
+	m.Loops = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "switchyard_request_loops_total", Help: "Requests that came back to the gateway that had forwarded them (marked by its Via entry) and were answered 508 instead of being forwarded again.",
+	})
+	m.DiscoverySelf = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_discovery_self_refused_total", Help: "Addresses in discovery answers refused because they name the gateway's own listener, by pool.",
+	}, []string{"pool"})
+	m.Tokenize = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_context_tokenize_total", Help: "Prompts whose estimate was too close to a pool's max_model_len to decide, counted by the pool's /tokenize, by pool and result: fits, too_long, error (the estimate decided).",
+	}, []string{"pool", "result"})
+	m.Poison = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchyard_poison_requests_total", Help: "Requests that got the same 500 or 503 from two replicas with no untried replica left within retries: not retried further and held against no replica, by pool.",
+	}, []string{"pool"})
 }
 
 // ControlState is the share controller's state, as its series report it.

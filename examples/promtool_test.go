@@ -1,4 +1,4 @@
-package router_test
+package examples_test
 
 import (
 	"fmt"
@@ -20,7 +20,7 @@ func promtoolBinary(t *testing.T) string {
 	if os.Getenv("CI") == "true" {
 		t.Fatal("promtool not found; CI must install it (apt-get install prometheus)")
 	}
-	fmt.Fprintln(os.Stderr, "router: promtool not found (apt-get install prometheus): skipping the alert and dashboard unit tests")
+	fmt.Fprintln(os.Stderr, "examples: promtool not found (apt-get install prometheus): skipping the alert and dashboard unit tests")
 	t.Skip("promtool not found; install it (apt-get install prometheus) to run this test")
 	return ""
 }

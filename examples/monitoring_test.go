@@ -1,4 +1,4 @@
-package router_test
+package examples_test
 
 import (
 	"encoding/json"
@@ -26,10 +26,10 @@ import (
 )
 
 // The example dashboard and alert rules that TestPrometheusScrapesSplit
-// checks against a real Prometheus.
+// checks against a real Prometheus scraping a gateway.
 const (
-	dashboardPath = "../examples/grafana/switchyard.json"
-	alertsPath    = "../examples/prometheus/alerts.yml"
+	dashboardPath = "grafana/switchyard.json"
+	alertsPath    = "prometheus/alerts.yml"
 )
 
 const splitYAML = `
@@ -59,9 +59,9 @@ routes:
 func TestPrometheusScrapesSplit(t *testing.T) {
 	bin := prometheusBinary(t)
 
-	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
-	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
-	cfg := loadConfig(t, splitYAML, map[string]string{"qwen": q.Srv.URL, "minicpm": m.Srv.URL}, nil)
+	q := startReplica(t, "Qwen/Qwen3.8-Flash-Next")
+	m := startReplica(t, "openbmb/MiniCPM5-2B")
+	cfg := loadConfig(t, strings.NewReplacer("{{qwen}}", q.URL, "{{minicpm}}", m.URL).Replace(splitYAML))
 	// A seeded source keeps the split reproducible; the tolerance below
 	// still holds for any seed (the standard deviation of the share over
 	// 600 draws is about 0.019).

@@ -1,4 +1,4 @@
-package router
+package shadow
 
 import (
 	"context"
@@ -9,17 +9,20 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/router/internal/admin"
 )
 
-// shadowState is a candidate policy evaluated on live traffic without
-// affecting it (serve --shadow FILE).
-type shadowState struct {
+// Shadow is a candidate policy evaluated on live traffic.
+type Shadow struct {
 	file       string
 	generation int64
 	policy     *policy.Policy
+	// counter counts decisions by live and shadow pool (a metric).
+	counter *prometheus.CounterVec
 
 	// pending counts shadow decisions waiting on a classifier call;
 	// skipped those not made because too many were.
@@ -32,68 +35,58 @@ type shadowState struct {
 	routes map[[2]string]int64
 }
 
-// maxShadowCalls bounds the shadow decisions waiting on a classifier call.
-const maxShadowCalls = 64
+// maxCalls bounds the shadow decisions waiting on a classifier call.
+const maxCalls = 64
 
-// loadShadow reads the shadow policy file. Its routes, pools and
-// classifier labels are checked against the running config: the shadow
-// may only name the running pools, and it shares the running classifier
-// (and its cache), so its labels must be the running ones.
-func (g *Gateway) loadShadow() error {
-	path := g.opts.ShadowPath
-	cfg, err := LoadConfig(path)
-	if err != nil {
-		return err
-	}
-	s := g.snap.Load()
+// New makes the shadow of cfg, read from file, beside the running config.
+// The shadow may only name the running pools, and it shares the running
+// classifier (and its cache), so its labels must be the running ones. Its
+// generation follows prev's (1 without one); counter counts its decisions
+// by live and shadow pool.
+func New(file string, cfg, running *policy.Config, prev *Shadow, counter *prometheus.CounterVec) (*Shadow, error) {
 	for _, p := range cfg.Pools {
-		if s.pools[p.Name] == nil {
-			return fmt.Errorf("%s: shadow pool %q is not a pool of the running config (a shadow policy routes over the running pools)", path, p.Name)
+		if running.Pools.Get(p.Name) == nil {
+			return nil, fmt.Errorf("%s: shadow pool %q is not a pool of the running config (a shadow policy routes over the running pools)", file, p.Name)
 		}
 	}
 	var live, cand []string
-	if s.Config.Classifier != nil {
-		live = s.Config.Classifier.Labels
+	if running.Classifier != nil {
+		live = running.Classifier.Labels
 	}
 	if cfg.Classifier != nil {
 		cand = cfg.Classifier.Labels
 	}
 	if !slices.Equal(live, cand) {
-		return fmt.Errorf("%s: the shadow's classifier labels %v differ from the running %v (the shadow shares the running classifier)", path, cand, live)
+		return nil, fmt.Errorf("%s: the shadow's classifier labels %v differ from the running %v (the shadow shares the running classifier)", file, cand, live)
 	}
-	prev := g.shadow.Load()
-	st := &shadowState{file: path, policy: policy.New(cfg), pairs: map[[2]string]int64{}, routes: map[[2]string]int64{}}
-	st.generation = 1
+	sh := &Shadow{file: file, policy: policy.New(cfg), counter: counter, pairs: map[[2]string]int64{}, routes: map[[2]string]int64{}}
+	sh.generation = 1
 	if prev != nil {
-		st.generation = prev.generation + 1
+		sh.generation = prev.generation + 1
 	}
-	g.shadow.Store(st)
-	g.log.Info("shadow policy loaded", "file", path, "generation", st.generation, "routes", len(cfg.Routes))
-	return nil
+	return sh, nil
 }
 
-// shadowDecide evaluates the shadow policy for x, whose live decision is
-// made: at once when the live decision already has the classification
-// (or needs none), else on its own goroutine, so the request never waits
-// for a classifier call the shadow alone needs.
-func (g *Gateway) shadowDecide(ctx context.Context, x *exchange, live policy.Decision, preq *policy.Request, in classifier.Input) {
-	sh := g.shadow.Load()
-	if sh == nil {
-		return
-	}
+// Generation counts the shadow files loaded, from 1.
+func (sh *Shadow) Generation() int64 { return sh.generation }
+
+// Decide evaluates the shadow policy for a request whose live decision is
+// made: at once when the live decision already has the classification res
+// (or the gateway has no classifier c), else on its own goroutine, so the
+// request never waits for a classifier call the shadow alone needs.
+func (sh *Shadow) Decide(ctx context.Context, live policy.Decision, preq *policy.Request, res classifier.Result, c *classifier.Classifier, in classifier.Input) {
 	// The shadow policy has no session store; the session id still
 	// picks its splits, as the live policy's.
 	req := *preq
-	if res := x.classify.res; res.Outcome != "" || x.snap.classifier == nil {
+	if res.Outcome != "" || c == nil {
 		cls := policy.Classification{Label: res.Label, Scores: res.Scores, Fallback: res.Fallback()}
-		sh.record(g, live, sh.policy.Decide(&req, func() policy.Classification { return cls }, false))
+		sh.record(live, sh.policy.Decide(&req, func() policy.Classification { return cls }, false))
 		return
 	}
-	c := x.snap.classifier
-	// The shadow's own classifier calls are bounded: past maxShadowCalls
-	// at once, a request is not evaluated (counted in skipped), so a slow
+	// The shadow's own classifier calls are bounded: past maxCalls at
+	// once, a request is not evaluated (counted in skipped), so a slow
 	// classifier cannot pile up goroutines at the request rate.
-	if sh.pending.Add(1) > maxShadowCalls {
+	if sh.pending.Add(1) > maxCalls {
 		sh.pending.Add(-1)
 		sh.skipped.Add(1)
 		return
@@ -105,20 +98,23 @@ func (g *Gateway) shadowDecide(ctx context.Context, x *exchange, live policy.Dec
 			r := c.Classify(ctx, in)
 			return policy.Classification{Label: r.Label, Scores: r.Scores, Fallback: r.Fallback()}
 		}, false)
-		sh.record(g, live, d)
+		sh.record(live, d)
 	}()
 }
 
-func (sh *shadowState) record(g *Gateway, live, shadow policy.Decision) {
+func (sh *Shadow) record(live, shadow policy.Decision) {
 	lp, sp := live.Pools[0], shadow.Pools[0]
-	g.metrics.Shadow.WithLabelValues(lp, sp).Inc()
+	sh.counter.WithLabelValues(lp, sp).Inc()
 	sh.mu.Lock()
 	sh.pairs[[2]string{lp, sp}]++
 	sh.routes[[2]string{live.Route, shadow.Route}]++
 	sh.mu.Unlock()
 }
 
-func (sh *shadowState) summary() admin.ShadowSummary {
+// Summary is the shadow's part of /admin/shadow: how often it agreed with
+// the live policy, the split of each, and the pairs of pools and routes,
+// most frequent first.
+func (sh *Shadow) Summary() admin.ShadowSummary {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	out := admin.ShadowSummary{Enabled: true, File: sh.file, Generation: sh.generation, Skipped: sh.skipped.Load(),
