@@ -177,31 +177,26 @@ func (e *Endpoint) dispatch() {
 	if e.queue.len() == 0 || !e.Available(e.reg.now()) {
 		return
 	}
-	// First the waiters whose tenant is under its share (share.go), then,
-	// if a slot is still free, anyone whom the slots left cover the
-	// others' reserves for.
+	// A waiter whose tenant is under its share (share.go), or over it
+	// with the slots left covering the others' reserves, may take a slot;
+	// of those, the tenant furthest below its share in slot time does.
 	e.holds.mu.Lock()
 	defer e.holds.mu.Unlock()
 	clear(e.holds.prioGiven)
 	var over *shares
 	if s, ok := e.shareLimit(e.queue.maxCap); ok {
 		over = &s
-		if !e.dispatchPass(over, true) {
-			return
-		}
 	}
-	e.dispatchPass(over, false)
+	e.dispatchPass(over)
 }
 
-// dispatchPass is one pass of dispatch: it serves waiters while one fits,
-// choosing each as next does. It reports whether it passed one over for
-// its tenant's share. e.mu is held.
-func (e *Endpoint) dispatchPass(over *shares, strict bool) (skipped bool) {
+// dispatchPass serves waiters while one fits, choosing each as next
+// does. e.mu is held.
+func (e *Endpoint) dispatchPass(over *shares) {
 	for {
-		k, skip := e.next(over, strict)
-		skipped = skipped || skip
+		k := e.next(over)
 		if k < 0 || !e.admit(e.queue.at(k).max.Load()) {
-			return skipped
+			return
 		}
 		w := e.queue.at(k)
 		if !w.state.CompareAndSwap(waiting, served) {
@@ -226,18 +221,17 @@ func (e *Endpoint) dispatchPass(over *shares, strict bool) (skipped bool) {
 
 // next is the queue entry (relative to its head) to serve next, -1 when
 // no waiter fits. A waiter fits when its cap (its pool's max_inflight)
-// has room; one whose tenant holds its share in over is passed over
-// (strict), or passed over when the slots left would not cover the other
-// tenants' reserves (skipped reports it). Of the waiters that fit, the
+// has room, and, when its tenant holds its share in over, the slots left
+// would cover the other tenants' reserves. Of the waiters that fit, the
 // first of the highest tier (the classifier's calls) goes first; with
 // tenants to be fair to (over), among the first scanWaiters the one whose
 // tenant is furthest below its share, in slot time (the queue's order
 // among equals). e.mu is held.
-func (e *Endpoint) next(over *shares, strict bool) (best int, skipped bool) {
+func (e *Endpoint) next(over *shares) (best int) {
 	best = -1
 	inflight := e.inflight.Load()
 	if m := e.queue.maxCap; m > 0 && m < 1<<62 && inflight >= m {
-		return -1, false // no waiter's cap has room
+		return -1 // no waiter's cap has room
 	}
 	var bestBehind float64
 	bestTier := 0
@@ -258,17 +252,16 @@ func (e *Endpoint) next(over *shares, strict bool) (best int, skipped bool) {
 			continue
 		case w.priority && e.holds.priorityFull(w.tenant, wmax):
 			continue
-		case over != nil && w.fair && over.full(w.tenant) && (strict || !over.spare(w.tenant, wmax-inflight)):
-			skipped = true
+		case over != nil && w.fair && over.full(w.tenant) && !over.spare(w.tenant, wmax-inflight):
 			continue
 		case over == nil:
-			return k - 1, skipped // no one to weigh against: first come
+			return k - 1 // no one to weigh against: first come
 		}
 		if b := over.behind(w.tenant, w.weight); best < 0 || b < bestBehind {
 			best, bestBehind, bestTier = k-1, b, q.tier
 		}
 	}
-	return best, skipped
+	return best
 }
 
 // removeAt removes the queue entry k places behind the head. e.mu is held.

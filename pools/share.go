@@ -73,7 +73,7 @@ const maxKept = 256
 // A kept tenant's reserve lasts while its slot time is at least
 // reserveShare of the window; it is remembered, for the order of
 // service, while its slot time is at least forgetShare of the window.
-const forgetShare = 0.01
+const forgetShare = 0.001
 
 type tenantHold struct {
 	tenant string
@@ -167,6 +167,12 @@ func (h *holds) reserve(t *tenantHold, now, limit int64) int64 {
 // reserve, one that sends a short request now and then none.
 const reserveShare = 0.2
 
+// minSlotTime is the least slot time an ended request counts for: a
+// tenant that sends a few short requests a second (two, with the
+// defaults) uses a replica steadily, and earns a reserve, although each
+// holds a slot only briefly.
+const minSlotTime = 100 * time.Millisecond
+
 // until is when slot time u (nanoseconds, at now) decays below v: now
 // when it already is.
 func (h *holds) until(u, v float64, now int64) int64 {
@@ -217,7 +223,7 @@ func (h *holds) remove(tenant string, start, now int64, reserve time.Duration) {
 	t.n--
 	t.starts -= start
 	if h.tau > 0 {
-		t.used = h.decayed(t, now) + float64(now-start)
+		t.used = h.decayed(t, now) + float64(max(now-start, int64(minSlotTime)))
 		t.usedAt = now
 	}
 	if t.n > 0 {
@@ -310,7 +316,7 @@ func (h *holds) nextLapse(now int64) int64 {
 // h.m and those in h.waiting (waiters from the queue, or the request
 // being admitted, not counted there, or with a higher weight than there);
 // h.given counts the slots a dispatch handed out. A tenant's share is
-// cap × its weight ÷ sum, rounded up, at least 1.
+// cap × its weight ÷ sum, rounded down, at least 1.
 type shares struct {
 	h   *holds
 	cap int64
@@ -330,8 +336,11 @@ func (s *shares) weight(tenant string) float64 {
 	return w
 }
 
+// limit is the share of a tenant of weight w: rounded down (rounded up,
+// the shares of five tenants on eight slots would be two each, and four
+// at their share would hold every slot), at least 1.
 func (s *shares) limit(w float64) int64 {
-	return max(1, int64(math.Ceil(float64(s.cap)*w/s.sum)))
+	return max(1, int64(math.Floor(float64(s.cap)*w/s.sum+1e-9)))
 }
 
 // held is what tenant holds, counting what the dispatch gave it.

@@ -47,7 +47,7 @@ func (t *poolTransport) ChatCompletion(ctx context.Context, body []byte) ([]byte
 	// among themselves they take turns by the tenant whose request each
 	// classifies.
 	tenant, weight := classifier.TenantOf(ctx)
-	ex := &upstream.Execution{Pool: ps.Pool, Req: &pools.Request{Tenant: tenant, Weight: weight, Priority: true}, Attempts: 2, Call: call}
+	ex := &upstream.Execution{Pool: ps.Pool, Req: &pools.Request{Tenant: tenant, Weight: weight, Priority: true, Fair: true}, Attempts: 2, Call: call}
 	call.ex = ex
 	res := t.g.exec.Execute(ctx, ex)
 	if res.Err() != nil {
