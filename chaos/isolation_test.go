@@ -133,17 +133,35 @@ type victimRun struct {
 type victimReq struct {
 	kind, id, pool string
 	latency        time.Duration
+	i              int // its place in the run
 }
 
 // victimLoad sends n requests from w workers with the victim's key, on c,
-// cycling through the kinds and prompts.
+// cycling through the kinds and prompts, as fast as they are answered.
 func victimLoad(c *http.Client, addr string, n, w int) victimRun {
+	return victimPaced(c, addr, n, w, 0)
+}
+
+// victimPaced is victimLoad at rate requests a second (0: as fast as they
+// are answered); a request's latency counts from when it was due, so a
+// stall delays the ones behind it too (no coordinated omission).
+func victimPaced(c *http.Client, addr string, n, w int, rate float64) victimRun {
 	var mu sync.Mutex
 	var run victimRun
-	next := make(chan int)
+	type due struct {
+		i  int
+		at time.Time
+	}
+	next := make(chan due)
 	go func() {
+		begin := time.Now()
 		for i := range n {
-			next <- i
+			at := time.Now()
+			if rate > 0 {
+				at = begin.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+				time.Sleep(time.Until(at))
+			}
+			next <- due{i, at}
 		}
 		close(next)
 	}()
@@ -152,13 +170,14 @@ func victimLoad(c *http.Client, addr string, n, w int) victimRun {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range next {
+			for d := range next {
+				i := d.i
 				k := victimKinds[i%len(victimKinds)]
 				prompt := victimPrompts[(i/len(victimKinds))%2]
 				req, _ := http.NewRequest("POST", "http://"+addr+k.path, strings.NewReader(k.body(prompt)))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Authorization", "Bearer victim-key-0123456789")
-				start := time.Now()
+				start := d.at
 				resp, err := c.Do(req)
 				var body []byte
 				if err == nil {
@@ -174,7 +193,7 @@ func victimLoad(c *http.Client, addr string, n, w int) victimRun {
 					run.lost = append(run.lost, fmt.Sprintf("%s: %d %.300s", k.name, resp.StatusCode, body))
 				default:
 					run.latencies = append(run.latencies, el)
-					run.reqs = append(run.reqs, victimReq{kind: k.name, id: resp.Header.Get("X-Request-Id"), pool: resp.Header.Get("X-Switchyard-Pool"), latency: el})
+					run.reqs = append(run.reqs, victimReq{kind: k.name, id: resp.Header.Get("X-Request-Id"), pool: resp.Header.Get("X-Switchyard-Pool"), latency: el, i: i})
 					run.all++
 					if resp.Header.Get("X-Switchyard-Pool") == "big" {
 						run.big++
@@ -616,15 +635,24 @@ func adversarial(t testing.TB, defaults bool) (*proc, victimRun, victimRun) {
 	cls := start(t, "sim", "--listen", "127.0.0.1:0", "--model", "cls", "--max-model-len", "2048", "--decode-tps", "400", "--max-tokens", "8")
 	gw := startEnv(t, []string{"VICTIM_KEY=victim-key-0123456789", "ATTACKER_KEY=attacker-key-0123456789", "HOG_KEY=hog-key-0123456789"},
 		isolationConfig(a.addr, b.addr, c.addr, cls.addr, defaults))
-	const n, workers = 240, 4
+	const n = 240
 	// The victim is one steady client: its keep-alive connections, opened
 	// in the warm-up, carry both phases (a client that reconnected when
 	// the attack began would measure the kernel's accept queue under a
-	// connection flood, not the gateway).
+	// connection flood, not the gateway). With caps set it sends from 4
+	// workers as fast as it is answered; on default settings it is the
+	// steady load of issue 42's reproduction, 20 requests a second (a
+	// closed loop would measure its share of the slots shrinking from all
+	// to a third, not isolation).
+	workers, rate := 4, 0.0
+	if defaults {
+		workers, rate = 16, 20
+	}
 	vc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
 	defer vc.CloseIdleConnections()
-	victimLoad(vc, gw.addr, 24, workers) // warm-up
-	quiet := victimLoad(vc, gw.addr, n, workers)
+	load := func(n int) victimRun { return victimPaced(vc, gw.addr, n, workers, rate) }
+	load(24) // warm-up
+	quiet := load(n)
 	if len(quiet.lost) != 0 {
 		t.Fatalf("without an attack the victim lost %d requests; first: %s", len(quiet.lost), quiet.lost[0])
 	}
@@ -638,7 +666,7 @@ func adversarial(t testing.TB, defaults bool) (*proc, victimRun, victimRun) {
 	go func() {
 		var lost []string
 		for bridge.Err() == nil {
-			lost = append(lost, victimLoad(vc, gw.addr, 2*len(victimKinds), 1).lost...) // both prompts: both pools
+			lost = append(lost, load(2*len(victimKinds)).lost...) // both prompts: both pools
 		}
 		bridged <- lost
 	}()
@@ -661,7 +689,7 @@ func adversarial(t testing.TB, defaults bool) (*proc, victimRun, victimRun) {
 			}
 		}
 	}()
-	attacked := victimLoad(vc, gw.addr, n, workers)
+	attacked := load(n)
 	close(watch)
 	atk := stop()
 
@@ -672,12 +700,17 @@ func adversarial(t testing.TB, defaults bool) (*proc, victimRun, victimRun) {
 		quiet.median(), quiet.p99(), quiet.bigShare(), attacked.median(), attacked.p99(),
 		float64(attacked.p99())/float64(max(1, quiet.p99())), attacked.bigShare())
 	t.Logf("gateway RSS: %d MiB at rest, peak %d MiB under attack", rssBefore>>20, peakRSS.Load()>>20)
+	for _, l := range strings.Split(gw.logs.String(), "\n") {
+		if strings.Contains(l, "healthy") || strings.Contains(l, "eject") {
+			t.Logf("gateway: %.300s", l)
+		}
+	}
 	// Where the tail went: the gateway's own account of the slowest
 	// victim requests (duration_ms against the client's latency, and of
 	// it queue_ms and classify_ms).
 	for _, r := range attacked.slowest(6) {
 		line := gw.accessLine(r.id)
-		t.Logf("slow victim request: %v %s on %s: %s%s%s%s", r.latency, r.kind, r.pool,
+		t.Logf("slow victim request #%d: %v %s on %s: %s%s%s%s", r.i, r.latency, r.kind, r.pool,
 			gjson.Get(line, "duration_ms").Raw+" ms in the gateway, ", gjson.Get(line, "queue_ms").Raw+" ms queued, ",
 			gjson.Get(line, "classify_ms").Raw+" ms classifying, ttft ", gjson.Get(line, "ttft_ms").Raw)
 	}
@@ -700,7 +733,11 @@ func adversarial(t testing.TB, defaults bool) (*proc, victimRun, victimRun) {
 	if v := gw.metric(t, "switchyard_classifier_circuit_open"); v != 0 {
 		t.Errorf("the classifier's breaker opened")
 	}
-	if v := gw.metric(t, "switchyard_poison_requests_total"); v < 1 {
+	// Poison is recognised when two replicas of a pool answer it 500; on
+	// default settings the attacker's own classifications may time out
+	// (their fair share is bounded), sending its poison to the one-replica
+	// pool, where it is not.
+	if v := gw.metric(t, "switchyard_poison_requests_total"); v < 1 && !defaults {
 		t.Errorf("no poison request was recognised")
 	}
 	if p := peakRSS.Load(); p > rssBefore+256<<20 {
