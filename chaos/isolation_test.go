@@ -136,15 +136,11 @@ type victimReq struct {
 	i              int // its place in the run
 }
 
-// victimLoad sends n requests from w workers with the victim's key, on c,
-// cycling through the kinds and prompts, as fast as they are answered.
-func victimLoad(c *http.Client, addr string, n, w int) victimRun {
-	return victimPaced(c, addr, n, w, 0)
-}
-
-// victimPaced is victimLoad at rate requests a second (0: as fast as they
-// are answered); a request's latency counts from when it was due, so a
-// stall delays the ones behind it too (no coordinated omission).
+// victimPaced sends n requests from w workers with the victim's key, on
+// c, cycling through the kinds and prompts, at rate requests a second (0:
+// as fast as they are answered); a request's latency counts from when it
+// was due, so a stall delays the ones behind it too (no coordinated
+// omission).
 func victimPaced(c *http.Client, addr string, n, w int, rate float64) victimRun {
 	var mu sync.Mutex
 	var run victimRun
