@@ -250,11 +250,11 @@ type Pool struct {
 	// QueueTimeout is the bounded wait for a slot. Default 5s; 0s: no
 	// wait (503 at once when every replica is at MaxInflight).
 	QueueTimeout Duration `yaml:"queue_timeout"`
-	// ShareReserve is how long an API key's (a tenant's) share of a
-	// replica's slots stays reserved after its last request there: within
-	// it, a key over its own share takes a free slot only if what is left
-	// covers the others' shares (up to the most each held at once).
-	// Default 10s; 0s: off (a free slot goes to whoever asks).
+	// ShareReserve is the window a tenant's slot time on a replica is
+	// weighed over: a freed slot goes to the waiting tenant with the
+	// least, and a tenant that held a slot at least a fifth of it reserves
+	// the most it held at once (pools, share.go). Default 10s; 0s: off (a
+	// free slot goes to whoever asks).
 	ShareReserve Duration `yaml:"share_reserve"`
 	// ConnectTimeout bounds the TCP dial to a replica. Default 2s; positive.
 	ConnectTimeout Duration `yaml:"connect_timeout"`

@@ -25,11 +25,11 @@ type Options struct {
 	// Reserved. 0: none.
 	Reserved     int
 	QueueTimeout time.Duration
-	// ShareReserve is how long a tenant's share of a replica's slots stays
-	// reserved after its last request there (share.go): within it, another
-	// tenant over its own share takes a free slot only if what is left
-	// covers the tenant's share, up to the most it held at once. 0: off,
-	// a free slot goes to whoever asks.
+	// ShareReserve is the window a tenant's slot time on a replica is
+	// weighed over (share.go): a freed slot goes to the waiting tenant
+	// with the least, and a tenant that held a slot at least a fifth of it
+	// reserves the most it held at once. 0: off, a free slot goes to
+	// whoever asks.
 	ShareReserve time.Duration
 	// ConnectTimeout bounds the dial to a replica.
 	ConnectTimeout time.Duration
