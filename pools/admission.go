@@ -44,13 +44,15 @@ const (
 // waitQueue holds an endpoint's waiters in fair order, by start-time fair
 // queueing across tenants (API keys): each waiter gets a virtual start
 // tag, max(the queue's virtual time, its tenant's last finish tag), and a
-// finish tag one 1/weight later; waiters are served in order of start tag
-// (arrival order among equal tags). So while several tenants wait, each
-// gets slots in proportion to its weight whatever the size of its burst,
-// and within a tenant the order is strictly first come, first served.
-// Priority waiters are a tier of their own, served before the rest, with
-// tags of their own. Entries of waiters served elsewhere or gone are
-// dropped lazily.
+// finish tag one 1/weight later, and the queue is ordered by start tag
+// (arrival order among equal tags). So every waiting tenant's first
+// request is near the head whatever the size of another's burst, and
+// within a tenant the order is strictly first come, first served.
+// Dispatch weighs the waiters near the head by their tenants' slot time
+// (share.go); the order breaks ties, and alone decides without tenants
+// to be fair to. Priority waiters are a tier of their own, served before
+// the rest, with tags of their own. Entries of waiters served elsewhere
+// or gone are dropped lazily.
 type waitQueue struct {
 	items []queued
 	head  int
