@@ -1,0 +1,92 @@
+package pump
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/switchyard/switchyard/router/internal/wire"
+)
+
+// runChat pumps a chat stream and returns what the client got, the pump
+// and its verdict.
+func runChat(t *testing.T, injected bool, stream string) (string, *Pump, error) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	p := &Pump{W: rec, RC: http.NewResponseController(rec), Injected: injected}
+	err := p.Run(strings.NewReader(stream))
+	return rec.Body.String(), p, err
+}
+
+// TestSSEForms: streams that end in any form the SSE specification allows
+// are complete answers, passed on byte for byte.
+func TestSSEForms(t *testing.T) {
+	chunk := `{"choices":[{"index":0,"delta":{"content":"hi"}}]}`
+	for _, tc := range []struct{ name, raw, out string }{
+		{"no space after data", "data:" + chunk + "\n\ndata:[DONE]\n\n", ""},
+		{"event line before done", "data: " + chunk + "\n\nevent: done\ndata: [DONE]\n\n", ""},
+		{"CR line ends", "data: " + chunk + "\r\rdata: [DONE]\r\r", ""},
+		{"CRLF line ends", "data: " + chunk + "\r\n\r\ndata: [DONE]\r\n\r\n", ""},
+		{"comments, id and retry", ": keep-alive\n\nid: 1\nretry: 100\ndata: " + chunk + "\n\ndata: [DONE]\n\n", ""},
+		{"multi-line data", "data: {\"choices\":\ndata: [{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n", ""},
+		{"done without its blank line", "data: " + chunk + "\n\ndata: [DONE]", "data: " + chunk + "\n\ndata: [DONE]\n\n"},
+		{"done cut after CR", "data: {\"choices\":[]}\r\rdata: [DONE]\r", "data: {\"choices\":[]}\r\rdata: [DONE]\r\n\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, p, err := runChat(t, false, tc.raw)
+			want := tc.out
+			if want == "" {
+				want = tc.raw
+			}
+			if err != nil || !p.SawDone || out != want {
+				t.Errorf("run = %v, done %t; the client got %q, want %q", err, p.SawDone, out, want)
+			}
+		})
+	}
+}
+
+// TestUsageStrippedEverywhere: a client that did not ask for usage gets
+// none, wherever the replica puts it (running totals in chunks with
+// choices, a final usage chunk, data split over lines), and the pump
+// counts the last totals; each event stays well formed.
+func TestUsageStrippedEverywhere(t *testing.T) {
+	raw := `data: {"choices":[{"index":0,"delta":{"content":"a"}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}` + "\n\n" +
+		`data: {"usage": {"prompt_tokens":5,"completion_tokens":2}, "choices":[{"index":0,"delta":{"content":"b"}}]}` + "\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"c\"}}],\ndata: \"usage\":null}\n\n" +
+		`data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}` + "\n\n" +
+		"data: [DONE]\n\n"
+	out, p, err := runChat(t, true, raw)
+	if err != nil || strings.Contains(out, "usage") || !strings.HasSuffix(out, "data: [DONE]\n\n") {
+		t.Fatalf("run = %v; the client got %q", err, out)
+	}
+	for _, c := range []string{"a", "b", "c"} {
+		if !strings.Contains(out, `"content":"`+c+`"`) {
+			t.Errorf("content %q lost: %q", c, out)
+		}
+	}
+	for _, d := range sseEvents([]byte(out)) {
+		if d != "[DONE]" && !json.Valid([]byte(d)) {
+			t.Errorf("event data %q is not JSON", d)
+		}
+	}
+	if u := p.Usage(); !u.SawUsage || u.Prompt != 5 || u.Completion != 2 {
+		t.Errorf("usage %+v, want 5 prompt and 2 completion tokens", u)
+	}
+}
+
+// TestErrorEventOnFreshLine: a replica that dies in the middle of an event
+// leaves no partial line for the error event to be glued to.
+func TestErrorEventOnFreshLine(t *testing.T) {
+	first := `data: {"choices":[{"index":0,"delta":{"content":"a"}}]}` + "\n\n"
+	out, p, err := runChat(t, false, first+`data: {"choi`)
+	if err == nil || out != first {
+		t.Fatalf("run = %v; partial event passed on: %q", err, out)
+	}
+	p.Fail(&wire.APIError{Status: 502, Type: "server_error", Code: "stream_interrupted", Message: "cut"})
+	out = p.W.(*httptest.ResponseRecorder).Body.String()
+	if ev := sseEvents([]byte(out)); len(ev) != 2 || !strings.Contains(ev[1], "stream_interrupted") || !strings.HasSuffix(out, "}}\n\n") {
+		t.Errorf("events %q of %q", ev, out)
+	}
+}
