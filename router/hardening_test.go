@@ -290,9 +290,6 @@ func TestForwardingHeaders(t *testing.T) {
 	if got := seen.Get("X-Forwarded-For"); got != "203.0.113.9, 127.0.0.1" {
 		t.Errorf("X-Forwarded-For %q", got)
 	}
-	if seen.Get("X-Forwarded-Proto") != "http" || seen.Get("Forwarded") != "for=127.0.0.1;proto=http" || seen.Get("X-Forwarded-Host") == "" {
-		t.Errorf("forwarding headers %v", seen)
-	}
 }
 
 // TestSessionFromUser: the body's user field keeps a session only with
@@ -363,38 +360,22 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 	_ = context.Background
 }
 
-// TestStreamEdgeForms: keep-alive comments do not count as progress; a
-// malformed client Forwarded value is handled.
-func TestStreamEdgeForms(t *testing.T) {
-	t.Run("comments are not progress", func(t *testing.T) {
-		up := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
-			rc := http.NewResponseController(w)
-			for r.Context().Err() == nil {
-				_, _ = io.WriteString(w, ": ping\n\n")
-				_ = rc.Flush()
-				time.Sleep(20 * time.Millisecond)
-			}
-		})
-		gw := oneReplicaGateway(t, up.URL, ", first_token_timeout: 300ms", "")
-		_, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
-		if !strings.Contains(string(b), "first_token_timeout") {
-			t.Errorf("%q", b)
+// TestCommentsAreNotProgress: keep-alive comments do not count as the
+// first token.
+func TestCommentsAreNotProgress(t *testing.T) {
+	up := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		for r.Context().Err() == nil {
+			_, _ = io.WriteString(w, ": ping\n\n")
+			_ = rc.Flush()
+			time.Sleep(20 * time.Millisecond)
 		}
 	})
-	t.Run("malformed Forwarded", func(t *testing.T) {
-		var seen string
-		sim := vllmsim.New(fast("m"))
-		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			seen = r.Header.Get("Forwarded")
-			sim.ServeHTTP(w, r)
-		}))
-		t.Cleanup(up.Close)
-		gw := oneReplicaGateway(t, up.URL, "", "")
-		post(t, gw.API.URL+"/v1/chat/completions", chatBody("x", ""), map[string]string{"Forwarded": `for="x`})
-		if seen != "for=127.0.0.1;proto=http" {
-			t.Errorf("Forwarded %q", seen)
-		}
-	})
+	gw := oneReplicaGateway(t, up.URL, ", first_token_timeout: 300ms", "")
+	_, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
+	if !strings.Contains(string(b), "first_token_timeout") {
+		t.Errorf("%q", b)
+	}
 }
 
 // TestDeepReplicaAnswerRefused: a non-stream answer nesting JSON deeper
