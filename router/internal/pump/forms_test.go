@@ -71,8 +71,13 @@ func TestUsageStrippedEverywhere(t *testing.T) {
 			t.Errorf("event data %q is not JSON", d)
 		}
 	}
+	// Counted once, from the last totals (vLLM's continuous_usage_stats),
+	// whether or not the client asked for usage.
 	if u := p.Usage(); !u.SawUsage || u.Prompt != 5 || u.Completion != 2 {
 		t.Errorf("usage %+v, want 5 prompt and 2 completion tokens", u)
+	}
+	if _, p, err := runChat(t, false, raw); err != nil || p.Usage().Prompt != 5 || p.Usage().Completion != 2 {
+		t.Errorf("a client that asked for usage: %v, usage %+v", err, p.Usage())
 	}
 }
 
