@@ -84,67 +84,6 @@ func TestUnreadBodyIsBounded(t *testing.T) {
 	}
 }
 
-// TestConnectionCap: a listener holds at most its cap of connections; one
-// more is answered 503 (API-shaped, Connection: close) and counted, and a
-// freed place is taken again.
-func TestConnectionCap(t *testing.T) {
-	m := startReplica(t, fast("m"))
-	gw := startGateway(t, loadConfig(t, isolationYAML, map[string]string{"m": m.Srv.URL}, nil))
-	for _, l := range []struct {
-		name string
-		h    http.Handler
-		cap  int
-	}{{"api", gw.G.Handler(), 4}, {"admin", gw.G.AdminHandler(), 2}} {
-		t.Run(l.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := httptest.NewUnstartedServer(l.h)
-			srv.Listener.Close()
-			srv.Listener = gw.G.LimitListener(ln, l.name, 1<<20) // no ConnState: every connection busy
-			srv.Start()
-			defer srv.Close()
-			addr := ln.Addr().String()
-			// cap idle connections, each known to be accepted (answered).
-			var held []net.Conn
-			for i := 0; i < l.cap; i++ {
-				c, br := rawRequest(t, addr, "GET /healthz HTTP/1.1", "Host: x")
-				resp, err := http.ReadResponse(br, nil)
-				if err != nil || resp.StatusCode != 200 {
-					t.Fatalf("connection %d: %v %v", i, resp, err)
-				}
-				resp.Body.Close()
-				held = append(held, c)
-			}
-			c, br := rawRequest(t, addr, "GET /healthz HTTP/1.1", "Host: x")
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("over the cap: %v", err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != 503 || !resp.Close || !strings.Contains(string(b), `"code":"too_many_connections"`) {
-				t.Fatalf("over the cap: %d close=%t %s", resp.StatusCode, resp.Close, b)
-			}
-			c.Close()
-			if v := metricValue(t, gw, "switchyard_connections_refused_total", map[string]string{"listener": l.name}); v != 1 {
-				t.Errorf("refused counted %g, want 1", v)
-			}
-			held[0].Close()
-			polltest.Eventually(t, 10*time.Second, "a freed place to be taken", func() bool {
-				c, err := net.Dial("tcp", addr)
-				if err != nil {
-					return false
-				}
-				defer c.Close()
-				fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-				return err == nil && resp.StatusCode == 200
-			})
-		})
-	}
-}
-
 // TestRequestBodyEncodingRefused: a gzip-encoded body is refused with 415
 // in the endpoint's API shape and never reaches the replica.
 func TestRequestBodyEncodingRefused(t *testing.T) {

@@ -1,10 +1,13 @@
 package conns
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,4 +85,57 @@ func TestReadingConnectionsGiveWay(t *testing.T) {
 	if n := s.evicted.get("reading_at_cap"); n < 1 {
 		t.Errorf("reading_at_cap evictions %d, want at least 1", n)
 	}
+}
+
+// TestCapRefuses: a listener holds at most its cap of connections; with
+// every one busy (no ConnState: none known idle), one more is answered
+// 503 too_many_connections with Connection: close and counted, and a
+// freed place is taken again.
+func TestCapRefuses(t *testing.T) {
+	const max = 4
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := &counts{n: map[string]int{}}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	srv.Listener.Close()
+	srv.Listener = Listen(ln, Options{Limits: func() Limits { return Limits{Max: max, PerClient: max, IdleTimeout: time.Minute} },
+		Now: time.Now, Open: &gauge{}, Idle: &gauge{}, Refused: refused, Evicted: refused.add})
+	srv.Start()
+	t.Cleanup(srv.Close)
+	addr := ln.Addr().String()
+	var held []net.Conn
+	for i := range max {
+		c := dialFrom(t, "127.0.0.1", addr)
+		if code, _ := get(t, c, "/"); code != 200 {
+			t.Fatalf("connection %d: %d", i, code)
+		}
+		held = append(held, c)
+	}
+	c := dialFrom(t, "127.0.0.1", addr)
+	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("over the cap: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !resp.Close || !strings.Contains(string(b), `"code":"too_many_connections"`) {
+		t.Fatalf("over the cap: %d close=%t %s", resp.StatusCode, resp.Close, b)
+	}
+	if n := refused.get("refused"); n != 1 {
+		t.Errorf("refused counted %d, want 1", n)
+	}
+	held[0].Close()
+	polltest.Eventually(t, 10*time.Second, "a freed place to be taken", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		return err == nil && resp.StatusCode == 200
+	})
 }
