@@ -95,3 +95,20 @@ func TestErrorEventOnFreshLine(t *testing.T) {
 		t.Errorf("events %q of %q", ev, out)
 	}
 }
+
+// TestLargeEventsPassIntact: an event larger than the stream buffer, and
+// events split across many small reads, reach the client byte for byte.
+func TestLargeEventsPassIntact(t *testing.T) {
+	big := `data: {"choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 100<<10) + `"}}]}` + "\n\n"
+	small := `data: {"choices":[{"index":0,"delta":{"content":"y"}}]}` + "\n\n"
+	stream := small + big + small + "data: [DONE]\n\n"
+	var cuts []int
+	for range len(stream)/977 + 1 {
+		cuts = append(cuts, 977) // odd-sized reads split events anywhere
+	}
+	rec := httptest.NewRecorder()
+	p := &Pump{W: rec, RC: http.NewResponseController(rec)}
+	if err := p.Run(&chunkedReader{data: []byte(stream), cuts: cuts}); err != nil || rec.Body.String() != stream {
+		t.Errorf("run = %v; %d bytes out of a %d-byte stream, or not the same", err, rec.Body.Len(), len(stream))
+	}
+}
