@@ -2,10 +2,13 @@ package pump
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/switchyard/switchyard/router/internal/wire"
 )
@@ -110,5 +113,68 @@ func TestLargeEventsPassIntact(t *testing.T) {
 	p := &Pump{W: rec, RC: http.NewResponseController(rec)}
 	if err := p.Run(&chunkedReader{data: []byte(stream), cuts: cuts}); err != nil || rec.Body.String() != stream {
 		t.Errorf("run = %v; %d bytes out of a %d-byte stream, or not the same", err, rec.Body.Len(), len(stream))
+	}
+}
+
+// firstToken counts FirstToken calls.
+type firstToken struct{ n int }
+
+func (f *firstToken) FirstToken() { f.n++ }
+
+// TestCommentsAreNotTokens: keep-alive comments and a role chunk are not
+// the first token (the time to first token, Token); the first content
+// delta is, told once.
+func TestCommentsAreNotTokens(t *testing.T) {
+	role := `data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}` + "\n\n"
+	content := `data: {"choices":[{"index":0,"delta":{"content":"a"}}]}` + "\n\n"
+	for _, tc := range []struct {
+		name, stream string
+		want         int
+	}{
+		{"comments", ": ping\n\n: ping\n\n" + role, 0},
+		{"content", ": ping\n\n" + role + content + content + "data: [DONE]\n\n", 1},
+	} {
+		rec := httptest.NewRecorder()
+		tok := &firstToken{}
+		p := &Pump{W: rec, RC: http.NewResponseController(rec), Token: tok}
+		_ = p.Run(strings.NewReader(tc.stream))
+		if tok.n != tc.want {
+			t.Errorf("%s: FirstToken told %d times, want %d", tc.name, tok.n, tc.want)
+		}
+	}
+}
+
+// TestFailEndsEachAPI: a cut stream ends with its API's error event: a
+// data line on chat, "event: error" numbered on after the last event on
+// the Responses API, and Anthropic's error on the Messages API.
+func TestFailEndsEachAPI(t *testing.T) {
+	cut := &wire.APIError{Type: "upstream_error", Code: "stream_interrupted", Message: "the stream was interrupted"}
+	for _, tc := range []struct {
+		ep           wire.Endpoint
+		stream, want string
+	}{
+		{wire.Chat, `data: {"choices":[{"index":0,"delta":{"content":"a"}}]}` + "\n\n", `data: {"error":`},
+		{wire.Responses, "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\"}}\n\n", "event: error\ndata: "},
+		{wire.Messages, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n", "event: error\ndata: "},
+	} {
+		out, p, err := runTyped(t, tc.ep, tc.stream)
+		if !errors.Is(err, ErrStreamCut) {
+			t.Fatalf("%v: run = %v, want a cut stream", tc.ep, err)
+		}
+		p.Fail(cut)
+		last := strings.TrimPrefix(p.W.(*httptest.ResponseRecorder).Body.String(), out)
+		data := gjson.Parse(last[strings.Index(last, "data: ")+6:])
+		ok := strings.HasPrefix(last, tc.want)
+		switch tc.ep {
+		case wire.Chat:
+			ok = ok && data.Get("error.code").Str == "stream_interrupted"
+		case wire.Responses:
+			ok = ok && data.Get("code").Str == "stream_interrupted" && data.Get("sequence_number").Int() == 1
+		case wire.Messages:
+			ok = ok && data.Get("type").Str == "error" && data.Get("error.type").Str == "api_error"
+		}
+		if !ok {
+			t.Errorf("%v: the stream ends %q", tc.ep, last)
+		}
 	}
 }
