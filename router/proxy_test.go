@@ -302,6 +302,10 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	}
 }
 
+// TestErrorsAreOpenAIShaped: every layer's error reaches the client in
+// OpenAI's shape, with a request id, and the gateway serves on. (Each of
+// Parse's refusals is a 400 invalid_request_error: wire's TestParseRefuses;
+// one of them is here.)
 func TestErrorsAreOpenAIShaped(t *testing.T) {
 	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
 	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
@@ -371,11 +375,6 @@ routes:
 		retryAfter bool
 	}{
 		{"invalid JSON", `{"model":`, alpha, 400, "invalid_request_error", "", false},
-		{"empty body", ``, alpha, 400, "invalid_request_error", "", false},
-		{"not an object", `[1,2]`, alpha, 400, "invalid_request_error", "", false},
-		{"no model", `{"messages":[{"role":"user","content":"hi"}]}`, alpha, 400, "invalid_request_error", "", false},
-		{"no messages", `{"model":"auto"}`, alpha, 400, "invalid_request_error", "", false},
-		{"messages not an array", `{"model":"auto","messages":"hi"}`, alpha, 400, "invalid_request_error", "", false},
 		{"unknown model", `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, alpha, 404, "invalid_request_error", "model_not_found", false},
 		{"oversized body", `{"model":"auto","messages":[{"role":"user","content":"` + strings.Repeat("x", 4096) + `"}]}`, alpha, 413, "invalid_request_error", "request_too_large", false},
 		{"missing key", good, nil, 401, "authentication_error", "invalid_api_key", false},

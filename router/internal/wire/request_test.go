@@ -75,3 +75,22 @@ func TestBodyEncoding(t *testing.T) {
 		}
 	}
 }
+
+// TestParseRefuses: a body that is not a chat request is a 400
+// invalid_request_error, whatever is wrong with it.
+func TestParseRefuses(t *testing.T) {
+	for name, body := range map[string]string{
+		"invalid JSON":          `{"model":`,
+		"empty body":            ``,
+		"not an object":         `[1,2]`,
+		"no model":              `{"messages":[{"role":"user","content":"hi"}]}`,
+		"no messages":           `{"model":"auto"}`,
+		"messages not an array": `{"model":"auto","messages":"hi"}`,
+	} {
+		_, err := Parse([]byte(body), Chat, DefaultMaxDepth)
+		var ae *APIError
+		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Type != "invalid_request_error" || ae.Message == "" {
+			t.Errorf("%s: Parse = %v, want a 400 invalid_request_error", name, err)
+		}
+	}
+}
