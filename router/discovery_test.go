@@ -198,7 +198,9 @@ func (l *load) end() {
 // removed and changed, and whose resolver goes down and returns, while
 // clients send requests: no request fails, new addresses take traffic
 // after their first passing probe, vanished ones take no more, and the
-// last good set is kept through failures and an empty answer.
+// last good set is kept through failures and an empty answer. (What is
+// logged of each change: discoveries' TestLogEvent, once per change:
+// discovery's TestDiscoveryKeepsLastGoodSet.)
 func TestDiscoveryUnderLoad(t *testing.T) {
 	port, counts := loopbackSims(t, 4)
 	dnsSrv := dnstest.New(t)
@@ -296,16 +298,6 @@ routes:
 	}
 	if l.failed.Load() != 0 {
 		t.Errorf("%d of %d requests failed: %v", l.failed.Load(), l.ok.Load()+l.failed.Load(), l.errs[:min(5, len(l.errs))])
-	}
-	logs := gw.Logs.String()
-	for _, line := range []string{"discovery: replica set changed", "discovery: resolution failed; keeping the last good set",
-		"discovery: the name has no address; keeping the last good set", "discovery: the name resolves again"} {
-		if !strings.Contains(logs, line) {
-			t.Errorf("logs lack %q", line)
-		}
-	}
-	if n := strings.Count(logs, "discovery: resolution failed"); n != 1 {
-		t.Errorf("the failure was logged %d times, want once (silent, then SERVFAIL: one change)", n)
 	}
 	t.Logf("%d requests, none failed", l.ok.Load())
 }

@@ -160,3 +160,31 @@ func TestEmptyBeforeAnyAnswer(t *testing.T) {
 		t.Errorf("log: %s", logs.String())
 	}
 }
+
+// TestLogEvent: each change a discovery tells is logged with what it
+// means for the pool.
+func TestLogEvent(t *testing.T) {
+	ev := discovery.Event{Pool: "p", Kind: "dns", Name: "vllm.test", Addrs: []string{"10.0.0.1:8000"}}
+	for _, tc := range []struct {
+		name   string
+		result string
+		err    error
+		added  []string
+		level  string
+		want   string
+	}{
+		{"changed", discovery.ResultOK, nil, []string{"10.0.0.1:8000"}, "INFO", "discovery: replica set changed"},
+		{"back", discovery.ResultOK, nil, nil, "INFO", "discovery: the name resolves again"},
+		{"no address", discovery.ResultEmpty, discovery.ErrNoRecords, nil, "WARN", "discovery: the name has no address; keeping the last good set"},
+		{"no endpoint", discovery.ResultEmpty, discovery.ErrNoReadyEndpoints, nil, "WARN", "discovery: the Service lists no ready or serving endpoint; the pool has no replica"},
+		{"failed", discovery.ResultError, errors.New("SERVFAIL"), nil, "ERROR", "discovery: resolution failed; keeping the last good set"},
+	} {
+		r, logs, _ := running(t)
+		e := ev
+		e.Result, e.Err, e.Added = tc.result, tc.err, tc.added
+		r.logEvent(e)
+		if l := logs.String(); !strings.Contains(l, "level="+tc.level) || !strings.Contains(l, `msg="`+tc.want+`"`) || !strings.Contains(l, "pool=p") {
+			t.Errorf("%s: logged %q, want %s %q", tc.name, l, tc.level, tc.want)
+		}
+	}
+}
