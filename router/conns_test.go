@@ -60,34 +60,6 @@ func dialFrom(t *testing.T, from, addr string) net.Conn {
 	return c
 }
 
-// idleConn opens a connection from the loopback address from, makes one
-// request on it and leaves it open and idle (keep-alive).
-func idleConn(t *testing.T, from, addr, path string, header ...string) net.Conn {
-	t.Helper()
-	c := dialFrom(t, from, addr)
-	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n", path, strings.Join(append(header, ""), "\r\n"))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("idle connection's request: %v", err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("idle connection's request: %d", resp.StatusCode)
-	}
-	return c
-}
-
-// idleSeen waits until the listener knows n connections idle (the
-// server reports a connection idle just after its answer is written, which
-// may be after the client has read it).
-func idleSeen(t *testing.T, gw *gateway, listener string, n int) {
-	t.Helper()
-	polltest.Eventually(t, 10*time.Second, fmt.Sprintf("%d idle connections", n), func() bool {
-		return metricValue(t, gw, "switchyard_connections_idle", map[string]string{"listener": listener}) == float64(n)
-	})
-}
-
 // isClosed reports whether the server closed c (which has nothing more to
 // read): a read ends with EOF rather than the deadline.
 func isClosed(c net.Conn) bool {
@@ -121,71 +93,6 @@ func connsConfig(t *testing.T, m *replica, per, idle string) string {
 }
 
 var connsEnv = map[string]string{"KEY_VICTIM": "victim-secret", "KEY_ATTACKER": "attacker-secret"}
-
-// TestIdleFloodDoesNotStarveKeyedClient: one address holding as many idle
-// keep-alive connections as the cap does not keep a keyed client out: its
-// connections, which carry requests, take the places of the longest idle
-// ones (issue 31, item 1). Before the fix the victim got 503
-// too_many_connections on every request while the attacker sat idle.
-func TestIdleFloodDoesNotStarveKeyedClient(t *testing.T) {
-	m := startReplica(t, fast("m"))
-	gw := startGateway(t, loadConfig(t, connsConfig(t, m, "8", "120s"), map[string]string{"m": m.Srv.URL}, connsEnv))
-	for _, l := range []struct {
-		name, path string
-		h          http.Handler
-		cap        int
-	}{{"api", "/v1/models", gw.G.Handler(), 8}, {"admin", "/healthz", gw.G.AdminHandler(), 4}} {
-		t.Run(l.name, func(t *testing.T) {
-			addr := limited(t, gw, l.h, l.name)
-			var flood []net.Conn
-			for i := range l.cap {
-				flood = append(flood, idleConn(t, "127.0.0.2", addr, l.path, "Authorization: Bearer attacker-secret"))
-				// Each idle before the next opens, so that their order
-				// of idleness is the order they were opened in: the
-				// server marks a connection idle just after its answer,
-				// which a later connection's can overtake.
-				idleSeen(t, gw, l.name, i+1)
-			}
-			c := victimClient("127.0.0.1")
-			for i := range 5 {
-				var status int
-				var body string
-				if l.name == "api" {
-					status, body = victimChat(t, c, "http://"+addr, i)
-				} else {
-					for _, path := range []string{"/healthz", "/readyz"} {
-						resp, err := c.Get("http://" + addr + path)
-						if err != nil {
-							t.Fatalf("probe %d %s: %v", i, path, err)
-						}
-						b, _ := io.ReadAll(resp.Body)
-						resp.Body.Close()
-						status, body = resp.StatusCode, string(b)
-						if status != 200 {
-							break
-						}
-					}
-				}
-				if status != 200 {
-					t.Fatalf("victim request %d with %d idle connections held: %d %s", i, l.cap, status, body)
-				}
-			}
-			// The oldest idle connections made room, the newest stay.
-			if !isClosed(flood[0]) {
-				t.Errorf("the longest idle connection is still open")
-			}
-			if isClosed(flood[l.cap-1]) {
-				t.Errorf("the youngest idle connection was closed before older ones")
-			}
-			if v := metricValue(t, gw, "switchyard_connections_evicted_total", map[string]string{"listener": l.name, "reason": "idle_at_cap"}); v < 1 {
-				t.Errorf("evicted at cap %v, want at least 1", v)
-			}
-			if v := metricValue(t, gw, "switchyard_connections_refused_total", map[string]string{"listener": l.name}); v != 0 {
-				t.Errorf("refused %v connections, want 0", v)
-			}
-		})
-	}
-}
 
 // halfSent opens a connection from the loopback address from and sends a
 // POST's headers and the first byte of a 100-byte body, the rest never

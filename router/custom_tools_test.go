@@ -2,33 +2,17 @@ package router_test
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/tidwall/gjson"
 )
 
-// customReq offers the custom tool apply_patch and the function f.
-const customReq = `{"model":"m","stream":true,"input":"patch it","tools":[` +
-	`{"type":"custom","name":"apply_patch","description":"Edit files.","format":{"type":"grammar","syntax":"lark","definition":"start: /.+/"}},` +
-	`{"type":"function","name":"f","parameters":{"type":"object","properties":{"input":{"type":"string"}}}}]}`
-
 // sseEvent is one event of a Responses stream: its name and its data.
 type sseEvent struct{ name, data string }
-
-func (e sseEvent) String() string { return "event: " + e.name + "\ndata: " + e.data + "\n\n" }
-
-func jsonStr(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
-}
 
 // readEvents parses a well-formed LF stream of named events, with each
 // data compacted.
@@ -49,81 +33,6 @@ func readEvents(t *testing.T, b []byte) []sseEvent {
 		out = append(out, e)
 	}
 	return out
-}
-
-// vllmCall is the upstream events of one function call as vLLM streams
-// it, numbered from seq: the item added, a delta per piece, the arguments
-// done (only after a delta, as vLLM does) and the item done.
-func vllmCall(name, id string, index, seq int, pieces []string, args string) []sseEvent {
-	n := func() string { seq++; return itoaT(seq - 1) }
-	item := func(status, args string) string {
-		return `{"arguments":` + jsonStr(args) + `,"call_id":"call_` + id + `","name":"` + name + `","type":"function_call","id":"fc_` + id + `","status":"` + status + `"}`
-	}
-	idx := itoaT(index)
-	evs := []sseEvent{{"response.output_item.added", `{"item":` + item("in_progress", "") + `,"output_index":` + idx + `,"sequence_number":` + n() + `,"type":"response.output_item.added"}`}}
-	for _, p := range pieces {
-		evs = append(evs, sseEvent{"response.function_call_arguments.delta", `{"delta":` + jsonStr(p) + `,"item_id":"fc_` + id + `","output_index":` + idx + `,"sequence_number":` + n() + `,"type":"response.function_call_arguments.delta"}`})
-	}
-	if len(pieces) > 0 {
-		evs = append(evs, sseEvent{"response.function_call_arguments.done", `{"arguments":` + jsonStr(args) + `,"item_id":"fc_` + id + `","name":"` + name + `","output_index":` + idx + `,"sequence_number":` + n() + `,"type":"response.function_call_arguments.done"}`})
-	}
-	return append(evs, sseEvent{"response.output_item.done", `{"item":` + item("completed", args) + `,"output_index":` + idx + `,"sequence_number":` + n() + `,"type":"response.output_item.done"}`})
-}
-
-func itoaT(n int) string { b, _ := json.Marshal(n); return string(b) }
-
-func joinEvents(evs []sseEvent) string {
-	var b strings.Builder
-	for _, e := range evs {
-		b.WriteString(e.String())
-	}
-	return b.String()
-}
-
-// TestCustomToolCallAnswer: a non-stream answer's function calls to custom
-// tools are custom tool calls, their input the arguments' input (or the
-// raw arguments when they are of another shape); other function calls,
-// and every call of a request without custom tools, are unchanged.
-func TestCustomToolCallAnswer(t *testing.T) {
-	fn := func(id, name, args string) string {
-		return `{"arguments":` + jsonStr(args) + `,"call_id":"call_` + id + `","name":"` + name + `","type":"function_call","id":"fc_` + id + `","status":"completed"}`
-	}
-	answer := `{"id":"resp_1","object":"response","status":"completed","output":[` + fn("f", "f", `{"input":"x"}`) + `,` +
-		fn("p", "apply_patch", `{"input":"*** Begin Patch\n\u00e9"}`) + `,` + fn("q", "apply_patch", `{"patch":1}`) + `,` + fn("r", "apply_patch", `not json`) +
-		`],"usage":{"input_tokens":3,"output_tokens":9,"total_tokens":12}}`
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(answer))
-	}))
-	t.Cleanup(srv.Close)
-	gw := oneReplicaGateway(t, srv.URL, "", "")
-	custom := func(id, input string) string {
-		return `{"type":"custom_tool_call","id":"fc_` + id + `","call_id":"call_` + id + `","name":"apply_patch","input":` + jsonStr(input) + `,"status":"completed"}`
-	}
-	for _, tc := range []struct {
-		name, req string
-		want      []string
-	}{
-		{"custom tool", strings.Replace(customReq, `"stream":true`, `"stream":false`, 1),
-			[]string{fn("f", "f", `{"input":"x"}`), custom("p", "*** Begin Patch\né"), custom("q", `{"patch":1}`), custom("r", "not json")}},
-		{"no custom tool", `{"model":"m","input":"hi","tools":[{"type":"function","name":"apply_patch"}]}`,
-			[]string{fn("f", "f", `{"input":"x"}`), fn("p", "apply_patch", `{"input":"*** Begin Patch\n\u00e9"}`), fn("q", "apply_patch", `{"patch":1}`), fn("r", "apply_patch", `not json`)}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			resp, body := post(t, gw.API.URL+"/v1/responses", tc.req, nil)
-			if resp.StatusCode != 200 {
-				t.Fatalf("status %d: %s", resp.StatusCode, body)
-			}
-			var out []string
-			gjson.GetBytes(body, "output").ForEach(func(_, it gjson.Result) bool { out = append(out, it.Raw); return true })
-			if d := cmp.Diff(tc.want, out); d != "" {
-				t.Errorf("output (-want +got):\n%s", d)
-			}
-			if gjson.GetBytes(body, "usage.output_tokens").Int() != 9 || !strings.HasPrefix(gjson.GetBytes(body, "id").Str, "resp_sy") {
-				t.Errorf("answer %s", body)
-			}
-		})
-	}
 }
 
 // TestCustomToolsSimulator: against the simulator, which answers tool calls
@@ -253,36 +162,6 @@ func TestCustomToolsWithOpenAISDK(t *testing.T) {
 	}
 	if got := gjson.GetBytes(up.lastBody(), "input.1.arguments").Str; gjson.Get(got, "input").Str != final.Input {
 		t.Errorf("the replica got arguments %s for input %q", got, final.Input)
-	}
-}
-
-// TestCustomToolCallCut: a stream its replica cuts inside a custom tool
-// call ends with the error event, numbered after the last event the client
-// was sent (not the replica's last); a delta for an item that was never
-// added as a call to a custom tool passes through unchanged.
-func TestCustomToolCallCut(t *testing.T) {
-	stray := sseEvent{"response.function_call_arguments.delta", `{"delta":"{\"input\":\"","item_id":"fc_other","output_index":0,"sequence_number":1,"type":"response.function_call_arguments.delta"}`}
-	up := []sseEvent{{"response.created", `{"response":{"id":"resp_1","object":"response","output":[],"status":"in_progress"},"sequence_number":0,"type":"response.created"}`}, stray}
-	call := vllmCall("apply_patch", "p", 1, 2, []string{`{"input":"`, `ab`, `\`}, `{"input":"ab\`)
-	up = append(up, call[:4]...) // added, three deltas: then the cut
-	srv := sseUpstream(t, joinEvents(up), nil)
-	gw := oneReplicaGateway(t, srv.URL, ", resume: {enabled: true}", "")
-	resp, body := post(t, gw.API.URL+"/v1/responses", customReq, nil)
-	if resp.StatusCode != 200 {
-		t.Fatalf("status %d: %s", resp.StatusCode, body)
-	}
-	got := readEvents(t, body)
-	if len(got) != 5 {
-		t.Fatalf("got %d events, want 5:\n%s", len(got), body)
-	}
-	want := readEvents(t, []byte(joinEvents([]sseEvent{stray,
-		{"response.output_item.added", `{"item":{"type":"custom_tool_call","id":"fc_p","call_id":"call_p","name":"apply_patch","input":"","status":"in_progress"},"output_index":1,"sequence_number":2,"type":"response.output_item.added"}`},
-		{"response.custom_tool_call_input.delta", `{"type":"response.custom_tool_call_input.delta","item_id":"fc_p","output_index":1,"delta":"ab","sequence_number":3}`}})))
-	if d := cmp.Diff(want, got[1:4], cmp.AllowUnexported(sseEvent{})); d != "" {
-		t.Errorf("events (-want +got):\n%s", d)
-	}
-	if e := got[4]; e.name != "error" || gjson.Get(e.data, "code").Str != "stream_interrupted" || gjson.Get(e.data, "sequence_number").Int() != 4 {
-		t.Errorf("last event %s %s: want the error event numbered 4", e.name, e.data)
 	}
 }
 

@@ -476,8 +476,8 @@ routes:
 }
 
 // TestPerKeyRateLimit: a key with rate {rps: 1, burst: 2} gets two
-// immediate requests and a 429 with Retry-After for the third; another key
-// is not affected.
+// immediate requests and a 429 for the third, whose Retry-After says how
+// long until its bucket has a token; another key is not affected.
 func TestPerKeyRateLimit(t *testing.T) {
 	rep := startReplica(t, fast("openbmb/MiniCPM5-2B"))
 	cfg := loadConfig(t, `
@@ -509,8 +509,8 @@ routes:
 	if d := cmp.Diff([]int{200, 200, 429}, got); d != "" {
 		t.Fatalf("statuses (-want +got):\n%s", d)
 	}
-	if last.Header.Get("Retry-After") == "" {
-		t.Error("429 without Retry-After")
+	if ra := last.Header.Get("Retry-After"); ra != "1" {
+		t.Errorf("429 with Retry-After %q, want 1 (one token a second)", ra)
 	}
 	var e struct {
 		Error struct{ Type, Code string } `json:"error"`

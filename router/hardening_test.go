@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -94,123 +93,6 @@ func TestDeepNestingRefused(t *testing.T) {
 	if resp, b := post(t, gw2.API.URL+"/v1/chat/completions", ok, nil); resp.StatusCode != 200 {
 		t.Errorf("64 levels: %d %s", resp.StatusCode, b)
 	}
-}
-
-func TestOneViewOfTheRequest(t *testing.T) {
-	up := startReplica(t, fast("m"))
-	gw := oneReplicaGateway(t, up.Srv.URL, "", "")
-	for _, tc := range []struct{ name, body, param string }{
-		{"duplicate model", `{"model":"auto","messages":[{"role":"user","content":"x"}],"model":"m"}`, "model"},
-		{"duplicate stream", `{"model":"auto","stream":false,"messages":[{"role":"user","content":"x"}],"stream":true}`, "stream"},
-		{"duplicate messages", `{"model":"auto","messages":[],"messages":[{"role":"user","content":"x"}]}`, "messages"},
-		{"duplicate stream_options", `{"model":"auto","stream_options":{},"stream_options":{},"messages":[{"role":"user","content":"x"}]}`, "stream_options"},
-		{"stream not a boolean", `{"model":"auto","stream":"yes","messages":[{"role":"user","content":"x"}]}`, "stream"},
-		{"stream a number", `{"model":"auto","stream":1,"messages":[{"role":"user","content":"x"}]}`, "stream"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			resp, b := post(t, gw.API.URL+"/v1/chat/completions", tc.body, nil)
-			if resp.StatusCode != 400 || !strings.Contains(string(b), `"param":"`+tc.param+`"`) {
-				t.Errorf("%d %s", resp.StatusCode, b)
-			}
-		})
-	}
-	if up.count() != 0 {
-		t.Errorf("%d refused requests reached the replica", up.count())
-	}
-	if resp, b := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","stream":null,"messages":[{"role":"user","content":"x"}]}`, nil); resp.StatusCode != 200 {
-		t.Errorf("stream null: %d %s", resp.StatusCode, b)
-	}
-}
-
-// TestSSEForms: streams that end in any form the SSE specification allows
-// are complete answers: 200, no error event, nothing ejected, and the
-// client gets every event.
-func TestSSEForms(t *testing.T) {
-	chunk := `{"choices":[{"index":0,"delta":{"content":"hi"}}]}`
-	for _, tc := range []struct{ name, raw string }{
-		{"no space after data", "data:" + chunk + "\n\ndata:[DONE]\n\n"},
-		{"event line before done", "data: " + chunk + "\n\nevent: done\ndata: [DONE]\n\n"},
-		{"CR line ends", "data: " + chunk + "\r\rdata: [DONE]\r\r"},
-		{"CRLF line ends", "data: " + chunk + "\r\n\r\ndata: [DONE]\r\n\r\n"},
-		{"comments, id and retry", ": keep-alive\n\nid: 1\nretry: 100\ndata: " + chunk + "\n\ndata: [DONE]\n\n"},
-		{"multi-line data", "data: {\"choices\":\ndata: [{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"},
-		{"done without its blank line", "data: " + chunk + "\n\ndata: [DONE]"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			up := sseUpstream(t, tc.raw, nil)
-			gw := oneReplicaGateway(t, up.URL, "", "")
-			resp, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq+"", nil)
-			if resp.StatusCode != 200 || strings.Contains(string(b), `"error"`) {
-				t.Fatalf("%d %q", resp.StatusCode, b)
-			}
-			if !strings.HasPrefix(tc.raw, string(b)[:min(len(b), len(tc.raw))]) && tc.name != "done without its blank line" {
-				t.Errorf("the client got %q, not the replica's bytes %q", b, tc.raw)
-			}
-			polltest.Eventually(t, 5*time.Second, "the request to be counted", func() bool {
-				return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}) == 1
-			})
-			if v := adminReplicaView(t, gw, "p", "r"); v.Ejections != 0 || v.LastError != "" {
-				t.Errorf("replica blamed: %+v", v)
-			}
-		})
-	}
-}
-
-// TestUsageStrippedEverywhere: a client that did not ask for usage gets
-// none, wherever the replica puts it (running totals in chunks with
-// choices, a final usage chunk), and the gateway counts the last totals.
-func TestUsageStrippedEverywhere(t *testing.T) {
-	raw := `data: {"choices":[{"index":0,"delta":{"content":"a"}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}` + "\n\n" +
-		`data: {"usage": {"prompt_tokens":5,"completion_tokens":2}, "choices":[{"index":0,"delta":{"content":"b"}}]}` + "\n\n" +
-		`data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}` + "\n\n" +
-		"data: [DONE]\n\n"
-	up := sseUpstream(t, raw, nil)
-	gw := oneReplicaGateway(t, up.URL, "", "")
-	resp, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
-	if resp.StatusCode != 200 || strings.Contains(string(b), "usage") {
-		t.Fatalf("%d %s", resp.StatusCode, b)
-	}
-	if !strings.Contains(string(b), `"content":"a"`) || !strings.Contains(string(b), `"content":"b"`) || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
-		t.Errorf("content lost: %s", b)
-	}
-	polltest.Eventually(t, 5*time.Second, "tokens to be counted", func() bool {
-		return metricValue(t, gw, "switchyard_tokens_total", map[string]string{"pool": "p", "kind": "completion"}) == 2
-	})
-}
-
-// TestErrorEventOnFreshLine: a replica that dies in the middle of an event
-// leaves no partial line for the error event to be glued to.
-func TestErrorEventOnFreshLine(t *testing.T) {
-	up := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"content":"a"}}]}`+"\n\n"+`data: {"choi`)
-		http.NewResponseController(w).Flush()
-		panic(http.ErrAbortHandler)
-	})
-	gw := oneReplicaGateway(t, up.URL, "", "")
-	resp, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
-	body := string(b)
-	if resp.StatusCode != 200 || strings.Contains(body, `"choi"`) || strings.Contains(body, `{"choidata`) {
-		t.Fatalf("partial event passed on: %q", body)
-	}
-	want := `data: {"content":"a"}`
-	_ = want
-	if !strings.Contains(body, "\n\ndata: {\"error\":") || !strings.HasSuffix(body, "}}\n\n") {
-		t.Errorf("error event not on a fresh line: %q", body)
-	}
-	if events := sseData(body); len(events) != 2 || !strings.Contains(events[1], "stream_interrupted") {
-		t.Errorf("events %q", events)
-	}
-}
-
-// sseData returns the data of the events in a well-formed LF stream.
-func sseData(s string) []string {
-	var out []string
-	for _, ev := range strings.Split(s, "\n\n") {
-		if d, ok := strings.CutPrefix(ev, "data: "); ok {
-			out = append(out, d)
-		}
-	}
-	return out
 }
 
 // TestCompletedStreamIsOK reproduces the 499s: clients that read a stream
@@ -344,8 +226,8 @@ func TestBodyTimeout(t *testing.T) {
 	}
 }
 
-// TestRetryAfter: a 429 passes on the replica's Retry-After; the local rate
-// limit says how long until its bucket has a token.
+// TestRetryAfter: a 429 passes on the replica's Retry-After. (The local
+// rate limit's: TestPerKeyRateLimit.)
 func TestRetryAfter(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "7")
@@ -356,26 +238,6 @@ func TestRetryAfter(t *testing.T) {
 	gw := oneReplicaGateway(t, up.URL, "", "")
 	if resp, b := post(t, gw.API.URL+"/v1/chat/completions", chatBody("x", ""), nil); resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "7" {
 		t.Errorf("replica 429: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
-	}
-
-	good := startReplica(t, fast("m"))
-	gw2 := startGateway(t, loadConfig(t, `
-version: 1
-server:
-  api_keys: [{name: slow, key_env: K, rate: {rps: 0.2, burst: 1}}]
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "{{u}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"u": good.Srv.URL}, map[string]string{"K": "sk-slow"}))
-	auth := map[string]string{"Authorization": "bearer sk-slow"} // lower-case scheme is fine
-	if resp, b := post(t, gw2.API.URL+"/v1/chat/completions", chatBody("x", ""), auth); resp.StatusCode != 200 {
-		t.Fatalf("first: %d %s", resp.StatusCode, b)
-	}
-	resp, _ := post(t, gw2.API.URL+"/v1/chat/completions", chatBody("x", ""), auth)
-	if ra := resp.Header.Get("Retry-After"); resp.StatusCode != 429 || ra != "5" && ra != "4" {
-		t.Errorf("rate limited: %d Retry-After %q, want 4 or 5 (one token per 5s)", resp.StatusCode, ra)
 	}
 }
 
@@ -407,9 +269,6 @@ func TestForwardingHeaders(t *testing.T) {
 	}
 	if got := seen.Get("X-Forwarded-For"); got != "203.0.113.9, 127.0.0.1" {
 		t.Errorf("X-Forwarded-For %q", got)
-	}
-	if seen.Get("X-Forwarded-Proto") != "http" || seen.Get("Forwarded") != "for=127.0.0.1;proto=http" || seen.Get("X-Forwarded-Host") == "" {
-		t.Errorf("forwarding headers %v", seen)
 	}
 }
 
@@ -481,70 +340,22 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 	_ = context.Background
 }
 
-// TestStreamEdgeForms: usage in data split over several lines is removed
-// and the event stays well formed; a [DONE] cut after its CR completes the
-// stream; keep-alive comments do not count as progress; a duplicate
-// include_usage and a malformed client Forwarded value are handled.
-func TestStreamEdgeForms(t *testing.T) {
-	t.Run("multi-line data with usage", func(t *testing.T) {
-		raw := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}],\ndata: \"usage\":null}\n\ndata: [DONE]\n\n"
-		up := sseUpstream(t, raw, nil)
-		gw := oneReplicaGateway(t, up.URL, "", "")
-		_, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
-		ev := strings.Split(string(b), "\n\n")[0]
-		var data []string
-		for _, line := range strings.Split(ev, "\n") {
-			data = append(data, strings.TrimPrefix(line, "data: "))
-		}
-		joined := strings.Join(data, "\n")
-		if strings.Contains(joined, "usage") || !strings.HasPrefix(ev, "data: ") || !json.Valid([]byte(joined)) {
-			t.Errorf("event %q (data %q)", ev, joined)
+// TestCommentsAreNotProgress: keep-alive comments do not count as the
+// first token.
+func TestCommentsAreNotProgress(t *testing.T) {
+	up := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		for r.Context().Err() == nil {
+			_, _ = io.WriteString(w, ": ping\n\n")
+			_ = rc.Flush()
+			time.Sleep(20 * time.Millisecond)
 		}
 	})
-	t.Run("done cut after CR", func(t *testing.T) {
-		up := sseUpstream(t, "data: {\"choices\":[]}\r\rdata: [DONE]\r", nil)
-		gw := oneReplicaGateway(t, up.URL, "", "")
-		_, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
-		if !strings.HasSuffix(string(b), "data: [DONE]\r\n\n") {
-			t.Errorf("%q", b)
-		}
-	})
-	t.Run("comments are not progress", func(t *testing.T) {
-		up := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
-			rc := http.NewResponseController(w)
-			for r.Context().Err() == nil {
-				_, _ = io.WriteString(w, ": ping\n\n")
-				_ = rc.Flush()
-				time.Sleep(20 * time.Millisecond)
-			}
-		})
-		gw := oneReplicaGateway(t, up.URL, ", first_token_timeout: 300ms", "")
-		_, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
-		if !strings.Contains(string(b), "first_token_timeout") {
-			t.Errorf("%q", b)
-		}
-	})
-	t.Run("duplicate include_usage", func(t *testing.T) {
-		gw := oneReplicaGateway(t, refusedURL(t), "", "")
-		resp, b := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","stream":true,"stream_options":{"include_usage":true,"include_usage":false},"messages":[{"role":"user","content":"x"}]}`, nil)
-		if resp.StatusCode != 400 || !strings.Contains(string(b), "include_usage") {
-			t.Errorf("%d %s", resp.StatusCode, b)
-		}
-	})
-	t.Run("malformed Forwarded", func(t *testing.T) {
-		var seen string
-		sim := vllmsim.New(fast("m"))
-		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			seen = r.Header.Get("Forwarded")
-			sim.ServeHTTP(w, r)
-		}))
-		t.Cleanup(up.Close)
-		gw := oneReplicaGateway(t, up.URL, "", "")
-		post(t, gw.API.URL+"/v1/chat/completions", chatBody("x", ""), map[string]string{"Forwarded": `for="x`})
-		if seen != "for=127.0.0.1;proto=http" {
-			t.Errorf("Forwarded %q", seen)
-		}
-	})
+	gw := oneReplicaGateway(t, up.URL, ", first_token_timeout: 300ms", "")
+	_, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
+	if !strings.Contains(string(b), "first_token_timeout") {
+		t.Errorf("%q", b)
+	}
 }
 
 // TestDeepReplicaAnswerRefused: a non-stream answer nesting JSON deeper

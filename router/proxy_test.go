@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net/http/httptest"
 
 	"net/http"
 	"strings"
@@ -303,6 +302,10 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	}
 }
 
+// TestErrorsAreOpenAIShaped: every layer's error reaches the client in
+// OpenAI's shape, with a request id, and the gateway serves on. (Each of
+// Parse's refusals is a 400 invalid_request_error: wire's TestParseRefuses;
+// one of them is here.)
 func TestErrorsAreOpenAIShaped(t *testing.T) {
 	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
 	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
@@ -372,11 +375,6 @@ routes:
 		retryAfter bool
 	}{
 		{"invalid JSON", `{"model":`, alpha, 400, "invalid_request_error", "", false},
-		{"empty body", ``, alpha, 400, "invalid_request_error", "", false},
-		{"not an object", `[1,2]`, alpha, 400, "invalid_request_error", "", false},
-		{"no model", `{"messages":[{"role":"user","content":"hi"}]}`, alpha, 400, "invalid_request_error", "", false},
-		{"no messages", `{"model":"auto"}`, alpha, 400, "invalid_request_error", "", false},
-		{"messages not an array", `{"model":"auto","messages":"hi"}`, alpha, 400, "invalid_request_error", "", false},
 		{"unknown model", `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, alpha, 404, "invalid_request_error", "model_not_found", false},
 		{"oversized body", `{"model":"auto","messages":[{"role":"user","content":"` + strings.Repeat("x", 4096) + `"}]}`, alpha, 413, "invalid_request_error", "request_too_large", false},
 		{"missing key", good, nil, 401, "authentication_error", "invalid_api_key", false},
@@ -433,33 +431,6 @@ routes:
 	})
 	if strings.Contains(gw.Logs.String(), "sk-alpha") || strings.Contains(gw.Logs.String(), "sk-beta") {
 		t.Error("an API key appeared in the logs")
-	}
-}
-
-func TestSplitFollowsWeights(t *testing.T) {
-	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
-	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
-	cfg := loadConfig(t, `
-version: 1
-pools:
-  qwen: {model: Qwen/Qwen3.8-Flash-Next, health: {disabled: true}, replicas: [{name: q, url: "{{qwen}}"}]}
-  minicpm: {model: openbmb/MiniCPM5-2B, health: {disabled: true}, replicas: [{name: m, url: "{{minicpm}}"}]}
-routes:
-  - name: split
-    split: {qwen: 30, minicpm: 70}
-`, map[string]string{"qwen": q.Srv.URL, "minicpm": m.Srv.URL}, nil)
-	gw := startGateway(t, cfg)
-	const n = 1000
-	counts := map[string]int{}
-	for range n {
-		resp, _ := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`, nil)
-		counts[resp.Header.Get("X-Switchyard-Pool")]++
-	}
-	if share := float64(counts["qwen"]) / n; share < 0.25 || share > 0.35 {
-		t.Errorf("qwen share %.3f, want 0.30 ± 0.05 (%v)", share, counts)
-	}
-	if q.count()+m.count() != n {
-		t.Errorf("replicas saw %d requests, want %d", q.count()+m.count(), n)
 	}
 }
 
@@ -556,34 +527,4 @@ routes:
 			t.Errorf("/readyz reason: %s", body)
 		}
 	})
-}
-
-// TestStreamLargeEventsPassIntact: events larger than the stream buffer, and
-// events split across many small writes, reach the client byte for byte.
-func TestStreamLargeEventsPassIntact(t *testing.T) {
-	big := `data: {"choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 100<<10) + `"}}]}` + "\n\n"
-	small := `data: {"choices":[{"index":0,"delta":{"content":"y"}}]}` + "\n\n"
-	stream := small + big + small + "data: [DONE]\n\n"
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		rc := http.NewResponseController(w)
-		for i := 0; i < len(stream); i += 977 { // odd-sized writes split events anywhere
-			_, _ = io.WriteString(w, stream[i:min(i+977, len(stream))])
-			_ = rc.Flush()
-		}
-	}))
-	defer up.Close()
-	cfg := loadConfig(t, `
-version: 1
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "{{up}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"up": up.URL}, nil)
-	gw := startGateway(t, cfg)
-	resp, body := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, nil)
-	if resp.StatusCode != 200 || string(body) != stream {
-		t.Errorf("status %d; body of %d bytes differs from the %d-byte upstream stream", resp.StatusCode, len(body), len(stream))
-	}
 }

@@ -162,8 +162,6 @@ func TestResumeTypedNotPossible(t *testing.T) {
 	for _, tc := range []struct{ name, path, body, event, why string }{
 		{"responses tool call", "/v1/responses", `{"model":"auto","stream":true,"input":"x","tools":[{"type":"function","name":"f","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}]}`,
 			"event: error", "tool call"},
-		{"not translatable", "/v1/messages", `{"model":"auto","stream":true,"max_tokens":24,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use","name":"f","input":{}}]},{"role":"user","content":"y"}]}`,
-			"event: error", "cannot be continued through chat completions"},
 		{"messages tool use", "/v1/messages", `{"model":"auto","stream":true,"max_tokens":24,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}]}`,
 			"event: error", "tool call"},
 	} {

@@ -2,6 +2,7 @@ package pump
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -135,5 +136,36 @@ func TestChatEventNotJSONRefused(t *testing.T) {
 				t.Errorf("%v, event %q: the client got %q", ep, bad, out)
 			}
 		}
+	}
+}
+
+// failAfter reads its stream, then fails as a dropped connection does.
+type failAfter struct{ r io.Reader }
+
+func (f failAfter) Read(p []byte) (int, error) {
+	if n, err := f.r.Read(p); err != io.EOF {
+		return n, err
+	}
+	return 0, io.ErrUnexpectedEOF
+}
+
+// TestCompletedThenReset: a typed stream whose replica sent its terminal
+// event and then dropped the connection is complete: no error, nothing
+// after the terminal event, its usage read.
+func TestCompletedThenReset(t *testing.T) {
+	stream := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m1\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	rec := httptest.NewRecorder()
+	p := &Pump{W: rec, RC: http.NewResponseController(rec), API: wire.Messages}
+	if err := p.Run(failAfter{strings.NewReader(stream)}); err != nil || !p.complete() {
+		t.Fatalf("run = %v, complete %t; want a complete stream", err, p.complete())
+	}
+	if out := rec.Body.String(); !strings.HasSuffix(out, `data: {"type":"message_stop"}`+"\n\n") {
+		t.Errorf("the client got %q", out)
+	}
+	if u := p.Usage(); u.Completion != 2 || u.Prompt != 3 {
+		t.Errorf("usage %+v, want 3 prompt and 2 completion tokens", u)
 	}
 }

@@ -219,6 +219,8 @@ func TestExecutePoisonRule(t *testing.T) {
 		{name: "an untried replica is asked", replicas: 3, attempts: 3, answers: []Result{status5(500)}, wantAsked: 3, wantPoison: true},
 		{name: "two 503s", replicas: 2, attempts: 2, answers: []Result{status5(503)}, wantAsked: 2, wantPoison: true},
 		{name: "500 then an answer", replicas: 3, attempts: 3, answers: []Result{status5(500), ok}, wantAsked: 2, wantBlamed: 1},
+		{name: "two 500s, then the untried replica answers", replicas: 3, attempts: 3, answers: []Result{status5(500), status5(500), ok}, wantAsked: 3, wantBlamed: 2},
+		{name: "two 503s, then the untried replica answers", replicas: 3, attempts: 3, answers: []Result{status5(503), status5(503), ok}, wantAsked: 3, wantBlamed: 2},
 		{name: "500 then 503", replicas: 3, attempts: 2, answers: []Result{status5(500), status5(503)}, wantAsked: 2, wantBlamed: 2},
 		{name: "502s are never poison", replicas: 2, attempts: 2, answers: []Result{status5(502)}, wantAsked: 2, wantBlamed: 2},
 		{name: "a lone 500", replicas: 1, attempts: 3, answers: []Result{status5(500)}, wantAsked: 1, wantBlamed: 1},

@@ -39,3 +39,41 @@ func TestIsEventStream(t *testing.T) {
 		})
 	}
 }
+
+// TestSetForwarded: the replica learns the client's address after any
+// proxy's, in X-Forwarded-For and Forwarded; a client's Forwarded value
+// with an open quote, which would swallow the gateway's element, is
+// dropped.
+func TestSetForwarded(t *testing.T) {
+	for _, tc := range []struct{ name, xff, fwd, wantXFF, wantFwd string }{
+		{"plain", "", "", "127.0.0.1", "for=127.0.0.1;proto=http"},
+		{"after a proxy", "203.0.113.9", "for=203.0.113.9", "203.0.113.9, 127.0.0.1", "for=203.0.113.9, for=127.0.0.1;proto=http"},
+		{"malformed Forwarded", "", `for="x`, "127.0.0.1", "for=127.0.0.1;proto=http"},
+	} {
+		in := &http.Request{RemoteAddr: "127.0.0.1:5000", Host: "gw.example"}
+		dst := http.Header{}
+		if tc.xff != "" {
+			dst.Set("X-Forwarded-For", tc.xff)
+		}
+		if tc.fwd != "" {
+			dst.Set("Forwarded", tc.fwd)
+		}
+		SetForwarded(dst, in)
+		if dst.Get("X-Forwarded-For") != tc.wantXFF || dst.Get("Forwarded") != tc.wantFwd ||
+			dst.Get("X-Forwarded-Proto") != "http" || dst.Get("X-Forwarded-Host") != "gw.example" {
+			t.Errorf("%s: %v", tc.name, dst)
+		}
+	}
+}
+
+// TestCopyRequestHeaders: hop-by-hop headers, those the client names in
+// Connection and its credentials for the gateway are not forwarded.
+func TestCopyRequestHeaders(t *testing.T) {
+	src := http.Header{"Connection": {"X-Hop, keep-alive"}, "X-Hop": {"1"}, "Keep-Alive": {"timeout=5"},
+		"Authorization": {"Bearer sk"}, "X-Api-Key": {"sk"}, "X-Kept": {"yes"}}
+	dst := http.Header{}
+	CopyRequestHeaders(dst, src)
+	if len(dst) != 1 || dst.Get("X-Kept") != "yes" {
+		t.Errorf("forwarded %v", dst)
+	}
+}
