@@ -108,20 +108,18 @@ func TestOversizeEventSanitised(t *testing.T) {
 	}
 }
 
-// TestInvalidUTF8ContinuedAgrees: a Responses stream cut after a delta
-// with invalid UTF-8 and continued (resume) closes its item with the text
-// the client was sent: the continuation's .done and response.completed
-// repeat the U+FFFD the deltas carried. Before the fix the deltas carried
-// the raw bytes and the continuation's closing events, which encoding/json
-// writes, U+FFFD: the deltas no longer added up to the done text.
-func TestInvalidUTF8ContinuedAgrees(t *testing.T) {
+// continueResponses runs a Responses stream cut after one text delta
+// carrying delta, then its chat continuation cont, through one pump, and
+// returns what the client got.
+func continueResponses(t *testing.T, delta, cont string) []byte {
+	t.Helper()
 	rec := httptest.NewRecorder()
 	rs := resume.New(wire.Responses, []byte(`{"model":"m","input":"hi","stream":true}`), 1<<20, func() uint64 { return 7 })
 	p := &Pump{W: rec, RC: http.NewResponseController(rec), API: wire.Responses, Resume: rs}
 	cut := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"output\":[],\"status\":\"in_progress\"}}\n\n" +
 		"event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":{\"type\":\"message\",\"id\":\"msg_1\",\"content\":[],\"role\":\"assistant\",\"status\":\"in_progress\"}}\n\n" +
 		"event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"sequence_number\":2,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":\"\"}}\n\n" +
-		"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":3,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"" + bad + "\"}\n\n"
+		"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":3,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"" + delta + "\"}\n\n"
 	if err := p.Run(strings.NewReader(cut)); err == nil || rs.Broken != "" {
 		t.Fatalf("the cut stream: %v, not resumable: %q", err, rs.Broken)
 	}
@@ -130,17 +128,15 @@ func TestInvalidUTF8ContinuedAgrees(t *testing.T) {
 	}
 	rs.Begin()
 	p.Refused, p.SawDone = nil, false
-	cont := "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n" +
-		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" more\"}}]}\n\n" +
-		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
 	if err := p.Run(strings.NewReader(cont)); err != nil {
 		t.Fatalf("the continuation: %v", err)
 	}
-	out := rec.Body.Bytes()
-	if !utf8.Valid(out) {
-		t.Fatalf("the client got invalid UTF-8:\n%q", out)
-	}
-	var deltas, done, completed string
+	return rec.Body.Bytes()
+}
+
+// itemText is the text a Responses client got three ways: the deltas, the
+// item's done event and the completed response.
+func itemText(out []byte) (deltas, done, completed string) {
 	for _, d := range sseEvents(out) {
 		switch gjson.Get(d, "type").Str {
 		case "response.output_text.delta":
@@ -151,7 +147,24 @@ func TestInvalidUTF8ContinuedAgrees(t *testing.T) {
 			completed = gjson.Get(d, "response.output.0.content.0.text").Str
 		}
 	}
-	if want := clean + " more"; deltas != want || done != want || completed != want {
+	return deltas, done, completed
+}
+
+// TestInvalidUTF8ContinuedAgrees: a Responses stream cut after a delta
+// with invalid UTF-8 and continued (resume) closes its item with the text
+// the client was sent: the continuation's .done and response.completed
+// repeat the U+FFFD the deltas carried. Before the fix the deltas carried
+// the raw bytes and the continuation's closing events, which encoding/json
+// writes, U+FFFD: the deltas no longer added up to the done text.
+func TestInvalidUTF8ContinuedAgrees(t *testing.T) {
+	out := continueResponses(t, bad, "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n"+
+		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" more\"}}]}\n\n"+
+		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	if !utf8.Valid(out) {
+		t.Fatalf("the client got invalid UTF-8:\n%q", out)
+	}
+	if deltas, done, completed := itemText(out); deltas != clean+" more" || done != deltas || completed != deltas {
+		want := clean + " more"
 		t.Errorf("deltas %q, done %q, completed %q; want %q in each", deltas, done, completed, want)
 	}
 }
@@ -193,40 +206,12 @@ func TestLoneSurrogateEscapeSanitised(t *testing.T) {
 // finding; issue 31 item 7 asked for it: the continuation's translation
 // relayed it).
 func TestContinuationContentAfterFinishDropped(t *testing.T) {
-	rec := httptest.NewRecorder()
-	rs := resume.New(wire.Responses, []byte(`{"model":"m","input":"hi","stream":true}`), 1<<20, func() uint64 { return 7 })
-	p := &Pump{W: rec, RC: http.NewResponseController(rec), API: wire.Responses, Resume: rs}
-	cut := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"output\":[],\"status\":\"in_progress\"}}\n\n" +
-		"event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":{\"type\":\"message\",\"id\":\"msg_1\",\"content\":[],\"role\":\"assistant\",\"status\":\"in_progress\"}}\n\n" +
-		"event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"sequence_number\":2,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":\"\"}}\n\n" +
-		"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":3,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"Hello\"}\n\n"
-	if err := p.Run(strings.NewReader(cut)); err == nil || rs.Broken != "" {
-		t.Fatalf("the cut stream: %v, not resumable: %q", err, rs.Broken)
-	}
-	if _, _, err := rs.Request([]byte(`{"model":"m","input":"hi","stream":true}`)); err != nil {
-		t.Fatal(err)
-	}
-	rs.Begin()
-	p.Refused, p.SawDone = nil, false
-	cont := "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" world\"}}]}\n\n" +
-		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n" +
-		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" EXTRA\"}}]}\n\n" +
-		"data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4,\"total_tokens\":7}}\n\ndata: [DONE]\n\n"
-	if err := p.Run(strings.NewReader(cont)); err != nil {
-		t.Fatalf("the continuation: %v", err)
-	}
-	var deltas, done, completed string
-	for _, d := range sseEvents(rec.Body.Bytes()) {
-		switch gjson.Get(d, "type").Str {
-		case "response.output_text.delta":
-			deltas += gjson.Get(d, "delta").Str
-		case "response.output_text.done":
-			done = gjson.Get(d, "text").Str
-		case "response.completed":
-			completed = gjson.Get(d, "response.output.0.content.0.text").Str
-		}
-	}
-	if want := "Hello world"; deltas != want || done != want || completed != want {
+	out := continueResponses(t, "Hello", "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" world\"}}]}\n\n"+
+		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"+
+		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" EXTRA\"}}]}\n\n"+
+		"data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4,\"total_tokens\":7}}\n\ndata: [DONE]\n\n")
+	if deltas, done, completed := itemText(out); deltas != "Hello world" || done != deltas || completed != deltas {
+		want := "Hello world"
 		t.Errorf("deltas %q, done %q, completed %q; want %q in each", deltas, done, completed, want)
 	}
 }
