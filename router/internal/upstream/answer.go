@@ -22,14 +22,12 @@ type Answers struct {
 	// without a reservation.
 	Limit, Small int64
 	budget       *semaphore.Weighted
-	total        int64
 }
 
 // NewAnswers is a budget of total bytes for answers of at most limit
 // (total is raised to limit if below it).
 func NewAnswers(limit, small, total int64) *Answers {
-	total = max(total, limit)
-	return &Answers{Limit: limit, Small: min(small, limit), budget: semaphore.NewWeighted(total), total: total}
+	return &Answers{Limit: limit, Small: min(small, limit), budget: semaphore.NewWeighted(max(total, limit))}
 }
 
 // Read reads a whole answer of declared length (-1: unknown) from body.
