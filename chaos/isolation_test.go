@@ -250,6 +250,43 @@ func (r victimRun) bigShare() float64 { return float64(r.big) / float64(max(1, r
 // rss is the process's resident memory in bytes.
 func (p *proc) rss(t testing.TB) int64 { return p.status(t, "VmRSS:") }
 
+// cpu is the CPU time the process used so far (user and system).
+func (p *proc) cpu(t testing.TB) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		t.Skipf("cannot read the gateway's CPU time: %v", err)
+	}
+	// The fields after the command's closing parenthesis: utime and
+	// stime are the 12th and 13th, in clock ticks (100 a second).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		t.Skipf("short /proc/PID/stat: %q", b)
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+s) * 10 * time.Millisecond
+}
+
+// machineBusy is the machine's CPU time not idle so far, over all cores
+// (from /proc/stat), or 0 when it cannot be read.
+func machineBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal
+	var busy int64
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if i != 3 && i != 4 && i < 8 {
+			busy += n
+		}
+	}
+	return time.Duration(busy) * 10 * time.Millisecond
+}
+
 // status reads one of /proc/PID/status's sizes (in kB there) in bytes.
 func (p *proc) status(t testing.TB, field string) int64 {
 	t.Helper()
@@ -648,7 +685,9 @@ func adversarial(t testing.TB, defaults bool) (*proc, victimRun, victimRun) {
 	defer vc.CloseIdleConnections()
 	load := func(n int) victimRun { return victimPaced(vc, gw.addr, n, workers, rate) }
 	load(24) // warm-up
+	cpu0, busy0, t0 := gw.cpu(t), machineBusy(), time.Now()
 	quiet := load(n)
+	cpu1, busy1, t1 := gw.cpu(t), machineBusy(), time.Now()
 	if len(quiet.lost) != 0 {
 		t.Fatalf("without an attack the victim lost %d requests; first: %s", len(quiet.lost), quiet.lost[0])
 	}
@@ -685,7 +724,9 @@ func adversarial(t testing.TB, defaults bool) (*proc, victimRun, victimRun) {
 			}
 		}
 	}()
+	cpu2, busy2, t2 := gw.cpu(t), machineBusy(), time.Now()
 	attacked := load(n)
+	cpu3, busy3, t3 := gw.cpu(t), machineBusy(), time.Now()
 	close(watch)
 	atk := stop()
 
@@ -695,6 +736,9 @@ func adversarial(t testing.TB, defaults bool) (*proc, victimRun, victimRun) {
 	t.Logf("victim without attack: median %v p99 %v big share %.3f; under attack: median %v p99 %v (%.2fx) big share %.3f",
 		quiet.median(), quiet.p99(), quiet.bigShare(), attacked.median(), attacked.p99(),
 		float64(attacked.p99())/float64(max(1, quiet.p99())), attacked.bigShare())
+	cores := func(d time.Duration, over time.Duration) float64 { return d.Seconds() / over.Seconds() }
+	t.Logf("CPU in cores: the gateway %.2f calm, %.2f attacked; the machine %.2f calm, %.2f attacked",
+		cores(cpu1-cpu0, t1.Sub(t0)), cores(cpu3-cpu2, t3.Sub(t2)), cores(busy1-busy0, t1.Sub(t0)), cores(busy3-busy2, t3.Sub(t2)))
 	t.Logf("gateway RSS: %d MiB at rest, peak %d MiB under attack", rssBefore>>20, peakRSS.Load()>>20)
 	for _, l := range strings.Split(gw.logs.String(), "\n") {
 		if strings.Contains(l, "healthy") || strings.Contains(l, "eject") {
