@@ -31,10 +31,10 @@ func NewAnswers(limit, small, total int64) *Answers {
 }
 
 // Read reads a whole answer of declared length (-1: unknown) from body.
-// It never holds more than Limit bytes and allocates at most about twice
-// what the answer holds (the buffer grows by doubling, capped at the
-// bound); an answer declared over the bound is refused before a byte is
-// read. release gives back the answer's reservation: call it once the
+// It never holds more than Limit bytes: a declared answer is read into
+// one buffer of its size, an undeclared one into a buffer that doubles up
+// to Small and then, its bound reserved, into one of the bound; an answer
+// declared over the bound is refused before a byte is read. release gives back the answer's reservation: call it once the
 // answer has been passed on (it is never nil). A read that waits for the
 // budget returns ctx.Err() when ctx ends first.
 func (a *Answers) Read(ctx context.Context, body io.Reader, length int64) (answer []byte, release func(), err error) {
@@ -67,15 +67,17 @@ func (a *Answers) Read(ctx context.Context, body io.Reader, length int64) (answe
 				release()
 				return nil, func() {}, a.tooLarge()
 			}
+			next := 2 * int64(cap(buf))
 			if reserved == 0 && int64(len(buf)) >= a.Small {
+				// Past the small size with no length: the bound is
+				// reserved, so it is allocated at once (doubling up to it
+				// left as much again as garbage).
 				if err := reserve(a.Limit); err != nil {
 					return nil, release, err
 				}
+				next = a.Limit + 1
 			}
-			next := 2 * int64(cap(buf))
-			if next >= a.Limit {
-				next = a.Limit + 1 // no doubling past the bound: 1.5x at most
-			}
+			next = min(next, a.Limit+1) // never past the bound
 			grown := make([]byte, len(buf), next)
 			copy(grown, buf)
 			buf = grown
