@@ -33,6 +33,10 @@ type waiter struct {
 	weight   float64
 	priority bool
 	fair     bool
+	// req is the request waiting, counted for its tenant by the dispatch
+	// that serves it (reserve: its pool's share_reserve).
+	req     *Request
+	reserve time.Duration
 }
 
 const (
@@ -184,7 +188,6 @@ func (e *Endpoint) dispatch() {
 	// of those, the tenant furthest below its share in slot time does.
 	e.holds.mu.Lock()
 	defer e.holds.mu.Unlock()
-	clear(e.holds.prioGiven)
 	var over *shares
 	if s, ok := e.shareLimit(e.queue.maxCap); ok {
 		over = &s
@@ -208,14 +211,14 @@ func (e *Endpoint) dispatchPass(over *shares) {
 		}
 		e.queue.served(k)
 		e.removeAt(k)
-		if over != nil && w.fair {
-			over.give(w.tenant)
+		// The slot counts for its tenant from now: its request may not
+		// run again for a while (busy CPUs), and until it is counted its
+		// tenant would look under its share to the next dispatch.
+		if w.req.Fair {
+			e.holds.addLocked(w.req, e, e.reg.now().UnixNano(), w.reserve)
 		}
-		if w.priority {
-			if e.holds.prioGiven == nil {
-				e.holds.prioGiven = map[string]int64{}
-			}
-			e.holds.prioGiven[w.tenant]++
+		if w.req.Priority {
+			e.holds.addPriorityLocked(w.req, e)
 		}
 		w.ch <- e
 	}
@@ -354,10 +357,11 @@ func (e *Endpoint) release() {
 // ReleaseFor.
 func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica) bool) (*Replica, error) {
 	r, err := p.acquire(ctx, req, exclude)
-	if r != nil && req.Fair {
+	// A slot handed over from the queue was counted then (dispatchPass).
+	if r != nil && req.Fair && req.held == nil {
 		r.Endpoint.holds.add(req, r.Endpoint, p.reg.now().UnixNano(), p.opts.ShareReserve)
 	}
-	if r != nil && req.Priority {
+	if r != nil && req.Priority && req.prio == nil {
 		r.Endpoint.holds.addPriority(req, r.Endpoint)
 	}
 	return r, err
@@ -377,8 +381,7 @@ func (p *Pool) acquire(ctx context.Context, req *Request, exclude func(*Replica)
 	}
 	timer := time.NewTimer(p.opts.QueueTimeout)
 	defer timer.Stop()
-	w := &waiter{ch: make(chan *Endpoint, 1), tenant: req.Tenant, weight: float64(max(1, req.Weight)), priority: req.Priority, fair: req.Fair}
-	w.max.Store(p.capFor(req))
+	w := p.newWaiter(req)
 	for _, f := range full {
 		f.enqueue(w)
 		if w.state.Load() != waiting {
@@ -450,11 +453,19 @@ func (p *Pool) acquire(ctx context.Context, req *Request, exclude func(*Replica)
 		// Served while giving up: the slot is ours.
 		e := <-w.ch
 		if ctx.Err() != nil {
-			e.release()
+			p.ReleaseFor(replicaOf(full, e), req)
 			return nil, ctx.Err()
 		}
 		return replicaOf(full, e), nil
 	}
+}
+
+// newWaiter is req waiting for one of p's slots.
+func (p *Pool) newWaiter(req *Request) *waiter {
+	w := &waiter{ch: make(chan *Endpoint, 1), req: req, reserve: p.opts.ShareReserve,
+		tenant: req.Tenant, weight: float64(max(1, req.Weight)), priority: req.Priority, fair: req.Fair}
+	w.max.Store(p.capFor(req))
+	return w
 }
 
 // follow is the pool's view in force now: p itself, or after a reload the

@@ -46,3 +46,14 @@ func (p *Pool) LapseList() int {
 	}
 	return n
 }
+
+// QueueAsleep queues a fair request of tenant on r as Acquire would,
+// with no goroutine to wake when a slot is handed to it: served reports
+// whether one was (tests: a waiter served but not yet running, as on a
+// machine whose CPUs are busy).
+func (p *Pool) QueueAsleep(r *Replica, tenant string) (served func() bool) {
+	req := &Request{Tenant: tenant, Fair: true}
+	w := p.newWaiter(req)
+	r.enqueue(w)
+	return func() bool { return len(w.ch) == 1 }
+}

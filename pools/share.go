@@ -55,14 +55,11 @@ type holds struct {
 	// being forgotten. An entry whose tenant changed since is stale and
 	// skipped.
 	lapses lapseHeap
-	// waiting and given are a dispatch's scratch (see shares), kept to be
-	// reused.
+	// waiting is a dispatch's scratch (see shares), kept to be reused.
 	waiting map[string]float64
-	given   map[string]int64
 	// prio counts each tenant's priority requests (the classifier's
-	// calls) holding slots, and prioGiven those a dispatch handed out.
-	prio      map[string]int64
-	prioGiven map[string]int64
+	// calls) holding slots.
+	prio map[string]int64
 }
 
 // maxKept bounds the tenants an endpoint keeps while they hold nothing:
@@ -185,6 +182,13 @@ func (h *holds) until(u, v float64, now int64) int64 {
 // add counts one of req's requests at now.
 func (h *holds) add(req *Request, e *Endpoint, now int64, reserve time.Duration) {
 	h.mu.Lock()
+	h.addLocked(req, e, now, reserve)
+	h.mu.Unlock()
+}
+
+// addLocked is add with h.mu held (a dispatch counts the slot it hands
+// over at once: see dispatchPass).
+func (h *holds) addLocked(req *Request, e *Endpoint, now int64, reserve time.Duration) {
 	if h.m == nil {
 		h.m = map[string]*tenantHold{}
 	}
@@ -206,7 +210,6 @@ func (h *holds) add(req *Request, e *Endpoint, now int64, reserve time.Duration)
 	t.weight = float64(max(1, req.Weight))
 	t.counted = true
 	h.weights += t.weight
-	h.mu.Unlock()
 	req.held, req.heldAt = e, now
 }
 
@@ -314,9 +317,8 @@ func (h *holds) nextLapse(now int64) int64 {
 // shares is a view of the tenants' shares of an endpoint's cap slots,
 // while its holds' mu is held: the tenants in play are those counted in
 // h.m and those in h.waiting (waiters from the queue, or the request
-// being admitted, not counted there, or with a higher weight than there);
-// h.given counts the slots a dispatch handed out. A tenant's share is
-// cap × its weight ÷ sum, rounded down, at least 1.
+// being admitted, not counted there, or with a higher weight than there).
+// A tenant's share is cap × its weight ÷ sum, rounded down, at least 1.
 type shares struct {
 	h   *holds
 	cap int64
@@ -343,13 +345,13 @@ func (s *shares) limit(w float64) int64 {
 	return max(1, int64(math.Floor(float64(s.cap)*w/s.sum+1e-9)))
 }
 
-// held is what tenant holds, counting what the dispatch gave it.
+// held is what tenant holds, counting the slots handed to its waiters
+// (counted at the hand-over).
 func (s *shares) held(tenant string) int64 {
-	var n int64
 	if t := s.h.m[tenant]; t != nil {
-		n = t.n
+		return t.n
 	}
-	return n + s.h.given[tenant]
+	return 0
 }
 
 // full reports whether tenant holds its share already.
@@ -382,7 +384,7 @@ func (s *shares) owedOver(tenant string, bound int64) bool {
 		if x, ok := s.h.waiting[name]; ok {
 			w = max(w, x)
 		}
-		if o := s.h.reserve(t, s.now, s.limit(w)) - t.n - s.h.given[name]; o > 0 {
+		if o := s.h.reserve(t, s.now, s.limit(w)) - t.n; o > 0 {
 			if n += o; n > bound {
 				return true
 			}
@@ -398,14 +400,6 @@ func (s *shares) spare(tenant string, free int64) bool {
 	return free-1 >= s.cap/2 || !s.owedOver(tenant, free-1)
 }
 
-// give counts a slot handed to tenant during the dispatch.
-func (s *shares) give(tenant string) {
-	if s.h.given == nil {
-		s.h.given = map[string]int64{}
-	}
-	s.h.given[tenant]++
-}
-
 // shareLimit is the view of the shares of the tenants in play on e's
 // slots (holding them, within its reserve, or waiting among the first
 // entries of its queue) for a dispatch; ok false when fewer than two
@@ -419,7 +413,6 @@ func (e *Endpoint) shareLimit(cap int64) (s shares, ok bool) {
 	now := e.reg.now().UnixNano()
 	h.sweep(now)
 	clear(h.waiting)
-	clear(h.given)
 	s = shares{h: h, cap: cap, sum: h.weights, now: now}
 	n := 0
 	for _, t := range h.m {
@@ -476,7 +469,6 @@ func (e *Endpoint) overShare(req *Request, cap int64) bool {
 		return false // no one else in play
 	}
 	clear(h.waiting)
-	clear(h.given)
 	s := shares{h: h, cap: cap, sum: h.weights, now: now}
 	if mine == nil || !mine.counted {
 		if h.waiting == nil {
@@ -519,17 +511,22 @@ func priorityLimit(cap int64) int64 {
 // limit of e's slots of cap. h.mu is held.
 func (h *holds) priorityFull(tenant string, cap int64) bool {
 	lim := priorityLimit(cap)
-	return lim > 0 && h.prio[tenant]+h.prioGiven[tenant] >= lim
+	return lim > 0 && h.prio[tenant] >= lim
 }
 
 // addPriority counts one of req's priority requests on e.
 func (h *holds) addPriority(req *Request, e *Endpoint) {
 	h.mu.Lock()
+	h.addPriorityLocked(req, e)
+	h.mu.Unlock()
+}
+
+// addPriorityLocked is addPriority with h.mu held.
+func (h *holds) addPriorityLocked(req *Request, e *Endpoint) {
 	if h.prio == nil {
 		h.prio = map[string]int64{}
 	}
 	h.prio[req.Tenant]++
-	h.mu.Unlock()
 	req.prio = e
 }
 

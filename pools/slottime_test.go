@@ -353,3 +353,26 @@ func TestPriorityTenantKeepsSlotsForOthers(t *testing.T) {
 		t.Fatal("the attacker's call did not get the slot its own call freed")
 	}
 }
+
+// TestHandedSlotCountsAtOnce: a slot handed to a waiting request counts
+// for its tenant from the hand-over, not from when the request's
+// goroutine runs again. Under the combined attack of issue 42 the
+// attacker's served waiters, not yet running on two busy CPUs, were
+// counted as nothing held, so that its next waiter took the slot kept
+// for the victim's reserve (before: the second waiter was served too).
+func TestHandedSlotCountsAtOnce(t *testing.T) {
+	s := newSlots(t, 2, 10*time.Second)
+	v := s.hold("victim")
+	s.clk.Advance(5 * time.Second) // a steady victim earns a reserve
+	s.release(v)
+	r := s.p.Replicas()[0]
+	first := s.p.QueueAsleep(r, "attacker")
+	second := s.p.QueueAsleep(r, "attacker")
+	if !first() {
+		t.Fatal("the attacker's first request was not served: one slot is its share")
+	}
+	if second() {
+		t.Fatal("the attacker's second request took the slot kept for the victim's reserve")
+	}
+	s.release(s.hold("victim"))
+}
