@@ -33,10 +33,22 @@ type waiter struct {
 	weight   float64
 	priority bool
 	fair     bool
-	// req is the request waiting, counted for its tenant by the dispatch
-	// that serves it (reserve: its pool's share_reserve).
-	req     *Request
-	reserve time.Duration
+	// A dispatch that serves the waiter counts the slot for its tenant
+	// at once, at heldAt (reqWeight: the request's weight; reserve: its
+	// pool's share_reserve); the request takes the count over (take).
+	reqWeight int
+	reserve   time.Duration
+	heldAt    int64
+}
+
+// take gives req the slot on e handed to w, counted for its tenant.
+func (w *waiter) take(req *Request, e *Endpoint) {
+	if w.fair {
+		req.held, req.heldAt = e, w.heldAt
+	}
+	if w.priority {
+		req.prio = e
+	}
 }
 
 const (
@@ -163,6 +175,36 @@ func (e *Endpoint) admit(max int64) bool {
 	}
 }
 
+// admitFor admits req on e within max as admit does; a fair or priority
+// request only if its tenant is still within what it may hold (checked
+// by candidates before), checked, admitted and counted in one step under
+// e.holds.mu: requests of one tenant arriving at once cannot all pass
+// the check before any counts.
+func (e *Endpoint) admitFor(req *Request, max int64, reserve time.Duration) bool {
+	if !req.Fair && !req.Priority {
+		return e.admit(max)
+	}
+	h := &e.holds
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case req.Fair && reserve > 0 && e.overShareLocked(req, max),
+		req.Priority && h.priorityFull(req.Tenant, max),
+		!e.admit(max):
+		return false
+	}
+	if req.Fair {
+		now := e.reg.now().UnixNano()
+		h.add(req.Tenant, req.Weight, now, reserve)
+		req.held, req.heldAt = e, now
+	}
+	if req.Priority {
+		h.addPriority(req.Tenant)
+		req.prio = e
+	}
+	return true
+}
+
 // dropDead pops waiters at the head that no longer wait. e.mu is held.
 func (e *Endpoint) dropDead() {
 	for e.queue.len() > 0 && e.queue.peek().state.Load() != waiting {
@@ -214,11 +256,12 @@ func (e *Endpoint) dispatchPass(over *shares) {
 		// The slot counts for its tenant from now: its request may not
 		// run again for a while (busy CPUs), and until it is counted its
 		// tenant would look under its share to the next dispatch.
-		if w.req.Fair {
-			e.holds.addLocked(w.req, e, e.reg.now().UnixNano(), w.reserve)
+		if w.fair {
+			w.heldAt = e.reg.now().UnixNano()
+			e.holds.add(w.tenant, w.reqWeight, w.heldAt, w.reserve)
 		}
-		if w.req.Priority {
-			e.holds.addPriorityLocked(w.req, e)
+		if w.priority {
+			e.holds.addPriority(w.tenant)
 		}
 		w.ch <- e
 	}
@@ -356,15 +399,7 @@ func (e *Endpoint) release() {
 // A request with Fair counts against its tenant's share (share.go) until
 // ReleaseFor.
 func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica) bool) (*Replica, error) {
-	r, err := p.acquire(ctx, req, exclude)
-	// A slot handed over from the queue was counted then (dispatchPass).
-	if r != nil && req.Fair && req.held == nil {
-		r.Endpoint.holds.add(req, r.Endpoint, p.reg.now().UnixNano(), p.opts.ShareReserve)
-	}
-	if r != nil && req.Priority && req.prio == nil {
-		r.Endpoint.holds.addPriority(req, r.Endpoint)
-	}
-	return r, err
+	return p.acquire(ctx, req, exclude)
 }
 
 func (p *Pool) acquire(ctx context.Context, req *Request, exclude func(*Replica) bool) (*Replica, error) {
@@ -407,6 +442,7 @@ func (p *Pool) acquire(ctx context.Context, req *Request, exclude func(*Replica)
 			if rt != nil {
 				rt.Stop()
 			}
+			w.take(req, e)
 			return replicaOf(full, e), nil
 		case <-timer.C:
 			err = ErrSaturated
@@ -443,8 +479,10 @@ func (p *Pool) acquire(ctx context.Context, req *Request, exclude func(*Replica)
 				return r, nil
 			}
 			// Served meanwhile as well: keep the hand-off, free r.
-			r.release()
-			return replicaOf(full, <-w.ch), nil
+			p.ReleaseFor(r, req)
+			e := <-w.ch
+			w.take(req, e)
+			return replicaOf(full, e), nil
 		}
 		if w.state.CompareAndSwap(waiting, gone) {
 			p.unqueueAll(w, full)
@@ -452,6 +490,7 @@ func (p *Pool) acquire(ctx context.Context, req *Request, exclude func(*Replica)
 		}
 		// Served while giving up: the slot is ours.
 		e := <-w.ch
+		w.take(req, e)
 		if ctx.Err() != nil {
 			p.ReleaseFor(replicaOf(full, e), req)
 			return nil, ctx.Err()
@@ -462,7 +501,7 @@ func (p *Pool) acquire(ctx context.Context, req *Request, exclude func(*Replica)
 
 // newWaiter is req waiting for one of p's slots.
 func (p *Pool) newWaiter(req *Request) *waiter {
-	w := &waiter{ch: make(chan *Endpoint, 1), req: req, reserve: p.opts.ShareReserve,
+	w := &waiter{ch: make(chan *Endpoint, 1), reqWeight: req.Weight, reserve: p.opts.ShareReserve,
 		tenant: req.Tenant, weight: float64(max(1, req.Weight)), priority: req.Priority, fair: req.Fair}
 	w.max.Store(p.capFor(req))
 	return w
@@ -545,7 +584,7 @@ func (p *Pool) tryAcquire(req *Request, exclude func(*Replica) bool) (r *Replica
 	maxIn := p.capFor(req)
 	for len(cands) > 0 {
 		pick := p.sel.Select(req, cands)
-		if pick.queued.Load() == 0 && pick.admit(maxIn) {
+		if pick.queued.Load() == 0 && pick.admitFor(req, maxIn, p.opts.ShareReserve) {
 			return pick, nil
 		}
 		// Lost a race for the last slot: drop it and choose again.

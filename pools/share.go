@@ -179,25 +179,17 @@ func (h *holds) until(u, v float64, now int64) int64 {
 	return now + int64(float64(h.tau)*math.Log(u/v))
 }
 
-// add counts one of req's requests at now.
-func (h *holds) add(req *Request, e *Endpoint, now int64, reserve time.Duration) {
-	h.mu.Lock()
-	h.addLocked(req, e, now, reserve)
-	h.mu.Unlock()
-}
-
-// addLocked is add with h.mu held (a dispatch counts the slot it hands
-// over at once: see dispatchPass).
-func (h *holds) addLocked(req *Request, e *Endpoint, now int64, reserve time.Duration) {
+// add counts one request of tenant (of weight) at now. h.mu is held.
+func (h *holds) add(tenant string, weight int, now int64, reserve time.Duration) {
 	if h.m == nil {
 		h.m = map[string]*tenantHold{}
 	}
 	h.tau = int64(reserve)
 	h.sweep(now)
-	t := h.m[req.Tenant]
+	t := h.m[tenant]
 	if t == nil {
-		t = &tenantHold{tenant: req.Tenant}
-		h.m[req.Tenant] = t
+		t = &tenantHold{tenant: tenant}
+		h.m[tenant] = t
 	} else if t.n <= 0 {
 		h.kept-- // kept while holding nothing: holds one now
 	}
@@ -207,10 +199,9 @@ func (h *holds) addLocked(req *Request, e *Endpoint, now int64, reserve time.Dur
 	t.n++
 	t.peak = max(t.peak, t.n)
 	t.starts += now
-	t.weight = float64(max(1, req.Weight))
+	t.weight = float64(max(1, weight))
 	t.counted = true
 	h.weights += t.weight
-	req.held, req.heldAt = e, now
 }
 
 // remove ends one of tenant's requests, started at start, at now; with a
@@ -452,12 +443,17 @@ const scanWaiters = 256
 // owed of their reserves. For a replica with no queue (the queue's own
 // waiters are judged by dispatch).
 func (e *Endpoint) overShare(req *Request, cap int64) bool {
+	e.holds.mu.Lock()
+	defer e.holds.mu.Unlock()
+	return e.overShareLocked(req, cap)
+}
+
+// overShareLocked is overShare with e.holds.mu held.
+func (e *Endpoint) overShareLocked(req *Request, cap int64) bool {
 	if cap <= 0 {
 		return false
 	}
 	h := &e.holds
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	now := e.reg.now().UnixNano()
 	h.sweep(now)
 	mine := h.m[req.Tenant]
@@ -514,20 +510,12 @@ func (h *holds) priorityFull(tenant string, cap int64) bool {
 	return lim > 0 && h.prio[tenant] >= lim
 }
 
-// addPriority counts one of req's priority requests on e.
-func (h *holds) addPriority(req *Request, e *Endpoint) {
-	h.mu.Lock()
-	h.addPriorityLocked(req, e)
-	h.mu.Unlock()
-}
-
-// addPriorityLocked is addPriority with h.mu held.
-func (h *holds) addPriorityLocked(req *Request, e *Endpoint) {
+// addPriority counts one of tenant's priority requests. h.mu is held.
+func (h *holds) addPriority(tenant string) {
 	if h.prio == nil {
 		h.prio = map[string]int64{}
 	}
-	h.prio[req.Tenant]++
-	req.prio = e
+	h.prio[tenant]++
 }
 
 // endPriority ends one of tenant's priority requests.
