@@ -102,6 +102,9 @@ func New(o Options, ro EndpointsOptions) (*Pool, error) {
 	return ps[0], nil
 }
 
+// Now is the pool's clock (EndpointsOptions.Now).
+func (p *Pool) Now() time.Time { return p.reg.now() }
+
 // Endpoints returns the set the pool's endpoints live in.
 func (p *Pool) Endpoints() *Endpoints { return p.reg }
 
