@@ -1,27 +1,22 @@
 package pools
 
 import (
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
 )
 
-// Selector picks one replica among candidates that can take the request
-// (healthy, not ejected, under max_inflight). It never sees an empty slice.
-type Selector interface {
-	Select(req *Request, candidates []*Replica) *Replica
-}
-
-// Explainer is a Selector that shows its work. choose is Select's own
-// code: Select runs it without a card, Pool.Explain with one, on which it
-// notes what it weighed for each candidate as it weighs it (the endpoint
-// picker's ScoredPod). So explain shows the scores and the pick that
-// Select computed, not a second computation beside it. Every balancer is
-// one (see the guards below).
+// Explainer is a balancer: Select picks one replica among candidates that
+// can take the request (healthy, not ejected, under max_inflight; never an
+// empty slice). choose is Select's own code: Select runs it without a card,
+// Pool.Explain with one, on which it notes what it weighed for each
+// candidate as it weighs it (the endpoint picker's ScoredPod), so explain
+// shows the scores and pick Select computed, not a second computation.
 type Explainer interface {
-	Selector
+	Select(req *Request, candidates []*Replica) *Replica
 	choose(req *Request, candidates []*Replica, card scoreCard) *Replica
 }
 
@@ -29,9 +24,8 @@ type Explainer interface {
 // nil on the request path, where nothing is noted.
 type scoreCard map[*Endpoint]noted
 
-// noted is one candidate's entry: the score the balancer weighed (scored
-// false for a balancer that weighs none), and what it is and which way
-// wins.
+// noted is one candidate's entry: the score weighed (scored false for a
+// balancer that weighs none), and what it is and which way wins.
 type noted struct {
 	score  float64
 	scored bool
@@ -55,26 +49,23 @@ type Request struct {
 	// a full replica (0 counts as 1). See waitQueue.
 	Tenant string
 	Weight int
-	// Priority requests (the classifier's calls) are served before every
-	// other waiter of a full replica, and may use the pool's reserved slots
-	// (Options.Reserved): a tenant holding the pool's slots delays them by
-	// at most one slot's turn. Among themselves they take turns by Tenant
-	// and Weight, as other waiters do.
+	// Priority requests (the classifier's calls) are served before other
+	// waiters of a full replica (taking turns by Tenant and Weight among
+	// themselves) and may use the reserved slots (Options.Reserved): a
+	// tenant holding the pool's slots delays them by one slot's turn at most.
 	Priority bool
 	// Fair requests count against their tenant's share of a replica's
 	// slots (share.go) and must be released with ReleaseFor.
 	Fair bool
-	// held is the endpoint a fair request counts on, once acquired, and
-	// heldAt when (unix nanoseconds).
+	// Once acquired: held is the endpoint a fair request counts on, heldAt
+	// since when (unix nanos), prio the one a priority request counts on
+	// (see priorityLimit).
 	held   *Endpoint
 	heldAt int64
-	// prio is the endpoint a priority request counts on (see
-	// priorityLimit), once acquired.
-	prio *Endpoint
+	prio   *Endpoint
 }
 
-// Env is what balancers get from their pool: injected randomness and clock,
-// the scrape staleness limit and tuning.
+// Env is what balancers get from their pool.
 type Env struct {
 	Rand       func() uint64
 	Now        func() time.Time
@@ -85,7 +76,8 @@ type Env struct {
 // balanceAffinity names the balancer that places requests by their key.
 const balanceAffinity = "affinity"
 
-// balancers are the named balancing strategies (policy.LoadOptions lists them for the config).
+// balancers are the named balancing strategies (policy.LoadOptions lists
+// them for the config).
 var balancers = map[string]func(env *Env) Explainer{
 	"round_robin":       func(env *Env) Explainer { return &RoundRobin{} },
 	"least_outstanding": func(env *Env) Explainer { return &LeastOutstanding{env: env} },
@@ -94,36 +86,16 @@ var balancers = map[string]func(env *Env) Explainer{
 	balanceAffinity:     func(env *Env) Explainer { return &Affinity{env: env} },
 }
 
-// readsMetrics are the balancers that weigh the replicas' scraped vLLM
-// metrics (queue depth, KV cache use).
-var readsMetrics = map[string]bool{"p2c": true, "kv_aware": true}
-
-// ReadsMetrics reports whether the named balancer needs the replicas'
-// vLLM metrics scraped.
-func ReadsMetrics(balance string) bool { return readsMetrics[balance] }
+// ReadsMetrics reports whether the named balancer weighs the replicas'
+// scraped vLLM metrics (queue depth, KV cache use), so they must be scraped.
+func ReadsMetrics(balance string) bool { return balance == "p2c" || balance == "kv_aware" }
 
 // Balancers lists the valid balance names, sorted.
-func Balancers() []string {
-	out := make([]string, 0, len(balancers))
-	for n := range balancers {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
-var (
-	_ Explainer = (*RoundRobin)(nil)
-	_ Explainer = (*LeastOutstanding)(nil)
-	_ Explainer = (*P2C)(nil)
-	_ Explainer = (*KVAware)(nil)
-	_ Explainer = (*Affinity)(nil)
-)
+func Balancers() []string { return slices.Sorted(maps.Keys(balancers)) }
 
 // RoundRobin cycles through the candidates.
 type RoundRobin struct{ next atomic.Uint64 }
 
-// Select implements Selector.
 func (b *RoundRobin) Select(req *Request, c []*Replica) *Replica { return b.choose(req, c, nil) }
 
 func (b *RoundRobin) choose(_ *Request, c []*Replica, card scoreCard) *Replica {
@@ -139,7 +111,6 @@ func (b *RoundRobin) choose(_ *Request, c []*Replica, card scoreCard) *Replica {
 // through this gateway; ties go to a random one of the tied.
 type LeastOutstanding struct{ env *Env }
 
-// Select implements Selector.
 func (b *LeastOutstanding) Select(req *Request, c []*Replica) *Replica { return b.choose(req, c, nil) }
 
 func (b *LeastOutstanding) choose(_ *Request, c []*Replica, card scoreCard) *Replica {
@@ -147,8 +118,7 @@ func (b *LeastOutstanding) choose(_ *Request, c []*Replica, card scoreCard) *Rep
 }
 
 // fewestInflight is the candidate with the fewest requests in flight, ties
-// to a random one of the tied (from a random start), noting each count
-// with why.
+// to a random one (from a random start), noting each count with why.
 func fewestInflight(env *Env, c []*Replica, card scoreCard, why string) *Replica {
 	start := int(env.Rand() % uint64(len(c)))
 	best := c[start]
@@ -169,7 +139,6 @@ func fewestInflight(env *Env, c []*Replica, card scoreCard, why string) *Replica
 // keep the one with less work (in-flight plus the replica's reported queue).
 type P2C struct{ env *Env }
 
-// Select implements Selector.
 func (b *P2C) Select(req *Request, c []*Replica) *Replica { return b.choose(req, c, nil) }
 
 // choose notes the sampled pair's costs only: the other candidates were
@@ -187,7 +156,8 @@ func (b *P2C) choose(_ *Request, c []*Replica, card scoreCard) *Replica {
 		j++
 	}
 	now := b.env.Now()
-	cj, ci := b.cost(c[j], now), b.cost(c[i], now)
+	cost := func(r *Replica) float64 { return float64(r.Inflight()) + r.Queue(now, b.env.Staleness) }
+	cj, ci := cost(c[j]), cost(c[i])
 	const why = "sampled: in flight + vLLM queue; the cheaper of the two sampled at random wins"
 	card.note(c[i], ci, why)
 	card.note(c[j], cj, why)
@@ -197,16 +167,9 @@ func (b *P2C) choose(_ *Request, c []*Replica, card scoreCard) *Replica {
 	return c[i]
 }
 
-func (b *P2C) cost(r *Replica, now time.Time) float64 {
-	return float64(r.Inflight()) + r.Queue(now, b.env.Staleness)
-}
-
-// KVAware scores each candidate from its scraped vLLM metrics: queue depth
-// dominates, then running requests, then KV-cache pressure; a replica with a
-// stale or missing scrape is scored on in-flight alone.
+// KVAware scores each candidate (see score); the lowest wins.
 type KVAware struct{ env *Env }
 
-// Select implements Selector.
 func (b *KVAware) Select(req *Request, c []*Replica) *Replica { return b.choose(req, c, nil) }
 
 func (b *KVAware) choose(_ *Request, c []*Replica, card scoreCard) *Replica {
@@ -225,8 +188,10 @@ func (b *KVAware) choose(_ *Request, c []*Replica, card scoreCard) *Replica {
 	return best
 }
 
-// score is lower for a replica with more room. Scraped numbers lag by up to
-// one scrape interval, so the gateway's own in-flight count is always added.
+// score is lower for a replica with more room: its scraped vLLM queue
+// dominates, then running requests, then KV-cache pressure. Scrapes lag by
+// up to an interval, so the gateway's own in-flight count is always added;
+// a stale, failed or missing scrape scores in-flight alone.
 func (b *KVAware) score(r *Replica, now time.Time) float64 {
 	in := float64(r.Inflight())
 	l := r.load.Load()
@@ -256,12 +221,9 @@ func (b *KVAware) score(r *Replica, now time.Time) float64 {
 // a key go to the least loaded candidate.
 type Affinity struct{ env *Env }
 
-// Select implements Selector.
 func (b *Affinity) Select(req *Request, c []*Replica) *Replica { return b.choose(req, c, nil) }
 
-// choose notes each candidate's rendezvous rank for the key (1 is the
-// key's own replica), or for a request without a key its requests in
-// flight.
+// choose notes each candidate's rendezvous rank for the key (1: its own).
 func (b *Affinity) choose(req *Request, c []*Replica, card scoreCard) *Replica {
 	if req == nil || req.Key == "" {
 		return fewestInflight(b.env, c, card, "no affinity key: requests in flight; fewest wins")
@@ -270,8 +232,7 @@ func (b *Affinity) choose(req *Request, c []*Replica, card scoreCard) *Replica {
 	for _, r := range c {
 		total += r.Inflight()
 	}
-	// Fair share counts the request being placed; ceil so a lone request
-	// always fits.
+	// The fair share counts the request placed; ceil: a lone one always fits.
 	limit := math.Ceil(b.env.LoadFactor * float64(total+1) / float64(len(c)))
 	// Walking the ranking down to the first replica under the limit is the
 	// same as taking the highest weight among those under it: one pass, no
@@ -292,25 +253,7 @@ func (b *Affinity) choose(req *Request, c []*Replica, card scoreCard) *Replica {
 			weighed = append(weighed, affinityWeight{r, w, under})
 		}
 	}
-	noteRanks(card, weighed, limit)
-	if best == nil {
-		return top
-	}
-	return best
-}
-
-// affinityWeight is a candidate's rendezvous weight for the key, and
-// whether it was under the load bound.
-type affinityWeight struct {
-	r     *Replica
-	w     uint64
-	under bool
-}
-
-// noteRanks notes each weighed candidate's rank: 1 plus the candidates
-// weighing more.
-func noteRanks(card scoreCard, weighed []affinityWeight, limit float64) {
-	for _, a := range weighed {
+	for _, a := range weighed { // rank: 1 plus the candidates weighing more
 		rank := 1
 		for _, o := range weighed {
 			if o.r.Endpoint != a.r.Endpoint && o.w > a.w {
@@ -323,6 +266,18 @@ func noteRanks(card scoreCard, weighed []affinityWeight, limit float64) {
 		}
 		card.note(a.r, float64(rank), why)
 	}
+	if best == nil {
+		return top
+	}
+	return best
+}
+
+// affinityWeight is a candidate's rendezvous weight for the key, and
+// whether it was under the load bound.
+type affinityWeight struct {
+	r     *Replica
+	w     uint64
+	under bool
 }
 
 // rendezvous weighs (key, replica) with a fixed hash so that separate

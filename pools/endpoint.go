@@ -10,68 +10,57 @@ import (
 	"time"
 )
 
-// EndpointOptions is everything one endpoint (one vLLM server, keyed by its
-// base URL) is built from. It is comparable: a reload compares the new value
-// with the running one to decide whether the endpoint is kept as is or
-// updated, so there is no hand-written fingerprint to keep in step.
+// EndpointOptions is everything one endpoint is built from. It is
+// comparable: a reload compares the new value with the running one to
+// decide whether the endpoint is kept as is or updated (no hand-written
+// fingerprint to keep in step).
 type EndpointOptions struct {
 	// URL is the server's base URL, the endpoint's identity.
 	URL string
-	// APIKey is sent as a bearer token on requests, probes and scrapes
-	// (vLLM's --api-key).
+	// APIKey is sent as a bearer token (vLLM's --api-key).
 	APIKey string
 	// ConnectTimeout bounds the dial and the TLS handshake.
 	ConnectTimeout time.Duration
 	Health         HealthOptions
 	Scrape         ScrapeOptions
-	// Models are the model names the pools listing this endpoint send it,
-	// sorted and joined by "\n"; the model check of the active probe
-	// expects GET /v1/models to list each.
+	// Models are the models the pools listing it send it, sorted, joined
+	// by "\n" (the probes' model check wants GET /v1/models to list each).
 	Models string
 }
 
-// Endpoint is one vLLM server. All state that belongs to the server rather
-// than to a pool lives here and survives reloads: requests in flight, the
-// FIFO admission queue, health and ejection, scrape results, the upstream
-// transport and the health and scrape loops. A server listed in several
-// pools (a MiniCPM replica that serves traffic and the classifier) is one
-// endpoint with one in-flight count.
+// Endpoint is one vLLM server, keyed by its base URL. State that belongs
+// to the server rather than to a pool lives here and survives reloads:
+// requests in flight, the admission queue, health and ejection, scrape
+// results, the transports and the health and scrape loops. A server listed
+// in several pools (a MiniCPM replica that serves traffic and the
+// classifier) is one endpoint with one in-flight count. Times held as
+// int64 are unix nanoseconds by the Endpoints' clock.
 type Endpoint struct {
-	url  *url.URL
-	base string // url.String(), kept to build request URLs without allocating
-	reg  *Endpoints
-
+	url      *url.URL
+	base     string // url.String(), kept to build request URLs without allocating
+	reg      *Endpoints
 	inflight atomic.Int64
 	// healthy is the active health checker's verdict.
 	healthy atomic.Bool
-	// misconfigured is set when the server answered 401/403 or said it does
-	// not serve the pool's model; only a probe that sees the key accepted
-	// and every model listed clears it.
+	// misconfigured: the server answered 401/403 or does not serve the
+	// pool's model; only a probe that sees the key accepted and every
+	// model listed clears it, and not before misHeldUntil when a request
+	// found it (a growing backoff, as for ejections, so a replica that
+	// refuses inference but lists its models does not flap).
 	misconfigured atomic.Bool
-	// answered is when the endpoint last answered a request successfully
-	// (unix nanoseconds by the registry's clock; 0: never), for
-	// Pool.AnsweredWithin.
+	misHeldUntil  atomic.Int64
+	// answered is when it last answered a request successfully, passed
+	// when its last probe passed (0: never, or a probe failed since).
 	answered atomic.Int64
-	// passed is when the endpoint's last probe passed (unix nanoseconds
-	// by the registry's clock; 0: never, or a probe failed since), for
-	// Pool.AliveWithin.
-	passed atomic.Int64
-	// misHeldUntil (unix nanos): a misconfiguration found on a request is
-	// not cleared by a probe before then (a growing backoff, as for
-	// ejections, so a replica that refuses inference but lists its models
-	// does not flap in and out every interval).
-	misHeldUntil atomic.Int64
-	// probing: the endpoint is new and waits for its first passing probe
-	// before it takes traffic (only while its health loop runs).
-	probing atomic.Bool
-	// probed is closed once the endpoint's first probe has answered, pass
-	// or fail.
+	passed   atomic.Int64
+	// probing: new, out of rotation until its first probe passes (only
+	// while its health loop runs). probed is closed once the first probe
+	// has answered, pass or fail.
+	probing    atomic.Bool
 	probed     chan struct{}
 	probedOnce sync.Once
-	// loops counts the endpoint's running health and scrape loops, so
-	// that tests can wait for stopped loops to end.
-	loops sync.WaitGroup
-	// ejectedUntil (unix nanos) is set by outlier detection.
+	// loops counts the running health and scrape loops (tests wait on it).
+	loops        sync.WaitGroup
 	ejectedUntil atomic.Int64
 	ejections    atomic.Int64
 	retired      atomic.Bool
@@ -80,13 +69,11 @@ type Endpoint struct {
 	hasOld atomic.Bool
 	load   atomic.Pointer[Load]
 	client atomic.Pointer[http.Client]
-	// control reaches the server for the health and scrape loops, over
-	// connections of its own: a probe cancelled by a reload (its loop
-	// stops) must never close a connection a request is using, which the
-	// standard transport can do when the cancel races the end of an
-	// answer without a body.
+	// control is the health and scrape loops' client, with connections of
+	// its own: a probe cancelled by a reload must never close a connection
+	// a request is using, which the standard transport can do when the
+	// cancel races the end of an answer without a body.
 	control atomic.Pointer[http.Client]
-
 	// queued mirrors len(queue) for the lock-free checks of Release and
 	// the filter stage; it changes only under mu.
 	queued atomic.Int64
@@ -96,39 +83,32 @@ type Endpoint struct {
 	// holds counts the fair requests holding slots, by tenant (share.go).
 	holds holds
 	opts  EndpointOptions
-	// stop ends the endpoint's health and scrape loops.
+	// stop ends the health and scrape loops.
 	stop context.CancelFunc
 	// old are transports replaced by an update or a removal; their idle
 	// connections are closed once no request is in flight.
 	old []*http.Transport
-	// record is what the endpoint's probes and requests came to (under
-	// mu, but for the probe counts, which the health loop owns).
+	// record is under mu, but for the probe counts (the health loop's).
 	record endpointRecord
 }
 
 // endpointRecord is the history behind an endpoint's state.
 type endpointRecord struct {
-	// consecutive active probe results, owned by the health loop.
-	probeOK, probeFail int
-	// misStreak counts misconfigurations in a row (the backoff's
-	// multiplier); lastMisEnd is when the last hold ended.
-	misStreak  int
-	lastMisEnd time.Time
+	probeOK, probeFail int // consecutive active probe results
+	// misStreak and ejectStreak count holds in a row (hold's multiplier);
+	// lastMisEnd and lastEjectEnd are when the last ones ended.
+	misStreak, ejectStreak   int
+	lastMisEnd, lastEjectEnd time.Time
 	// outlier detection counters, reset by a success.
 	cons5xx, consConnect int
-	// ejectStreak is how many ejections in a row the endpoint has had; it
-	// multiplies the base ejection time.
-	ejectStreak  int
-	lastEjectEnd time.Time
-	lastErr      string
-	why          string
+	lastErr, why         string
 }
 
 func newEndpoint(reg *Endpoints, u *url.URL, o EndpointOptions) *Endpoint {
 	e := &Endpoint{url: u, base: o.URL, reg: reg, opts: o, probed: make(chan struct{})}
 	e.healthy.Store(true)
-	e.client.Store(reg.newClient(o))
-	e.control.Store(reg.newControlClient(o))
+	e.client.Store(reg.newClient(o, false))
+	e.control.Store(reg.newClient(o, true))
 	return e
 }
 
@@ -138,8 +118,7 @@ func (e *Endpoint) URL() *url.URL { return e.url }
 // Base is the server's base URL as a string; paths are appended to it.
 func (e *Endpoint) Base() string { return e.base }
 
-// Client reaches the server: a keep-alive transport with the endpoint's
-// connect timeout. It never follows redirects.
+// Client reaches the server (keep-alive, never follows redirects).
 func (e *Endpoint) Client() *http.Client { return e.client.Load() }
 
 // Options returns the options the endpoint runs with now.
@@ -149,16 +128,15 @@ func (e *Endpoint) Options() EndpointOptions {
 	return e.opts
 }
 
-// Inflight is the number of requests Switchyard has open on the server,
-// over every pool that lists it.
+// Inflight is the requests Switchyard has open on the server, over every
+// pool that lists it.
 func (e *Endpoint) Inflight() int64 { return e.inflight.Load() }
 
-// Waiting is the number of requests queued for one of the server's slots.
+// Waiting is the requests queued for one of the server's slots.
 func (e *Endpoint) Waiting() int64 { return e.queued.Load() }
 
-// Healthy reports the active health verdict (false too while the server is
-// marked misconfigured, and while a new endpoint waits for its first
-// passing probe).
+// Healthy reports the active health verdict, false too while the server is
+// Misconfigured or Probing.
 func (e *Endpoint) Healthy() bool {
 	return e.healthy.Load() && !e.misconfigured.Load() && !e.probing.Load()
 }
@@ -182,7 +160,7 @@ func (e *Endpoint) EjectedUntil() time.Time {
 	return time.Time{}
 }
 
-// Retired reports that a reload removed the endpoint; it takes no new
+// Retired reports that a reload removed the endpoint: it takes no new
 // requests and finishes those in flight.
 func (e *Endpoint) Retired() bool { return e.retired.Load() }
 
@@ -197,8 +175,8 @@ func (e *Endpoint) Ejections() int64 { return e.ejections.Load() }
 // CurrentLoad returns the last scrape, or nil.
 func (e *Endpoint) CurrentLoad() *Load { return e.load.Load() }
 
-// Queue is the server's reported waiting requests when the scrape is fresh
-// (within staleness of now), else 0.
+// Queue is the server's reported waiting requests when the scrape is
+// within staleness of now, else 0.
 func (e *Endpoint) Queue(now time.Time, staleness time.Duration) float64 {
 	l := e.load.Load()
 	if l == nil || !l.HasQueue || now.Sub(l.At) > staleness {
@@ -231,8 +209,8 @@ type Load struct {
 	Waiting float64
 	KVUsage float64 // 0..1
 	HasKV   bool
-	// HasQueue: the scrape had vllm:num_requests_waiting (the queue the
-	// balancers read); HasRunning: it had vllm:num_requests_running.
+	// HasQueue, HasRunning: the scrape had vllm:num_requests_waiting,
+	// vllm:num_requests_running.
 	HasQueue   bool
 	HasRunning bool
 	// Legacy is set when KV usage came from vllm:gpu_cache_usage_perc.
@@ -242,10 +220,8 @@ type Load struct {
 
 // NewTransport returns an upstream transport tuned for a gateway: many idle
 // keep-alive connections per server, bounded dial and TLS waits, no
-// compression negotiation (bodies pass through as the server sent them).
-// There is no response header timeout here: it is a pool setting, enforced
-// per request by the caller, since one server may be listed in pools with
-// different timeouts.
+// compression negotiation (bodies pass through as sent). The response
+// header timeout is a pool's, enforced per request by the caller.
 func NewTransport(connect time.Duration) *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil, // replicas are reached directly, never via $HTTP_PROXY
@@ -265,19 +241,29 @@ func NewTransport(connect time.Duration) *http.Transport {
 	}
 }
 
-func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+// transports are the endpoint's own transports among cs (a shared test
+// transport is not the endpoint's to close).
+func (e *Endpoint) transports(cs ...*http.Client) []*http.Transport {
+	var out []*http.Transport
+	for _, c := range cs {
+		if tr, ok := c.Transport.(*http.Transport); ok && tr != nil && e.reg.opts.Transport == nil {
+			out = append(out, tr)
+		}
+	}
+	return out
+}
 
 // retireClient closes c's idle connections now and again once the endpoint
 // has nothing in flight (connections still carrying a request go back to
 // the idle pool only when that request ends).
 func (e *Endpoint) retireClient(c *http.Client) {
-	tr, ok := c.Transport.(*http.Transport)
-	if !ok || tr == nil || e.reg.opts.Transport != nil {
-		return // a shared test transport is not the endpoint's to close
+	trs := e.transports(c)
+	if len(trs) == 0 {
+		return
 	}
-	tr.CloseIdleConnections()
+	trs[0].CloseIdleConnections()
 	e.mu.Lock()
-	e.old = append(e.old, tr)
+	e.old = append(e.old, trs...)
 	e.hasOld.Store(true)
 	e.mu.Unlock()
 	if e.inflight.Load() == 0 {
@@ -286,7 +272,7 @@ func (e *Endpoint) retireClient(c *http.Client) {
 }
 
 // closeOld closes the idle connections of retired transports (and, for a
-// removed endpoint, of the current one). A connection whose response body
+// removed endpoint, of the current ones). A connection whose response body
 // was just closed is returned to the idle pool by the transport's own
 // goroutine a moment later, so the close is repeated once after a second.
 func (e *Endpoint) closeOld() {
@@ -296,13 +282,7 @@ func (e *Endpoint) closeOld() {
 	e.hasOld.Store(false)
 	e.mu.Unlock()
 	if e.retired.Load() {
-		if e.reg.opts.Transport == nil {
-			for _, c := range []*http.Client{e.Client(), e.control.Load()} {
-				if tr, ok := c.Transport.(*http.Transport); ok {
-					old = append(old, tr)
-				}
-			}
-		}
+		old = append(old, e.transports(e.Client(), e.control.Load())...)
 	}
 	for _, tr := range old {
 		tr.CloseIdleConnections()

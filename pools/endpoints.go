@@ -3,6 +3,7 @@ package pools
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -13,15 +14,14 @@ import (
 	"time"
 )
 
-// EndpointsOptions configures a Endpoints. Zero values are production
+// EndpointsOptions configures an Endpoints. Zero values are production
 // defaults.
 type EndpointsOptions struct {
-	// Now and Rand are injected for tests; nil means time.Now and
-	// math/rand/v2.
-	Now  func() time.Time
-	Rand func() uint64
-	// After is the timer a waiting request wakes on when a reserved share
-	// lapses (tests); nil means time.After.
+	// Now, Rand and After (the timer a waiting request wakes on when a
+	// reserved share lapses) are injected for tests; nil means time.Now,
+	// math/rand/v2 and time.After.
+	Now   func() time.Time
+	Rand  func() uint64
 	After func(time.Duration) <-chan time.Time
 	// Transport, when set, replaces every endpoint's transport (tests).
 	Transport http.RoundTripper
@@ -44,11 +44,8 @@ type Endpoints struct {
 	endpoints map[string]*Endpoint
 	ctx       context.Context // set by Start; nil means no loops
 	changed   chan struct{}
-	// views are the pools of the last Apply.
-	views []*Pool
-	// applyMu serialises Apply.
-	applyMu sync.Mutex
-
+	views     []*Pool    // the pools of the last Apply
+	applyMu   sync.Mutex // serialises Apply
 	// ejectMu serialises ejections across every pool and reload, so that
 	// concurrent failures cannot each see another replica available and
 	// eject them all.
@@ -71,24 +68,19 @@ func NewEndpoints(o EndpointsOptions) *Endpoints {
 
 func (g *Endpoints) now() time.Time { return g.opts.Now() }
 
-func (g *Endpoints) newClient(o EndpointOptions) *http.Client {
+// newClient returns a client that never follows redirects, on a new
+// transport (or the tests' shared one); a control one (for the health and
+// scrape loops) keeps at most two idle connections: a probe's and a scrape's.
+func (g *Endpoints) newClient(o EndpointOptions, control bool) *http.Client {
 	var rt http.RoundTripper = g.opts.Transport
 	if rt == nil {
-		rt = NewTransport(o.ConnectTimeout)
+		tr := NewTransport(o.ConnectTimeout)
+		if control {
+			tr.MaxIdleConnsPerHost = 2
+		}
+		rt = tr
 	}
-	return &http.Client{Transport: rt, CheckRedirect: noRedirect}
-}
-
-// newControlClient is newClient for the health and scrape loops: a
-// transport of its own, keeping at most two idle connections (a probe's
-// and a scrape's).
-func (g *Endpoints) newControlClient(o EndpointOptions) *http.Client {
-	if g.opts.Transport != nil {
-		return g.newClient(o)
-	}
-	tr := NewTransport(o.ConnectTimeout)
-	tr.MaxIdleConnsPerHost = 2
-	return &http.Client{Transport: tr, CheckRedirect: noRedirect}
+	return &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // changes returns a channel closed at the next state change that may make
@@ -112,22 +104,17 @@ func (g *Endpoints) broadcast() {
 func (g *Endpoints) Endpoints() []*Endpoint {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make([]*Endpoint, 0, len(g.endpoints))
-	for _, e := range g.endpoints {
-		out = append(out, e)
-	}
+	out := slices.Collect(maps.Values(g.endpoints))
 	sort.Slice(out, func(i, j int) bool { return out[i].url.String() < out[j].url.String() })
 	return out
 }
 
-// Apply reconciles the endpoints with a configuration and returns its pools
-// in order. Endpoints are added, kept (same options: untouched), updated
-// (new options: loops restarted, a new transport if the connection
-// settings changed, state kept) or removed (no new requests; those in
-// flight finish, then idle connections close; loops stop at once). When a
-// server is listed in several pools, the first pool listing it sets its
-// endpoint options, except that it is scraped when any of them scrapes.
-// Apply fails, changing nothing, if a pool's options are invalid.
+// Apply reconciles the endpoints with a configuration (see wantedEndpoints)
+// and returns its pools in order. Endpoints are added, kept (same options:
+// untouched), updated (see reconfigure: loops restarted, state kept) or
+// removed (no new requests; those in flight finish, then idle connections
+// close; loops stop at once). Apply fails, changing nothing, if a pool's
+// options are invalid.
 func (g *Endpoints) Apply(opts []Options) ([]*Pool, error) {
 	g.applyMu.Lock()
 	defer g.applyMu.Unlock()
@@ -146,16 +133,14 @@ func (g *Endpoints) Apply(opts []Options) ([]*Pool, error) {
 	}
 	for key, eo := range want {
 		e, ok := g.endpoints[key]
-		if !ok {
+		switch {
+		case !ok:
 			e = newEndpoint(g, urls[key], eo)
 			// Out of rotation from the moment a pool view lists it until
 			// its first probe passes (when loops will run it).
 			e.probing.Store(!eo.Health.Disabled && g.ctx != nil)
 			g.endpoints[key] = e
-			start = append(start, e)
-			continue
-		}
-		if !e.reconfigure(g, eo) {
+		case !e.reconfigure(g, eo):
 			continue
 		}
 		start = append(start, e)
@@ -188,7 +173,7 @@ func (g *Endpoints) Apply(opts []Options) ([]*Pool, error) {
 }
 
 // wantedEndpoints is the endpoint options each server of opts gets: the
-// first pool listing it sets them, it is scraped when any pool scrapes
+// first pool listing it sets them, but it is scraped when any pool scrapes
 // it, and its models are every listing pool's. It fails if a pool's
 // options are invalid.
 func wantedEndpoints(opts []Options) (map[string]EndpointOptions, map[string]*url.URL, error) {
@@ -220,14 +205,12 @@ func wantedEndpoints(opts []Options) (map[string]EndpointOptions, map[string]*ur
 		eo.Models = strings.Join(ms, "\n")
 		want[key] = eo
 	}
-
 	return want, urls, nil
 }
 
 // reconfigure gives a kept endpoint its new options eo; false when they
-// are the same (nothing to restart). What made it misconfigured or
-// unhealthy may be fixed by the change, so it is judged afresh, and a new
-// connect timeout gets new transports.
+// are the same (nothing to restart). A new connect timeout gets new
+// transports.
 func (e *Endpoint) reconfigure(g *Endpoints, eo EndpointOptions) bool {
 	e.mu.Lock()
 	old := e.opts
@@ -237,13 +220,11 @@ func (e *Endpoint) reconfigure(g *Endpoints, eo EndpointOptions) bool {
 		return false
 	}
 	if old.APIKey != eo.APIKey || old.Models != eo.Models || old.Health != eo.Health {
-		// What made it misconfigured or unhealthy may be fixed, and
-		// with probes off nothing else would clear the marks: let
-		// requests and probes judge it afresh.
+		// What made it misconfigured or unhealthy may be fixed, and with
+		// probes off nothing else would clear the marks (nor end probing):
+		// let requests and probes judge it afresh.
 		e.misconfigured.Store(false)
 		if eo.Health.Disabled {
-			// No probe will run: neither a verdict nor a first probe
-			// can keep it out any longer.
 			e.healthy.Store(true)
 			e.probing.Store(false)
 		}
@@ -252,8 +233,8 @@ func (e *Endpoint) reconfigure(g *Endpoints, eo EndpointOptions) bool {
 		e.mu.Unlock()
 	}
 	if old.ConnectTimeout != eo.ConnectTimeout {
-		e.retireClient(e.client.Swap(g.newClient(eo)))
-		e.retireClient(e.control.Swap(g.newControlClient(eo)))
+		e.retireClient(e.client.Swap(g.newClient(eo, false)))
+		e.retireClient(e.control.Swap(g.newClient(eo, true)))
 	}
 	return true
 }
@@ -278,14 +259,8 @@ func (g *Endpoints) poolsOf(e *Endpoint, p *Pool) []*Pool {
 	defer g.mu.Unlock()
 	out := []*Pool{p}
 	for _, v := range g.views {
-		if v == p {
-			continue
-		}
-		for _, r := range v.replicas {
-			if r.Endpoint == e {
-				out = append(out, v)
-				break
-			}
+		if v != p && slices.ContainsFunc(v.replicas, func(r *Replica) bool { return r.Endpoint == e }) {
+			out = append(out, v)
 		}
 	}
 	return out
@@ -297,24 +272,23 @@ func (g *Endpoints) member(e *Endpoint) *Replica {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, v := range g.views {
-		for _, r := range v.replicas {
-			if r.Endpoint == e {
-				return r
-			}
+		if i := slices.IndexFunc(v.replicas, func(r *Replica) bool { return r.Endpoint == e }); i >= 0 {
+			return v.replicas[i]
 		}
 	}
 	return &Replica{Endpoint: e, Name: e.url.Host}
 }
 
 // Start runs the health and scrape loops of every endpoint, now and for
-// endpoints later reconciled in, until ctx ends or Close.
-//
-// Start returns once every endpoint's first probe has answered, or its
-// probe timeout has passed: replicas take traffic only after a passing
-// probe, so a gateway that starts serving at once would refuse requests
-// its healthy replicas could take.
+// endpoints later reconciled in, until ctx ends or Close. It returns once
+// every endpoint's first probe has answered or timed out: replicas take
+// traffic only after a passing probe, so a gateway serving at once would
+// refuse requests its healthy replicas could take.
 func (g *Endpoints) Start(ctx context.Context) {
-	eps := g.setContext(ctx)
+	g.mu.Lock()
+	g.ctx = ctx
+	eps := slices.Collect(maps.Values(g.endpoints))
+	g.mu.Unlock()
 	for _, e := range eps {
 		e.startLoops(ctx)
 	}
@@ -323,13 +297,11 @@ func (g *Endpoints) Start(ctx context.Context) {
 		if o.Health.Disabled {
 			continue
 		}
-		t := time.NewTimer(o.Health.Timeout + 100*time.Millisecond)
 		select {
 		case <-e.probed:
-		case <-t.C:
+		case <-time.After(o.Health.Timeout + 100*time.Millisecond):
 		case <-ctx.Done():
 		}
-		t.Stop()
 	}
 }
 
@@ -338,34 +310,14 @@ func (g *Endpoints) Start(ctx context.Context) {
 func (g *Endpoints) Close() {
 	g.mu.Lock()
 	g.ctx = nil // closed: a later Apply starts no loops
-	eps := make([]*Endpoint, 0, len(g.endpoints))
-	for _, e := range g.endpoints {
-		eps = append(eps, e)
-	}
+	eps := slices.Collect(maps.Values(g.endpoints))
 	g.mu.Unlock()
 	for _, e := range eps {
 		e.stopLoops()
-		if g.opts.Transport == nil {
-			for _, c := range []*http.Client{e.Client(), e.control.Load()} {
-				if tr, ok := c.Transport.(*http.Transport); ok {
-					tr.CloseIdleConnections()
-				}
-			}
+		for _, tr := range e.transports(e.Client(), e.control.Load()) {
+			tr.CloseIdleConnections()
 		}
 	}
-}
-
-// setContext sets the context loops run under (nil: none) and returns the
-// endpoints at that moment.
-func (g *Endpoints) setContext(ctx context.Context) []*Endpoint {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.ctx = ctx
-	eps := make([]*Endpoint, 0, len(g.endpoints))
-	for _, e := range g.endpoints {
-		eps = append(eps, e)
-	}
-	return eps
 }
 
 // startLoops (re)starts e's health and scrape loops with its current
@@ -385,20 +337,26 @@ func (e *Endpoint) startLoops(ctx context.Context) {
 			// passes (with probes off, at once).
 			e.probing.Store(true)
 		}
-		e.loops.Add(1)
-		go func() {
-			defer e.loops.Done()
-			e.runHealth(lctx, o)
-		}()
+		e.loops.Go(func() { every(lctx, o.Health.Interval, func() { e.apply(lctx, o) }) })
 	} else {
 		e.probing.Store(false)
 	}
 	if o.Scrape.Enabled {
-		e.loops.Add(1)
-		go func() {
-			defer e.loops.Done()
-			e.runScrape(lctx, o)
-		}()
+		e.loops.Go(func() { e.runScrape(lctx, o) })
+	}
+}
+
+// every runs f now and each d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		f()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 
@@ -412,9 +370,8 @@ func (e *Endpoint) stopLoops() {
 	}
 }
 
-// check rejects options a pool cannot run with. The config loader applies
-// every default, so a zero here is a caller's mistake, not a request for a
-// default.
+// check rejects options a pool cannot run with (the config loader applies
+// every default: a zero here is a caller's mistake).
 func (o *Options) check() error {
 	if _, ok := balancers[o.Balance]; !ok {
 		return fmt.Errorf("pool %q: unknown balancer %q (known: %v)", o.Name, o.Balance, Balancers())

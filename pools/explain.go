@@ -1,17 +1,14 @@
 package pools
 
-import "strconv"
+import (
+	"slices"
+	"strconv"
+)
 
-// Explanations of a pick follow the endpoint picker's stages: the filter
-// (which replicas could take the request, and why the others could not),
-// the scorer (what the balancer weighs for each candidate) and the picker
-// (which one it chose). They are made on demand, for explain, never on the
-// request path.
-
-// ReplicaScore is how the balancer sees one replica of the pool. Filtered
-// says why a replica is not a candidate ("" for a candidate); for a
-// candidate, Score is what the balancer weighs (Why says what it is and
-// which way wins) and Picked marks the one it chose.
+// ReplicaScore is one replica's part in a pick, by the endpoint picker's
+// stages: the filter (Filtered says why it is not a candidate; "" for a
+// candidate), the scorer (Score is what the balancer weighs, Why what it is
+// and which way wins) and the picker (Picked marks the one chosen).
 type ReplicaScore struct {
 	Replica  string   `json:"replica"`
 	Filtered string   `json:"filtered,omitempty"`
@@ -22,10 +19,9 @@ type ReplicaScore struct {
 
 // Explain returns the replica the balancer would choose now (nil when none
 // can take a request) and every replica's part in the choice, in the pool's
-// order: the scores are those the balancer's own choice weighed (see
-// Explainer), so the one picked is the one they say wins. A p2c candidate
-// not in the sampled pair was not weighed and has no score. Like Pick it
-// counts no request.
+// order. The scores are those the balancer's own choice weighed (see
+// Explainer); a p2c candidate not sampled has none. Like Pick it counts no
+// request; it is for explain, never on the request path.
 func (p *Pool) Explain(req *Request) (*Replica, []ReplicaScore) {
 	now := p.reg.now()
 	cands, full := p.candidates(req, nil)
@@ -44,7 +40,7 @@ func (p *Pool) Explain(req *Request) (*Replica, []ReplicaScore) {
 			rs.Filtered = "unhealthy"
 		case r.Ejected(now):
 			rs.Filtered = "ejected"
-		case hasReplica(full, r):
+		case slices.ContainsFunc(full, func(x *Replica) bool { return x.Endpoint == r.Endpoint }):
 			rs.Filtered = "full: at max_inflight " + strconv.Itoa(p.opts.MaxInflight) + " or with requests queued"
 		default:
 			n, ok := card[r.Endpoint]
@@ -59,13 +55,4 @@ func (p *Pool) Explain(req *Request) (*Replica, []ReplicaScore) {
 		out = append(out, rs)
 	}
 	return picked, out
-}
-
-func hasReplica(rs []*Replica, r *Replica) bool {
-	for _, x := range rs {
-		if x.Endpoint == r.Endpoint {
-			return true
-		}
-	}
-	return false
 }

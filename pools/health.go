@@ -6,14 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tidwall/gjson"
 )
 
-// HealthOptions configures active probes. It is comparable (part of
-// EndpointOptions).
+// HealthOptions configures active probes; comparable (in EndpointOptions).
 type HealthOptions struct {
 	// Disabled turns active probes off (outlier detection stays on).
 	Disabled       bool
@@ -22,57 +23,33 @@ type HealthOptions struct {
 	Timeout        time.Duration
 	UnhealthyAfter int
 	HealthyAfter   int
-	// CheckModels makes every probe also ask GET /v1/models and fail
-	// unless each model the pools send this server is listed. Without it
-	// the model check runs only while the server is marked misconfigured.
+	// CheckModels makes every probe also check that GET /v1/models lists
+	// each model the pools send this server (without it, only probes of a
+	// server marked misconfigured do).
 	CheckModels bool
-}
-
-// runHealth probes e each interval until ctx ends. A replica that spans
-// several nodes is one unit: it is up only when its API answers. Each
-// probe has its own timeout.
-func (e *Endpoint) runHealth(ctx context.Context, o EndpointOptions) {
-	t := time.NewTicker(o.Health.Interval)
-	defer t.Stop()
-	for {
-		e.apply(ctx, o)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // ProbeOnce probes every replica of the pool once, concurrently, and
 // applies the thresholds. Exported so tests can step health by hand.
 func (p *Pool) ProbeOnce(ctx context.Context) {
-	done := make(chan struct{}, len(p.replicas))
+	var wg sync.WaitGroup
 	for _, r := range p.replicas {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			r.apply(ctx, r.Options())
-		}()
+		wg.Go(func() { r.apply(ctx, r.Options()) })
 	}
-	for range p.replicas {
-		<-done
-	}
+	wg.Wait()
 }
 
 // errMisconfigured marks a probe failure that keeps the endpoint
 // misconfigured (wrong key, model not served).
 var errMisconfigured = errors.New("misconfigured")
 
-// probe runs one health probe; models reports that it also checked the
-// model list.
+// probe runs one health probe, under its own timeout, and with models the
+// model check.
 func (e *Endpoint) probe(ctx context.Context, o EndpointOptions, models bool) error {
 	ctx, cancel := context.WithTimeout(ctx, o.Health.Timeout)
 	defer cancel()
-	if _, err := e.get(ctx, o, o.Health.Path, 64<<10); err != nil {
+	if _, err := e.get(ctx, o, o.Health.Path, 64<<10); err != nil || !models {
 		return err
-	}
-	if !models {
-		return nil
 	}
 	body, err := e.get(ctx, o, "/v1/models", 4<<20)
 	if err != nil {
@@ -82,12 +59,9 @@ func (e *Endpoint) probe(ctx context.Context, o EndpointOptions, models bool) er
 		}
 		return err
 	}
-	listed := map[string]bool{}
-	for _, m := range gjson.GetBytes(body, "data.#.id").Array() {
-		listed[m.String()] = true
-	}
+	listed := gjson.GetBytes(body, "data.#.id").Array()
 	for _, m := range strings.Split(o.Models, "\n") {
-		if m != "" && !listed[m] {
+		if m != "" && !slices.ContainsFunc(listed, func(id gjson.Result) bool { return id.String() == m }) {
 			return fmt.Errorf("%w: GET /v1/models does not list the model %q", errMisconfigured, m)
 		}
 	}
@@ -126,14 +100,15 @@ func (e *Endpoint) get(ctx context.Context, o EndpointOptions, path string, limi
 	return body, nil
 }
 
-// apply probes e once and applies the verdict to its state.
+// apply probes e once and applies the verdict to its state (its health
+// loop runs it each interval). A replica that spans several nodes is one
+// unit: it is up only when its API answers.
 func (e *Endpoint) apply(ctx context.Context, o EndpointOptions) {
 	models := o.Health.CheckModels || e.misconfigured.Load()
 	err := e.probe(ctx, o, models)
 	if errors.Is(err, context.Canceled) {
 		return
 	}
-	h := o.Health
 	defer e.probedOnce.Do(func() { close(e.probed) })
 	if err == nil {
 		e.passed.Store(e.reg.now().UnixNano())
@@ -151,12 +126,11 @@ func (e *Endpoint) apply(ctx context.Context, o EndpointOptions) {
 		e.record.why = ""
 		changed, healthy, why = e.Healthy(), true, "first probe passed"
 	case err == nil:
-		e.record.probeOK++
-		e.record.probeFail = 0
-		if models && e.misconfigured.Load() && e.reg.now().UnixNano() < e.misHeldUntil.Load() {
-			break // the backoff of a misconfiguration found on requests
-		}
+		e.record.probeOK, e.record.probeFail = e.record.probeOK+1, 0
 		if models && e.misconfigured.Load() {
+			if e.reg.now().UnixNano() < e.misHeldUntil.Load() {
+				break // the backoff of a misconfiguration found on requests
+			}
 			// The key is accepted and every model is listed again.
 			e.misconfigured.Store(false)
 			e.record.lastMisEnd = e.reg.now()
@@ -165,7 +139,7 @@ func (e *Endpoint) apply(ctx context.Context, o EndpointOptions) {
 				changed, healthy, why = true, true, "key accepted and model listed"
 			}
 		}
-		if !e.healthy.Load() && e.record.probeOK >= h.HealthyAfter {
+		if !e.healthy.Load() && e.record.probeOK >= o.Health.HealthyAfter {
 			e.healthy.Store(true)
 			e.record.ejectStreak = 0
 			e.record.why = ""
@@ -182,13 +156,12 @@ func (e *Endpoint) apply(ctx context.Context, o EndpointOptions) {
 			changed, healthy, why = true, false, e.record.why
 		}
 	default:
-		e.record.probeFail++
-		e.record.probeOK = 0
+		e.record.probeOK, e.record.probeFail = 0, e.record.probeFail+1
 		e.record.lastErr = err.Error()
 		if e.probing.Load() {
 			e.record.why = "waiting for a first passing probe: " + err.Error()
 		}
-		if e.healthy.Load() && e.record.probeFail >= h.UnhealthyAfter {
+		if e.healthy.Load() && e.record.probeFail >= o.Health.UnhealthyAfter {
 			e.healthy.Store(false)
 			e.record.why = fmt.Sprintf("%d probes failed: %v", e.record.probeFail, err)
 			changed, healthy, why = true, false, e.record.why

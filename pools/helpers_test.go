@@ -9,15 +9,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 	"go.uber.org/goleak"
 
 	"github.com/switchyard/switchyard/pools"
@@ -233,55 +230,6 @@ func refusedURL(t testing.TB) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return "http://" + addr
-}
-
-// gauge reads one replica's series of a pools collector metric.
-func gauge(t testing.TB, g prometheus.Gatherer, name, replica string) float64 {
-	t.Helper()
-	fams, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "replica" && l.GetValue() == replica {
-					switch {
-					case m.Gauge != nil:
-						return m.Gauge.GetValue()
-					case m.Counter != nil:
-						return m.Counter.GetValue()
-					}
-				}
-			}
-		}
-	}
-	t.Fatalf("no series %s{replica=%q}", name, replica)
-	return 0
-}
-
-// exposition gathers g and renders the named families in the Prometheus
-// text format, sorted by name (what testutil.GatherAndCompare compares; the
-// testutil package needs a go.mod entry this module does not carry).
-func exposition(t testing.TB, g prometheus.Gatherer, names ...string) string {
-	t.Helper()
-	fams, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
-	for _, f := range fams {
-		if slices.Contains(names, f.GetName()) {
-			if err := enc.Encode(f); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return buf.String()
 }
 
 // waitLoops waits for e's loops to end. The real-time bound only ends a

@@ -7,26 +7,22 @@ import (
 )
 
 // OutlierOptions is passive health, modelled on Envoy's outlier detection:
-// a replica is ejected after a run of consecutive failures, for
-// BaseEjection times the number of ejections it has had in a row (capped
-// at MaxEjection), and never so that more than MaxEjectionPercent of the
-// pool (or its last available replica) is out.
+// a replica is ejected after a run of consecutive failures, for a growing
+// time (hold), and never so that more than MaxEjectionPercent of the pool
+// (or its last available replica) is out (cannotSpare).
 type OutlierOptions struct {
-	// Consecutive5xx ejects after this many 5xx answers (or streams cut
-	// by the replica) in a row; 0 turns it off.
-	Consecutive5xx int
-	// ConsecutiveConnectFailures ejects after this many failures to
-	// connect or to get any answer in a row; 0 turns it off.
+	// Consecutive5xx and ConsecutiveConnectFailures eject after this many
+	// 5xx answers (or streams cut by the replica), or failures to connect
+	// or get any answer, in a row; 0 turns each off.
+	Consecutive5xx             int
 	ConsecutiveConnectFailures int
-	// MaxEjectionPercent caps the share of the pool's replicas ejected at
-	// once. One replica of a pool of two or more may always be ejected.
-	MaxEjectionPercent int
-	BaseEjection       time.Duration
-	MaxEjection        time.Duration
+	MaxEjectionPercent         int
+	BaseEjection               time.Duration
+	MaxEjection                time.Duration
 	// CountTimeouts counts a response header timeout as a 5xx. Off by
 	// default: a long generation that times out is usually not the
-	// replica's fault. (A stream that stalls after it started is the
-	// replica's fault and is reported as Status5xx by the caller.)
+	// replica's fault. (A stream that stalls once started is its fault:
+	// the caller reports it as Status5xx.)
 	CountTimeouts bool
 }
 
@@ -48,9 +44,8 @@ const (
 	// with CountTimeouts.
 	Timeout
 	// Misconfigured: 401/403 (the pool's key is wrong) or 404 for the
-	// pool's model (the server does not serve it). The replica is taken
-	// out of rotation until a probe sees the key accepted and the model
-	// listed.
+	// pool's model (not served). Out of rotation until a probe sees the
+	// key accepted and the model listed.
 	Misconfigured
 )
 
@@ -77,9 +72,7 @@ func (p *Pool) Observe(r *Replica, o Outcome, detail string) {
 			return
 		}
 		if e.misconfigured.CompareAndSwap(false, true) {
-			// Held out for a growing time before a probe may clear the
-			// mark, as an ejection: base × the marks in a row, up to max;
-			// a replica that behaved for max since starts over.
+			// A probe may clear the mark only after a hold, as ejections.
 			now := p.reg.now()
 			e.mu.Lock()
 			d := od.hold(&e.record.misStreak, e.record.lastMisEnd, now)
@@ -97,36 +90,25 @@ func (p *Pool) Observe(r *Replica, o Outcome, detail string) {
 		}
 		o = Status5xx
 	}
+	count, limit, kind := &e.record.cons5xx, od.Consecutive5xx, "5xx"
+	if o != Status5xx {
+		count, limit, kind = &e.record.consConnect, od.ConsecutiveConnectFailures, "connect failures"
+	}
 	e.mu.Lock()
 	e.record.lastErr = detail
-	var trip bool
-	if o == Status5xx {
-		e.record.cons5xx++
-		trip = od.Consecutive5xx > 0 && e.record.cons5xx >= od.Consecutive5xx
-	} else {
-		e.record.consConnect++
-		trip = od.ConsecutiveConnectFailures > 0 && e.record.consConnect >= od.ConsecutiveConnectFailures
-	}
-	streak5xx, streakConn := e.record.cons5xx, e.record.consConnect
+	*count++
+	n := *count
 	e.mu.Unlock()
-	if !trip {
-		return
+	if limit > 0 && n >= limit {
+		p.eject(r, fmt.Sprintf("%d consecutive %s, last: %s", n, kind, detail))
 	}
-	n := streak5xx
-	kind := "5xx"
-	if o == ConnectFailure {
-		n, kind = streakConn, "connect failures"
-	}
-	p.eject(r, fmt.Sprintf("%d consecutive %s, last: %s", n, kind, detail))
 }
 
-// eject takes r out of rotation unless that would leave the pool with no
-// available replica or over its ejection cap. ejectMu is shared by every pool, so
-// the check and the ejection are atomic across pools and reloads.
+// eject takes r out of rotation unless a pool listing it cannot spare it.
+// Under ejectMu, so the check and the ejection are atomic across pools and
+// reloads.
 func (p *Pool) eject(r *Replica, cause string) {
-	e := r.Endpoint
-	od := p.opts.Outlier
-	g := p.reg
+	e, g := r.Endpoint, p.reg
 	g.ejectMu.Lock()
 	now := g.now()
 	if e.Ejected(now) {
@@ -146,7 +128,7 @@ func (p *Pool) eject(r *Replica, cause string) {
 		}
 	}
 	e.mu.Lock()
-	d := od.hold(&e.record.ejectStreak, e.record.lastEjectEnd, now)
+	d := p.opts.Outlier.hold(&e.record.ejectStreak, e.record.lastEjectEnd, now)
 	e.record.cons5xx, e.record.consConnect = 0, 0
 	e.record.lastEjectEnd = now.Add(d)
 	why := fmt.Sprintf("ejected for %s after %s", d, cause)
@@ -160,7 +142,7 @@ func (p *Pool) eject(r *Replica, cause string) {
 
 // cannotSpare says why the pool cannot have e ejected now ("" when it
 // can): it is the pool's last available replica, or the pool is at its
-// max_ejection_percent. Envoy's rule: eject while the ejected share stays
+// MaxEjectionPercent. Envoy's rule: eject while the ejected share stays
 // within the cap, and always allow one in a pool of two or more.
 func (p *Pool) cannotSpare(e *Endpoint, now time.Time) string {
 	ejected, others := 0, 0
@@ -208,23 +190,16 @@ func (od OutlierOptions) hold(streak *int, lastEnd, now time.Time) time.Duration
 	return d
 }
 
-// AnsweredWithin reports whether r answered a request successfully within
-// the last d (by the pool's clock): it is serving, so a request of its
-// that waited d for its first token was slow for its own sake (a long
-// prompt's prefill), not for the replica's.
-func (p *Pool) AnsweredWithin(r *Replica, d time.Duration) bool {
-	t := r.Endpoint.answered.Load()
-	return t != 0 && p.reg.now().UnixNano()-t <= int64(d)
-}
-
-// AliveWithin reports whether r answered a request successfully or
-// passed its health probe (with none failed since) within the last d: a
-// request of its that waited d for its first token on an otherwise idle
-// replica was slow for its own sake, not the replica's.
+// AliveWithin reports whether r answered a request successfully or passed
+// its health probe (with none failed since) within the last d, by the
+// pool's clock: a request of its that waited d for its first token was
+// slow for its own sake (a long prompt's prefill), not the replica's.
 func (p *Pool) AliveWithin(r *Replica, d time.Duration) bool {
-	if p.AnsweredWithin(r, d) {
-		return true
+	now := p.reg.now().UnixNano()
+	for _, t := range []int64{r.answered.Load(), r.passed.Load()} {
+		if t != 0 && now-t <= int64(d) {
+			return true
+		}
 	}
-	t := r.Endpoint.passed.Load()
-	return t != 0 && p.reg.now().UnixNano()-t <= int64(d)
+	return false
 }

@@ -21,15 +21,13 @@ type Options struct {
 	// MaxInflight per replica; 0 = unlimited.
 	MaxInflight int
 	// Reserved of each replica's MaxInflight slots only priority requests
-	// may use (the classifier's calls); others are capped at MaxInflight -
-	// Reserved. 0: none.
+	// (the classifier's calls) may use (capFor). 0: none.
 	Reserved     int
 	QueueTimeout time.Duration
 	// ShareReserve is the window a tenant's slot time on a replica is
-	// weighed over (share.go): a freed slot goes to the waiting tenant
-	// with the least, and a tenant that held a slot at least a fifth of it
-	// reserves the most it held at once. 0: off, a free slot goes to
-	// whoever asks.
+	// weighed over (share.go): a freed slot goes to the waiting tenant with
+	// the least, and one that held a slot at least a fifth of it reserves
+	// the most it held at once. 0: off, a free slot goes to whoever asks.
 	ShareReserve time.Duration
 	// ConnectTimeout bounds the dial to a replica.
 	ConnectTimeout time.Duration
@@ -47,18 +45,15 @@ type Options struct {
 }
 
 // Pool is an immutable view of a set of interchangeable replicas serving one
-// model, as one configuration generation sees it. Its replicas point at
-// endpoints in the Endpoints that built it, where their state lives, so a
-// reload that rebuilds the pool loses nothing.
+// model, as one configuration generation sees it. Replicas' state lives in
+// the endpoints of the Endpoints that built it, so a reload loses nothing.
 type Pool struct {
-	Name  string
-	Model string
-	opts  Options
-	reg   *Endpoints
-
+	Name     string
+	Model    string
+	opts     Options
+	reg      *Endpoints
 	replicas []*Replica
 	sel      Explainer
-	env      *Env
 	// own is set for a pool made by New, which owns its Endpoints.
 	own bool
 }
@@ -84,14 +79,13 @@ func newPool(g *Endpoints, o Options) *Pool {
 	if rnd == nil {
 		rnd = g.opts.Rand
 	}
-	p.env = &Env{Rand: rnd, Now: g.opts.Now, Staleness: o.Staleness, LoadFactor: o.LoadFactor}
-	p.sel = balancers[o.Balance](p.env)
+	p.sel = balancers[o.Balance](&Env{Rand: rnd, Now: g.opts.Now, Staleness: o.Staleness, LoadFactor: o.LoadFactor})
 	return p
 }
 
-// New builds a pool on an Endpoints of its own, with no health or scrape
-// loops running (see Endpoints.Start); Close releases it. Gateways build
-// their pools with Endpoints.Apply instead, so that pools share endpoints.
+// New builds a pool on an Endpoints of its own, with no loops running (see
+// Endpoints.Start); Close releases it. Gateways use Endpoints.Apply, so
+// that pools share endpoints.
 func New(o Options, ro EndpointsOptions) (*Pool, error) {
 	g := NewEndpoints(ro)
 	ps, err := g.Apply([]Options{o})
@@ -101,6 +95,9 @@ func New(o Options, ro EndpointsOptions) (*Pool, error) {
 	ps[0].own = true
 	return ps[0], nil
 }
+
+// Now is the pool's clock (EndpointsOptions.Now).
+func (p *Pool) Now() time.Time { return p.reg.now() }
 
 // Endpoints returns the set the pool's endpoints live in.
 func (p *Pool) Endpoints() *Endpoints { return p.reg }
@@ -192,8 +189,8 @@ func (p *Pool) Pick(req *Request) *Replica {
 	return p.sel.Select(req, cands)
 }
 
-// Close releases a pool made by New: its loops and idle connections. For
-// pools built by Endpoints.Apply it does nothing (their Endpoints owns them).
+// Close releases a pool made by New: its loops and idle connections (a
+// pool from Endpoints.Apply: nothing; its Endpoints owns them).
 func (p *Pool) Close() {
 	if p.own {
 		p.reg.Close()

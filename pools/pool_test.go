@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/pools"
@@ -400,71 +399,6 @@ func TestScrapeFailureIsRecorded(t *testing.T) {
 	}
 	if q := p.Replicas()[0].Queue(clk.Now(), time.Hour); q != 0 {
 		t.Errorf("queue %v from a failed scrape", q)
-	}
-}
-
-func TestCollector(t *testing.T) {
-	clk := newClock()
-	p := newPool(t, pools.Options{Name: "qwen", Balance: "round_robin", Replicas: specs(3),
-		Health: pools.HealthOptions{Disabled: true}, Scrape: pools.ScrapeOptions{Enabled: true}, Staleness: time.Second,
-		Outlier: pools.OutlierOptions{Consecutive5xx: 1}}, pools.EndpointsOptions{Now: clk.Now})
-	rs := p.Replicas()
-	ctx := context.Background()
-	for range 2 {
-		if _, err := p.Acquire(ctx, &pools.Request{}, func(r *pools.Replica) bool { return r != rs[0] }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := p.Acquire(ctx, &pools.Request{}, func(r *pools.Replica) bool { return r != rs[1] }); err != nil {
-		t.Fatal(err)
-	}
-	p.Observe(rs[2], pools.Status5xx, "down")
-	rs[0].SetLoad(&pools.Load{At: clk.Now(), HasQueue: true, Waiting: 4, Running: 2})
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(pools.NewCollector(func() []*pools.Pool { return []*pools.Pool{p} }))
-	want := `
-# HELP switchyard_replica_healthy 1 when the replica is healthy and not ejected, else 0.
-# TYPE switchyard_replica_healthy gauge
-switchyard_replica_healthy{pool="qwen",replica="r0"} 1
-switchyard_replica_healthy{pool="qwen",replica="r1"} 1
-switchyard_replica_healthy{pool="qwen",replica="r2"} 0
-# HELP switchyard_replica_inflight Requests Switchyard has open on the replica.
-# TYPE switchyard_replica_inflight gauge
-switchyard_replica_inflight{pool="qwen",replica="r0"} 2
-switchyard_replica_inflight{pool="qwen",replica="r1"} 1
-switchyard_replica_inflight{pool="qwen",replica="r2"} 0
-# HELP switchyard_replica_queue Requests waiting in the replica's vLLM queue at the last fresh scrape.
-# TYPE switchyard_replica_queue gauge
-switchyard_replica_queue{pool="qwen",replica="r0"} 4
-switchyard_replica_queue{pool="qwen",replica="r1"} 0
-switchyard_replica_queue{pool="qwen",replica="r2"} 0
-`
-	got := exposition(t, reg, "switchyard_replica_healthy", "switchyard_replica_inflight", "switchyard_replica_queue")
-	if d := cmp.Diff(strings.TrimLeft(want, "\n"), got); d != "" {
-		t.Errorf("exposition (-want +got):\n%s", d)
-	}
-	if got := gauge(t, reg, "switchyard_replica_ejections_total", "r2"); got != 1 {
-		t.Errorf("ejections of r2: %v, want 1", got)
-	}
-
-	// Once the ejection is over and the requests ended, the gauges follow.
-	clk.Advance(time.Minute)
-	for _, r := range rs {
-		for r.Inflight() > 0 {
-			p.Release(r)
-		}
-	}
-	for _, name := range []string{"r0", "r1", "r2"} {
-		if got := gauge(t, reg, "switchyard_replica_inflight", name); got != 0 {
-			t.Errorf("inflight %s = %v after release", name, got)
-		}
-		if got := gauge(t, reg, "switchyard_replica_healthy", name); got != 1 {
-			t.Errorf("healthy %s = %v after the ejection ended", name, got)
-		}
-	}
-	if got := gauge(t, reg, "switchyard_replica_queue", "r0"); got != 0 {
-		t.Errorf("queue r0 = %v from a stale scrape", got)
 	}
 }
 

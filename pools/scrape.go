@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"time"
 
@@ -13,8 +14,8 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// ScrapeOptions configures reading each server's vLLM /metrics. It is
-// comparable (part of EndpointOptions).
+// ScrapeOptions configures reading each server's vLLM /metrics; comparable
+// (in EndpointOptions).
 type ScrapeOptions struct {
 	Enabled  bool
 	Path     string
@@ -30,27 +31,19 @@ const (
 	metricKVLegacy = "vllm:gpu_cache_usage_perc"
 )
 
-// runScrape reads e's metrics each interval until ctx ends. A slow or
-// failing scrape only marks the load stale; it never holds up a request,
-// since balancers read the last Load atomically.
+// runScrape reads e's metrics each interval until ctx ends, reporting
+// missing load signals once. A slow or failing scrape only marks the load
+// stale; it never holds up a request (balancers read the last Load
+// atomically).
 func (e *Endpoint) runScrape(ctx context.Context, o EndpointOptions) {
-	t := time.NewTicker(o.Scrape.Interval)
-	defer t.Stop()
-	warned := false
-	for {
+	warned, cb := false, e.reg.opts.OnMissing
+	every(ctx, o.Scrape.Interval, func() {
 		l := e.scrape(ctx, o)
-		if missing := l.Missing(); len(missing) > 0 && l.Err == "" && !warned {
+		if missing := l.Missing(); len(missing) > 0 && l.Err == "" && !warned && cb != nil {
 			warned = true
-			if cb := e.reg.opts.OnMissing; cb != nil {
-				cb(e.reg.member(e), missing)
-			}
+			cb(e.reg.member(e), missing)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // Missing names the load signals the last scrape lacked.
@@ -78,10 +71,10 @@ func (e *Endpoint) scrape(ctx context.Context, o EndpointOptions) *Load {
 	defer cancel()
 	l, err := scrape(ctx, e.control.Load(), o.URL+o.Scrape.Path, o.APIKey)
 	if err != nil {
-		if errors.Is(ctx.Err(), context.Canceled) {
-			return &Load{Err: err.Error()}
-		}
 		l = &Load{Err: err.Error()}
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return l // cancelled, not failed: not stored
+		}
 	}
 	l.At = e.reg.now()
 	e.load.Store(l)
@@ -118,17 +111,23 @@ func ParseLoad(r io.Reader) (*Load, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse metrics: %w", err)
 	}
-	l := &Load{}
-	w, okW := sum(fams[metricWaiting])
-	run, okR := sum(fams[metricRunning])
 	// Each signal counts only when it was there: a server with running
 	// but no waiting has no known queue (not a queue of 0).
-	l.HasQueue, l.HasRunning = okW, okR
-	l.Waiting, l.Running = w, run
-	if kv, ok := maxGauge(fams[metricKV]); ok {
+	sum := func(a, b float64) float64 { return a + b }
+	l := &Load{}
+	l.Waiting, l.HasQueue = fold(fams[metricWaiting], sum)
+	l.Running, l.HasRunning = fold(fams[metricRunning], sum)
+	kv, ok := fold(fams[metricKV], math.Max)
+	if !ok {
+		kv, ok = fold(fams[metricKVLegacy], math.Max)
+		l.Legacy = ok
+	}
+	if ok {
+		// vLLM reports a fraction (0..1); tolerate servers that report percent.
+		if kv > 1 {
+			kv /= 100
+		}
 		l.HasKV, l.KVUsage = true, kv
-	} else if kv, ok := maxGauge(fams[metricKVLegacy]); ok {
-		l.HasKV, l.KVUsage, l.Legacy = true, kv, true
 	}
 	return l, nil
 }
@@ -145,28 +144,14 @@ func value(m *dto.Metric) float64 {
 	return 0
 }
 
-func sum(f *dto.MetricFamily) (float64, bool) {
+// fold combines f's values, from 0, with op; false when f has none.
+func fold(f *dto.MetricFamily, op func(a, b float64) float64) (float64, bool) {
 	if f == nil || len(f.Metric) == 0 {
 		return 0, false
 	}
 	t := 0.0
 	for _, m := range f.Metric {
-		t += value(m)
+		t = op(t, value(m))
 	}
 	return t, true
-}
-
-func maxGauge(f *dto.MetricFamily) (float64, bool) {
-	if f == nil || len(f.Metric) == 0 {
-		return 0, false
-	}
-	v := 0.0
-	for _, m := range f.Metric {
-		v = max(v, value(m))
-	}
-	// vLLM reports a fraction (0..1); tolerate servers that report percent.
-	if v > 1 {
-		v /= 100
-	}
-	return v, true
 }

@@ -73,7 +73,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 		c := s.Policy.Controller()
 		return metrics.ControlState{Pool: c.Pool(), Target: c.Target(), Share: c.Share(), Threshold: c.Threshold()}, true
 	}))
-	o.Registry.MustRegister(pools.NewCollector(func() []*pools.Pool {
+	o.Registry.MustRegister(metrics.NewReplicaCollector(func() []*pools.Pool {
 		if s := g.snap.Load(); s != nil {
 			return s.poolList()
 		}

@@ -8,7 +8,7 @@ import (
 )
 
 // Metrics are the gateway's own series (docs/observability.md); replica
-// gauges come from pools.Collector and classifier series from the
+// gauges come from NewReplicaCollector and classifier series from the
 // classifier package.
 type Metrics struct {
 	Requests *prometheus.CounterVec

@@ -1,13 +1,15 @@
-package pools
+package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard/switchyard/pools"
 )
 
-// Collector exports per-replica gauges for whatever pools are current, so a
-// reload that drops a replica also drops its series.
-type Collector struct {
-	current  func() []*Pool
+// replicaCollector reports per-replica gauges for whatever pools are
+// current, so a reload that drops a replica also drops its series.
+type replicaCollector struct {
+	current  func() []*pools.Pool
 	inflight *prometheus.Desc
 	healthy  *prometheus.Desc
 	queue    *prometheus.Desc
@@ -15,13 +17,11 @@ type Collector struct {
 	scrapeOK *prometheus.Desc
 }
 
-var _ prometheus.Collector = (*Collector)(nil)
-
-// NewCollector returns a collector over the pools current returns at each
-// scrape. Register it on the registry of your choice.
-func NewCollector(current func() []*Pool) *Collector {
+// NewReplicaCollector reports switchyard_replica_* for the pools current
+// returns at each scrape.
+func NewReplicaCollector(current func() []*pools.Pool) prometheus.Collector {
 	l := []string{"pool", "replica"}
-	return &Collector{
+	return &replicaCollector{
 		current:  current,
 		inflight: prometheus.NewDesc("switchyard_replica_inflight", "Requests Switchyard has open on the replica.", l, nil),
 		healthy:  prometheus.NewDesc("switchyard_replica_healthy", "1 when the replica is healthy and not ejected, else 0.", l, nil),
@@ -31,8 +31,7 @@ func NewCollector(current func() []*Pool) *Collector {
 	}
 }
 
-// Describe implements prometheus.Collector.
-func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+func (c *replicaCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.inflight
 	ch <- c.healthy
 	ch <- c.queue
@@ -40,13 +39,13 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.scrapeOK
 }
 
-// Collect implements prometheus.Collector.
-func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.current() {
 		// The pool's clock, not time.Now: ejections and scrapes are stamped
 		// with it, and tests inject it.
-		now := p.reg.now()
-		for _, r := range p.replicas {
+		now := p.Now()
+		staleness := p.Options().Staleness
+		for _, r := range p.Replicas() {
 			healthy := 0.0
 			if r.Available(now) {
 				healthy = 1
@@ -60,7 +59,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 					up = 1
 				}
 				ch <- prometheus.MustNewConstMetric(c.scrapeOK, prometheus.GaugeValue, up, p.Name, r.Name)
-				ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, r.Queue(now, p.opts.Staleness), p.Name, r.Name)
+				ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, r.Queue(now, staleness), p.Name, r.Name)
 			}
 		}
 	}
