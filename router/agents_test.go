@@ -3,7 +3,6 @@ package router_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -128,10 +127,10 @@ func TestResponsesWithOpenAISDK(t *testing.T) {
 	fc := call.Output[0].AsFunctionCall()
 	// Which replica made it: the one that saw a request.
 	maker := e.b1
-	if e.b1.count() == 0 {
+	if e.b1.Count() == 0 {
 		maker = e.b2
 	}
-	before := maker.count()
+	before := maker.Count()
 	result := responses.ResponseInputItemParamOfFunctionCallOutput("sunny, 21C")
 	result.OfFunctionCallOutput.CallID = openai.String(fc.CallID)
 	answer, err := c1.Responses.New(ctx, responses.ResponseNewParams{Model: "gpt-5-codex", Tools: tools,
@@ -140,10 +139,10 @@ func TestResponsesWithOpenAISDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("follow-up on another instance: %v", err)
 	}
-	if answer.OutputText() == "" || maker.count() != before+1 {
-		t.Errorf("the follow-up did not reach the replica that stored the call (%d → %d): %s", before, maker.count(), answer.RawJSON())
+	if answer.OutputText() == "" || maker.Count() != before+1 {
+		t.Errorf("the follow-up did not reach the replica that stored the call (%d → %d): %s", before, maker.Count(), answer.RawJSON())
 	}
-	if prev := gjson.GetBytes(maker.lastBody(), "previous_response_id").Str; strings.HasPrefix(prev, "resp_sy") || prev == "" {
+	if prev := gjson.GetBytes(maker.LastBody(), "previous_response_id").Str; strings.HasPrefix(prev, "resp_sy") || prev == "" {
 		t.Errorf("the replica got previous_response_id %q, want its own id", prev)
 	}
 	got, err := c2.Responses.Get(ctx, call.ID, responses.ResponseGetParams{})
@@ -250,7 +249,7 @@ routes:
 	if resp.StatusCode != 200 || gjson.GetBytes(b, "type").Str != "message" {
 		t.Fatalf("with x-api-key: %d %s", resp.StatusCode, b)
 	}
-	if h := r.lastHeader(); h.Get("X-Api-Key") != "" || h.Get("Anthropic-Version") != "2023-06-01" {
+	if h := r.LastHeader(); h.Get("X-Api-Key") != "" || h.Get("Anthropic-Version") != "2023-06-01" {
 		t.Errorf("the replica got x-api-key %q and anthropic-version %q", h.Get("X-Api-Key"), h.Get("Anthropic-Version"))
 	}
 	resp, b = post(t, gw.API.URL+"/v1/messages", body, map[string]string{"x-api-key": "wrong"})
@@ -273,7 +272,7 @@ func TestAgentsPassthrough(t *testing.T) {
 			t.Fatalf("%s: %d %s", c.path, resp.StatusCode, b)
 		}
 		want := strings.Replace(c.body, `"model":"gpt-4o"`, `"model":"openbmb/MiniCPM5-2B"`, 1)
-		if got := string(e.s1.lastBody()); got != want {
+		if got := string(e.s1.LastBody()); got != want {
 			t.Errorf("%s: the replica got\n%s\nwant\n%s", c.path, got, want)
 		}
 	}
@@ -297,16 +296,16 @@ func TestAgentsUsageAndTTFT(t *testing.T) {
 	}
 	st := r.Sim.Stats()
 	polltest.Eventually(t, 5*time.Second, "four requests counted", func() bool {
-		return metricValue(t, gw, "switchyard_tokens_total", map[string]string{"kind": "completion"}) == float64(st.CompletionTokens)
+		return gw.MetricValue(t, "switchyard_tokens_total", map[string]string{"kind": "completion"}) == float64(st.CompletionTokens)
 	})
-	if got := metricValue(t, gw, "switchyard_tokens_total", map[string]string{"kind": "prompt"}); got != float64(st.PromptTokens) {
+	if got := gw.MetricValue(t, "switchyard_tokens_total", map[string]string{"kind": "prompt"}); got != float64(st.PromptTokens) {
 		t.Errorf("prompt tokens %v, simulator %d", got, st.PromptTokens)
 	}
 	if st.CompletionTokens != 24 {
 		t.Errorf("simulator completion tokens %d, want 24", st.CompletionTokens)
 	}
 	// One TTFT observation per stream.
-	if n := metricValue(t, gw, "switchyard_time_to_first_token_seconds", nil); n != 2 {
+	if n := gw.MetricValue(t, "switchyard_time_to_first_token_seconds", nil); n != 2 {
 		t.Errorf("TTFT observations %v, want 2 (one per stream)", n)
 	}
 }
@@ -332,34 +331,24 @@ func TestAgentsModelNames(t *testing.T) {
 	if resp.StatusCode != 404 || gjson.GetBytes(b, "error.type").Str != "not_found_error" {
 		t.Errorf("unknown on messages: %d %s", resp.StatusCode, b)
 	}
-	get := func(path string, h map[string]string) (int, []byte) {
-		req, _ := http.NewRequest(http.MethodGet, gw.API.URL+path, nil)
-		for k, v := range h {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+	model := func(path string, h map[string]string) (int, []byte) {
+		resp, b := get(t, gw.API.URL+path, h)
 		return resp.StatusCode, b
 	}
-	if code, b := get("/v1/models/claude-sonnet-4-5", nil); code != 200 || gjson.GetBytes(b, "id").Str != "claude-sonnet-4-5" || gjson.GetBytes(b, "object").Str != "model" {
+	if code, b := model("/v1/models/claude-sonnet-4-5", nil); code != 200 || gjson.GetBytes(b, "id").Str != "claude-sonnet-4-5" || gjson.GetBytes(b, "object").Str != "model" {
 		t.Errorf("GET /v1/models/{id}: %d %s", code, b)
 	}
-	if code, b := get("/v1/models/claude-sonnet-4-5", map[string]string{"anthropic-version": "2023-06-01"}); code != 200 || gjson.GetBytes(b, "type").Str != "model" {
+	if code, b := model("/v1/models/claude-sonnet-4-5", map[string]string{"anthropic-version": "2023-06-01"}); code != 200 || gjson.GetBytes(b, "type").Str != "model" {
 		t.Errorf("GET /v1/models/{id}, Anthropic: %d %s", code, b)
 	}
-	if code, b := get("/v1/models/llama-3", nil); code != 404 || gjson.GetBytes(b, "error.code").Str != "model_not_found" {
+	if code, b := model("/v1/models/llama-3", nil); code != 404 || gjson.GetBytes(b, "error.code").Str != "model_not_found" {
 		t.Errorf("GET /v1/models/unknown: %d %s", code, b)
 	}
-	if code, b := get("/v1/models", map[string]string{"anthropic-version": "2023-06-01"}); code != 200 || gjson.GetBytes(b, "has_more").Type != gjson.False || gjson.GetBytes(b, "data.0.type").Str != "model" {
+	if code, b := model("/v1/models", map[string]string{"anthropic-version": "2023-06-01"}); code != 200 || gjson.GetBytes(b, "has_more").Type != gjson.False || gjson.GetBytes(b, "data.0.type").Str != "model" {
 		t.Errorf("GET /v1/models, Anthropic: %d %s", code, b)
 	}
-	req, _ := http.NewRequest(http.MethodHead, gw.API.URL+"/", nil)
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
-		t.Errorf("HEAD /: %v %v", err, resp)
+	if resp, _ := request(t, http.MethodHead, gw.API.URL+"/", "", nil); resp.StatusCode != 200 {
+		t.Errorf("HEAD /: %d", resp.StatusCode)
 	}
 }
 
@@ -404,7 +393,7 @@ func TestClaudeCodeMaxTokensFit(t *testing.T) {
 	if resp.StatusCode != 200 || gjson.GetBytes(b, "type").Str != "message" {
 		t.Errorf("with max_model_len: %d %s", resp.StatusCode, b)
 	}
-	if n := gjson.GetBytes(r.lastBody(), "max_tokens").Int(); n >= 4096 || n < 4000 {
+	if n := gjson.GetBytes(r.LastBody(), "max_tokens").Int(); n >= 4096 || n < 4000 {
 		t.Errorf("the replica got max_tokens %d, want just under 4096 less the prompt", n)
 	}
 }

@@ -165,8 +165,8 @@ func TestHalfSentBodiesGiveWay(t *testing.T) {
 				// connection whose headers are not parsed yet counts as
 				// idle, and would give way first).
 				polltest.Eventually(t, 10*time.Second, "the flood to be open and reading", func() bool {
-					return metricValue(t, gw, "switchyard_connections_open", map[string]string{"listener": l.name}) == float64(l.cap) &&
-						metricValue(t, gw, "switchyard_connections_idle", map[string]string{"listener": l.name}) == 0
+					return gw.MetricValue(t, "switchyard_connections_open", map[string]string{"listener": l.name}) == float64(l.cap) &&
+						gw.MetricValue(t, "switchyard_connections_idle", map[string]string{"listener": l.name}) == 0
 				})
 			}
 			c := victimClient("127.0.0.1")
@@ -189,7 +189,7 @@ func TestHalfSentBodiesGiveWay(t *testing.T) {
 				}
 			}
 			if l.name == "api" {
-				if v := metricValue(t, gw, "switchyard_connections_evicted_total", map[string]string{"listener": l.name, "reason": "reading_at_cap"}); v < 1 {
+				if v := gw.MetricValue(t, "switchyard_connections_evicted_total", map[string]string{"listener": l.name, "reason": "reading_at_cap"}); v < 1 {
 					t.Errorf("evicted while reading %v, want at least 1", v)
 				}
 			}

@@ -56,7 +56,7 @@ func TestCustomToolsSimulator(t *testing.T) {
 		call.Get("input").Type != gjson.String || call.Get("input").Str == "" || call.Get("call_id").Str == "" || call.Get("arguments").Exists() {
 		t.Fatalf("output %s: want one custom tool call with a string input", gjson.GetBytes(body, "output").Raw)
 	}
-	sent := gjson.ParseBytes(up.lastBody())
+	sent := gjson.ParseBytes(up.LastBody())
 	fn := sent.Get(`tools.#(name=="apply_patch")`)
 	if fn.Get("type").Str != "function" || fn.Get("parameters.properties.input.type").Str != "string" || fn.Get("parameters.required").Raw != `["input"]` ||
 		!strings.Contains(fn.Get("description").Str, "must follow this lark grammar") || !strings.Contains(fn.Get("description").Str, "start: begin_patch hunk+ end_patch") ||
@@ -100,7 +100,7 @@ func TestCustomToolsSimulator(t *testing.T) {
 	if resp.StatusCode != 200 || gjson.GetBytes(body, "output.0.type").Str != "message" {
 		t.Fatalf("round trip: status %d: %s", resp.StatusCode, body)
 	}
-	items := gjson.GetBytes(up.lastBody(), "input")
+	items := gjson.GetBytes(up.LastBody(), "input")
 	if c := items.Get("1"); c.Get("type").Str != "function_call" || c.Get("call_id").Str != "call_1" || c.Get("name").Str != "apply_patch" ||
 		gjson.Get(c.Get("arguments").Str, "input").Str != "*** Begin Patch\n*** Add File: a.txt\n+\"hi\"\n*** End Patch\n" {
 		t.Errorf("the replica got the call as %s", c.Raw)
@@ -160,7 +160,7 @@ func TestCustomToolsWithOpenAISDK(t *testing.T) {
 	if answer.OutputText() == "" {
 		t.Errorf("answer %s: want text after the tool's output", answer.RawJSON())
 	}
-	if got := gjson.GetBytes(up.lastBody(), "input.1.arguments").Str; gjson.Get(got, "input").Str != final.Input {
+	if got := gjson.GetBytes(up.LastBody(), "input.1.arguments").Str; gjson.Get(got, "input").Str != final.Input {
 		t.Errorf("the replica got arguments %s for input %q", got, final.Input)
 	}
 }
@@ -190,7 +190,7 @@ func TestCustomToolCallNotResumed(t *testing.T) {
 			t.Errorf("a function call event reached the client: %s", e.data)
 		}
 	}
-	if !added || a.count() != 1 || b.count() != 0 {
-		t.Errorf("custom call added %v; replicas asked: a %d, b %d (want 1, 0)\n%s", added, a.count(), b.count(), body)
+	if !added || a.Count() != 1 || b.Count() != 0 {
+		t.Errorf("custom call added %v; replicas asked: a %d, b %d (want 1, 0)\n%s", added, a.Count(), b.Count(), body)
 	}
 }

@@ -1,7 +1,6 @@
 package router_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -70,41 +69,6 @@ func serveSim(t *testing.T, ln net.Listener) *atomic.Int64 {
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return &n
-}
-
-type adminPools struct {
-	Pools []struct {
-		Name      string `json:"name"`
-		Healthy   int    `json:"healthy_replicas"`
-		Discovery *struct {
-			Kind         string   `json:"kind"`
-			Name         string   `json:"name"`
-			Addresses    []string `json:"addresses"`
-			LastResolved string   `json:"last_resolved"`
-			Result       string   `json:"result"`
-			Error        string   `json:"error"`
-		} `json:"discovery"`
-		Replicas []struct {
-			Name   string `json:"name"`
-			URL    string `json:"url"`
-			Source string `json:"source"`
-			State  string `json:"state"`
-		} `json:"replicas"`
-	} `json:"pools"`
-}
-
-func getPools(t *testing.T, gw *gateway) adminPools {
-	t.Helper()
-	resp, err := http.Get(gw.Admin.URL + "/admin/pools")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out adminPools
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // healthyReplicas lists the replicas of the first pool that take traffic.
@@ -268,10 +232,10 @@ routes:
 	polltest.Eventually(t, 30*time.Second, "traffic on 127.0.0.5", served("127.0.0.5"))
 
 	for _, m := range []dnstest.Mode{dnstest.Silent, dnstest.ServFail} {
-		before := metricValue(t, gw, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "error"})
+		before := gw.MetricValue(t, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "error"})
 		dnsSrv.SetMode(m)
 		polltest.Eventually(t, 30*time.Second, "failed resolutions counted", func() bool {
-			return metricValue(t, gw, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "error"}) >= before+2
+			return gw.MetricValue(t, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "error"}) >= before+2
 		})
 		want("the last good set kept while the resolver fails", "127.0.0.4", "127.0.0.5")
 		polltest.Eventually(t, 30*time.Second, "traffic while the resolver fails", served("127.0.0.4"))
@@ -279,13 +243,13 @@ routes:
 	dnsSrv.SetMode(dnstest.Answer)
 	dnsSrv.Zone() // NXDOMAIN: no replica at all
 	polltest.Eventually(t, 30*time.Second, "empty resolutions counted", func() bool {
-		return metricValue(t, gw, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "empty"}) >= 2
+		return gw.MetricValue(t, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "empty"}) >= 2
 	})
 	want("the last good set kept on an empty answer", "127.0.0.4", "127.0.0.5")
 	if p := getPools(t, gw).Pools[0]; p.Discovery.Result != "empty" || p.Discovery.Error == "" {
 		t.Errorf("/admin/pools discovery after an empty answer = %+v", p.Discovery)
 	}
-	if got := metricValue(t, gw, "switchyard_discovery_replicas", map[string]string{"pool": "small"}); got != 2 {
+	if got := gw.MetricValue(t, "switchyard_discovery_replicas", map[string]string{"pool": "small"}); got != 2 {
 		t.Errorf("switchyard_discovery_replicas = %g, want 2", got)
 	}
 	a("127.0.0.4", "127.0.0.5")

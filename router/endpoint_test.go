@@ -210,10 +210,10 @@ routes:
 	if resp.StatusCode != 502 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
-	if sent := reps[0].count() + reps[1].count(); sent != 2 {
+	if sent := reps[0].Count() + reps[1].Count(); sent != 2 {
 		t.Errorf("%d upstream attempts, want 2 (one per replica)", sent)
 	}
-	if got := metricValue(t, gw, "switchyard_upstream_retries_total", map[string]string{"pool": "p", "reason": "status_5xx"}); got != 1 {
+	if got := gw.MetricValue(t, "switchyard_upstream_retries_total", map[string]string{"pool": "p", "reason": "status_5xx"}); got != 1 {
 		t.Errorf("retries metric %v, want 1", got)
 	}
 	// The access line is written once the handler returns, which may be
@@ -252,8 +252,8 @@ routes:
 	if !v.Misconfigured || v.Healthy || !strings.Contains(v.Why, "404") {
 		t.Fatalf("wrong replica: %+v", v)
 	}
-	if wrong.count() != 1 {
-		t.Errorf("the misconfigured replica got %d requests, want 1 (then out of rotation)", wrong.count())
+	if wrong.Count() != 1 {
+		t.Errorf("the misconfigured replica got %d requests, want 1 (then out of rotation)", wrong.Count())
 	}
 	// Probes keep checking /v1/models: once one has (its error names the
 	// missing model), it stays out.
@@ -263,7 +263,7 @@ routes:
 	if v := adminReplicaView(t, gw, "p", "wrong"); !v.Misconfigured || v.Healthy {
 		t.Errorf("after probes: %+v", v)
 	}
-	if got := metricValue(t, gw, "switchyard_upstream_retries_total", map[string]string{"pool": "p", "reason": "misconfigured"}); got != 1 {
+	if got := gw.MetricValue(t, "switchyard_upstream_retries_total", map[string]string{"pool": "p", "reason": "misconfigured"}); got != 1 {
 		t.Errorf("misconfigured retries %v, want 1", got)
 	}
 }
@@ -288,8 +288,8 @@ routes:
 	polltest.Eventually(t, 5*time.Second, "the probe to mark the replica misconfigured", func() bool {
 		return adminReplicaView(t, gw, "p", "r").Misconfigured
 	})
-	if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", chatBody("hi", ""), nil); resp.StatusCode != 503 || wrong.count() != 0 {
-		t.Errorf("status %d, %d requests reached the replica", resp.StatusCode, wrong.count())
+	if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", chatBody("hi", ""), nil); resp.StatusCode != 503 || wrong.Count() != 0 {
+		t.Errorf("status %d, %d requests reached the replica", resp.StatusCode, wrong.Count())
 	}
 	if _, err := gw.G.Apply(loadConfig(t, fmt.Sprintf(tmpl, "other-model"), map[string]string{"r": wrong.Srv.URL}, nil)); err != nil {
 		t.Fatal(err)
@@ -322,8 +322,8 @@ routes:
 	if resp.StatusCode != 504 || !strings.Contains(string(body), "upstream_timeout") {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
-	if backup.count() != 0 || slow.count()+slow2.count() != 1 {
-		t.Errorf("a timed-out request was replayed: first pool %d, backup %d attempts", slow.count()+slow2.count(), backup.count())
+	if backup.Count() != 0 || slow.Count()+slow2.Count() != 1 {
+		t.Errorf("a timed-out request was replayed: first pool %d, backup %d attempts", slow.Count()+slow2.Count(), backup.Count())
 	}
 	if resp.Header.Get("X-Switchyard-Pool") != "first" {
 		t.Errorf("pool header %q", resp.Header.Get("X-Switchyard-Pool"))

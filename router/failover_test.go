@@ -76,47 +76,6 @@ func counterSeries(t *testing.T, gw *gateway, name string) map[string]float64 {
 	return out
 }
 
-type adminReplica struct {
-	Name          string `json:"name"`
-	State         string `json:"state"`
-	Healthy       bool   `json:"healthy"`
-	Ejected       bool   `json:"ejected"`
-	Misconfigured bool   `json:"misconfigured"`
-	Why           string `json:"why"`
-	Inflight      int64  `json:"inflight"`
-	Waiting       int64  `json:"waiting"`
-	Ejections     int64  `json:"ejections"`
-	LastError     string `json:"last_error"`
-}
-
-// adminReplicaView reads one replica from GET /admin/pools.
-func adminReplicaView(t *testing.T, gw *gateway, pool, name string) adminReplica {
-	t.Helper()
-	resp, err := http.Get(gw.Admin.URL + "/admin/pools")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out struct {
-		Pools []struct {
-			Name     string         `json:"name"`
-			Replicas []adminReplica `json:"replicas"`
-		} `json:"pools"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range out.Pools {
-		for _, r := range p.Replicas {
-			if p.Name == pool && r.Name == name {
-				return r
-			}
-		}
-	}
-	t.Fatalf("/admin/pools has no replica %s/%s", pool, name)
-	return adminReplica{}
-}
-
 // TestReplicaKilledUnderLoad: a closed loop of concurrent requests runs
 // while one of three replicas dies. No client sees a failure: requests in
 // flight on it and those that pick it next are retried on the others. It is
@@ -188,7 +147,7 @@ routes:
 	t.Cleanup(stopLoad)
 
 	polltest.Eventually(t, failoverWait, "every replica to serve", func() bool {
-		return reps["a"].count() > 20 && reps["b"].count() > 20 && reps["c"].count() > 20
+		return reps["a"].Count() > 20 && reps["b"].Count() > 20 && reps["c"].Count() > 20
 	})
 
 	// Kill c mid-run: in-flight requests lose their connections, new ones
@@ -209,12 +168,12 @@ routes:
 	polltest.Eventually(t, failoverWait, "probes to mark c down", func() bool { return !dead.Healthy() })
 	polltest.Eventually(t, failoverWait, "traffic to flow on a and b", func() bool { return ok.Load() > killedAt+50 })
 
-	served := reps["c"].count()
+	served := reps["c"].Count()
 	reviveReplica(t, reps["c"], addr, handler)
 	polltest.Eventually(t, failoverWait, "probes to readmit c", func() bool {
 		return dead.Healthy() && !dead.Ejected(time.Now())
 	})
-	polltest.Eventually(t, failoverWait, "c to serve again", func() bool { return reps["c"].count() > served+20 })
+	polltest.Eventually(t, failoverWait, "c to serve again", func() bool { return reps["c"].Count() > served+20 })
 	stopLoad()
 
 	mu.Lock()
@@ -225,10 +184,10 @@ routes:
 	if v := adminReplicaView(t, gw, "main", "c"); !v.Healthy || v.Ejected {
 		t.Errorf("after readmission /admin/pools shows %+v", v)
 	}
-	if r := metricValue(t, gw, "switchyard_upstream_retries_total", map[string]string{"pool": "main"}); r == 0 {
+	if r := gw.MetricValue(t, "switchyard_upstream_retries_total", map[string]string{"pool": "main"}); r == 0 {
 		t.Error("no retries were counted, yet requests on the dead replica succeeded")
 	}
-	t.Logf("%d requests, all 200; c served %d before the kill and %d after its restart", ok.Load(), served, reps["c"].count()-served)
+	t.Logf("%d requests, all 200; c served %d before the kill and %d after its restart", ok.Load(), served, reps["c"].Count()-served)
 }
 
 // TestStreamCutByReplica: a replica that drops the connection mid-stream
@@ -294,9 +253,9 @@ routes:
 	})
 
 	polltest.Eventually(t, failoverWait, "both cut streams to be counted as 502", func() bool {
-		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": "p", "code": "502"}) == 2
+		return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"pool": "p", "code": "502"}) == 2
 	})
-	if n := metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": "p", "code": "200"}); n != 0 {
+	if n := gw.MetricValue(t, "switchyard_requests_total", map[string]string{"pool": "p", "code": "200"}); n != 0 {
 		t.Errorf("%v cut streams counted as 200", n)
 	}
 }
@@ -336,10 +295,10 @@ routes:
 					t.Fatalf("request %d: status %d replica %q: %s", i, resp.StatusCode, resp.Header.Get("X-Switchyard-Replica"), body)
 				}
 			}
-			if bad.count() == 0 {
+			if bad.Count() == 0 {
 				t.Fatal("the failing replica was never tried; the test proves nothing")
 			}
-			want := map[string]float64{"pool=p,reason=" + tc.reason: float64(bad.count())}
+			want := map[string]float64{"pool=p,reason=" + tc.reason: float64(bad.Count())}
 			if d := cmp.Diff(want, counterSeries(t, gw, "switchyard_upstream_retries_total")); d != "" {
 				t.Errorf("switchyard_upstream_retries_total (-want +got):\n%s", d)
 			}
@@ -438,8 +397,8 @@ routes:
 	if d := cmp.Diff(want, counterSeries(t, gw, "switchyard_fallbacks_total")); d != "" {
 		t.Errorf("switchyard_fallbacks_total (-want +got):\n%s", d)
 	}
-	if busy.count() != 1 {
-		t.Errorf("busy replica received %d requests, want only the held one", busy.count())
+	if busy.Count() != 1 {
+		t.Errorf("busy replica received %d requests, want only the held one", busy.Count())
 	}
 }
 
@@ -521,7 +480,7 @@ routes:
 	if resp, b := post(t, url, body, map[string]string{"Authorization": "Bearer sk-other"}); resp.StatusCode != 200 {
 		t.Errorf("another key was limited too: %d %s", resp.StatusCode, b)
 	}
-	if rep.count() != 3 {
-		t.Errorf("replica saw %d requests, want 3 (the limited one never reaches it)", rep.count())
+	if rep.Count() != 3 {
+		t.Errorf("replica saw %d requests, want 3 (the limited one never reaches it)", rep.Count())
 	}
 }

@@ -127,10 +127,10 @@ func TestClassifierNotStarvedByTenant(t *testing.T) {
 					t.Errorf("victim request %d classified %q with a reserved slot, want simple", i, class)
 				}
 			}
-			if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"result": "circuit_open"}); v != 0 {
+			if v := gw.MetricValue(t, "switchyard_classifier_requests_total", map[string]string{"result": "circuit_open"}); v != 0 {
 				t.Errorf("%v classifications refused by an open breaker: waiting for a slot counted as the pool failing", v)
 			}
-			if v := metricValue(t, gw, "switchyard_classifier_circuit_open", nil); v != 0 {
+			if v := gw.MetricValue(t, "switchyard_classifier_circuit_open", nil); v != 0 {
 				t.Errorf("the classifier breaker opened")
 			}
 			if got := m.held.Load(); got != tc.held {
@@ -219,7 +219,7 @@ routes:
 	if n := hits.Load(); n != 2 {
 		t.Errorf("the request passed through the gateway %d times, want 2 (one hop)", n)
 	}
-	if v := metricValue(t, gw, "switchyard_request_loops_total", nil); v != 1 {
+	if v := gw.MetricValue(t, "switchyard_request_loops_total", nil); v != 1 {
 		t.Errorf("switchyard_request_loops_total %v, want 1", v)
 	}
 	t.Logf("client got %d %s", resp.StatusCode, b)
@@ -314,16 +314,11 @@ routes:
 				want = 2
 			}
 			polltest.Eventually(t, 10*time.Second, "the stalled exchange to finish", func() bool {
-				return metricValue(t, gw, "switchyard_request_duration_seconds", nil) == want
+				return gw.MetricValue(t, "switchyard_request_duration_seconds", nil) == want
 			})
 			// Counted against the replica: its last error says so (a
 			// neutral outcome leaves none).
-			resp, err := http.Get(gw.Admin.URL + "/admin/pools")
-			if err != nil {
-				t.Fatal(err)
-			}
-			pb, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			_, pb := get(t, gw.Admin.URL+"/admin/pools", nil)
 			if counted := strings.Contains(string(pb), "first_token_timeout"); counted != tc.counted {
 				t.Errorf("counted against the replica: %t, want %t (/admin/pools: %s)", counted, tc.counted, pb)
 			}
@@ -370,13 +365,7 @@ func TestClassifierCallsTakeTurnsByTenant(t *testing.T) {
 		map[string]string{"KEY_BURST": "burst-secret", "KEY_OTHER": "other-secret"}))
 	url := gw.API.URL + "/v1/chat/completions"
 	waiting := func() int64 {
-		req, _ := http.NewRequest(http.MethodGet, gw.Admin.URL+"/admin/pools", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return -1
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		_, b := get(t, gw.Admin.URL+"/admin/pools", nil)
 		var n int64
 		for _, v := range gjson.GetBytes(b, "pools.#.replicas.#.waiting").Array() {
 			for _, w := range v.Array() {
@@ -447,7 +436,7 @@ routes:
 	if resp, b := post(t, url, body, map[string]string{"Via": forged}); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("forged Via without a key: %d %s, want 401", resp.StatusCode, b)
 	}
-	if v := metricValue(t, gw, "switchyard_request_loops_total", nil); v != 0 || strings.Contains(gw.Logs.String(), "request loop") {
+	if v := gw.MetricValue(t, "switchyard_request_loops_total", nil); v != 0 || strings.Contains(gw.Logs.String(), "request loop") {
 		t.Errorf("an unauthenticated forged Via counted %v loops / logged a loop warning", v)
 	}
 	if resp, _ := post(t, url, body, map[string]string{"Via": forged, "Authorization": "Bearer sk-1"}); resp.StatusCode != http.StatusLoopDetected {

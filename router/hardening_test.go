@@ -118,9 +118,9 @@ func TestCompletedStreamIsOK(t *testing.T) {
 		tr.CloseIdleConnections() // close the connection right after [DONE]
 	}
 	polltest.Eventually(t, 5*time.Second, "every stream to be logged", func() bool {
-		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": "p"}) == n
+		return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"pool": "p"}) == n
 	})
-	if got := metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}); got != n {
+	if got := gw.MetricValue(t, "switchyard_requests_total", map[string]string{"code": "200"}); got != n {
 		t.Errorf("%v of %d completed streams counted 200 (the rest as 499)", got, n)
 	}
 }
@@ -196,7 +196,7 @@ func TestWriteTimeout(t *testing.T) {
 	polltest.Eventually(t, 20*time.Second, "the upstream request to be cancelled", cancelled.Load)
 	polltest.Eventually(t, 5*time.Second, "the slot to be free", func() bool { return adminReplicaView(t, gw, "p", "r").Inflight == 0 })
 	polltest.Eventually(t, 5*time.Second, "a 499 to be logged", func() bool {
-		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "499"}) == 1
+		return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"code": "499"}) == 1
 	})
 }
 
@@ -335,7 +335,7 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 		t.Fatal("the stream did not end")
 	}
 	polltest.Eventually(t, 5*time.Second, "a 503 to be logged", func() bool {
-		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "503"}) == 1
+		return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"code": "503"}) == 1
 	})
 	_ = context.Background
 }
@@ -416,12 +416,12 @@ func TestClientCancelIsTheClients(t *testing.T) {
 	}
 	resp.Body.Close()
 	polltest.Eventually(t, 5*time.Second, "a 499 to be logged", func() bool {
-		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "499"}) == 1
+		return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"code": "499"}) == 1
 	})
 	if logs := gw.Logs.String(); !strings.Contains(logs, "client closed the stream") || strings.Contains(logs, "replica ended the stream") {
 		t.Errorf("access line: %s", logs)
 	}
-	if v := metricValue(t, gw, "switchyard_tokens_total", map[string]string{"kind": "completion"}); v != 5 {
+	if v := gw.MetricValue(t, "switchyard_tokens_total", map[string]string{"kind": "completion"}); v != 5 {
 		t.Errorf("completion tokens counted %v, want the 5 streamed", v)
 	}
 	if v := adminReplicaView(t, gw, "p", "r"); v.LastError != "" {

@@ -97,7 +97,7 @@ func TestRequestBodyEncodingRefused(t *testing.T) {
 			t.Errorf("%s: %d %s", c.path, resp.StatusCode, b)
 		}
 	}
-	if n := m.count(); n != 0 {
+	if n := m.Count(); n != 0 {
 		t.Errorf("the replica got %d requests", n)
 	}
 }
@@ -168,8 +168,8 @@ func TestClassifierBreakerIgnoresRequestFaults(t *testing.T) {
 			t.Fatalf("long tool names %d: %d %s", i, resp.StatusCode, b)
 		}
 	}
-	if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"label": "simple", "result": "ok"}) +
-		metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"label": "complex", "result": "ok"}); v != 8 {
+	if v := gw.MetricValue(t, "switchyard_classifier_requests_total", map[string]string{"label": "simple", "result": "ok"}) +
+		gw.MetricValue(t, "switchyard_classifier_requests_total", map[string]string{"label": "complex", "result": "ok"}); v != 8 {
 		t.Errorf("requests with long tool names classified ok %v times, want 8 (names cut to the input bound)", v)
 	}
 	long := strings.Repeat("word ", 6000) // 30 KB: past the classifier model's 4096 tokens
@@ -179,10 +179,10 @@ func TestClassifierBreakerIgnoresRequestFaults(t *testing.T) {
 			t.Fatalf("overlong turn %d: %d class %q %s", i, resp.StatusCode, resp.Header.Get("X-Switchyard-Class"), b)
 		}
 	}
-	if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"label": "complex", "result": "refused"}); v != 8 {
+	if v := gw.MetricValue(t, "switchyard_classifier_requests_total", map[string]string{"label": "complex", "result": "refused"}); v != 8 {
 		t.Errorf("refused classifications %v, want 8", v)
 	}
-	if v := metricValue(t, gw, "switchyard_classifier_circuit_open", nil); v != 0 {
+	if v := gw.MetricValue(t, "switchyard_classifier_circuit_open", nil); v != 0 {
 		t.Fatalf("the breaker opened on request-caused failures")
 	}
 	// Another key's ordinary request is still classified.
@@ -231,16 +231,16 @@ routes:
 		}
 		total := 0
 		for _, r := range reps {
-			total += r.count()
+			total += r.Count()
 		}
 		if total != 18 {
 			t.Errorf("%d: 6 poison requests reached replicas %d times, want 18 (every replica, within retries 2)", status, total)
 		}
-		if v := metricValue(t, gw, "switchyard_poison_requests_total", map[string]string{"pool": "p"}); v != 6 {
+		if v := gw.MetricValue(t, "switchyard_poison_requests_total", map[string]string{"pool": "p"}); v != 6 {
 			t.Errorf("%d: poison requests counted %v, want 6", status, v)
 		}
 		for _, n := range []string{"a", "b", "c"} {
-			if v := metricValue(t, gw, "switchyard_replica_ejections_total", map[string]string{"pool": "p", "replica": n}); v != 0 {
+			if v := gw.MetricValue(t, "switchyard_replica_ejections_total", map[string]string{"pool": "p", "replica": n}); v != 0 {
 				t.Errorf("%d: replica %s ejected by poison requests", status, n)
 			}
 		}
@@ -254,7 +254,7 @@ routes:
 				t.Fatalf("request %d with one failing replica: %d %s", i, resp.StatusCode, b)
 			}
 		}
-		if v := metricValue(t, gw, "switchyard_replica_ejections_total", map[string]string{"pool": "p", "replica": "a"}); v < 1 {
+		if v := gw.MetricValue(t, "switchyard_replica_ejections_total", map[string]string{"pool": "p", "replica": "a"}); v < 1 {
 			t.Errorf("the failing replica was not ejected (%v)", v)
 		}
 	}
@@ -284,20 +284,10 @@ routes:
 		t.Fatalf("create: %d %s", resp.StatusCode, b)
 	}
 	do := func(method, path, body, key string) (int, []byte) {
-		req, _ := http.NewRequest(method, gw.API.URL+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
+		resp, out := request(t, method, gw.API.URL+path, body, as(key))
 		return resp.StatusCode, out
 	}
-	before := m.count()
+	before := m.Count()
 	for _, c := range []struct{ method, path, body string }{
 		{"GET", "/v1/responses/" + id, ""},
 		{"DELETE", "/v1/responses/" + id, ""},
@@ -315,7 +305,7 @@ routes:
 			t.Errorf("GET %q: %d %s", bad, code, out)
 		}
 	}
-	if n := m.count(); n != before {
+	if n := m.Count(); n != before {
 		t.Errorf("the replica got %d requests for other keys' and forged ids", n-before)
 	}
 	if code, out := do("GET", "/v1/responses/"+id, "", "key-a-secret"); code != 200 || gjson.GetBytes(out, "id").Str != id {
@@ -346,7 +336,7 @@ func TestDeepClassifierAnswerRefused(t *testing.T) {
 			t.Fatalf("%d class %q %s", resp.StatusCode, resp.Header.Get("X-Switchyard-Class"), b)
 		}
 	}
-	if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"label": "complex", "result": "error"}); v != 4 {
+	if v := gw.MetricValue(t, "switchyard_classifier_requests_total", map[string]string{"label": "complex", "result": "error"}); v != 4 {
 		t.Errorf("classifier errors %v, want 4", v)
 	}
 }
@@ -471,10 +461,10 @@ func TestPoisonClassificationSparesTheBreaker(t *testing.T) {
 			t.Fatalf("poison %d: class %q", i, resp.Header.Get("X-Switchyard-Class"))
 		}
 	}
-	if v := metricValue(t, gw, "switchyard_classifier_circuit_open", nil); v != 0 {
+	if v := gw.MetricValue(t, "switchyard_classifier_circuit_open", nil); v != 0 {
 		t.Fatal("poison classifications opened the breaker")
 	}
-	if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"label": "complex", "result": "refused"}); v != 5 {
+	if v := gw.MetricValue(t, "switchyard_classifier_requests_total", map[string]string{"label": "complex", "result": "refused"}); v != 5 {
 		t.Errorf("refused classifications %v, want 5", v)
 	}
 }
@@ -533,7 +523,7 @@ routes:
 					t.Fatalf("stream %t: %d pool %q %.300s", stream, resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"), b)
 				}
 			}
-			if v := metricValue(t, gw, "switchyard_fallbacks_total", map[string]string{"from": "small", "to": "big", "reason": "context_length"}); v != 2 {
+			if v := gw.MetricValue(t, "switchyard_fallbacks_total", map[string]string{"from": "small", "to": "big", "reason": "context_length"}); v != 2 {
 				t.Errorf("context_length fallbacks %v, want 2", v)
 			}
 			// A prompt that fits stays on the small pool.
@@ -570,11 +560,11 @@ routes:
 	if resp, b := post(t, gw.API.URL+"/v1/chat/completions", long, h); resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Pool") != "big" {
 		t.Fatalf("the long turn: %d %q %.200s", resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"), b)
 	}
-	before := small.count()
+	before := small.Count()
 	if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", short, h); resp.Header.Get("X-Switchyard-Pool") != "big" {
 		t.Errorf("a later short turn went back to %q", resp.Header.Get("X-Switchyard-Pool"))
 	}
-	if small.count() != before {
+	if small.Count() != before {
 		t.Errorf("the small pool was asked again")
 	}
 	// Another session is not moved.
@@ -674,7 +664,7 @@ routes:
 				if r == c.result {
 					want = 1
 				}
-				if got := metricValue(t, gw, "switchyard_context_tokenize_total", map[string]string{"pool": "small", "result": r}); got != want {
+				if got := gw.MetricValue(t, "switchyard_context_tokenize_total", map[string]string{"pool": "small", "result": r}); got != want {
 					t.Errorf("tokenize %s: %v, want %v", r, got, want)
 				}
 			}

@@ -160,10 +160,10 @@ routes:
 	told := func(what string, put func()) {
 		t.Helper()
 		ok := map[string]string{"pool": "small", "result": "ok"}
-		before := metricValue(t, gw, "switchyard_discovery_resolutions_total", ok)
+		before := gw.MetricValue(t, "switchyard_discovery_resolutions_total", ok)
 		put()
 		polltest.Eventually(t, 60*time.Second, what, func() bool {
-			return metricValue(t, gw, "switchyard_discovery_resolutions_total", ok) > before
+			return gw.MetricValue(t, "switchyard_discovery_resolutions_total", ok) > before
 		})
 	}
 	sim := func(n int) string { return "127.0.0." + strconv.Itoa(n) }
@@ -217,7 +217,7 @@ routes:
 	// the updates counted stay); one that changes it (the port by number)
 	// starts another, and the set carries over either way.
 	okCount := func() float64 {
-		return metricValue(t, gw, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "ok"})
+		return gw.MetricValue(t, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "ok"})
 	}
 	before := okCount()
 	if _, err := gw.G.Reload(); err != nil {
@@ -254,7 +254,7 @@ routes:
 	})
 	want("the set kept while the API server is down", 4, 5, 6)
 	polltest.Eventually(t, 60*time.Second, "traffic while the API server is down", served(6))
-	if got := metricValue(t, gw, "switchyard_discovery_replicas", map[string]string{"pool": "small"}); got != 3 {
+	if got := gw.MetricValue(t, "switchyard_discovery_replicas", map[string]string{"pool": "small"}); got != 3 {
 		t.Errorf("switchyard_discovery_replicas = %g, want 3", got)
 	}
 	srv.StartAPIServer()
@@ -274,7 +274,7 @@ routes:
 	if l.failed.Load() != 0 {
 		t.Errorf("%d of %d requests failed: %v", l.failed.Load(), l.ok.Load()+l.failed.Load(), l.errs[:min(5, len(l.errs))])
 	}
-	if got := metricValue(t, gw, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "error"}); got < 1 {
+	if got := gw.MetricValue(t, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "error"}); got < 1 {
 		t.Errorf("switchyard_discovery_resolutions_total{result=error} = %g, want the lost watch counted", got)
 	}
 	logs := gw.Logs.String()

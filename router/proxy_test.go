@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 
 	"net/http"
 	"strings"
@@ -122,7 +121,7 @@ func TestOpenAISDKEndToEnd(t *testing.T) {
 		if resp.Model != "openbmb/MiniCPM5-2B" || resp.Choices[0].Message.Content == "" {
 			t.Errorf("response %s", resp.RawJSON())
 		}
-		if got := string(m.lastSent()); resp.RawJSON() != strings.TrimSpace(got) {
+		if got := string(m.LastSent()); resp.RawJSON() != strings.TrimSpace(got) {
 			t.Errorf("client body differs from replica body:\nclient  %s\nreplica %s", resp.RawJSON(), got)
 		}
 	})
@@ -138,7 +137,7 @@ func TestOpenAISDKEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkHeaders(t, hr.Header, "default", "minicpm", "minicpm-a")
-		want := accumulate(t, m.lastSent())
+		want := accumulate(t, m.LastSent())
 		if d := cmp.Diff(want.Choices[0].Message.Content, acc.Choices[0].Message.Content); d != "" || acc.Choices[0].Message.Content == "" {
 			t.Errorf("accumulated content (-replica +client):\n%s", d)
 		}
@@ -155,7 +154,7 @@ func TestOpenAISDKEndToEnd(t *testing.T) {
 		if len(calls) != 1 || calls[0].Function.Name != "get_weather" || !json.Valid([]byte(calls[0].Function.Arguments)) {
 			t.Fatalf("tool calls %s", resp.RawJSON())
 		}
-		if resp.RawJSON() != strings.TrimSpace(string(q.lastSent())) {
+		if resp.RawJSON() != strings.TrimSpace(string(q.LastSent())) {
 			t.Errorf("client body differs from replica body")
 		}
 	})
@@ -171,7 +170,7 @@ func TestOpenAISDKEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkHeaders(t, hr.Header, "tools", "qwen", "qwen-a")
-		want := accumulate(t, q.lastSent())
+		want := accumulate(t, q.LastSent())
 		got := acc.Choices[0].Message.ToolCalls
 		if len(got) != 1 || !json.Valid([]byte(got[0].Function.Arguments)) {
 			t.Fatalf("accumulated tool calls %+v", got)
@@ -227,7 +226,7 @@ func TestBodyBytePassthrough(t *testing.T) {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
 		want, _ := sjson.SetBytes([]byte(body), "model", "openbmb/MiniCPM5-2B")
-		if got := m.lastBody(); !bytes.Equal(got, want) {
+		if got := m.LastBody(); !bytes.Equal(got, want) {
 			t.Errorf("replica got\n%s\nwant\n%s", got, want)
 		}
 	}
@@ -242,10 +241,10 @@ func TestStreamUsageInjection(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	if !strings.Contains(string(m.lastBody()), `"include_usage":true`) {
-		t.Errorf("replica was not asked for usage: %s", m.lastBody())
+	if !strings.Contains(string(m.LastBody()), `"include_usage":true`) {
+		t.Errorf("replica was not asked for usage: %s", m.LastBody())
 	}
-	sent := m.lastSent()
+	sent := m.LastSent()
 	if !bytes.Contains(sent, []byte(`"usage":{`)) {
 		t.Fatalf("replica sent no usage chunk:\n%s", sent)
 	}
@@ -437,21 +436,11 @@ routes:
 func TestHealthAndReadiness(t *testing.T) {
 	gw, _, _ := setupTwoPools(t)
 	for _, path := range []string{"/healthz", "/readyz"} {
-		resp, err := http.Get(gw.API.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
+		if resp, _ := get(t, gw.API.URL+path, nil); resp.StatusCode != 200 {
 			t.Errorf("%s: status %d", path, resp.StatusCode)
 		}
 	}
-	resp, err := http.Get(gw.API.URL + "/v1/nope")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 404 || resp.Header.Get("Content-Type") != "application/json" {
+	if resp, _ := get(t, gw.API.URL+"/v1/nope", nil); resp.StatusCode != 404 || resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("unknown path: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 }
@@ -482,12 +471,7 @@ routes:
     fallback: [gone]
 `
 	ready := func(t *testing.T, gw *gateway) (int, string) {
-		resp, err := http.Get(gw.API.URL + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
+		resp, body := get(t, gw.API.URL+"/readyz", nil)
 		return resp.StatusCode, string(body)
 	}
 	gone := refusedURL(t)
@@ -496,7 +480,7 @@ routes:
 		cfg := loadConfig(t, tmpl, map[string]string{"m": m.Srv.URL, "gone": gone, "readiness": "{}"}, nil)
 		gw := startGateway(t, cfg)
 		polltest.Eventually(t, 5*time.Second, "the dead pool to be marked down", func() bool {
-			return metricValue(t, gw, "switchyard_replica_healthy", map[string]string{"pool": "gone"}) == 0
+			return gw.MetricValue(t, "switchyard_replica_healthy", map[string]string{"pool": "gone"}) == 0
 		})
 		if code, body := ready(t, gw); code != http.StatusOK {
 			t.Errorf("/readyz %d %s with only a fallback pool down", code, body)

@@ -43,7 +43,7 @@ routes:
 	if resp.StatusCode != 503 || resp.Header.Get("X-Switchyard-Pool") != "p" || resp.Header.Get("X-Switchyard-Route") != "default" {
 		t.Errorf("status %d pool %q route %q", resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"), resp.Header.Get("X-Switchyard-Route"))
 	}
-	if v := metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": "p", "code": "503"}); v != 1 {
+	if v := gw.MetricValue(t, "switchyard_requests_total", map[string]string{"pool": "p", "code": "503"}); v != 1 {
 		t.Errorf("503s counted under pool p: %v", v)
 	}
 }

@@ -73,7 +73,7 @@ func TestResumeClientLeaves(t *testing.T) {
 	if !strings.Contains(gw.Logs.String(), `"status":499`) || !strings.Contains(gw.Logs.String(), "the client left during the resume") {
 		t.Errorf("access line: %s", gw.Logs.String())
 	}
-	if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 0 {
+	if got := gw.MetricValue(t, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 0 {
 		t.Errorf("%v resumes counted for a client that left", got)
 	}
 }
@@ -118,7 +118,7 @@ func TestResumeClientLeavesAfterTheEnd(t *testing.T) {
 	if l := gw.Logs.String(); !strings.Contains(l, `"status":200`) || !strings.Contains(l, `"resume":"resumed on b `) {
 		t.Errorf("access line: %s", l)
 	}
-	if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 1 {
+	if got := gw.MetricValue(t, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 1 {
 		t.Errorf("%v resumes counted, want 1", got)
 	}
 }
@@ -233,6 +233,6 @@ func TestResumeAfterCutStreams(t *testing.T) {
 		t.Errorf("%d continuations; the stream: %q", calls, body)
 	}
 	polltest.Eventually(t, 5*time.Second, "a 503 to be logged", func() bool {
-		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "503"}) == 1
+		return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"code": "503"}) == 1
 	})
 }

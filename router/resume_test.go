@@ -102,20 +102,20 @@ func TestResumeOnAnotherReplica(t *testing.T) {
 		t.Errorf("usage %+v, want 24 completion tokens for the whole answer", acc.Usage)
 	}
 	// The continuation asked b to continue a's text.
-	cont := b.lastBody()
+	cont := b.LastBody()
 	prefix := gjson.GetBytes(cont, "messages.1.content").String()
 	if !gjson.GetBytes(cont, "continue_final_message").Bool() || gjson.GetBytes(cont, "messages.1.role").String() != "assistant" ||
 		!strings.HasPrefix(want, prefix) || prefix == "" {
 		t.Errorf("continuation request %s", cont)
 	}
-	if a.count() != 1 || b.count() != 1 {
-		t.Errorf("a got %d requests, b %d", a.count(), b.count())
+	if a.Count() != 1 || b.Count() != 1 {
+		t.Errorf("a got %d requests, b %d", a.Count(), b.Count())
 	}
 	// Counted and logged once the handler returns.
 	polltest.Eventually(t, 5*time.Second, "the request to be counted", func() bool {
-		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}) == 1
+		return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"code": "200"}) == 1
 	})
-	if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"pool": "p", "result": "resumed"}); got != 1 {
+	if got := gw.MetricValue(t, "switchyard_stream_resumes_total", map[string]string{"pool": "p", "result": "resumed"}); got != 1 {
 		t.Errorf("resumes metric %v", got)
 	}
 	if !strings.Contains(gw.Logs.String(), `"resume":"resumed on b after`) {
@@ -138,11 +138,11 @@ func TestResumeNotPossible(t *testing.T) {
 			if !strings.Contains(string(body), "stream_interrupted") || strings.Contains(string(body), "[DONE]") {
 				t.Errorf("body %q", body)
 			}
-			if b.count() != 0 {
+			if b.Count() != 0 {
 				t.Errorf("a continuation was sent")
 			}
 			polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
-			if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "not_resumable"}); got != 1 {
+			if got := gw.MetricValue(t, "switchyard_stream_resumes_total", map[string]string{"result": "not_resumable"}); got != 1 {
 				t.Errorf("not_resumable %v", got)
 			}
 			if !strings.Contains(gw.Logs.String(), tc.why) {
@@ -159,7 +159,7 @@ func TestResumeNotPossible(t *testing.T) {
 			t.Errorf("body %q", body)
 		}
 		polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
-		if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "failed"}); got != 1 {
+		if got := gw.MetricValue(t, "switchyard_stream_resumes_total", map[string]string{"result": "failed"}); got != 1 {
 			t.Errorf("failed %v", got)
 		}
 	})

@@ -71,10 +71,8 @@ routes:
 
 // classifierCalls counts the constrained-choice requests a replica received.
 func classifierCalls(r *replica) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	n := 0
-	for _, b := range r.bodies {
+	for _, b := range r.Bodies() {
 		if strings.Contains(string(b), `"structured_outputs"`) {
 			n++
 		}
@@ -117,7 +115,7 @@ func TestClassifierRouting(t *testing.T) {
 		if n := classifierCalls(m); n != 2 {
 			t.Errorf("classifier calls %d after a repeated request, want still 2", n)
 		}
-		if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"label": "simple", "result": "cache_hit"}); v != 1 {
+		if v := gw.MetricValue(t, "switchyard_classifier_requests_total", map[string]string{"label": "simple", "result": "cache_hit"}); v != 1 {
 			t.Errorf("cache_hit counter %v, want 1", v)
 		}
 	})
@@ -248,7 +246,7 @@ func TestReload(t *testing.T) {
 		if resp, _ := post(t, url, chatBody("still serving", ""), nil); resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Pool") != "minicpm" {
 			t.Errorf("after a refused reload: %d pool %q", resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"))
 		}
-		if v := metricValue(t, gw, "switchyard_config_reloads_total", map[string]string{"result": "error"}); v != 1 {
+		if v := gw.MetricValue(t, "switchyard_config_reloads_total", map[string]string{"result": "error"}); v != 1 {
 			t.Errorf("reload errors counted %v, want 1", v)
 		}
 	})
@@ -363,16 +361,11 @@ routes:
     to: minicpm
 `, map[string]string{"qwen": q.Srv.URL, "minicpm": m.Srv.URL}, map[string]string{"OPS_KEY": "sk-very-secret", "VLLM_KEY": "vllm-secret"})
 	gw := startGateway(t, cfg)
-	get := func(path string) (int, string) {
-		resp, err := http.Get(gw.Admin.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+	admin := func(path string) (int, string) {
+		resp, b := get(t, gw.Admin.URL+path, nil)
 		return resp.StatusCode, string(b)
 	}
-	code, conf := get("/admin/config")
+	code, conf := admin("/admin/config")
 	if code != 200 || strings.Contains(conf, "sk-very-secret") || strings.Contains(conf, "vllm-secret") || !strings.Contains(conf, "key_env: OPS_KEY") {
 		t.Errorf("/admin/config: %d\n%s", code, conf)
 	}
@@ -388,11 +381,11 @@ routes:
 	if d := cmp.Diff(cfg, again, cmpopts.IgnoreFields(policy.Config{}, "File"), cmpopts.IgnoreUnexported(policy.Config{}), cmpopts.IgnoreTypes(policy.Secret(""))); d != "" {
 		t.Errorf("/admin/config decodes to another config (-running +served):\n%s", d)
 	}
-	code, pools := get("/admin/pools")
+	code, pools := admin("/admin/pools")
 	if code != 200 || !strings.Contains(pools, `"name": "minicpm"`) || !strings.Contains(pools, `"healthy": true`) {
 		t.Errorf("/admin/pools: %d\n%s", code, pools)
 	}
-	code, metrics := get("/metrics")
+	code, metrics := admin("/metrics")
 	for _, name := range []string{"switchyard_config_generation 1", "go_goroutines", "switchyard_replica_healthy{pool=\"qwen\",replica=\"q\"} 1"} {
 		if !strings.Contains(metrics, name) {
 			t.Errorf("/metrics (%d) lacks %q", code, name)
@@ -403,7 +396,7 @@ routes:
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	if got := q.lastHeader().Get("Authorization"); got != "Bearer vllm-secret" {
+	if got := q.LastHeader().Get("Authorization"); got != "Bearer vllm-secret" {
 		t.Errorf("replica saw Authorization %q", got)
 	}
 }
@@ -483,13 +476,7 @@ routes:
 		{"POST", "/admin/explain?class=simple", chatBody("hi", "")},
 		{"GET", "/readyz", ""},
 	} {
-		req, _ := http.NewRequest(c.method, gw.Admin.URL+c.path, strings.NewReader(c.body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_, b := request(t, c.method, gw.Admin.URL+c.path, c.body, nil)
 		var v any
 		if err := json.Unmarshal(b, &v); err != nil {
 			t.Fatalf("%s: %v\n%s", c.path, err, b)
@@ -522,18 +509,6 @@ routes:
   - name: default
     to: p
 `, map[string]string{"m": m.Srv.URL}, map[string]string{"ADMIN_TOKEN": "adm-secret"}))
-	do := func(method, path string, h map[string]string) int {
-		req, _ := http.NewRequest(method, gw.Admin.URL+path, strings.NewReader(chatBody("hi", "")))
-		for k, v := range h {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
 	good := map[string]string{"Authorization": "Bearer adm-secret"}
 	for _, c := range []struct {
 		method, path string
@@ -549,8 +524,8 @@ routes:
 		{"POST", "/admin/explain", nil, 401},
 		{"POST", "/admin/explain", good, 200},
 	} {
-		if got := do(c.method, c.path, c.h); got != c.want {
-			t.Errorf("%s %s %v: %d, want %d", c.method, c.path, c.h, got, c.want)
+		if resp, _ := request(t, c.method, gw.Admin.URL+c.path, chatBody("hi", ""), c.h); resp.StatusCode != c.want {
+			t.Errorf("%s %s %v: %d, want %d", c.method, c.path, c.h, resp.StatusCode, c.want)
 		}
 	}
 }
@@ -575,10 +550,10 @@ func TestClassifierBreaker(t *testing.T) {
 	if n := classifierCalls(m); n != 3 {
 		t.Errorf("the failing classifier pool was called %d times for 20 requests, want 3", n)
 	}
-	if v := metricValue(t, gw, "switchyard_classifier_circuit_open", nil); v != 1 {
+	if v := gw.MetricValue(t, "switchyard_classifier_circuit_open", nil); v != 1 {
 		t.Errorf("circuit gauge %v", v)
 	}
-	if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"result": "circuit_open"}); v != 17 {
+	if v := gw.MetricValue(t, "switchyard_classifier_requests_total", map[string]string{"result": "circuit_open"}); v != 17 {
 		t.Errorf("circuit_open count %v, want 17", v)
 	}
 	if !strings.Contains(gw.Logs.String(), "classifier circuit opened") {
@@ -601,10 +576,10 @@ func TestClassifierTokensCounted(t *testing.T) {
 	if classifierCalls(m) != 1 {
 		t.Fatalf("classifier calls %d", classifierCalls(m))
 	}
-	if p := metricValue(t, gw, "switchyard_classifier_tokens_total", map[string]string{"kind": "prompt"}); p <= 0 {
+	if p := gw.MetricValue(t, "switchyard_classifier_tokens_total", map[string]string{"kind": "prompt"}); p <= 0 {
 		t.Errorf("classifier prompt tokens %v", p)
 	}
-	if c := metricValue(t, gw, "switchyard_classifier_tokens_total", map[string]string{"kind": "completion"}); c != 1 {
+	if c := gw.MetricValue(t, "switchyard_classifier_tokens_total", map[string]string{"kind": "completion"}); c != 1 {
 		t.Errorf("classifier completion tokens %v, want 1 (one label)", c)
 	}
 }
@@ -646,12 +621,7 @@ func TestShareControlAdmin(t *testing.T) {
 		mu.Unlock()
 	}
 	getControl := func() []byte {
-		r, err := http.Get(gw.Admin.URL + "/admin/control")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Body.Close()
-		b, _ := io.ReadAll(r.Body)
+		_, b := get(t, gw.Admin.URL+"/admin/control", nil)
 		return b
 	}
 	b := getControl()
@@ -663,10 +633,10 @@ func TestShareControlAdmin(t *testing.T) {
 	if thr == 0.5 {
 		t.Errorf("threshold still at its start, 0.5, after 40 requests: the reload below would prove nothing")
 	}
-	if got := metricValue(t, gw, "switchyard_control_threshold", map[string]string{"pool": "qwen"}); got != thr {
+	if got := gw.MetricValue(t, "switchyard_control_threshold", map[string]string{"pool": "qwen"}); got != thr {
 		t.Errorf("threshold metric %v, /admin/control %v", got, thr)
 	}
-	if got := metricValue(t, gw, "switchyard_control_target", map[string]string{"pool": "qwen"}); got != 0.3 {
+	if got := gw.MetricValue(t, "switchyard_control_target", map[string]string{"pool": "qwen"}); got != 0.3 {
 		t.Errorf("target metric %v", got)
 	}
 	writeFile(t, path, strings.Replace(text, "name: coin", "name: coin-renamed", 1))
@@ -717,12 +687,7 @@ func TestShadowPolicy(t *testing.T) {
 	}
 	var b []byte
 	polltest.Eventually(t, 5*time.Second, "ten shadow decisions", func() bool {
-		r, err := http.Get(gw.Admin.URL + "/admin/shadow")
-		if err != nil {
-			return false
-		}
-		defer r.Body.Close()
-		b, _ = io.ReadAll(r.Body)
+		_, b = get(t, gw.Admin.URL+"/admin/shadow", nil)
 		return gjson.GetBytes(b, "decisions").Int() == 10
 	})
 	if got := gjson.GetBytes(b, "agreement").Float(); got != 0.7 {
@@ -741,7 +706,7 @@ func TestShadowPolicy(t *testing.T) {
 	if dis != 1 {
 		t.Errorf("%d kinds of disagreement, want 1: %s", dis, b)
 	}
-	if got := metricValue(t, gw, "switchyard_shadow_decisions_total", map[string]string{"live_pool": "qwen", "shadow_pool": "minicpm"}); got != 3 {
+	if got := gw.MetricValue(t, "switchyard_shadow_decisions_total", map[string]string{"live_pool": "qwen", "shadow_pool": "minicpm"}); got != 3 {
 		t.Errorf("metric qwen→minicpm %v, want 3", got)
 	}
 }

@@ -142,7 +142,7 @@ func TestTracingSpanTree(t *testing.T) {
 		}
 	}
 	// The replica received a traceparent of the same trace, naming the upstream span.
-	tp2 := q.lastHeader().Get("Traceparent")
+	tp2 := q.LastHeader().Get("Traceparent")
 	if !strings.HasPrefix(tp2, "00-"+traceID+"-"+spans["switchyard.upstream"].SpanContext().SpanID().String()) {
 		t.Errorf("replica traceparent %q", tp2)
 	}

@@ -3,7 +3,6 @@ package router_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -319,7 +318,7 @@ func TestClassificationsCountedOnce(t *testing.T) {
 	// The same session marked complex, then its routine turns.
 	marked, _ := sjson.Set(turns[0], "messages.1.content", "ZEBRA: design the notes format")
 	turns = append([]string{marked}, turns[1:]...)
-	total := func() float64 { return metricSum(t, gw, "switchyard_classifier_requests_total", nil) }
+	total := func() float64 { return gw.MetricSum(t, "switchyard_classifier_requests_total", nil) }
 	for i, turn := range turns {
 		before := total()
 		sendPool(t, gw, path, turn)
@@ -338,7 +337,7 @@ func TestTurnOutcomes(t *testing.T) {
 	path, first := capturedLine(t, "opencode.jsonl", 2)
 	_, second := capturedLine(t, "opencode.jsonl", 3)
 	outcome := func(pool, route, o string) float64 {
-		return metricValue(t, gw, "switchyard_turn_outcomes_total", map[string]string{"pool": pool, "route": route, "outcome": o})
+		return gw.MetricValue(t, "switchyard_turn_outcomes_total", map[string]string{"pool": pool, "route": route, "outcome": o})
 	}
 	if got := sendPool(t, gw, path, first); got != "small" {
 		t.Fatalf("first turn: %q", got)
@@ -358,21 +357,9 @@ func TestTurnOutcomes(t *testing.T) {
 	if v := outcome("big", "complex", "ok"); v != 1 {
 		t.Errorf("big/complex ok = %v, want 1", v)
 	}
-	if !strings.Contains(metricsText(t, gw), `switchyard_turn_outcomes_total{outcome="tool_error",pool="small",route="default"} 1`) {
+	if _, m := get(t, gw.Admin.URL+"/metrics", nil); !strings.Contains(string(m), `switchyard_turn_outcomes_total{outcome="tool_error",pool="small",route="default"} 1`) {
 		t.Error("/metrics does not show the outcome")
 	}
-}
-
-// metricsText is the admin listener's /metrics page.
-func metricsText(t *testing.T, gw *gateway) string {
-	t.Helper()
-	resp, err := http.Get(gw.Admin.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
 }
 
 // captureYAML records the agents key's requests to {{dir}}.
@@ -429,8 +416,8 @@ func TestCaptureUnderLoad(t *testing.T) {
 		if failed.Load() != 0 {
 			t.Fatalf("unwritable %t: %d of 200 requests failed", unwritable, failed.Load())
 		}
-		recorded := func() float64 { return metricSum(t, gw, "switchyard_capture_requests_total", nil) }
-		dropped := func() float64 { return metricSum(t, gw, "switchyard_capture_dropped_total", nil) }
+		recorded := func() float64 { return gw.MetricSum(t, "switchyard_capture_requests_total", nil) }
+		dropped := func() float64 { return gw.MetricSum(t, "switchyard_capture_dropped_total", nil) }
 		polltest.Eventually(t, 30*time.Second, "the writer to catch up", func() bool { return recorded()+dropped() == 160 })
 		if unwritable {
 			if dropped() != 160 {
