@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -604,7 +603,8 @@ routes:
 // prompt on the small pool, which the estimate alone would have skipped;
 // a prompt the tokenizer finds too long moves up; one clearly over the
 // context moves up without a call; and a pool whose /tokenize fails
-// leaves the estimate to decide.
+// leaves the estimate to decide. (The band's rules, the body of each API
+// and which replica counts: router/internal/tokenize.)
 func TestContextTokenize(t *testing.T) {
 	small := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 8192})
 	big := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 131072})
@@ -684,90 +684,4 @@ routes:
 			}
 		})
 	}
-}
-
-// TestContextTokenizeSpreads: the context check's /tokenize calls go to
-// the pool's least busy replica, in turn among equals (before, every call
-// went to the first available replica).
-func TestContextTokenizeSpreads(t *testing.T) {
-	sim := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 8192})
-	big := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 131072})
-	var (
-		calls   [2]atomic.Int64
-		release = make(chan struct{})
-		held    = make(chan int, 1)
-	)
-	var replicas [2]*httptest.Server
-	for i := range replicas {
-		replicas[i] = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/tokenize" {
-				calls[i].Add(1)
-			}
-			if r.URL.Path == "/v1/chat/completions" {
-				b, _ := io.ReadAll(r.Body)
-				r.Body = io.NopCloser(bytes.NewReader(b))
-				if bytes.Contains(b, []byte("hold me")) {
-					held <- i
-					<-release
-				}
-			}
-			sim.Srv.Config.Handler.ServeHTTP(w, r)
-		}))
-		t.Cleanup(replicas[i].Close)
-	}
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  small: {model: m, max_model_len: 8192, balance: least_outstanding, health: {disabled: true}, replicas: [{name: s0, url: "{{s0}}"}, {name: s1, url: "{{s1}}"}]}
-  big: {model: m, max_model_len: 131072, health: {disabled: true}, replicas: [{name: b, url: "{{b}}"}]}
-routes:
-  - name: default
-    to: small
-    fallback: [big]
-`, map[string]string{"s0": replicas[0].URL, "s1": replicas[1].URL, "b": big.Srv.URL}, nil))
-	// In the band: an estimate over 8,192 with the minimal answer, 2,500
-	// real tokens (see TestContextTokenize).
-	inBand := `{"model":"auto","max_tokens":8,"messages":[{"role":"user","content":"` + strings.Repeat(`\u00e9`, 5000) + `"}]}`
-	// A replica's slot is released just after its answer reaches the
-	// client: each request waits for the last one's release.
-	settled := func(want ...int64) {
-		t.Helper()
-		polltest.Eventually(t, 10*time.Second, "the replicas' in-flight counts to settle", func() bool {
-			return adminReplicaView(t, gw, "small", "s0").Inflight == want[0] && adminReplicaView(t, gw, "small", "s1").Inflight == want[1]
-		})
-	}
-	for range 4 {
-		settled(0, 0)
-		if resp, b := post(t, gw.API.URL+"/v1/chat/completions", inBand, nil); resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Pool") != "small" {
-			t.Fatalf("%d on %q: %.300s", resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"), b)
-		}
-	}
-	if a, b := calls[0].Load(), calls[1].Load(); a != 2 || b != 2 {
-		t.Errorf("/tokenize calls %d and %d over two idle replicas, want 2 and 2", a, b)
-	}
-
-	// One replica busy: every call goes to the other.
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","max_tokens":8,"messages":[{"role":"user","content":"hold me"}]}`, nil)
-	}()
-	busy := <-held
-	before := [2]int64{calls[0].Load(), calls[1].Load()}
-	want := [2]int64{}
-	want[busy] = 1
-	for range 3 {
-		settled(want[0], want[1])
-		if resp, b := post(t, gw.API.URL+"/v1/chat/completions", inBand, nil); resp.StatusCode != 200 {
-			t.Fatalf("%d: %.300s", resp.StatusCode, b)
-		}
-	}
-	if got := calls[busy].Load() - before[busy]; got != 0 {
-		t.Errorf("%d /tokenize calls to the replica with a request in flight, want 0", got)
-	}
-	if got := calls[1-busy].Load() - before[1-busy]; got != 3 {
-		t.Errorf("%d /tokenize calls to the idle replica, want 3", got)
-	}
-	close(release)
-	<-done
 }
