@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,81 +82,6 @@ func healthyReplicas(t *testing.T, gw *gateway) []string {
 	return out
 }
 
-// load sends chat requests from several clients until stop, counting the
-// ones that did not get a 200.
-type load struct {
-	ok, failed atomic.Int64
-	mu         sync.Mutex
-	errs       []string
-	stop       chan struct{}
-	wg         sync.WaitGroup
-	// completed counts each client's finished requests.
-	completed []atomic.Int64
-}
-
-func startLoad(t *testing.T, url string, clients int) *load {
-	l := &load{stop: make(chan struct{}), completed: make([]atomic.Int64, clients)}
-	body := `{"model":"small","messages":[{"role":"user","content":"hi"}]}`
-	for i := range clients {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			for {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
-				resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
-				l.completed[i].Add(1)
-				if err == nil {
-					var b [512]byte
-					n, _ := resp.Body.Read(b[:])
-					resp.Body.Close()
-					if resp.StatusCode == http.StatusOK {
-						l.ok.Add(1)
-						continue
-					}
-					err = fmt.Errorf("%d %s", resp.StatusCode, b[:n])
-				}
-				l.failed.Add(1)
-				l.mu.Lock()
-				l.errs = append(l.errs, err.Error())
-				l.mu.Unlock()
-			}
-		}()
-	}
-	t.Cleanup(l.end)
-	return l
-}
-
-// drain waits until every request begun before it was called has ended:
-// each client has finished one more request than it had then.
-func (l *load) drain(t *testing.T) {
-	t.Helper()
-	mark := make([]int64, len(l.completed))
-	for i := range l.completed {
-		mark[i] = l.completed[i].Load()
-	}
-	polltest.Eventually(t, 30*time.Second, "the requests in flight to end", func() bool {
-		for i := range l.completed {
-			if l.completed[i].Load() <= mark[i] {
-				return false
-			}
-		}
-		return true
-	})
-}
-
-func (l *load) end() {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	l.wg.Wait()
-}
-
 // TestDiscoveryUnderLoad follows a DNS name whose records are added,
 // removed and changed, and whose resolver goes down and returns, while
 // clients send requests: no request fails, new addresses take traffic
@@ -211,7 +135,7 @@ routes:
 		}
 	}
 
-	l := startLoad(t, gw.API.URL, 4)
+	l := startLoad(t, gw.API.URL, 4, false)
 	served := func(ip string) func() bool {
 		start := counts[ip].Load()
 		return func() bool { return counts[ip].Load() > start+5 }
@@ -260,9 +184,7 @@ routes:
 	if n := counts["127.0.0.2"].Load(); n != gone {
 		t.Errorf("127.0.0.2 got %d requests after it left DNS", n-gone)
 	}
-	if l.failed.Load() != 0 {
-		t.Errorf("%d of %d requests failed: %v", l.failed.Load(), l.ok.Load()+l.failed.Load(), l.errs[:min(5, len(l.errs))])
-	}
+	l.check(t)
 	t.Logf("%d requests, none failed", l.ok.Load())
 }
 

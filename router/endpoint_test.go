@@ -1,10 +1,8 @@
 package router_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -391,53 +389,15 @@ routes:
 		return fmt.Sprintf(cfgs[0], i%4, bal, extra)
 	}
 	gw := startGateway(t, loadConfig(t, render(1), urls, nil))
-	url := gw.API.URL + "/v1/chat/completions"
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	defer client.CloseIdleConnections()
-	var ok, failed atomic.Int64
-	var firstErr atomic.Value
-	load := func(ctx context.Context) *sync.WaitGroup {
-		var wg sync.WaitGroup
-		for w := range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for ctx.Err() == nil {
-					stream := w%2 == 0
-					body := `{"model":"auto","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`
-					if stream {
-						body = `{"model":"auto","stream":true,"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`
-					}
-					resp, err := client.Post(url, "application/json", strings.NewReader(body))
-					if err != nil {
-						failed.Add(1)
-						firstErr.CompareAndSwap(nil, err.Error())
-						continue
-					}
-					b, err := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if err != nil || resp.StatusCode != 200 || stream && !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
-						failed.Add(1)
-						firstErr.CompareAndSwap(nil, fmt.Sprintf("status %d err %v: %.200s", resp.StatusCode, err, b))
-						continue
-					}
-					ok.Add(1)
-				}
-			}()
-		}
-		return &wg
-	}
 	// Warm up on the final config's replicas, so that the baseline holds
 	// the keep-alive connections a steady load keeps open.
-	ctx, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	load(ctx).Wait()
-	stop()
-	client.CloseIdleConnections()
+	warm := startLoad(t, gw.API.URL, 8, true)
+	time.Sleep(300 * time.Millisecond)
+	warm.end()
 	time.Sleep(100 * time.Millisecond)
 	fdsBefore := openFDs(t)
 
-	ctx, stop = context.WithCancel(context.Background())
-	wg := load(ctx)
+	l := startLoad(t, gw.API.URL, 8, true)
 	for i := range 60 {
 		if _, err := gw.G.Apply(loadConfig(t, render(i), urls, nil)); err != nil {
 			t.Fatal(err)
@@ -449,16 +409,11 @@ routes:
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
-	stop()
-	wg.Wait()
-	if failed.Load() != 0 {
-		t.Errorf("%d of %d requests failed during the reload storm; first: %v", failed.Load(), failed.Load()+ok.Load(), firstErr.Load())
-	}
-	if ok.Load() < 20 {
-		t.Errorf("only %d requests completed; the storm proves little", ok.Load())
+	l.check(t)
+	if l.ok.Load() < 20 {
+		t.Errorf("only %d requests completed; the storm proves little", l.ok.Load())
 	}
 	// The final config has no replica c: its connections close.
-	client.CloseIdleConnections()
 	polltest.Eventually(t, 10*time.Second, "the removed replica's connections to close", func() bool { return cOpen.Load() == 0 })
 	// The rest may keep a few more idle keep-alive connections than at the
 	// baseline (scrape loops of the storm's p2c configs used some), but

@@ -10,8 +10,6 @@ import (
 	"net/http/httptest"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,47 +102,7 @@ routes:
 	gw := startGateway(t, cfg)
 	dead := gw.G.Snapshot().Pool("main").Replica("c")
 
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	t.Cleanup(client.CloseIdleConnections)
-	var (
-		stop     = make(chan struct{})
-		wg       sync.WaitGroup
-		ok       atomic.Int64
-		mu       sync.Mutex
-		failures []string
-	)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				resp, err := client.Post(gw.API.URL+"/v1/chat/completions", "application/json",
-					strings.NewReader(`{"model":"auto","messages":[{"role":"user","content":"hi"}]}`))
-				if err != nil {
-					mu.Lock()
-					failures = append(failures, err.Error())
-					mu.Unlock()
-					continue
-				}
-				body, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if err != nil || resp.StatusCode != http.StatusOK {
-					mu.Lock()
-					failures = append(failures, fmt.Sprintf("status %d (%v): %.200s", resp.StatusCode, err, body))
-					mu.Unlock()
-					continue
-				}
-				ok.Add(1)
-			}
-		}()
-	}
-	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
-	t.Cleanup(stopLoad)
+	l := startLoad(t, gw.API.URL, 8, false)
 
 	polltest.Eventually(t, failoverWait, "every replica to serve", func() bool {
 		return reps["a"].Count() > 20 && reps["b"].Count() > 20 && reps["c"].Count() > 20
@@ -156,7 +114,7 @@ routes:
 	handler := reps["c"].Srv.Config.Handler
 	reps["c"].Srv.CloseClientConnections()
 	reps["c"].Srv.Close()
-	killedAt := ok.Load()
+	killedAt := l.ok.Load()
 
 	// Outlier detection (3 failed requests) and the probes (2 failed
 	// probes) race to take c out; which wins depends on the scheduler, so
@@ -166,7 +124,7 @@ routes:
 		return (v.Ejected && v.Ejections >= 1 || !v.Healthy) && v.LastError != ""
 	})
 	polltest.Eventually(t, failoverWait, "probes to mark c down", func() bool { return !dead.Healthy() })
-	polltest.Eventually(t, failoverWait, "traffic to flow on a and b", func() bool { return ok.Load() > killedAt+50 })
+	polltest.Eventually(t, failoverWait, "traffic to flow on a and b", func() bool { return l.ok.Load() > killedAt+50 })
 
 	served := reps["c"].Count()
 	reviveReplica(t, reps["c"], addr, handler)
@@ -174,20 +132,14 @@ routes:
 		return dead.Healthy() && !dead.Ejected(time.Now())
 	})
 	polltest.Eventually(t, failoverWait, "c to serve again", func() bool { return reps["c"].Count() > served+20 })
-	stopLoad()
-
-	mu.Lock()
-	defer mu.Unlock()
-	if len(failures) > 0 {
-		t.Errorf("%d of %d requests failed; first: %s", len(failures), int(ok.Load())+len(failures), failures[0])
-	}
+	l.check(t)
 	if v := adminReplicaView(t, gw, "main", "c"); !v.Healthy || v.Ejected {
 		t.Errorf("after readmission /admin/pools shows %+v", v)
 	}
 	if r := gw.MetricValue(t, "switchyard_upstream_retries_total", map[string]string{"pool": "main"}); r == 0 {
 		t.Error("no retries were counted, yet requests on the dead replica succeeded")
 	}
-	t.Logf("%d requests, all 200; c served %d before the kill and %d after its restart", ok.Load(), served, reps["c"].Count()-served)
+	t.Logf("%d requests, all 200; c served %d before the kill and %d after its restart", l.ok.Load(), served, reps["c"].Count()-served)
 }
 
 // TestStreamCutByReplica: a replica that drops the connection mid-stream

@@ -1,10 +1,19 @@
 package router_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/switchyard/switchyard/internal/gatewaytest"
+	"github.com/switchyard/switchyard/internal/polltest"
 )
 
 // The replicas and gateways of these tests, shared with the examples'
@@ -77,4 +86,103 @@ func adminReplicaView(t *testing.T, gw *gateway, pool, name string) adminReplica
 	}
 	t.Fatalf("/admin/pools has no replica %s/%s", pool, name)
 	return adminReplica{}
+}
+
+// load sends chat requests from several clients, each one at a time,
+// until it ends, counting those that did not get a 200 (or a stream
+// without its [DONE]).
+type load struct {
+	ok, failed atomic.Int64
+	mu         sync.Mutex
+	errs       []string
+	stop       chan struct{}
+	wg         sync.WaitGroup
+	client     *http.Client
+	// completed counts each client's finished requests.
+	completed []atomic.Int64
+}
+
+// startLoad starts clients sending to the gateway at url, every other one
+// streaming when streams is set; the load ends when the test does, if not
+// before.
+func startLoad(t *testing.T, url string, clients int, streams bool) *load {
+	l := &load{stop: make(chan struct{}), completed: make([]atomic.Int64, clients),
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * clients}}}
+	for i := range clients {
+		stream := streams && i%2 == 0
+		body := fmt.Sprintf(`{"model":"auto","stream":%t,"messages":[{"role":"user","content":"hi"}]}`, stream)
+		l.wg.Go(func() {
+			for {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				err := l.send(url, body, stream)
+				l.completed[i].Add(1)
+				if err == nil {
+					l.ok.Add(1)
+					continue
+				}
+				l.failed.Add(1)
+				l.mu.Lock()
+				l.errs = append(l.errs, err.Error())
+				l.mu.Unlock()
+			}
+		})
+	}
+	t.Cleanup(l.end)
+	return l
+}
+
+func (l *load) send(url, body string, stream bool) error {
+	resp, err := l.client.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || stream && !bytes.HasSuffix(b, []byte("data: [DONE]\n\n")) {
+		return fmt.Errorf("status %d (%v): %.200s", resp.StatusCode, err, b)
+	}
+	return nil
+}
+
+// drain waits until every request begun before it was called has ended:
+// each client has finished one more request than it had then.
+func (l *load) drain(t *testing.T) {
+	t.Helper()
+	mark := make([]int64, len(l.completed))
+	for i := range l.completed {
+		mark[i] = l.completed[i].Load()
+	}
+	polltest.Eventually(t, 30*time.Second, "the requests in flight to end", func() bool {
+		for i := range l.completed {
+			if l.completed[i].Load() <= mark[i] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// end stops the load, waits for its requests and closes its idle
+// connections.
+func (l *load) end() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.wg.Wait()
+	l.client.CloseIdleConnections()
+}
+
+// check fails t if a request of the load failed, after the load ended.
+func (l *load) check(t *testing.T) {
+	t.Helper()
+	l.end()
+	if n := l.failed.Load(); n != 0 {
+		t.Errorf("%d of %d requests failed; the first: %v", n, n+l.ok.Load(), l.errs[:min(5, len(l.errs))])
+	}
 }

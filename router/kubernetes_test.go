@@ -183,7 +183,7 @@ routes:
 		}
 	}
 
-	l := startLoad(t, gw.API.URL, 4)
+	l := startLoad(t, gw.API.URL, 4, false)
 	polltest.Eventually(t, 60*time.Second, "traffic on the first set", served(2))
 
 	// The rolling update (maxSurge 1, maxUnavailable 0): a new pod
@@ -271,9 +271,7 @@ routes:
 			t.Errorf("192.0.2.%d got %d requests after the gateway saw it terminating", n, got-gone)
 		}
 	}
-	if l.failed.Load() != 0 {
-		t.Errorf("%d of %d requests failed: %v", l.failed.Load(), l.ok.Load()+l.failed.Load(), l.errs[:min(5, len(l.errs))])
-	}
+	l.check(t)
 	if got := gw.MetricValue(t, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "error"}); got < 1 {
 		t.Errorf("switchyard_discovery_resolutions_total{result=error} = %g, want the lost watch counted", got)
 	}

@@ -2,7 +2,6 @@ package router_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,34 +263,7 @@ func TestReloadUnderLoadLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var ok, failed atomic.Int64
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				stream := ok.Load()%2 == 0
-				body := chatBody("x", "")
-				if stream {
-					body = strings.Replace(body, `"model"`, `"stream":true,"model"`, 1)
-				}
-				resp, err := http.Post(gw.API.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 || (stream && !strings.HasSuffix(string(b), "[DONE]\n\n")) {
-					failed.Add(1)
-					continue
-				}
-				ok.Add(1)
-			}
-		}()
-	}
+	l := startLoad(t, gw.API.URL, 4, true)
 	for i := range 100 {
 		target := []string{"qwen", "minicpm"}[i%2]
 		writeFile(t, path, render(target))
@@ -300,10 +271,9 @@ func TestReloadUnderLoadLosesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cancel()
-	wg.Wait()
-	if failed.Load() != 0 || ok.Load() == 0 {
-		t.Errorf("%d requests failed, %d succeeded across 100 reloads", failed.Load(), ok.Load())
+	l.check(t)
+	if l.ok.Load() == 0 {
+		t.Error("no request succeeded across 100 reloads")
 	}
 	if gen := gw.G.Snapshot().Generation; gen != 101 {
 		t.Errorf("generation %d, want 101", gen)
