@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/switchyard/switchyard/internal/gatewaytest"
 	"github.com/switchyard/switchyard/internal/polltest"
+	"github.com/switchyard/switchyard/router"
 )
 
 // The replicas and gateways of these tests, shared with the examples'
@@ -184,5 +187,40 @@ func (l *load) check(t *testing.T) {
 	l.end()
 	if n := l.failed.Load(); n != 0 {
 		t.Errorf("%d of %d requests failed; the first: %v", n, n+l.ok.Load(), l.errs[:min(5, len(l.errs))])
+	}
+}
+
+// writeFile replaces the file at path with data at once (as an editor
+// saving it does).
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fileGateway runs a gateway on the config text, read from the file it
+// returns the path of (Options.ConfigPath: the file it reloads).
+func fileGateway(t *testing.T, text string, opts ...func(*router.Options)) (*gateway, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "switchyard.yaml")
+	writeFile(t, path, text)
+	cfg, err := router.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startGateway(t, cfg, append(opts, func(o *router.Options) { o.ConfigPath = path })...), path
+}
+
+// reloadFile writes text to the gateway's config file and reloads it.
+func reloadFile(t *testing.T, gw *gateway, path, text string) {
+	t.Helper()
+	writeFile(t, path, text)
+	if _, err := gw.G.Reload(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -160,17 +159,6 @@ func TestClassifierPoolDownUsesOnError(t *testing.T) {
 	}
 }
 
-func writeFile(t *testing.T, path, data string) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
 const reloadYAML = `
 version: 1
 pools:
@@ -190,17 +178,10 @@ routes:
 func TestReload(t *testing.T) {
 	q := startReplica(t, vllmsim.Profile{Model: "Qwen/Qwen3.8-Flash-Next", DecodeTPS: 50, DefaultMaxTokens: 20})
 	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
-	dir := t.TempDir()
-	path := filepath.Join(dir, "switchyard.yaml")
 	render := func(target string) string {
 		return strings.NewReplacer("QWEN", q.Srv.URL, "MINICPM", m.Srv.URL, "TARGET", target).Replace(reloadYAML)
 	}
-	writeFile(t, path, render("qwen"))
-	cfg, err := router.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
+	gw, path := fileGateway(t, render("qwen"))
 	url := gw.API.URL + "/v1/chat/completions"
 	qwenBefore := gw.G.Snapshot().Pool("qwen").Replicas()[0].Endpoint
 
@@ -253,23 +234,13 @@ func TestReload(t *testing.T) {
 func TestReloadUnderLoadLosesNothing(t *testing.T) {
 	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
 	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
-	path := filepath.Join(t.TempDir(), "switchyard.yaml")
 	render := func(target string) string {
 		return strings.NewReplacer("QWEN", q.Srv.URL, "MINICPM", m.Srv.URL, "TARGET", target).Replace(reloadYAML)
 	}
-	writeFile(t, path, render("qwen"))
-	cfg, err := router.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
+	gw, path := fileGateway(t, render("qwen"))
 	l := startLoad(t, gw.API.URL, 4, true)
 	for i := range 100 {
-		target := []string{"qwen", "minicpm"}[i%2]
-		writeFile(t, path, render(target))
-		if _, err := gw.G.Reload(); err != nil {
-			t.Fatal(err)
-		}
+		reloadFile(t, gw, path, render([]string{"qwen", "minicpm"}[i%2]))
 	}
 	l.check(t)
 	if l.ok.Load() == 0 {
@@ -374,30 +345,18 @@ routes:
 func TestReloadKeepsClassifierCache(t *testing.T) {
 	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
 	m := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
-	path := filepath.Join(t.TempDir(), "switchyard.yaml")
 	text := strings.NewReplacer("{{qwen}}", q.Srv.URL, "{{minicpm}}", m.Srv.URL).Replace(classifierYAML)
-	writeFile(t, path, text)
-	cfg, err := router.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
+	gw, path := fileGateway(t, text)
 	url := gw.API.URL + "/v1/chat/completions"
 	post(t, url, chatBody("What's the capital of Portugal?", ""), nil)
 	// A reload that changes only the routes keeps the classifier's cache.
-	writeFile(t, path, strings.Replace(text, "name: coin", "name: coin-renamed", 1))
-	if _, err := gw.G.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	reloadFile(t, gw, path, strings.Replace(text, "name: coin", "name: coin-renamed", 1))
 	post(t, url, chatBody("What's the capital of Portugal?", ""), nil)
 	if n := classifierCalls(m); n != 1 {
 		t.Errorf("classifier calls %d across an unrelated reload, want 1 (cache kept)", n)
 	}
 	// Changing the classifier builds a new one.
-	writeFile(t, path, strings.Replace(text, "timeout: 2s", "timeout: 3s", 1))
-	if _, err := gw.G.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	reloadFile(t, gw, path, strings.Replace(text, "timeout: 2s", "timeout: 3s", 1))
 	post(t, url, chatBody("What's the capital of Portugal?", ""), nil)
 	if n := classifierCalls(m); n != 2 {
 		t.Errorf("classifier calls %d after changing the classifier, want 2", n)
@@ -560,15 +519,9 @@ func TestClassifierTokensCounted(t *testing.T) {
 func TestShareControlAdmin(t *testing.T) {
 	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
 	m := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
-	path := filepath.Join(t.TempDir(), "switchyard.yaml")
 	text := strings.NewReplacer("{{qwen}}", q.Srv.URL, "{{minicpm}}", m.Srv.URL).Replace(classifierYAML)
 	text = strings.Replace(text, "  - name: complex\n    when: {class: complex}", "  - name: complex\n    when: {score: {complex: {gte: auto}}}", 1)
 	text = strings.Replace(text, "routes:\n", "control:\n  share: {pool: qwen, target: 0.3, window: 1s}\nroutes:\n", 1)
-	writeFile(t, path, text)
-	cfg, err := router.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The controller ticks (on a decision) when window/30 has passed on
 	// the gateway's clock, which the test moves: no tick runs between the
 	// reads below.
@@ -576,8 +529,7 @@ func TestShareControlAdmin(t *testing.T) {
 		mu  sync.Mutex
 		now = time.Unix(1e9, 0)
 	)
-	gw := startGateway(t, cfg, func(o *router.Options) {
-		o.ConfigPath = path
+	gw, path := fileGateway(t, text, func(o *router.Options) {
 		o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	})
 	for i := range 40 {
@@ -609,10 +561,7 @@ func TestShareControlAdmin(t *testing.T) {
 	if got := gw.MetricValue(t, "switchyard_control_target", map[string]string{"pool": "qwen"}); got != 0.3 {
 		t.Errorf("target metric %v", got)
 	}
-	writeFile(t, path, strings.Replace(text, "name: coin", "name: coin-renamed", 1))
-	if _, err := gw.G.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	reloadFile(t, gw, path, strings.Replace(text, "name: coin", "name: coin-renamed", 1))
 	if after := gjson.GetBytes(getControl(), "share.threshold").Float(); after != thr {
 		t.Errorf("threshold %v after a reload that kept the controller's settings, want %v", after, thr)
 	}
@@ -624,16 +573,10 @@ func TestShareControlAdmin(t *testing.T) {
 func TestShadowPolicy(t *testing.T) {
 	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
 	m := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
-	dir := t.TempDir()
 	text := strings.NewReplacer("{{qwen}}", q.Srv.URL, "{{minicpm}}", m.Srv.URL).Replace(classifierYAML)
-	live, shadow := filepath.Join(dir, "live.yaml"), filepath.Join(dir, "shadow.yaml")
-	writeFile(t, live, text)
+	shadow := filepath.Join(t.TempDir(), "shadow.yaml")
 	writeFile(t, shadow, strings.Replace(text, "    when: {tools: {gte: 4}}\n    to: qwen", "    when: {tools: {gte: 4}}\n    to: minicpm", 1))
-	cfg, err := router.LoadConfig(live)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath, o.ShadowPath = live, shadow })
+	gw, _ := fileGateway(t, text, func(o *router.Options) { o.ShadowPath = shadow })
 	tools := `,"tools":[` + strings.Repeat(`{"type":"function","function":{"name":"f","parameters":{"type":"object"}}},`, 3) +
 		`{"type":"function","function":{"name":"g","parameters":{"type":"object"}}}]`
 	var pools []string
