@@ -124,22 +124,25 @@ func TestResumeOnAnotherReplica(t *testing.T) {
 }
 
 // TestResumeNotPossible: the cases that cannot be resumed faithfully end
-// with the error event as before. (Each reason is asserted in
-// router/internal/resume; here, the configured max_buffer and a tool call
-// seen in the stream, end to end.)
+// with the API's error event as before, counted not_resumable and their
+// reason logged. (Each reason is asserted in router/internal/resume;
+// here, the configured max_buffer and a tool call seen in the stream of
+// each API, end to end.)
 func TestResumeNotPossible(t *testing.T) {
-	for _, tc := range []struct{ name, body, extra, why string }{
-		{"max_buffer", `{"model":"auto","stream":true,"messages":[{"role":"user","content":"x"}]}`, ", max_buffer: 8", "max_buffer"},
-		{"tool call", `{"model":"auto","stream":true,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"city":{"type":"string"},"country":{"type":"string"}}}}}],"tool_choice":"required","messages":[{"role":"user","content":"x"}]}`, "", "tool call"},
+	for _, tc := range []struct{ name, path, body, extra, want, why string }{
+		{"max_buffer", "/v1/chat/completions", `{"model":"auto","stream":true,"messages":[{"role":"user","content":"x"}]}`, ", max_buffer: 8", "stream_interrupted", "max_buffer"},
+		{"tool call", "/v1/chat/completions", `{"model":"auto","stream":true,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"city":{"type":"string"},"country":{"type":"string"}}}}}],"tool_choice":"required","messages":[{"role":"user","content":"x"}]}`, "", "stream_interrupted", "tool call"},
+		{"responses tool call", "/v1/responses", `{"model":"auto","stream":true,"input":"x","tools":[{"type":"function","name":"f","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}]}`, "", "event: error", "tool call"},
+		{"messages tool use", "/v1/messages", `{"model":"auto","stream":true,"max_tokens":24,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}]}`, "", "event: error", "tool call"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			gw, _, b := resumeGateway(t, 4, tc.extra)
-			_, body := post(t, gw.API.URL+"/v1/chat/completions", tc.body, nil)
-			if !strings.Contains(string(body), "stream_interrupted") || strings.Contains(string(body), "[DONE]") {
+			_, body := post(t, gw.API.URL+tc.path, tc.body, nil)
+			if !strings.Contains(string(body), tc.want) || !strings.Contains(string(body), "interrupted") || strings.Contains(string(body), "[DONE]") {
 				t.Errorf("body %q", body)
 			}
 			if b.Count() != 0 {
-				t.Errorf("a continuation was sent")
+				t.Errorf("a continuation was sent: %s", b.LastBody())
 			}
 			polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
 			if got := gw.MetricValue(t, "switchyard_stream_resumes_total", map[string]string{"result": "not_resumable"}); got != 1 {

@@ -156,32 +156,6 @@ func TestResumeMessagesStream(t *testing.T) {
 	}
 }
 
-// TestResumeTypedNotPossible: what a continuation cannot follow ends with
-// the API's error event and a logged reason, as on chat.
-func TestResumeTypedNotPossible(t *testing.T) {
-	for _, tc := range []struct{ name, path, body, event, why string }{
-		{"responses tool call", "/v1/responses", `{"model":"auto","stream":true,"input":"x","tools":[{"type":"function","name":"f","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}]}`,
-			"event: error", "tool call"},
-		{"messages tool use", "/v1/messages", `{"model":"auto","stream":true,"max_tokens":24,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}]}`,
-			"event: error", "tool call"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			gw, _, b := resumeGateway(t, 4, "")
-			_, body := post(t, gw.API.URL+tc.path, tc.body, nil)
-			if !strings.Contains(string(body), tc.event) || !strings.Contains(string(body), "interrupted") {
-				t.Errorf("body %q", body)
-			}
-			if b.Count() != 0 {
-				t.Errorf("a continuation was sent: %s", b.LastBody())
-			}
-			polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
-			if !strings.Contains(gw.Logs.String(), tc.why) {
-				t.Errorf("log does not say why (%s): %s", tc.why, gw.Logs.String())
-			}
-		})
-	}
-}
-
 // TestResumeResponsesIncompleteEndsAsTheReplica: a streamed Responses
 // answer that reaches max_output_tokens ends, uncut, with the replica's
 // terminal event (vLLM sends response.completed with status "incomplete").
