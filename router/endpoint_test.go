@@ -113,15 +113,7 @@ routes:
 // waiting requests give up after queueTimeout.
 func gatedOneSlot(t *testing.T, queueTimeout string) (*gate, *gateway) {
 	up := startGate(t, "m")
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  p: {model: m, max_inflight: 1, queue_timeout: `+queueTimeout+`, health: {disabled: true}, replicas: [{name: r, url: "{{up}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"up": up.Srv.URL}, nil))
-	return up, gw
+	return up, oneReplicaGateway(t, up.Srv.URL, ", max_inflight: 1, queue_timeout: "+queueTimeout, "")
 }
 
 // TestAccessLineTimes: the access line says where a request's time went:

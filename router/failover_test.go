@@ -146,20 +146,9 @@ routes:
 // must surface as an error in the official SDK, never as a short success,
 // and the client's bytes must not contain [DONE].
 func TestStreamCutByReplica(t *testing.T) {
-	rep := startReplica(t, vllmsim.Profile{Model: "openbmb/MiniCPM5-2B", DefaultMaxTokens: 32})
+	rep := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 32})
 	rep.Sim.SetFaults(vllmsim.Faults{CutAfterChunks: 3})
-	cfg := loadConfig(t, `
-version: 1
-pools:
-  p:
-    model: openbmb/MiniCPM5-2B
-    health: {disabled: true}
-    replicas: [{name: p-a, url: "{{p}}"}]
-routes:
-  - name: default
-    to: p
-`, map[string]string{"p": rep.Srv.URL}, nil)
-	gw := startGateway(t, cfg)
+	gw := oneReplicaGateway(t, rep.Srv.URL, "", "")
 
 	t.Run("openai sdk", func(t *testing.T) {
 		client := sdk(gw)
@@ -199,7 +188,7 @@ routes:
 		if readErr == nil && !strings.Contains(string(body), `"error"`) {
 			t.Errorf("the stream ended cleanly with neither an error event nor a broken connection:\n%s", body)
 		}
-		if resp.Header.Get("X-Switchyard-Replica") != "p-a" {
+		if resp.Header.Get("X-Switchyard-Replica") != "r" {
 			t.Errorf("replica header %q", resp.Header.Get("X-Switchyard-Replica"))
 		}
 	})
@@ -358,19 +347,8 @@ routes:
 // to a replica dies when the replica restarts; the next request must not
 // fail because of it, even with a single replica.
 func TestKeepAliveClosedByRestartedReplica(t *testing.T) {
-	rep := startReplica(t, fast("openbmb/MiniCPM5-2B"))
-	cfg := loadConfig(t, `
-version: 1
-pools:
-  p:
-    model: openbmb/MiniCPM5-2B
-    health: {disabled: true}
-    replicas: [{name: only, url: "{{p}}"}]
-routes:
-  - name: default
-    to: p
-`, map[string]string{"p": rep.Srv.URL}, nil)
-	gw := startGateway(t, cfg)
+	rep := startReplica(t, fast("m"))
+	gw := oneReplicaGateway(t, rep.Srv.URL, "", "")
 	body := `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`
 	for i := range 4 {
 		if resp, b := post(t, gw.API.URL+"/v1/chat/completions", body, nil); resp.StatusCode != 200 {
@@ -381,7 +359,7 @@ routes:
 			t.Fatalf("round %d, first request after the restart: status %d %s", i, resp.StatusCode, b)
 		}
 	}
-	if r := gw.G.Snapshot().Pool("p").Replica("only"); r.Ejections() != 0 {
+	if r := gw.G.Snapshot().Pool("p").Replica("r"); r.Ejections() != 0 {
 		t.Errorf("the only replica was ejected %d times", r.Ejections())
 	}
 }
@@ -390,23 +368,9 @@ routes:
 // immediate requests and a 429 for the third, whose Retry-After says how
 // long until its bucket has a token; another key is not affected.
 func TestPerKeyRateLimit(t *testing.T) {
-	rep := startReplica(t, fast("openbmb/MiniCPM5-2B"))
-	cfg := loadConfig(t, `
-version: 1
-server:
-  api_keys:
-    - {name: limited, key_env: KEY_LIMITED, rate: {rps: 1, burst: 2}}
-    - {name: other, key_env: KEY_OTHER, rate: {rps: 1, burst: 2}}
-pools:
-  p:
-    model: openbmb/MiniCPM5-2B
-    health: {disabled: true}
-    replicas: [{name: p-a, url: "{{p}}"}]
-routes:
-  - name: default
-    to: p
-`, map[string]string{"p": rep.Srv.URL}, map[string]string{"KEY_LIMITED": "sk-limited", "KEY_OTHER": "sk-other"})
-	gw := startGateway(t, cfg)
+	rep := startReplica(t, fast("m"))
+	gw := oneReplicaGateway(t, rep.Srv.URL, "", `{api_keys: [{name: limited, key_env: KEY_LIMITED, rate: {rps: 1, burst: 2}},
+  {name: other, key_env: KEY_OTHER, rate: {rps: 1, burst: 2}}]}`, map[string]string{"KEY_LIMITED": "sk-limited", "KEY_OTHER": "sk-other"})
 	url := gw.API.URL + "/v1/chat/completions"
 	body := `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`
 	limited := map[string]string{"Authorization": "Bearer sk-limited"}

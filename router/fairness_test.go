@@ -153,18 +153,8 @@ func TestClassifierNotStarvedByTenant(t *testing.T) {
 // hog held every slot of the pool and the victim waited in the queue.
 func TestKeyMaxInflight(t *testing.T) {
 	m := startHoldReplica(t, fast("m"))
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-server:
-  api_keys:
-    - {name: hog, key_env: KEY_HOG, max_inflight: 2}
-    - {name: victim, key_env: KEY_VICTIM}
-pools:
-  p: {model: m, max_inflight: 3, queue_timeout: 1m, health: {disabled: true}, replicas: [{name: r, url: "{{m}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"m": m.Srv.URL}, map[string]string{"KEY_HOG": "hog-secret", "KEY_VICTIM": "victim-secret"}))
+	gw := oneReplicaGateway(t, m.Srv.URL, ", max_inflight: 3, queue_timeout: 1m", "{api_keys: [{name: hog, key_env: KEY_HOG, max_inflight: 2}, {name: victim, key_env: KEY_VICTIM}]}",
+		map[string]string{"KEY_HOG": "hog-secret", "KEY_VICTIM": "victim-secret"})
 	url := gw.API.URL + "/v1/chat/completions"
 	hogKey := map[string]string{"Authorization": "Bearer hog-secret"}
 	wait := hog(t, url, "p", 2, hogKey)
@@ -203,14 +193,7 @@ func TestRequestLoop(t *testing.T) {
 		h.Load().(http.Handler).ServeHTTP(w, r)
 	}))
 	defer self.Close()
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  p: {model: m, health: {disabled: true}, retries: 2, replicas: [{name: me, url: "{{self}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"self": self.URL}, nil))
+	gw := oneReplicaGateway(t, self.URL, ", retries: 2", "")
 	h.Store(gw.G.Handler())
 	resp, b := post(t, self.URL+"/v1/chat/completions", `{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`, nil)
 	if resp.StatusCode < 500 || !strings.Contains(string(b), "came back") {
@@ -415,15 +398,7 @@ func TestForgedViaNeedsAKey(t *testing.T) {
 		vllmsim.New(fast("m")).ServeHTTP(w, r)
 	}))
 	defer up.Close()
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-server: {api_keys: [{name: k, key_env: KEY}]}
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "{{up}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"up": up.URL}, map[string]string{"KEY": "sk-1"}))
+	gw := oneReplicaGateway(t, up.URL, "", "{api_keys: [{name: k, key_env: KEY}]}", map[string]string{"KEY": "sk-1"})
 	url := gw.API.URL + "/v1/chat/completions"
 	body := `{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
 	if resp, b := post(t, url, body, map[string]string{"Authorization": "Bearer sk-1"}); resp.StatusCode != 200 {

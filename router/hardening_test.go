@@ -42,12 +42,17 @@ func sseUpstream(t *testing.T, raw string, write func(w http.ResponseWriter, r *
 	return srv
 }
 
-// oneReplicaGateway runs a gateway with one pool "p" on the replica at url;
-// extra is added to the pool's YAML mapping, server to the server section.
-func oneReplicaGateway(t *testing.T, url, extra, server string) *gateway {
+// oneReplicaGateway runs a gateway with one pool "p" of model m on replica
+// "r" at url; extra is added to the pool's YAML mapping, server to the
+// server section, and env is what its *_env keys read.
+func oneReplicaGateway(t *testing.T, url, extra, server string, env ...map[string]string) *gateway {
 	t.Helper()
 	if server == "" {
 		server = "{}"
+	}
+	var keys map[string]string
+	if len(env) > 0 {
+		keys = env[0]
 	}
 	return startGateway(t, loadConfig(t, `
 version: 1
@@ -57,7 +62,7 @@ pools:
 routes:
   - name: default
     to: p
-`, map[string]string{"u": url}, nil))
+`, map[string]string{"u": url}, keys))
 }
 
 const streamReq = `{"model":"auto","stream":true,"messages":[{"role":"user","content":"hi"}]}`
@@ -507,14 +512,7 @@ routes:
 	if hits.Load() == 0 {
 		t.Fatal("the bad replica was never tried")
 	}
-	only := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: bad, url: "{{bad}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"bad": bad.URL}, nil))
+	only := oneReplicaGateway(t, bad.URL, "", "")
 	if resp, b := post(t, only.API.URL+"/v1/chat/completions", chatBody("x", ""), nil); resp.StatusCode != http.StatusBadGateway || strings.Contains(string(b), "data:") {
 		t.Errorf("with no other replica: %d %.120s, want 502 without the events", resp.StatusCode, b)
 	}

@@ -264,18 +264,8 @@ routes:
 // and delete key A's stored response by its id.
 func TestStoredResponsesBelongToKeys(t *testing.T) {
 	m := startReplica(t, fast("m"))
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-server:
-  api_keys:
-    - {name: a, key_env: KEY_A}
-    - {name: b, key_env: KEY_B}
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "{{m}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"m": m.Srv.URL}, map[string]string{"KEY_A": "key-a-secret", "KEY_B": "key-b-secret"}))
+	gw := oneReplicaGateway(t, m.Srv.URL, "", "{api_keys: [{name: a, key_env: KEY_A}, {name: b, key_env: KEY_B}]}",
+		map[string]string{"KEY_A": "key-a-secret", "KEY_B": "key-b-secret"})
 	as := func(key string) map[string]string { return map[string]string{"Authorization": "Bearer " + key} }
 	resp, b := post(t, gw.API.URL+"/v1/responses", `{"model":"m","input":"hello","max_output_tokens":4}`, as("key-a-secret"))
 	id := gjson.GetBytes(b, "id").Str

@@ -76,16 +76,7 @@ func TestMetricsAfterScriptedTraffic(t *testing.T) {
 // the key and the model the client asked for.
 func TestPerKeyObservability(t *testing.T) {
 	r := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 5})
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-server:
-  api_keys: [{name: agents, key_env: K1}, {name: ci, key_env: K2}]
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: a, url: "{{a}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"a": r.Srv.URL}, map[string]string{"K1": "sk-agents", "K2": "sk-ci"}))
+	gw := oneReplicaGateway(t, r.Srv.URL, "", "{api_keys: [{name: agents, key_env: K1}, {name: ci, key_env: K2}]}", map[string]string{"K1": "sk-agents", "K2": "sk-ci"})
 	url := gw.API.URL + "/v1/chat/completions"
 	body := `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`
 	for _, c := range []struct {

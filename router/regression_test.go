@@ -17,15 +17,7 @@ import (
 // carries X-Switchyard-Pool and is counted under that pool.
 func TestSaturatedPoolErrorNamesThePool(t *testing.T) {
 	held := startReplica(t, vllmsim.Profile{Model: "m", DecodeTPS: 5, DefaultMaxTokens: 50})
-	cfg := loadConfig(t, `
-version: 1
-pools:
-  p: {model: m, max_inflight: 1, queue_timeout: 20ms, health: {disabled: true}, replicas: [{name: r, url: "{{h}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"h": held.Srv.URL}, nil)
-	gw := startGateway(t, cfg)
+	gw := oneReplicaGateway(t, held.Srv.URL, ", max_inflight: 1, queue_timeout: 20ms", "")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel() // ends the held request before the servers close
 	go func() {

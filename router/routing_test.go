@@ -429,15 +429,7 @@ routes:
 // admin.TestGuard's).
 func TestAdminGuard(t *testing.T) {
 	m := startReplica(t, fast("m"))
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-server: {admin_token_env: ADMIN_TOKEN, admin_token_metrics: true}
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: a, url: "{{m}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"m": m.Srv.URL}, map[string]string{"ADMIN_TOKEN": "adm-secret"}))
+	gw := oneReplicaGateway(t, m.Srv.URL, "", "{admin_token_env: ADMIN_TOKEN, admin_token_metrics: true}", map[string]string{"ADMIN_TOKEN": "adm-secret"})
 	good := map[string]string{"Authorization": "Bearer adm-secret"}
 	for _, c := range []struct {
 		method, path string
