@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/router/internal/wire"
 	"github.com/switchyard/switchyard/vllmsim"
 )
@@ -131,11 +132,13 @@ func TestCompletedStreamIsOK(t *testing.T) {
 }
 
 // TestStreamTimeouts: a replica that starts a stream and stalls before the
-// first event, or between events, ends the client stream with an error
-// event naming the timeout, frees the slot and counts against the replica.
+// first event (keep-alive comments are no event), or between events, ends
+// the client stream with an error event naming the timeout, frees the
+// slot and counts against the replica.
 func TestStreamTimeouts(t *testing.T) {
 	for _, tc := range []struct{ name, extra, want string }{
 		{"first token", ", first_token_timeout: 200ms", "first_token_timeout"},
+		{"comments only", ", first_token_timeout: 300ms", "first_token_timeout"},
 		{"idle", ", stream_idle_timeout: 200ms", "stream_idle_timeout"},
 		{"whole stream", ", max_stream_duration: 300ms", "max_stream_duration"},
 	} {
@@ -145,6 +148,11 @@ func TestStreamTimeouts(t *testing.T) {
 				defer close(released)
 				rc := http.NewResponseController(w)
 				_ = rc.Flush()
+				for tc.name == "comments only" && r.Context().Err() == nil {
+					_, _ = io.WriteString(w, ": ping\n\n")
+					_ = rc.Flush()
+					time.Sleep(20 * time.Millisecond)
+				}
 				if tc.want != "first_token_timeout" {
 					for i := 0; i < 3; i++ {
 						_, _ = io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"content":"a"}}]}`+"\n\n")
@@ -345,24 +353,6 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 	_ = context.Background
 }
 
-// TestCommentsAreNotProgress: keep-alive comments do not count as the
-// first token.
-func TestCommentsAreNotProgress(t *testing.T) {
-	up := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
-		for r.Context().Err() == nil {
-			_, _ = io.WriteString(w, ": ping\n\n")
-			_ = rc.Flush()
-			time.Sleep(20 * time.Millisecond)
-		}
-	})
-	gw := oneReplicaGateway(t, up.URL, ", first_token_timeout: 300ms", "")
-	_, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
-	if !strings.Contains(string(b), "first_token_timeout") {
-		t.Errorf("%q", b)
-	}
-}
-
 // TestDeepReplicaAnswerRefused: a non-stream answer nesting JSON deeper
 // than the bound is never parsed (three such answers took the gateway
 // from 18 MiB to 2,273 MiB before the fix); the client gets 502.
@@ -386,6 +376,22 @@ func TestDeepReplicaAnswerRefused(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if grew := int64(after.TotalAlloc-before.TotalAlloc) >> 20; grew > 200 {
 		t.Errorf("three deep answers allocated %d MiB", grew)
+	}
+}
+
+// TestOversizedAnswerIs502: a non-stream answer over the size limit is not
+// held in memory or passed on; the client gets 502.
+func TestOversizedAnswerIs502(t *testing.T) {
+	defer router.SetAnswerLimit(1 << 10)()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"x":"`+strings.Repeat("a", 4<<10)+`"}`)
+	}))
+	t.Cleanup(up.Close)
+	gw := oneReplicaGateway(t, up.URL, ", retries: 0", "")
+	resp, body := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "larger than 1024 bytes") {
+		t.Errorf("status %d body %s", resp.StatusCode, body)
 	}
 }
 
