@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/vllmsim"
@@ -259,11 +260,15 @@ routes:
 }
 
 // TestAgentsPassthrough: apart from model, what the client sends reaches
-// the replica byte for byte on both APIs, unknown fields included.
+// the replica byte for byte on every API, unknown fields, escapes, spacing
+// and the order of fields included.
 func TestAgentsPassthrough(t *testing.T) {
 	e := startAgents(t, 1)
 	gw := e.gws[0]
 	for _, c := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"héllo \u00e9 \"q\""}],"x_vendor": {"a": [1, 2]},"chat_template_kwargs":{"enable_thinking":false},  "temperature":0.25,"seed":7}`},
+		{"/v1/chat/completions", `{"x_first":true,"model":"small","messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":2,"n":2,"stop":["\n\n"],"response_format":{"type":"text"}}`},
+		{"/v1/chat/completions", `{"model":"auto","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}],"x_vendor":{"nested":{"deep":[{},[]]}}}`},
 		{"/v1/responses", `{"model":"gpt-4o","input":[{"role":"developer","content":"Be brief."},{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"store":false,"include":["reasoning.encrypted_content"],"reasoning":{"summary":"auto"},"prompt_cache_key":"s-1","x_unknown":{"a":[1,2]}}`},
 		{"/v1/messages", `{"model":"gpt-4o","max_tokens":8,"system":[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"hi"}],"metadata":{"user_id":"u"},"thinking":{"type":"adaptive"},"x_unknown":true}`},
 	} {
@@ -271,7 +276,7 @@ func TestAgentsPassthrough(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("%s: %d %s", c.path, resp.StatusCode, b)
 		}
-		want := strings.Replace(c.body, `"model":"gpt-4o"`, `"model":"openbmb/MiniCPM5-2B"`, 1)
+		want, _ := sjson.Set(c.body, "model", "openbmb/MiniCPM5-2B")
 		if got := string(e.s1.LastBody()); got != want {
 			t.Errorf("%s: the replica got\n%s\nwant\n%s", c.path, got, want)
 		}
