@@ -360,16 +360,6 @@ routes:
 	polltest.Eventually(t, 10*time.Second, "the replica to be admitted", func() bool { return adminReplicaView(t, gw, "p", "loading").State == "healthy" })
 }
 
-// TestExplainScoresRounded: explain shows scores to 3 decimals (the
-// simulator's 0.8+0.05 came out as 0.8500000000000001).
-func TestExplainScoresRounded(t *testing.T) {
-	gw, _, _ := setupClassifier(t)
-	resp, b := post(t, gw.Admin.URL+"/admin/explain", chatBody("Prove that the algorithm terminates.", ""), nil)
-	if resp.StatusCode != 200 || !strings.Contains(string(b), `"complex": 0.85,`) || strings.Contains(string(b), "0000000") {
-		t.Errorf("%d %s", resp.StatusCode, b)
-	}
-}
-
 // TestUnknownModelHint: an agent's default model name gets 404 with a hint
 // for the client, and the operator is told the one-line fix, once a
 // minute at most.
@@ -395,38 +385,6 @@ func TestUnknownModelHint(t *testing.T) {
 	post(t, gw.API.URL+"/v1/chat/completions", `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`, nil)
 	if n := hints(); n != 2 {
 		t.Errorf("%d hints after a minute, want 2", n)
-	}
-}
-
-// TestExplainDecidesAsServing: explain --class decides through the same
-// path as serving, so a sticky split session is named the pool serving
-// picks (before, explain built its own policy request without the
-// session and could name the other pool); explain reads Responses and
-// Messages bodies too (before: "missing required parameter: 'messages'").
-func TestExplainDecidesAsServing(t *testing.T) {
-	gw, _, _ := setupClassifier(t)
-	for i := range 12 {
-		h := map[string]string{"X-Coin": "yes", "X-Session-Id": fmt.Sprint("session-", i)}
-		resp, _ := post(t, gw.API.URL+"/v1/chat/completions", chatBody("What is the capital of Portugal?", ""), h)
-		served := resp.Header.Get("X-Switchyard-Pool")
-		resp, b := post(t, gw.Admin.URL+"/admin/explain?class=simple", chatBody("What is the capital of Portugal?", ""), h)
-		if resp.StatusCode != 200 || gjson.GetBytes(b, "pool").Str != served || served == "" {
-			t.Errorf("session %d: served on %q, explain says %s", i, served, b)
-		}
-	}
-	for _, c := range []struct{ api, body string }{
-		{"", `{"model":"auto","input":"Prove step by step that the algorithm terminates."}`},
-		{"responses", `{"model":"auto","input":[{"role":"user","content":"hi"}]}`},
-		{"", `{"model":"auto","max_tokens":5,"system":"Be brief.","messages":[{"role":"user","content":"hi"}]}`},
-		{"messages", `{"model":"auto","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`},
-	} {
-		resp, b := post(t, gw.Admin.URL+"/admin/explain?api="+c.api, c.body, nil)
-		if resp.StatusCode != 200 || gjson.GetBytes(b, "pool").Str == "" {
-			t.Errorf("explain api=%q %s: %d %s", c.api, c.body, resp.StatusCode, b)
-		}
-	}
-	if resp, b := post(t, gw.Admin.URL+"/admin/explain?api=bogus", chatBody("hi", ""), nil); resp.StatusCode != 400 || !strings.Contains(string(b), "unknown API") {
-		t.Errorf("api=bogus: %d %s", resp.StatusCode, b)
 	}
 }
 
@@ -480,6 +438,24 @@ func TestCountTokensForRoutedNames(t *testing.T) {
 	_ = q
 }
 
+// chainGateway runs pools small and big of model m on the replicas at s
+// and b, the route's chain small then big; small and big are more
+// settings of each pool, more more of the config.
+func chainGateway(t *testing.T, s, b, small, big, more string) *gateway {
+	t.Helper()
+	return startGateway(t, loadConfig(t, `
+version: 1
+pools:
+  small: {model: m, `+small+`health: {disabled: true}, replicas: [{name: s, url: "{{s}}"}]}
+  big: {model: m, `+big+`health: {disabled: true}, replicas: [{name: b, url: "{{b}}"}]}
+`+more+`
+routes:
+  - name: default
+    to: small
+    fallback: [big]
+`, map[string]string{"s": s, "b": b}, nil))
+}
+
 // TestContextOverflowMovesUp: a request that cannot fit the small pool's
 // context goes to the next pool of its chain, whether the gateway's
 // estimate says so (max_model_len) or the replica's 400 does; before, the
@@ -493,16 +469,7 @@ func TestContextOverflowMovesUp(t *testing.T) {
 		{"replica's 400", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  small: {model: m, `+c.smallExtra+`health: {disabled: true}, replicas: [{name: s, url: "{{s}}"}]}
-  big: {model: m, health: {disabled: true}, replicas: [{name: b, url: "{{b}}"}]}
-routes:
-  - name: default
-    to: small
-    fallback: [big]
-`, map[string]string{"s": small.Srv.URL, "b": big.Srv.URL}, nil))
+			gw := chainGateway(t, small.Srv.URL, big.Srv.URL, c.smallExtra, "", "")
 			long := strings.Repeat("word ", 5000) // about 6,000 tokens
 			for _, stream := range []bool{false, true} {
 				body := fmt.Sprintf(`{"model":"small","stream":%t,"max_tokens":8,"messages":[{"role":"user","content":%q}]}`, stream, long)
@@ -529,17 +496,7 @@ routes:
 func TestSessionEscalatesAndStays(t *testing.T) {
 	small := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 4096})
 	big := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 65536})
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  small: {model: m, health: {disabled: true}, replicas: [{name: s, url: "{{s}}"}]}
-  big: {model: m, health: {disabled: true}, replicas: [{name: b, url: "{{b}}"}]}
-session: {header: X-Session-Id, ttl: 1m, implicit: false}
-routes:
-  - name: default
-    to: small
-    fallback: [big]
-`, map[string]string{"s": small.Srv.URL, "b": big.Srv.URL}, nil))
+	gw := chainGateway(t, small.Srv.URL, big.Srv.URL, "", "", "session: {header: X-Session-Id, ttl: 1m, implicit: false}")
 	h := map[string]string{"X-Session-Id": "agent-1"}
 	short := `{"model":"auto","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
 	if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", short, h); resp.Header.Get("X-Switchyard-Pool") != "small" {
@@ -566,16 +523,7 @@ routes:
 // skip because it cannot fit their context.
 func TestExplainShowsContextSkips(t *testing.T) {
 	small := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 8, MaxModelLen: 4096})
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  small: {model: m, max_model_len: 4096, health: {disabled: true}, replicas: [{name: s, url: "{{s}}"}]}
-  big: {model: m, health: {disabled: true}, replicas: [{name: b, url: "{{s}}"}]}
-routes:
-  - name: default
-    to: small
-    fallback: [big]
-`, map[string]string{"s": small.Srv.URL}, nil))
+	gw := chainGateway(t, small.Srv.URL, small.Srv.URL, "max_model_len: 4096, ", "", "")
 	long := fmt.Sprintf(`{"model":"auto","messages":[{"role":"user","content":%q}]}`, strings.Repeat("word ", 5000))
 	resp, b := post(t, gw.Admin.URL+"/admin/explain", long, nil)
 	if resp.StatusCode != 200 || gjson.GetBytes(b, "context_skips.0").Str != "small" {
@@ -632,16 +580,7 @@ func TestContextTokenize(t *testing.T) {
 		{"tokenize fails", noTokenize.URL, strings.Repeat(`\u00e9`, 5000), "big", "error"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  small: {model: m, max_model_len: 8192, health: {disabled: true}, replicas: [{name: s, url: "{{s}}"}]}
-  big: {model: m, max_model_len: 131072, health: {disabled: true}, replicas: [{name: b, url: "{{b}}"}]}
-routes:
-  - name: default
-    to: small
-    fallback: [big]
-`, map[string]string{"s": c.smallURL, "b": big.Srv.URL}, nil))
+			gw := chainGateway(t, c.smallURL, big.Srv.URL, "max_model_len: 8192, ", "max_model_len: 131072, ", "")
 			mu.Lock()
 			before := len(tokenized)
 			mu.Unlock()

@@ -251,6 +251,14 @@ func TestReloadUnderLoadLosesNothing(t *testing.T) {
 	}
 }
 
+// TestExplain: explain says which route, pool and replica a request would
+// get and why, and classifies with the model when no class is given,
+// showing scores to 3 decimals (the simulator's 0.8+0.05 came out as
+// 0.8500000000000001). explain --class decides through the same path as
+// serving, so a sticky split session is named the pool serving picks
+// (before, explain built its own policy request without the session and
+// could name the other pool); it reads Responses and Messages bodies too
+// (before: "missing required parameter: 'messages'").
 func TestExplain(t *testing.T) {
 	gw, _, _ := setupClassifier(t)
 	resp, body := post(t, gw.Admin.URL+"/admin/explain?class=complex", chatBody("anything", ""), nil)
@@ -284,6 +292,33 @@ func TestExplain(t *testing.T) {
 	resp, body = post(t, gw.Admin.URL+"/admin/explain", chatBody("What time is it?", ""), nil)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"class": "simple"`) || !strings.Contains(string(body), `"route": "default"`) {
 		t.Errorf("explain with classifier: %d %s", resp.StatusCode, body)
+	}
+	resp, body = post(t, gw.Admin.URL+"/admin/explain", chatBody("Prove that the algorithm terminates.", ""), nil)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"complex": 0.85,`) || strings.Contains(string(body), "0000000") {
+		t.Errorf("scores not rounded: %d %s", resp.StatusCode, body)
+	}
+	for i := range 12 {
+		h := map[string]string{"X-Coin": "yes", "X-Session-Id": fmt.Sprint("session-", i)}
+		resp, _ := post(t, gw.API.URL+"/v1/chat/completions", chatBody("What is the capital of Portugal?", ""), h)
+		served := resp.Header.Get("X-Switchyard-Pool")
+		resp, b := post(t, gw.Admin.URL+"/admin/explain?class=simple", chatBody("What is the capital of Portugal?", ""), h)
+		if resp.StatusCode != 200 || gjson.GetBytes(b, "pool").Str != served || served == "" {
+			t.Errorf("session %d: served on %q, explain says %s", i, served, b)
+		}
+	}
+	for _, c := range []struct{ api, body string }{
+		{"", `{"model":"auto","input":"Prove step by step that the algorithm terminates."}`},
+		{"responses", `{"model":"auto","input":[{"role":"user","content":"hi"}]}`},
+		{"", `{"model":"auto","max_tokens":5,"system":"Be brief.","messages":[{"role":"user","content":"hi"}]}`},
+		{"messages", `{"model":"auto","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`},
+	} {
+		resp, b := post(t, gw.Admin.URL+"/admin/explain?api="+c.api, c.body, nil)
+		if resp.StatusCode != 200 || gjson.GetBytes(b, "pool").Str == "" {
+			t.Errorf("explain api=%q %s: %d %s", c.api, c.body, resp.StatusCode, b)
+		}
+	}
+	if resp, b := post(t, gw.Admin.URL+"/admin/explain?api=bogus", chatBody("hi", ""), nil); resp.StatusCode != 400 || !strings.Contains(string(b), "unknown API") {
+		t.Errorf("api=bogus: %d %s", resp.StatusCode, b)
 	}
 }
 
