@@ -71,26 +71,12 @@ func accessLogs(t *testing.T, gw *gateway) []map[string]any {
 // endpoint registry it waited out the whole queue timeout and got 503.
 func TestWaiterSurvivesReloadEndToEnd(t *testing.T) {
 	up := startGate(t, "m")
-	const tmpl = `
-version: 1
-pools:
-  p:
-    model: m
-    max_inflight: 1
-    queue_timeout: 1m
-    retries: %d
-    health: {disabled: true}
-    replicas: [{name: r, url: "{{up}}"}]
-routes:
-  - name: default
-    to: p
-`
-	gw := startGateway(t, loadConfig(t, fmt.Sprintf(tmpl, 2), map[string]string{"up": up.Srv.URL}, nil))
+	gw := oneReplicaGateway(t, up.Srv.URL, ", max_inflight: 1, queue_timeout: 1m, retries: 2", "")
 	url := gw.API.URL + "/v1/chat/completions"
 	a := make(chan int, 1)
 	go func() { resp, _ := post(t, url, chatBody("A", ""), nil); a <- resp.StatusCode }()
 	polltest.Eventually(t, 5*time.Second, "A to reach the replica", func() bool { return up.hits.Load() == 1 })
-	if _, err := gw.G.Apply(loadConfig(t, fmt.Sprintf(tmpl, 1), map[string]string{"up": up.Srv.URL}, nil)); err != nil {
+	if _, err := gw.G.Apply(oneReplicaConfig(t, up.Srv.URL, ", max_inflight: 1, queue_timeout: 1m, retries: 1", "")); err != nil {
 		t.Fatal(err)
 	}
 	b := make(chan int, 1)

@@ -313,18 +313,7 @@ routes:
 	gw := startGateway(t, cfg)
 	url := gw.API.URL + "/v1/chat/completions"
 
-	ctx, cancel := context.WithCancel(context.Background())
-	held := make(chan struct{})
-	go func() {
-		defer close(held)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"model":"auto","messages":[{"role":"user","content":"a long one"}]}`))
-		req.Header.Set("Content-Type", "application/json")
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-held })
+	hold(t, url, `{"model":"auto","messages":[{"role":"user","content":"a long one"}]}`, nil)
 	slot := gw.G.Snapshot().Pool("busy").Replica("busy-a")
 	polltest.Eventually(t, failoverWait, "the held request to take busy's only slot", func() bool {
 		return slot.Inflight() == 1 && busy.Sim.Running() == 1

@@ -3,7 +3,6 @@ package router_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -48,6 +47,12 @@ func sseUpstream(t *testing.T, raw string, write func(w http.ResponseWriter, r *
 // server section, and env is what its *_env keys read.
 func oneReplicaGateway(t *testing.T, url, extra, server string, env ...map[string]string) *gateway {
 	t.Helper()
+	return startGateway(t, oneReplicaConfig(t, url, extra, server, env...))
+}
+
+// oneReplicaConfig is oneReplicaGateway's config.
+func oneReplicaConfig(t *testing.T, url, extra, server string, env ...map[string]string) *policy.Config {
+	t.Helper()
 	if server == "" {
 		server = "{}"
 	}
@@ -55,7 +60,7 @@ func oneReplicaGateway(t *testing.T, url, extra, server string, env ...map[strin
 	if len(env) > 0 {
 		keys = env[0]
 	}
-	return startGateway(t, loadConfig(t, `
+	return loadConfig(t, `
 version: 1
 server: `+server+`
 pools:
@@ -63,7 +68,7 @@ pools:
 routes:
   - name: default
     to: p
-`, map[string]string{"u": url}, keys))
+`, map[string]string{"u": url}, keys)
 }
 
 const streamReq = `{"model":"auto","stream":true,"messages":[{"role":"user","content":"hi"}]}`
@@ -350,7 +355,6 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 	polltest.Eventually(t, 5*time.Second, "a 503 to be logged", func() bool {
 		return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"code": "503"}) == 1
 	})
-	_ = context.Background
 }
 
 // TestDeepReplicaAnswerRefused: a non-stream answer nesting JSON deeper

@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -223,4 +224,25 @@ func reloadFile(t *testing.T, gw *gateway, path, text string) {
 	if _, err := gw.G.Reload(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// hold posts body to url in the background, its client leaving when the
+// test ends (before the servers close): a request that holds its slot
+// meanwhile.
+func hold(t *testing.T, url, body string, header map[string]string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
 }

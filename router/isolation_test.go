@@ -421,7 +421,7 @@ func TestPoisonClassificationSparesTheBreaker(t *testing.T) {
 // would be routed to, without a classifier call (before: 400, and Claude
 // Code 2.1.197 replaced each /context call with a generation).
 func TestCountTokensForRoutedNames(t *testing.T) {
-	gw, q, m := setupClassifier(t)
+	gw, _, m := setupClassifier(t)
 	calls := classifierCalls(m)
 	for _, body := range []string{
 		`{"model":"auto","messages":[{"role":"user","content":"hello there, how are you?"}]}`,
@@ -435,7 +435,6 @@ func TestCountTokensForRoutedNames(t *testing.T) {
 	if n := classifierCalls(m); n != calls {
 		t.Errorf("count_tokens called the classifier %d times", n-calls)
 	}
-	_ = q
 }
 
 // chainGateway runs pools small and big of model m on the replicas at s

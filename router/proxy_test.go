@@ -333,15 +333,7 @@ routes:
 	good := `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`
 
 	// Occupy the held pool's only slot.
-	holdCtx, release := context.WithCancel(context.Background())
-	defer release()
-	go func() {
-		req, _ := http.NewRequestWithContext(holdCtx, http.MethodPost, url, strings.NewReader(`{"model":"held","messages":[{"role":"user","content":"x"}]}`))
-		req.Header.Set("Authorization", "Bearer sk-alpha")
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}()
+	hold(t, url, `{"model":"held","messages":[{"role":"user","content":"x"}]}`, alpha)
 	polltest.Eventually(t, 2*time.Second, "the held request to occupy its slot", func() bool { return held.Sim.Running() == 1 })
 
 	tests := []struct {

@@ -1,10 +1,7 @@
 package router_test
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -18,16 +15,7 @@ import (
 func TestSaturatedPoolErrorNamesThePool(t *testing.T) {
 	held := startReplica(t, vllmsim.Profile{Model: "m", DecodeTPS: 5, DefaultMaxTokens: 50})
 	gw := oneReplicaGateway(t, held.Srv.URL, ", max_inflight: 1, queue_timeout: 20ms", "")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel() // ends the held request before the servers close
-	go func() {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gw.API.URL+"/v1/chat/completions", strings.NewReader(`{"model":"auto","messages":[{"role":"user","content":"x"}]}`))
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-	}()
+	hold(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"x"}]}`, nil)
 	polltest.Eventually(t, 2*time.Second, "the slot to be taken", func() bool { return held.Sim.Running() == 1 })
 	resp, _ := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"y"}]}`, nil)
 	if resp.StatusCode != 503 || resp.Header.Get("X-Switchyard-Pool") != "p" || resp.Header.Get("X-Switchyard-Route") != "default" {

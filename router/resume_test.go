@@ -179,19 +179,14 @@ func TestResumeReleasesCutReplica(t *testing.T) {
 	a.Sim.SetFaults(vllmsim.Faults{CutAfterChunks: 4})
 	release := make(chan struct{})
 	b := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
-		chunk := func(delta string) {
-			_, _ = io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`+delta+`,"finish_reason":null}]}`+"\n\n")
-			w.(http.Flusher).Flush()
-		}
-		chunk(`{"role":"assistant","content":""}`)
-		chunk(`{"content":" more"}`)
+		_, _ = io.WriteString(w, chatChunk(`{"role":"assistant","content":""}`)+chatChunk(`{"content":" more"}`))
+		w.(http.Flusher).Flush()
 		select {
 		case <-release:
 		case <-r.Context().Done():
 			return
 		}
-		_, _ = io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\n"+
-			`data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}`+"\n\ndata: [DONE]\n\n")
+		_, _ = io.WriteString(w, chatEnd)
 	})
 	gw := startGateway(t, resumeConfig(t, a.Srv.URL, b.URL, ""))
 	done := make(chan string, 1)

@@ -55,18 +55,20 @@ func markerChooser(calls *atomic.Int64) vllmsim.Option {
 	})
 }
 
+// longProfile is a fast profile without a context bound: agents' captured
+// requests are long and ask for long answers.
+func longProfile(model string) vllmsim.Profile {
+	p := fast(model)
+	p.MaxModelLen = 0
+	return p
+}
+
 // trajectoryGateway starts big and small replicas and a gateway on
 // trajectoryYAML, with the marker classifier when classified.
 func trajectoryGateway(t *testing.T, classified bool) (*gateway, *atomic.Int64) {
 	calls := &atomic.Int64{}
-	// Agents' captured requests are long and ask for long answers.
-	long := func(model string) vllmsim.Profile {
-		p := fast(model)
-		p.MaxModelLen = 0
-		return p
-	}
-	small := startReplica(t, long("openbmb/MiniCPM5-2B"), markerChooser(calls))
-	big := startReplica(t, long("Qwen/Qwen3.8-Flash-Next"))
+	small := startReplica(t, longProfile("openbmb/MiniCPM5-2B"), markerChooser(calls))
+	big := startReplica(t, longProfile("Qwen/Qwen3.8-Flash-Next"))
 	yaml := trajectoryYAML
 	if classified {
 		yaml = strings.ReplaceAll(yaml, "{{classifier}}", "classifier: {kind: model, pool: small, labels: [simple, complex], timeout: 5s, cache: {size: 100}}")
@@ -237,16 +239,11 @@ func referenceGateway(t *testing.T) *gateway {
 		t.Fatal(err)
 	}
 	text := string(data)
-	long := func(model string) vllmsim.Profile {
-		p := fast(model)
-		p.MaxModelLen = 0
-		return p
-	}
 	for _, n := range []string{"01", "03", "05"} {
-		text = strings.ReplaceAll(text, "http://spark-"+n+":8000", startReplica(t, long("Qwen/Qwen3.8-Flash-Next")).Srv.URL)
+		text = strings.ReplaceAll(text, "http://spark-"+n+":8000", startReplica(t, longProfile("Qwen/Qwen3.8-Flash-Next")).Srv.URL)
 	}
 	for _, n := range []string{"07", "08"} {
-		text = strings.ReplaceAll(text, "http://spark-"+n+":8000", startReplica(t, long("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser)).Srv.URL)
+		text = strings.ReplaceAll(text, "http://spark-"+n+":8000", startReplica(t, longProfile("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser)).Srv.URL)
 	}
 	text = strings.Replace(text, "listen: 0.0.0.0:8080", "listen: 127.0.0.1:0", 1)
 	text = strings.Replace(text, "admin_listen: 127.0.0.1:9090", "admin_listen: 127.0.0.1:0", 1)
