@@ -12,7 +12,6 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -66,10 +65,6 @@ func startAgents(t *testing.T, instances int) *agentsEnv {
 	return e
 }
 
-func openaiClient(gw *gateway) openai.Client {
-	return openai.NewClient(option.WithBaseURL(gw.API.URL+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
-}
-
 func anthropicClient(gw *gateway) anthropic.Client {
 	return anthropic.NewClient(aoption.WithBaseURL(gw.API.URL+"/"), aoption.WithAPIKey("unused"), aoption.WithMaxRetries(0))
 }
@@ -81,7 +76,7 @@ func anthropicClient(gw *gateway) anthropic.Client {
 func TestResponsesWithOpenAISDK(t *testing.T) {
 	e := startAgents(t, 3)
 	ctx := context.Background()
-	c0, c1, c2 := openaiClient(e.gws[0]), openaiClient(e.gws[1]), openaiClient(e.gws[2])
+	c0, c1, c2 := sdk(e.gws[0]), sdk(e.gws[1]), sdk(e.gws[2])
 	ask := responses.ResponseNewParams{Model: "gpt-5-codex", Instructions: openai.String("Be brief."),
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Describe the harbor.")}}
 

@@ -86,7 +86,7 @@ func TestCustomToolsSimulator(t *testing.T) {
 func TestCustomToolsWithOpenAISDK(t *testing.T) {
 	up := startReplica(t, fast("m"))
 	gw := oneReplicaGateway(t, up.Srv.URL, "", "")
-	c := openaiClient(gw)
+	c := sdk(gw)
 	ctx := context.Background()
 	tool := responses.ToolParamOfCustom("apply_patch")
 	tool.OfCustom.Description = openai.String("Edit files.")

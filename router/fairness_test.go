@@ -16,7 +16,6 @@ import (
 	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
-	"github.com/tidwall/gjson"
 )
 
 // holdReplica is a simulator behind a gate: a request whose body holds
@@ -347,16 +346,7 @@ func TestClassifierCallsTakeTurnsByTenant(t *testing.T) {
 	gw := startGateway(t, loadConfig(t, yaml, map[string]string{"qwen": q.Srv.URL, "minicpm": rec.URL},
 		map[string]string{"KEY_BURST": "burst-secret", "KEY_OTHER": "other-secret"}))
 	url := gw.API.URL + "/v1/chat/completions"
-	waiting := func() int64 {
-		_, b := get(t, gw.Admin.URL+"/admin/pools", nil)
-		var n int64
-		for _, v := range gjson.GetBytes(b, "pools.#.replicas.#.waiting").Array() {
-			for _, w := range v.Array() {
-				n += w.Int()
-			}
-		}
-		return n
-	}
+	waiting := func() int64 { return adminReplicaView(t, gw, "minicpm", "minicpm-a").Waiting }
 	var wg sync.WaitGroup
 	send := func(key, text string) {
 		wg.Add(1)
