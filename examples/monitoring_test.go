@@ -21,6 +21,7 @@ import (
 
 	"github.com/goccy/go-yaml"
 
+	"github.com/switchyard/switchyard/internal/gatewaytest"
 	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/router"
 )
@@ -59,15 +60,15 @@ routes:
 func TestPrometheusScrapesSplit(t *testing.T) {
 	bin := prometheusBinary(t)
 
-	q := startReplica(t, "Qwen/Qwen3.8-Flash-Next")
-	m := startReplica(t, "openbmb/MiniCPM5-2B")
-	cfg := loadConfig(t, strings.NewReplacer("{{qwen}}", q.URL, "{{minicpm}}", m.URL).Replace(splitYAML))
+	q := gatewaytest.StartReplica(t, gatewaytest.Fast("Qwen/Qwen3.8-Flash-Next"))
+	m := gatewaytest.StartReplica(t, gatewaytest.Fast("openbmb/MiniCPM5-2B"))
+	cfg := gatewaytest.LoadConfig(t, splitYAML, map[string]string{"qwen": q.Srv.URL, "minicpm": m.Srv.URL}, nil)
 	// A seeded source keeps the split reproducible; the tolerance below
 	// still holds for any seed (the standard deviation of the share over
 	// 600 draws is about 0.019).
 	var mu sync.Mutex
 	src := rand.New(rand.NewPCG(1, 2))
-	gw := startGateway(t, cfg, func(o *router.Options) {
+	gw := gatewaytest.Start(t, cfg, func(o *router.Options) {
 		o.Rand = func() uint64 { mu.Lock(); defer mu.Unlock(); return src.Uint64() }
 	})
 
@@ -87,8 +88,8 @@ func TestPrometheusScrapesSplit(t *testing.T) {
 		return nil
 	}
 	counts := func() (qwen, minicpm float64) {
-		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": "qwen", "code": "200"}),
-			metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": "minicpm", "code": "200"})
+		return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"pool": "qwen", "code": "200"}),
+			gw.MetricValue(t, "switchyard_requests_total", map[string]string{"pool": "minicpm", "code": "200"})
 	}
 
 	// Warm up until both series exist and Prometheus has scraped them:
@@ -240,7 +241,7 @@ func prometheusBinary(t *testing.T) string {
 // promServer is a running Prometheus and its HTTP API.
 type promServer struct {
 	base string
-	out  *syncBuffer
+	out  *gatewaytest.SyncBuffer
 }
 
 func startPrometheus(t *testing.T, bin, target string) *promServer {
@@ -266,7 +267,7 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	out := &syncBuffer{}
+	out := &gatewaytest.SyncBuffer{}
 	// t.Context is cancelled before the cleanups run: Prometheus gets
 	// SIGINT (SIGKILL after WaitDelay), and Wait below reaps it before the
 	// temporary directory is removed.

@@ -3,7 +3,6 @@ package router_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,9 +12,9 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/vllmsim"
@@ -66,10 +65,6 @@ func startAgents(t *testing.T, instances int) *agentsEnv {
 	return e
 }
 
-func openaiClient(gw *gateway) openai.Client {
-	return openai.NewClient(option.WithBaseURL(gw.API.URL+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
-}
-
 func anthropicClient(gw *gateway) anthropic.Client {
 	return anthropic.NewClient(aoption.WithBaseURL(gw.API.URL+"/"), aoption.WithAPIKey("unused"), aoption.WithMaxRetries(0))
 }
@@ -81,7 +76,7 @@ func anthropicClient(gw *gateway) anthropic.Client {
 func TestResponsesWithOpenAISDK(t *testing.T) {
 	e := startAgents(t, 3)
 	ctx := context.Background()
-	c0, c1, c2 := openaiClient(e.gws[0]), openaiClient(e.gws[1]), openaiClient(e.gws[2])
+	c0, c1, c2 := sdk(e.gws[0]), sdk(e.gws[1]), sdk(e.gws[2])
 	ask := responses.ResponseNewParams{Model: "gpt-5-codex", Instructions: openai.String("Be brief."),
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Describe the harbor.")}}
 
@@ -128,10 +123,10 @@ func TestResponsesWithOpenAISDK(t *testing.T) {
 	fc := call.Output[0].AsFunctionCall()
 	// Which replica made it: the one that saw a request.
 	maker := e.b1
-	if e.b1.count() == 0 {
+	if e.b1.Count() == 0 {
 		maker = e.b2
 	}
-	before := maker.count()
+	before := maker.Count()
 	result := responses.ResponseInputItemParamOfFunctionCallOutput("sunny, 21C")
 	result.OfFunctionCallOutput.CallID = openai.String(fc.CallID)
 	answer, err := c1.Responses.New(ctx, responses.ResponseNewParams{Model: "gpt-5-codex", Tools: tools,
@@ -140,10 +135,10 @@ func TestResponsesWithOpenAISDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("follow-up on another instance: %v", err)
 	}
-	if answer.OutputText() == "" || maker.count() != before+1 {
-		t.Errorf("the follow-up did not reach the replica that stored the call (%d → %d): %s", before, maker.count(), answer.RawJSON())
+	if answer.OutputText() == "" || maker.Count() != before+1 {
+		t.Errorf("the follow-up did not reach the replica that stored the call (%d → %d): %s", before, maker.Count(), answer.RawJSON())
 	}
-	if prev := gjson.GetBytes(maker.lastBody(), "previous_response_id").Str; strings.HasPrefix(prev, "resp_sy") || prev == "" {
+	if prev := gjson.GetBytes(maker.LastBody(), "previous_response_id").Str; strings.HasPrefix(prev, "resp_sy") || prev == "" {
 		t.Errorf("the replica got previous_response_id %q, want its own id", prev)
 	}
 	got, err := c2.Responses.Get(ctx, call.ID, responses.ResponseGetParams{})
@@ -250,7 +245,7 @@ routes:
 	if resp.StatusCode != 200 || gjson.GetBytes(b, "type").Str != "message" {
 		t.Fatalf("with x-api-key: %d %s", resp.StatusCode, b)
 	}
-	if h := r.lastHeader(); h.Get("X-Api-Key") != "" || h.Get("Anthropic-Version") != "2023-06-01" {
+	if h := r.LastHeader(); h.Get("X-Api-Key") != "" || h.Get("Anthropic-Version") != "2023-06-01" {
 		t.Errorf("the replica got x-api-key %q and anthropic-version %q", h.Get("X-Api-Key"), h.Get("Anthropic-Version"))
 	}
 	resp, b = post(t, gw.API.URL+"/v1/messages", body, map[string]string{"x-api-key": "wrong"})
@@ -260,11 +255,15 @@ routes:
 }
 
 // TestAgentsPassthrough: apart from model, what the client sends reaches
-// the replica byte for byte on both APIs, unknown fields included.
+// the replica byte for byte on every API, unknown fields, escapes, spacing
+// and the order of fields included.
 func TestAgentsPassthrough(t *testing.T) {
 	e := startAgents(t, 1)
 	gw := e.gws[0]
 	for _, c := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"héllo \u00e9 \"q\""}],"x_vendor": {"a": [1, 2]},"chat_template_kwargs":{"enable_thinking":false},  "temperature":0.25,"seed":7}`},
+		{"/v1/chat/completions", `{"x_first":true,"model":"small","messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":2,"n":2,"stop":["\n\n"],"response_format":{"type":"text"}}`},
+		{"/v1/chat/completions", `{"model":"auto","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}],"x_vendor":{"nested":{"deep":[{},[]]}}}`},
 		{"/v1/responses", `{"model":"gpt-4o","input":[{"role":"developer","content":"Be brief."},{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"store":false,"include":["reasoning.encrypted_content"],"reasoning":{"summary":"auto"},"prompt_cache_key":"s-1","x_unknown":{"a":[1,2]}}`},
 		{"/v1/messages", `{"model":"gpt-4o","max_tokens":8,"system":[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"hi"}],"metadata":{"user_id":"u"},"thinking":{"type":"adaptive"},"x_unknown":true}`},
 	} {
@@ -272,8 +271,8 @@ func TestAgentsPassthrough(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("%s: %d %s", c.path, resp.StatusCode, b)
 		}
-		want := strings.Replace(c.body, `"model":"gpt-4o"`, `"model":"openbmb/MiniCPM5-2B"`, 1)
-		if got := string(e.s1.lastBody()); got != want {
+		want, _ := sjson.Set(c.body, "model", "openbmb/MiniCPM5-2B")
+		if got := string(e.s1.LastBody()); got != want {
 			t.Errorf("%s: the replica got\n%s\nwant\n%s", c.path, got, want)
 		}
 	}
@@ -297,16 +296,16 @@ func TestAgentsUsageAndTTFT(t *testing.T) {
 	}
 	st := r.Sim.Stats()
 	polltest.Eventually(t, 5*time.Second, "four requests counted", func() bool {
-		return metricValue(t, gw, "switchyard_tokens_total", map[string]string{"kind": "completion"}) == float64(st.CompletionTokens)
+		return gw.MetricValue(t, "switchyard_tokens_total", map[string]string{"kind": "completion"}) == float64(st.CompletionTokens)
 	})
-	if got := metricValue(t, gw, "switchyard_tokens_total", map[string]string{"kind": "prompt"}); got != float64(st.PromptTokens) {
+	if got := gw.MetricValue(t, "switchyard_tokens_total", map[string]string{"kind": "prompt"}); got != float64(st.PromptTokens) {
 		t.Errorf("prompt tokens %v, simulator %d", got, st.PromptTokens)
 	}
 	if st.CompletionTokens != 24 {
 		t.Errorf("simulator completion tokens %d, want 24", st.CompletionTokens)
 	}
 	// One TTFT observation per stream.
-	if n := metricValue(t, gw, "switchyard_time_to_first_token_seconds", nil); n != 2 {
+	if n := gw.MetricValue(t, "switchyard_time_to_first_token_seconds", nil); n != 2 {
 		t.Errorf("TTFT observations %v, want 2 (one per stream)", n)
 	}
 }
@@ -332,34 +331,24 @@ func TestAgentsModelNames(t *testing.T) {
 	if resp.StatusCode != 404 || gjson.GetBytes(b, "error.type").Str != "not_found_error" {
 		t.Errorf("unknown on messages: %d %s", resp.StatusCode, b)
 	}
-	get := func(path string, h map[string]string) (int, []byte) {
-		req, _ := http.NewRequest(http.MethodGet, gw.API.URL+path, nil)
-		for k, v := range h {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+	model := func(path string, h map[string]string) (int, []byte) {
+		resp, b := get(t, gw.API.URL+path, h)
 		return resp.StatusCode, b
 	}
-	if code, b := get("/v1/models/claude-sonnet-4-5", nil); code != 200 || gjson.GetBytes(b, "id").Str != "claude-sonnet-4-5" || gjson.GetBytes(b, "object").Str != "model" {
+	if code, b := model("/v1/models/claude-sonnet-4-5", nil); code != 200 || gjson.GetBytes(b, "id").Str != "claude-sonnet-4-5" || gjson.GetBytes(b, "object").Str != "model" {
 		t.Errorf("GET /v1/models/{id}: %d %s", code, b)
 	}
-	if code, b := get("/v1/models/claude-sonnet-4-5", map[string]string{"anthropic-version": "2023-06-01"}); code != 200 || gjson.GetBytes(b, "type").Str != "model" {
+	if code, b := model("/v1/models/claude-sonnet-4-5", map[string]string{"anthropic-version": "2023-06-01"}); code != 200 || gjson.GetBytes(b, "type").Str != "model" {
 		t.Errorf("GET /v1/models/{id}, Anthropic: %d %s", code, b)
 	}
-	if code, b := get("/v1/models/llama-3", nil); code != 404 || gjson.GetBytes(b, "error.code").Str != "model_not_found" {
+	if code, b := model("/v1/models/llama-3", nil); code != 404 || gjson.GetBytes(b, "error.code").Str != "model_not_found" {
 		t.Errorf("GET /v1/models/unknown: %d %s", code, b)
 	}
-	if code, b := get("/v1/models", map[string]string{"anthropic-version": "2023-06-01"}); code != 200 || gjson.GetBytes(b, "has_more").Type != gjson.False || gjson.GetBytes(b, "data.0.type").Str != "model" {
+	if code, b := model("/v1/models", map[string]string{"anthropic-version": "2023-06-01"}); code != 200 || gjson.GetBytes(b, "has_more").Type != gjson.False || gjson.GetBytes(b, "data.0.type").Str != "model" {
 		t.Errorf("GET /v1/models, Anthropic: %d %s", code, b)
 	}
-	req, _ := http.NewRequest(http.MethodHead, gw.API.URL+"/", nil)
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
-		t.Errorf("HEAD /: %v %v", err, resp)
+	if resp, _ := request(t, http.MethodHead, gw.API.URL+"/", "", nil); resp.StatusCode != 200 {
+		t.Errorf("HEAD /: %d", resp.StatusCode)
 	}
 }
 
@@ -404,7 +393,7 @@ func TestClaudeCodeMaxTokensFit(t *testing.T) {
 	if resp.StatusCode != 200 || gjson.GetBytes(b, "type").Str != "message" {
 		t.Errorf("with max_model_len: %d %s", resp.StatusCode, b)
 	}
-	if n := gjson.GetBytes(r.lastBody(), "max_tokens").Int(); n >= 4096 || n < 4000 {
+	if n := gjson.GetBytes(r.LastBody(), "max_tokens").Int(); n >= 4096 || n < 4000 {
 		t.Errorf("the replica got max_tokens %d, want just under 4096 less the prompt", n)
 	}
 }

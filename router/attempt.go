@@ -11,6 +11,7 @@ import (
 	"github.com/switchyard/switchyard/router/internal/pump"
 	"github.com/switchyard/switchyard/router/internal/resume"
 	"github.com/switchyard/switchyard/router/internal/spans"
+	"github.com/switchyard/switchyard/router/internal/tokenize"
 	"github.com/switchyard/switchyard/router/internal/upstream"
 	"github.com/switchyard/switchyard/router/internal/wire"
 	"go.opentelemetry.io/otel/trace"
@@ -87,7 +88,7 @@ func (g *Gateway) deliver(ctx, hctx context.Context, x *exchange, rep *pools.Rep
 		return upstream.JudgeError(ctx, ps.Name, rep, err, "reading body")
 	}
 	raw := answer
-	if x.moreInChain && contextOverflow(resp.StatusCode, answer) {
+	if x.moreInChain && tokenize.Overflow(resp.StatusCode, answer) {
 		// Nothing reached the client: the next, larger pool of the
 		// chain takes the request. Not the replica's fault.
 		return upstream.Failed(pools.Neutral, "", fmt.Errorf("%w: replica %q: %s", errContextLength, rep.Name, wire.ReadErrorMessage(bytes.NewReader(answer))))

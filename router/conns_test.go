@@ -14,15 +14,16 @@ import (
 	"github.com/switchyard/switchyard/internal/polltest"
 )
 
-// connsYAML caps the client listener at 8 connections; {{per}} sets the
-// per-client cap and {{idle}} the idle timeout.
+// connsYAML caps the client listener at 8 connections, the admin one at
+// 4; body_timeout a minute: nothing waits for it.
 const connsYAML = `
 version: 1
 server:
   max_connections: 8
-  max_connections_per_client: {{per}}
+  max_connections_per_client: 8
   admin_max_connections: 4
-  idle_timeout: {{idle}}
+  body_timeout: 1m
+  idle_timeout: 120s
   api_keys: [{name: victim, key_env: KEY_VICTIM}, {name: attacker, key_env: KEY_ATTACKER}]
 pools:
   p: {model: m, health: {disabled: true}, replicas: [{name: a, url: "{{m}}"}]}
@@ -87,11 +88,6 @@ func victimChat(t *testing.T, c *http.Client, url string, i int) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func connsConfig(t *testing.T, m *replica, per, idle string) string {
-	y := strings.ReplaceAll(connsYAML, "{{per}}", per)
-	return strings.ReplaceAll(y, "{{idle}}", idle)
-}
-
 var connsEnv = map[string]string{"KEY_VICTIM": "victim-secret", "KEY_ATTACKER": "attacker-secret"}
 
 // halfSent opens a connection from the loopback address from and sends a
@@ -113,9 +109,7 @@ func halfSent(t *testing.T, from, addr, path string, header ...string) net.Conn 
 // the probes 503).
 func TestHalfSentBodiesGiveWay(t *testing.T) {
 	m := startReplica(t, fast("m"))
-	// body_timeout a minute: nothing below waits for it.
-	cfg := strings.Replace(connsConfig(t, m, "8", "120s"), "  idle_timeout:", "  body_timeout: 1m\n  idle_timeout:", 1)
-	gw := startGateway(t, loadConfig(t, cfg, map[string]string{"m": m.Srv.URL}, connsEnv))
+	gw := startGateway(t, loadConfig(t, connsYAML, map[string]string{"m": m.Srv.URL}, connsEnv))
 
 	t.Run("unauthenticated", func(t *testing.T) {
 		addr := limited(t, gw, gw.G.Handler(), "api")
@@ -165,8 +159,8 @@ func TestHalfSentBodiesGiveWay(t *testing.T) {
 				// connection whose headers are not parsed yet counts as
 				// idle, and would give way first).
 				polltest.Eventually(t, 10*time.Second, "the flood to be open and reading", func() bool {
-					return metricValue(t, gw, "switchyard_connections_open", map[string]string{"listener": l.name}) == float64(l.cap) &&
-						metricValue(t, gw, "switchyard_connections_idle", map[string]string{"listener": l.name}) == 0
+					return gw.MetricValue(t, "switchyard_connections_open", map[string]string{"listener": l.name}) == float64(l.cap) &&
+						gw.MetricValue(t, "switchyard_connections_idle", map[string]string{"listener": l.name}) == 0
 				})
 			}
 			c := victimClient("127.0.0.1")
@@ -189,7 +183,7 @@ func TestHalfSentBodiesGiveWay(t *testing.T) {
 				}
 			}
 			if l.name == "api" {
-				if v := metricValue(t, gw, "switchyard_connections_evicted_total", map[string]string{"listener": l.name, "reason": "reading_at_cap"}); v < 1 {
+				if v := gw.MetricValue(t, "switchyard_connections_evicted_total", map[string]string{"listener": l.name, "reason": "reading_at_cap"}); v < 1 {
 					t.Errorf("evicted while reading %v, want at least 1", v)
 				}
 			}

@@ -1,7 +1,6 @@
 package router_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -72,41 +70,6 @@ func serveSim(t *testing.T, ln net.Listener) *atomic.Int64 {
 	return &n
 }
 
-type adminPools struct {
-	Pools []struct {
-		Name      string `json:"name"`
-		Healthy   int    `json:"healthy_replicas"`
-		Discovery *struct {
-			Kind         string   `json:"kind"`
-			Name         string   `json:"name"`
-			Addresses    []string `json:"addresses"`
-			LastResolved string   `json:"last_resolved"`
-			Result       string   `json:"result"`
-			Error        string   `json:"error"`
-		} `json:"discovery"`
-		Replicas []struct {
-			Name   string `json:"name"`
-			URL    string `json:"url"`
-			Source string `json:"source"`
-			State  string `json:"state"`
-		} `json:"replicas"`
-	} `json:"pools"`
-}
-
-func getPools(t *testing.T, gw *gateway) adminPools {
-	t.Helper()
-	resp, err := http.Get(gw.Admin.URL + "/admin/pools")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out adminPools
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // healthyReplicas lists the replicas of the first pool that take traffic.
 func healthyReplicas(t *testing.T, gw *gateway) []string {
 	var out []string
@@ -117,81 +80,6 @@ func healthyReplicas(t *testing.T, gw *gateway) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// load sends chat requests from several clients until stop, counting the
-// ones that did not get a 200.
-type load struct {
-	ok, failed atomic.Int64
-	mu         sync.Mutex
-	errs       []string
-	stop       chan struct{}
-	wg         sync.WaitGroup
-	// completed counts each client's finished requests.
-	completed []atomic.Int64
-}
-
-func startLoad(t *testing.T, url string, clients int) *load {
-	l := &load{stop: make(chan struct{}), completed: make([]atomic.Int64, clients)}
-	body := `{"model":"small","messages":[{"role":"user","content":"hi"}]}`
-	for i := range clients {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			for {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
-				resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
-				l.completed[i].Add(1)
-				if err == nil {
-					var b [512]byte
-					n, _ := resp.Body.Read(b[:])
-					resp.Body.Close()
-					if resp.StatusCode == http.StatusOK {
-						l.ok.Add(1)
-						continue
-					}
-					err = fmt.Errorf("%d %s", resp.StatusCode, b[:n])
-				}
-				l.failed.Add(1)
-				l.mu.Lock()
-				l.errs = append(l.errs, err.Error())
-				l.mu.Unlock()
-			}
-		}()
-	}
-	t.Cleanup(l.end)
-	return l
-}
-
-// drain waits until every request begun before it was called has ended:
-// each client has finished one more request than it had then.
-func (l *load) drain(t *testing.T) {
-	t.Helper()
-	mark := make([]int64, len(l.completed))
-	for i := range l.completed {
-		mark[i] = l.completed[i].Load()
-	}
-	polltest.Eventually(t, 30*time.Second, "the requests in flight to end", func() bool {
-		for i := range l.completed {
-			if l.completed[i].Load() <= mark[i] {
-				return false
-			}
-		}
-		return true
-	})
-}
-
-func (l *load) end() {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	l.wg.Wait()
 }
 
 // TestDiscoveryUnderLoad follows a DNS name whose records are added,
@@ -247,7 +135,7 @@ routes:
 		}
 	}
 
-	l := startLoad(t, gw.API.URL, 4)
+	l := startLoad(t, gw.API.URL, 4, false)
 	served := func(ip string) func() bool {
 		start := counts[ip].Load()
 		return func() bool { return counts[ip].Load() > start+5 }
@@ -268,10 +156,10 @@ routes:
 	polltest.Eventually(t, 30*time.Second, "traffic on 127.0.0.5", served("127.0.0.5"))
 
 	for _, m := range []dnstest.Mode{dnstest.Silent, dnstest.ServFail} {
-		before := metricValue(t, gw, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "error"})
+		before := gw.MetricValue(t, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "error"})
 		dnsSrv.SetMode(m)
 		polltest.Eventually(t, 30*time.Second, "failed resolutions counted", func() bool {
-			return metricValue(t, gw, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "error"}) >= before+2
+			return gw.MetricValue(t, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "error"}) >= before+2
 		})
 		want("the last good set kept while the resolver fails", "127.0.0.4", "127.0.0.5")
 		polltest.Eventually(t, 30*time.Second, "traffic while the resolver fails", served("127.0.0.4"))
@@ -279,13 +167,13 @@ routes:
 	dnsSrv.SetMode(dnstest.Answer)
 	dnsSrv.Zone() // NXDOMAIN: no replica at all
 	polltest.Eventually(t, 30*time.Second, "empty resolutions counted", func() bool {
-		return metricValue(t, gw, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "empty"}) >= 2
+		return gw.MetricValue(t, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "empty"}) >= 2
 	})
 	want("the last good set kept on an empty answer", "127.0.0.4", "127.0.0.5")
 	if p := getPools(t, gw).Pools[0]; p.Discovery.Result != "empty" || p.Discovery.Error == "" {
 		t.Errorf("/admin/pools discovery after an empty answer = %+v", p.Discovery)
 	}
-	if got := metricValue(t, gw, "switchyard_discovery_replicas", map[string]string{"pool": "small"}); got != 2 {
+	if got := gw.MetricValue(t, "switchyard_discovery_replicas", map[string]string{"pool": "small"}); got != 2 {
 		t.Errorf("switchyard_discovery_replicas = %g, want 2", got)
 	}
 	a("127.0.0.4", "127.0.0.5")
@@ -296,9 +184,7 @@ routes:
 	if n := counts["127.0.0.2"].Load(); n != gone {
 		t.Errorf("127.0.0.2 got %d requests after it left DNS", n-gone)
 	}
-	if l.failed.Load() != 0 {
-		t.Errorf("%d of %d requests failed: %v", l.failed.Load(), l.ok.Load()+l.failed.Load(), l.errs[:min(5, len(l.errs))])
-	}
+	l.check(t)
 	t.Logf("%d requests, none failed", l.ok.Load())
 }
 

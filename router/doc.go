@@ -27,9 +27,10 @@
 // translating a continuation), upstream (the executor, the phase clock,
 // outbound headers, the Via loop guard), conns (connection bounds), keys
 // (API keys: authentication, models, rate, requests in flight),
-// discoveries (the pools' running discoveries across reloads), shadow (a
-// candidate policy on live traffic), features (what the policy and
-// classifier read of a request), metrics (the gateway's Prometheus
-// series), spans (trace attributes) and admin (the admin listener and
-// status page, behind a View).
+// discoveries (the pools' running discoveries across reloads), tokenize
+// (whether a prompt fits a pool's context, and the /tokenize call's
+// rules), shadow (a candidate policy on live traffic), features (what the
+// policy and classifier read of a request), metrics (the gateway's
+// Prometheus series), spans (trace attributes) and admin (the admin
+// listener and status page, behind a View).
 package router

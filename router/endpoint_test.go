@@ -1,10 +1,8 @@
 package router_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -73,26 +71,12 @@ func accessLogs(t *testing.T, gw *gateway) []map[string]any {
 // endpoint registry it waited out the whole queue timeout and got 503.
 func TestWaiterSurvivesReloadEndToEnd(t *testing.T) {
 	up := startGate(t, "m")
-	const tmpl = `
-version: 1
-pools:
-  p:
-    model: m
-    max_inflight: 1
-    queue_timeout: 1m
-    retries: %d
-    health: {disabled: true}
-    replicas: [{name: r, url: "{{up}}"}]
-routes:
-  - name: default
-    to: p
-`
-	gw := startGateway(t, loadConfig(t, fmt.Sprintf(tmpl, 2), map[string]string{"up": up.Srv.URL}, nil))
+	gw := oneReplicaGateway(t, up.Srv.URL, ", max_inflight: 1, queue_timeout: 1m, retries: 2", "")
 	url := gw.API.URL + "/v1/chat/completions"
 	a := make(chan int, 1)
 	go func() { resp, _ := post(t, url, chatBody("A", ""), nil); a <- resp.StatusCode }()
 	polltest.Eventually(t, 5*time.Second, "A to reach the replica", func() bool { return up.hits.Load() == 1 })
-	if _, err := gw.G.Apply(loadConfig(t, fmt.Sprintf(tmpl, 1), map[string]string{"up": up.Srv.URL}, nil)); err != nil {
+	if _, err := gw.G.Apply(oneReplicaConfig(t, up.Srv.URL, ", max_inflight: 1, queue_timeout: 1m, retries: 1", "")); err != nil {
 		t.Fatal(err)
 	}
 	b := make(chan int, 1)
@@ -115,15 +99,7 @@ routes:
 // waiting requests give up after queueTimeout.
 func gatedOneSlot(t *testing.T, queueTimeout string) (*gate, *gateway) {
 	up := startGate(t, "m")
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  p: {model: m, max_inflight: 1, queue_timeout: `+queueTimeout+`, health: {disabled: true}, replicas: [{name: r, url: "{{up}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"up": up.Srv.URL}, nil))
-	return up, gw
+	return up, oneReplicaGateway(t, up.Srv.URL, ", max_inflight: 1, queue_timeout: "+queueTimeout, "")
 }
 
 // TestAccessLineTimes: the access line says where a request's time went:
@@ -210,10 +186,10 @@ routes:
 	if resp.StatusCode != 502 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
-	if sent := reps[0].count() + reps[1].count(); sent != 2 {
+	if sent := reps[0].Count() + reps[1].Count(); sent != 2 {
 		t.Errorf("%d upstream attempts, want 2 (one per replica)", sent)
 	}
-	if got := metricValue(t, gw, "switchyard_upstream_retries_total", map[string]string{"pool": "p", "reason": "status_5xx"}); got != 1 {
+	if got := gw.MetricValue(t, "switchyard_upstream_retries_total", map[string]string{"pool": "p", "reason": "status_5xx"}); got != 1 {
 		t.Errorf("retries metric %v, want 1", got)
 	}
 	// The access line is written once the handler returns, which may be
@@ -252,8 +228,8 @@ routes:
 	if !v.Misconfigured || v.Healthy || !strings.Contains(v.Why, "404") {
 		t.Fatalf("wrong replica: %+v", v)
 	}
-	if wrong.count() != 1 {
-		t.Errorf("the misconfigured replica got %d requests, want 1 (then out of rotation)", wrong.count())
+	if wrong.Count() != 1 {
+		t.Errorf("the misconfigured replica got %d requests, want 1 (then out of rotation)", wrong.Count())
 	}
 	// Probes keep checking /v1/models: once one has (its error names the
 	// missing model), it stays out.
@@ -263,7 +239,7 @@ routes:
 	if v := adminReplicaView(t, gw, "p", "wrong"); !v.Misconfigured || v.Healthy {
 		t.Errorf("after probes: %+v", v)
 	}
-	if got := metricValue(t, gw, "switchyard_upstream_retries_total", map[string]string{"pool": "p", "reason": "misconfigured"}); got != 1 {
+	if got := gw.MetricValue(t, "switchyard_upstream_retries_total", map[string]string{"pool": "p", "reason": "misconfigured"}); got != 1 {
 		t.Errorf("misconfigured retries %v, want 1", got)
 	}
 }
@@ -288,8 +264,8 @@ routes:
 	polltest.Eventually(t, 5*time.Second, "the probe to mark the replica misconfigured", func() bool {
 		return adminReplicaView(t, gw, "p", "r").Misconfigured
 	})
-	if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", chatBody("hi", ""), nil); resp.StatusCode != 503 || wrong.count() != 0 {
-		t.Errorf("status %d, %d requests reached the replica", resp.StatusCode, wrong.count())
+	if resp, _ := post(t, gw.API.URL+"/v1/chat/completions", chatBody("hi", ""), nil); resp.StatusCode != 503 || wrong.Count() != 0 {
+		t.Errorf("status %d, %d requests reached the replica", resp.StatusCode, wrong.Count())
 	}
 	if _, err := gw.G.Apply(loadConfig(t, fmt.Sprintf(tmpl, "other-model"), map[string]string{"r": wrong.Srv.URL}, nil)); err != nil {
 		t.Fatal(err)
@@ -322,8 +298,8 @@ routes:
 	if resp.StatusCode != 504 || !strings.Contains(string(body), "upstream_timeout") {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
-	if backup.count() != 0 || slow.count()+slow2.count() != 1 {
-		t.Errorf("a timed-out request was replayed: first pool %d, backup %d attempts", slow.count()+slow2.count(), backup.count())
+	if backup.Count() != 0 || slow.Count()+slow2.Count() != 1 {
+		t.Errorf("a timed-out request was replayed: first pool %d, backup %d attempts", slow.Count()+slow2.Count(), backup.Count())
 	}
 	if resp.Header.Get("X-Switchyard-Pool") != "first" {
 		t.Errorf("pool header %q", resp.Header.Get("X-Switchyard-Pool"))
@@ -391,53 +367,15 @@ routes:
 		return fmt.Sprintf(cfgs[0], i%4, bal, extra)
 	}
 	gw := startGateway(t, loadConfig(t, render(1), urls, nil))
-	url := gw.API.URL + "/v1/chat/completions"
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	defer client.CloseIdleConnections()
-	var ok, failed atomic.Int64
-	var firstErr atomic.Value
-	load := func(ctx context.Context) *sync.WaitGroup {
-		var wg sync.WaitGroup
-		for w := range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for ctx.Err() == nil {
-					stream := w%2 == 0
-					body := `{"model":"auto","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`
-					if stream {
-						body = `{"model":"auto","stream":true,"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`
-					}
-					resp, err := client.Post(url, "application/json", strings.NewReader(body))
-					if err != nil {
-						failed.Add(1)
-						firstErr.CompareAndSwap(nil, err.Error())
-						continue
-					}
-					b, err := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if err != nil || resp.StatusCode != 200 || stream && !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
-						failed.Add(1)
-						firstErr.CompareAndSwap(nil, fmt.Sprintf("status %d err %v: %.200s", resp.StatusCode, err, b))
-						continue
-					}
-					ok.Add(1)
-				}
-			}()
-		}
-		return &wg
-	}
 	// Warm up on the final config's replicas, so that the baseline holds
 	// the keep-alive connections a steady load keeps open.
-	ctx, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	load(ctx).Wait()
-	stop()
-	client.CloseIdleConnections()
+	warm := startLoad(t, gw.API.URL, 8, true)
+	time.Sleep(300 * time.Millisecond)
+	warm.end()
 	time.Sleep(100 * time.Millisecond)
 	fdsBefore := openFDs(t)
 
-	ctx, stop = context.WithCancel(context.Background())
-	wg := load(ctx)
+	l := startLoad(t, gw.API.URL, 8, true)
 	for i := range 60 {
 		if _, err := gw.G.Apply(loadConfig(t, render(i), urls, nil)); err != nil {
 			t.Fatal(err)
@@ -449,16 +387,11 @@ routes:
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
-	stop()
-	wg.Wait()
-	if failed.Load() != 0 {
-		t.Errorf("%d of %d requests failed during the reload storm; first: %v", failed.Load(), failed.Load()+ok.Load(), firstErr.Load())
-	}
-	if ok.Load() < 20 {
-		t.Errorf("only %d requests completed; the storm proves little", ok.Load())
+	l.check(t)
+	if l.ok.Load() < 20 {
+		t.Errorf("only %d requests completed; the storm proves little", l.ok.Load())
 	}
 	// The final config has no replica c: its connections close.
-	client.CloseIdleConnections()
 	polltest.Eventually(t, 10*time.Second, "the removed replica's connections to close", func() bool { return cOpen.Load() == 0 })
 	// The rest may keep a few more idle keep-alive connections than at the
 	// baseline (scrape loops of the storm's p2c configs used some), but

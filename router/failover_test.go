@@ -10,8 +10,6 @@ import (
 	"net/http/httptest"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,47 +74,6 @@ func counterSeries(t *testing.T, gw *gateway, name string) map[string]float64 {
 	return out
 }
 
-type adminReplica struct {
-	Name          string `json:"name"`
-	State         string `json:"state"`
-	Healthy       bool   `json:"healthy"`
-	Ejected       bool   `json:"ejected"`
-	Misconfigured bool   `json:"misconfigured"`
-	Why           string `json:"why"`
-	Inflight      int64  `json:"inflight"`
-	Waiting       int64  `json:"waiting"`
-	Ejections     int64  `json:"ejections"`
-	LastError     string `json:"last_error"`
-}
-
-// adminReplicaView reads one replica from GET /admin/pools.
-func adminReplicaView(t *testing.T, gw *gateway, pool, name string) adminReplica {
-	t.Helper()
-	resp, err := http.Get(gw.Admin.URL + "/admin/pools")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out struct {
-		Pools []struct {
-			Name     string         `json:"name"`
-			Replicas []adminReplica `json:"replicas"`
-		} `json:"pools"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range out.Pools {
-		for _, r := range p.Replicas {
-			if p.Name == pool && r.Name == name {
-				return r
-			}
-		}
-	}
-	t.Fatalf("/admin/pools has no replica %s/%s", pool, name)
-	return adminReplica{}
-}
-
 // TestReplicaKilledUnderLoad: a closed loop of concurrent requests runs
 // while one of three replicas dies. No client sees a failure: requests in
 // flight on it and those that pick it next are retried on the others. It is
@@ -145,50 +102,10 @@ routes:
 	gw := startGateway(t, cfg)
 	dead := gw.G.Snapshot().Pool("main").Replica("c")
 
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	t.Cleanup(client.CloseIdleConnections)
-	var (
-		stop     = make(chan struct{})
-		wg       sync.WaitGroup
-		ok       atomic.Int64
-		mu       sync.Mutex
-		failures []string
-	)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				resp, err := client.Post(gw.API.URL+"/v1/chat/completions", "application/json",
-					strings.NewReader(`{"model":"auto","messages":[{"role":"user","content":"hi"}]}`))
-				if err != nil {
-					mu.Lock()
-					failures = append(failures, err.Error())
-					mu.Unlock()
-					continue
-				}
-				body, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if err != nil || resp.StatusCode != http.StatusOK {
-					mu.Lock()
-					failures = append(failures, fmt.Sprintf("status %d (%v): %.200s", resp.StatusCode, err, body))
-					mu.Unlock()
-					continue
-				}
-				ok.Add(1)
-			}
-		}()
-	}
-	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
-	t.Cleanup(stopLoad)
+	l := startLoad(t, gw.API.URL, 8, false)
 
 	polltest.Eventually(t, failoverWait, "every replica to serve", func() bool {
-		return reps["a"].count() > 20 && reps["b"].count() > 20 && reps["c"].count() > 20
+		return reps["a"].Count() > 20 && reps["b"].Count() > 20 && reps["c"].Count() > 20
 	})
 
 	// Kill c mid-run: in-flight requests lose their connections, new ones
@@ -197,7 +114,7 @@ routes:
 	handler := reps["c"].Srv.Config.Handler
 	reps["c"].Srv.CloseClientConnections()
 	reps["c"].Srv.Close()
-	killedAt := ok.Load()
+	killedAt := l.ok.Load()
 
 	// Outlier detection (3 failed requests) and the probes (2 failed
 	// probes) race to take c out; which wins depends on the scheduler, so
@@ -207,48 +124,31 @@ routes:
 		return (v.Ejected && v.Ejections >= 1 || !v.Healthy) && v.LastError != ""
 	})
 	polltest.Eventually(t, failoverWait, "probes to mark c down", func() bool { return !dead.Healthy() })
-	polltest.Eventually(t, failoverWait, "traffic to flow on a and b", func() bool { return ok.Load() > killedAt+50 })
+	polltest.Eventually(t, failoverWait, "traffic to flow on a and b", func() bool { return l.ok.Load() > killedAt+50 })
 
-	served := reps["c"].count()
+	served := reps["c"].Count()
 	reviveReplica(t, reps["c"], addr, handler)
 	polltest.Eventually(t, failoverWait, "probes to readmit c", func() bool {
 		return dead.Healthy() && !dead.Ejected(time.Now())
 	})
-	polltest.Eventually(t, failoverWait, "c to serve again", func() bool { return reps["c"].count() > served+20 })
-	stopLoad()
-
-	mu.Lock()
-	defer mu.Unlock()
-	if len(failures) > 0 {
-		t.Errorf("%d of %d requests failed; first: %s", len(failures), int(ok.Load())+len(failures), failures[0])
-	}
+	polltest.Eventually(t, failoverWait, "c to serve again", func() bool { return reps["c"].Count() > served+20 })
+	l.check(t)
 	if v := adminReplicaView(t, gw, "main", "c"); !v.Healthy || v.Ejected {
 		t.Errorf("after readmission /admin/pools shows %+v", v)
 	}
-	if r := metricValue(t, gw, "switchyard_upstream_retries_total", map[string]string{"pool": "main"}); r == 0 {
+	if r := gw.MetricValue(t, "switchyard_upstream_retries_total", map[string]string{"pool": "main"}); r == 0 {
 		t.Error("no retries were counted, yet requests on the dead replica succeeded")
 	}
-	t.Logf("%d requests, all 200; c served %d before the kill and %d after its restart", ok.Load(), served, reps["c"].count()-served)
+	t.Logf("%d requests, all 200; c served %d before the kill and %d after its restart", l.ok.Load(), served, reps["c"].Count()-served)
 }
 
 // TestStreamCutByReplica: a replica that drops the connection mid-stream
 // must surface as an error in the official SDK, never as a short success,
 // and the client's bytes must not contain [DONE].
 func TestStreamCutByReplica(t *testing.T) {
-	rep := startReplica(t, vllmsim.Profile{Model: "openbmb/MiniCPM5-2B", DefaultMaxTokens: 32})
+	rep := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 32})
 	rep.Sim.SetFaults(vllmsim.Faults{CutAfterChunks: 3})
-	cfg := loadConfig(t, `
-version: 1
-pools:
-  p:
-    model: openbmb/MiniCPM5-2B
-    health: {disabled: true}
-    replicas: [{name: p-a, url: "{{p}}"}]
-routes:
-  - name: default
-    to: p
-`, map[string]string{"p": rep.Srv.URL}, nil)
-	gw := startGateway(t, cfg)
+	gw := oneReplicaGateway(t, rep.Srv.URL, "", "")
 
 	t.Run("openai sdk", func(t *testing.T) {
 		client := sdk(gw)
@@ -288,15 +188,15 @@ routes:
 		if readErr == nil && !strings.Contains(string(body), `"error"`) {
 			t.Errorf("the stream ended cleanly with neither an error event nor a broken connection:\n%s", body)
 		}
-		if resp.Header.Get("X-Switchyard-Replica") != "p-a" {
+		if resp.Header.Get("X-Switchyard-Replica") != "r" {
 			t.Errorf("replica header %q", resp.Header.Get("X-Switchyard-Replica"))
 		}
 	})
 
 	polltest.Eventually(t, failoverWait, "both cut streams to be counted as 502", func() bool {
-		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": "p", "code": "502"}) == 2
+		return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"pool": "p", "code": "502"}) == 2
 	})
-	if n := metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": "p", "code": "200"}); n != 0 {
+	if n := gw.MetricValue(t, "switchyard_requests_total", map[string]string{"pool": "p", "code": "200"}); n != 0 {
 		t.Errorf("%v cut streams counted as 200", n)
 	}
 }
@@ -336,10 +236,10 @@ routes:
 					t.Fatalf("request %d: status %d replica %q: %s", i, resp.StatusCode, resp.Header.Get("X-Switchyard-Replica"), body)
 				}
 			}
-			if bad.count() == 0 {
+			if bad.Count() == 0 {
 				t.Fatal("the failing replica was never tried; the test proves nothing")
 			}
-			want := map[string]float64{"pool=p,reason=" + tc.reason: float64(bad.count())}
+			want := map[string]float64{"pool=p,reason=" + tc.reason: float64(bad.Count())}
 			if d := cmp.Diff(want, counterSeries(t, gw, "switchyard_upstream_retries_total")); d != "" {
 				t.Errorf("switchyard_upstream_retries_total (-want +got):\n%s", d)
 			}
@@ -413,18 +313,7 @@ routes:
 	gw := startGateway(t, cfg)
 	url := gw.API.URL + "/v1/chat/completions"
 
-	ctx, cancel := context.WithCancel(context.Background())
-	held := make(chan struct{})
-	go func() {
-		defer close(held)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"model":"auto","messages":[{"role":"user","content":"a long one"}]}`))
-		req.Header.Set("Content-Type", "application/json")
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-held })
+	hold(t, url, `{"model":"auto","messages":[{"role":"user","content":"a long one"}]}`, nil)
 	slot := gw.G.Snapshot().Pool("busy").Replica("busy-a")
 	polltest.Eventually(t, failoverWait, "the held request to take busy's only slot", func() bool {
 		return slot.Inflight() == 1 && busy.Sim.Running() == 1
@@ -438,8 +327,8 @@ routes:
 	if d := cmp.Diff(want, counterSeries(t, gw, "switchyard_fallbacks_total")); d != "" {
 		t.Errorf("switchyard_fallbacks_total (-want +got):\n%s", d)
 	}
-	if busy.count() != 1 {
-		t.Errorf("busy replica received %d requests, want only the held one", busy.count())
+	if busy.Count() != 1 {
+		t.Errorf("busy replica received %d requests, want only the held one", busy.Count())
 	}
 }
 
@@ -447,19 +336,8 @@ routes:
 // to a replica dies when the replica restarts; the next request must not
 // fail because of it, even with a single replica.
 func TestKeepAliveClosedByRestartedReplica(t *testing.T) {
-	rep := startReplica(t, fast("openbmb/MiniCPM5-2B"))
-	cfg := loadConfig(t, `
-version: 1
-pools:
-  p:
-    model: openbmb/MiniCPM5-2B
-    health: {disabled: true}
-    replicas: [{name: only, url: "{{p}}"}]
-routes:
-  - name: default
-    to: p
-`, map[string]string{"p": rep.Srv.URL}, nil)
-	gw := startGateway(t, cfg)
+	rep := startReplica(t, fast("m"))
+	gw := oneReplicaGateway(t, rep.Srv.URL, "", "")
 	body := `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`
 	for i := range 4 {
 		if resp, b := post(t, gw.API.URL+"/v1/chat/completions", body, nil); resp.StatusCode != 200 {
@@ -470,7 +348,7 @@ routes:
 			t.Fatalf("round %d, first request after the restart: status %d %s", i, resp.StatusCode, b)
 		}
 	}
-	if r := gw.G.Snapshot().Pool("p").Replica("only"); r.Ejections() != 0 {
+	if r := gw.G.Snapshot().Pool("p").Replica("r"); r.Ejections() != 0 {
 		t.Errorf("the only replica was ejected %d times", r.Ejections())
 	}
 }
@@ -479,23 +357,9 @@ routes:
 // immediate requests and a 429 for the third, whose Retry-After says how
 // long until its bucket has a token; another key is not affected.
 func TestPerKeyRateLimit(t *testing.T) {
-	rep := startReplica(t, fast("openbmb/MiniCPM5-2B"))
-	cfg := loadConfig(t, `
-version: 1
-server:
-  api_keys:
-    - {name: limited, key_env: KEY_LIMITED, rate: {rps: 1, burst: 2}}
-    - {name: other, key_env: KEY_OTHER, rate: {rps: 1, burst: 2}}
-pools:
-  p:
-    model: openbmb/MiniCPM5-2B
-    health: {disabled: true}
-    replicas: [{name: p-a, url: "{{p}}"}]
-routes:
-  - name: default
-    to: p
-`, map[string]string{"p": rep.Srv.URL}, map[string]string{"KEY_LIMITED": "sk-limited", "KEY_OTHER": "sk-other"})
-	gw := startGateway(t, cfg)
+	rep := startReplica(t, fast("m"))
+	gw := oneReplicaGateway(t, rep.Srv.URL, "", `{api_keys: [{name: limited, key_env: KEY_LIMITED, rate: {rps: 1, burst: 2}},
+  {name: other, key_env: KEY_OTHER, rate: {rps: 1, burst: 2}}]}`, map[string]string{"KEY_LIMITED": "sk-limited", "KEY_OTHER": "sk-other"})
 	url := gw.API.URL + "/v1/chat/completions"
 	body := `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`
 	limited := map[string]string{"Authorization": "Bearer sk-limited"}
@@ -521,7 +385,7 @@ routes:
 	if resp, b := post(t, url, body, map[string]string{"Authorization": "Bearer sk-other"}); resp.StatusCode != 200 {
 		t.Errorf("another key was limited too: %d %s", resp.StatusCode, b)
 	}
-	if rep.count() != 3 {
-		t.Errorf("replica saw %d requests, want 3 (the limited one never reaches it)", rep.count())
+	if rep.Count() != 3 {
+		t.Errorf("replica saw %d requests, want 3 (the limited one never reaches it)", rep.Count())
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
-	"github.com/tidwall/gjson"
 )
 
 // holdReplica is a simulator behind a gate: a request whose body holds
@@ -127,10 +126,10 @@ func TestClassifierNotStarvedByTenant(t *testing.T) {
 					t.Errorf("victim request %d classified %q with a reserved slot, want simple", i, class)
 				}
 			}
-			if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"result": "circuit_open"}); v != 0 {
+			if v := gw.MetricValue(t, "switchyard_classifier_requests_total", map[string]string{"result": "circuit_open"}); v != 0 {
 				t.Errorf("%v classifications refused by an open breaker: waiting for a slot counted as the pool failing", v)
 			}
-			if v := metricValue(t, gw, "switchyard_classifier_circuit_open", nil); v != 0 {
+			if v := gw.MetricValue(t, "switchyard_classifier_circuit_open", nil); v != 0 {
 				t.Errorf("the classifier breaker opened")
 			}
 			if got := m.held.Load(); got != tc.held {
@@ -153,18 +152,8 @@ func TestClassifierNotStarvedByTenant(t *testing.T) {
 // hog held every slot of the pool and the victim waited in the queue.
 func TestKeyMaxInflight(t *testing.T) {
 	m := startHoldReplica(t, fast("m"))
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-server:
-  api_keys:
-    - {name: hog, key_env: KEY_HOG, max_inflight: 2}
-    - {name: victim, key_env: KEY_VICTIM}
-pools:
-  p: {model: m, max_inflight: 3, queue_timeout: 1m, health: {disabled: true}, replicas: [{name: r, url: "{{m}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"m": m.Srv.URL}, map[string]string{"KEY_HOG": "hog-secret", "KEY_VICTIM": "victim-secret"}))
+	gw := oneReplicaGateway(t, m.Srv.URL, ", max_inflight: 3, queue_timeout: 1m", "{api_keys: [{name: hog, key_env: KEY_HOG, max_inflight: 2}, {name: victim, key_env: KEY_VICTIM}]}",
+		map[string]string{"KEY_HOG": "hog-secret", "KEY_VICTIM": "victim-secret"})
 	url := gw.API.URL + "/v1/chat/completions"
 	hogKey := map[string]string{"Authorization": "Bearer hog-secret"}
 	wait := hog(t, url, "p", 2, hogKey)
@@ -203,14 +192,7 @@ func TestRequestLoop(t *testing.T) {
 		h.Load().(http.Handler).ServeHTTP(w, r)
 	}))
 	defer self.Close()
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  p: {model: m, health: {disabled: true}, retries: 2, replicas: [{name: me, url: "{{self}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"self": self.URL}, nil))
+	gw := oneReplicaGateway(t, self.URL, ", retries: 2", "")
 	h.Store(gw.G.Handler())
 	resp, b := post(t, self.URL+"/v1/chat/completions", `{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`, nil)
 	if resp.StatusCode < 500 || !strings.Contains(string(b), "came back") {
@@ -219,7 +201,7 @@ routes:
 	if n := hits.Load(); n != 2 {
 		t.Errorf("the request passed through the gateway %d times, want 2 (one hop)", n)
 	}
-	if v := metricValue(t, gw, "switchyard_request_loops_total", nil); v != 1 {
+	if v := gw.MetricValue(t, "switchyard_request_loops_total", nil); v != 1 {
 		t.Errorf("switchyard_request_loops_total %v, want 1", v)
 	}
 	t.Logf("client got %d %s", resp.StatusCode, b)
@@ -314,16 +296,11 @@ routes:
 				want = 2
 			}
 			polltest.Eventually(t, 10*time.Second, "the stalled exchange to finish", func() bool {
-				return metricValue(t, gw, "switchyard_request_duration_seconds", nil) == want
+				return gw.MetricValue(t, "switchyard_request_duration_seconds", nil) == want
 			})
 			// Counted against the replica: its last error says so (a
 			// neutral outcome leaves none).
-			resp, err := http.Get(gw.Admin.URL + "/admin/pools")
-			if err != nil {
-				t.Fatal(err)
-			}
-			pb, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			_, pb := get(t, gw.Admin.URL+"/admin/pools", nil)
 			if counted := strings.Contains(string(pb), "first_token_timeout"); counted != tc.counted {
 				t.Errorf("counted against the replica: %t, want %t (/admin/pools: %s)", counted, tc.counted, pb)
 			}
@@ -369,22 +346,7 @@ func TestClassifierCallsTakeTurnsByTenant(t *testing.T) {
 	gw := startGateway(t, loadConfig(t, yaml, map[string]string{"qwen": q.Srv.URL, "minicpm": rec.URL},
 		map[string]string{"KEY_BURST": "burst-secret", "KEY_OTHER": "other-secret"}))
 	url := gw.API.URL + "/v1/chat/completions"
-	waiting := func() int64 {
-		req, _ := http.NewRequest(http.MethodGet, gw.Admin.URL+"/admin/pools", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return -1
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		var n int64
-		for _, v := range gjson.GetBytes(b, "pools.#.replicas.#.waiting").Array() {
-			for _, w := range v.Array() {
-				n += w.Int()
-			}
-		}
-		return n
-	}
+	waiting := func() int64 { return adminReplicaView(t, gw, "minicpm", "minicpm-a").Waiting }
 	var wg sync.WaitGroup
 	send := func(key, text string) {
 		wg.Add(1)
@@ -426,15 +388,7 @@ func TestForgedViaNeedsAKey(t *testing.T) {
 		vllmsim.New(fast("m")).ServeHTTP(w, r)
 	}))
 	defer up.Close()
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-server: {api_keys: [{name: k, key_env: KEY}]}
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: r, url: "{{up}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"up": up.URL}, map[string]string{"KEY": "sk-1"}))
+	gw := oneReplicaGateway(t, up.URL, "", "{api_keys: [{name: k, key_env: KEY}]}", map[string]string{"KEY": "sk-1"})
 	url := gw.API.URL + "/v1/chat/completions"
 	body := `{"model":"p","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
 	if resp, b := post(t, url, body, map[string]string{"Authorization": "Bearer sk-1"}); resp.StatusCode != 200 {
@@ -447,7 +401,7 @@ routes:
 	if resp, b := post(t, url, body, map[string]string{"Via": forged}); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("forged Via without a key: %d %s, want 401", resp.StatusCode, b)
 	}
-	if v := metricValue(t, gw, "switchyard_request_loops_total", nil); v != 0 || strings.Contains(gw.Logs.String(), "request loop") {
+	if v := gw.MetricValue(t, "switchyard_request_loops_total", nil); v != 0 || strings.Contains(gw.Logs.String(), "request loop") {
 		t.Errorf("an unauthenticated forged Via counted %v loops / logged a loop warning", v)
 	}
 	if resp, _ := post(t, url, body, map[string]string{"Via": forged, "Authorization": "Bearer sk-1"}); resp.StatusCode != http.StatusLoopDetected {

@@ -3,7 +3,6 @@ package router_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/switchyard/switchyard/internal/polltest"
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/router/internal/wire"
 	"github.com/switchyard/switchyard/vllmsim"
 )
@@ -42,14 +42,25 @@ func sseUpstream(t *testing.T, raw string, write func(w http.ResponseWriter, r *
 	return srv
 }
 
-// oneReplicaGateway runs a gateway with one pool "p" on the replica at url;
-// extra is added to the pool's YAML mapping, server to the server section.
-func oneReplicaGateway(t *testing.T, url, extra, server string) *gateway {
+// oneReplicaGateway runs a gateway with one pool "p" of model m on replica
+// "r" at url; extra is added to the pool's YAML mapping, server to the
+// server section, and env is what its *_env keys read.
+func oneReplicaGateway(t *testing.T, url, extra, server string, env ...map[string]string) *gateway {
+	t.Helper()
+	return startGateway(t, oneReplicaConfig(t, url, extra, server, env...))
+}
+
+// oneReplicaConfig is oneReplicaGateway's config.
+func oneReplicaConfig(t *testing.T, url, extra, server string, env ...map[string]string) *policy.Config {
 	t.Helper()
 	if server == "" {
 		server = "{}"
 	}
-	return startGateway(t, loadConfig(t, `
+	var keys map[string]string
+	if len(env) > 0 {
+		keys = env[0]
+	}
+	return loadConfig(t, `
 version: 1
 server: `+server+`
 pools:
@@ -57,7 +68,7 @@ pools:
 routes:
   - name: default
     to: p
-`, map[string]string{"u": url}, nil))
+`, map[string]string{"u": url}, keys)
 }
 
 const streamReq = `{"model":"auto","stream":true,"messages":[{"role":"user","content":"hi"}]}`
@@ -118,19 +129,21 @@ func TestCompletedStreamIsOK(t *testing.T) {
 		tr.CloseIdleConnections() // close the connection right after [DONE]
 	}
 	polltest.Eventually(t, 5*time.Second, "every stream to be logged", func() bool {
-		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": "p"}) == n
+		return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"pool": "p"}) == n
 	})
-	if got := metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}); got != n {
+	if got := gw.MetricValue(t, "switchyard_requests_total", map[string]string{"code": "200"}); got != n {
 		t.Errorf("%v of %d completed streams counted 200 (the rest as 499)", got, n)
 	}
 }
 
 // TestStreamTimeouts: a replica that starts a stream and stalls before the
-// first event, or between events, ends the client stream with an error
-// event naming the timeout, frees the slot and counts against the replica.
+// first event (keep-alive comments are no event), or between events, ends
+// the client stream with an error event naming the timeout, frees the
+// slot and counts against the replica.
 func TestStreamTimeouts(t *testing.T) {
 	for _, tc := range []struct{ name, extra, want string }{
 		{"first token", ", first_token_timeout: 200ms", "first_token_timeout"},
+		{"comments only", ", first_token_timeout: 300ms", "first_token_timeout"},
 		{"idle", ", stream_idle_timeout: 200ms", "stream_idle_timeout"},
 		{"whole stream", ", max_stream_duration: 300ms", "max_stream_duration"},
 	} {
@@ -140,6 +153,11 @@ func TestStreamTimeouts(t *testing.T) {
 				defer close(released)
 				rc := http.NewResponseController(w)
 				_ = rc.Flush()
+				for tc.name == "comments only" && r.Context().Err() == nil {
+					_, _ = io.WriteString(w, ": ping\n\n")
+					_ = rc.Flush()
+					time.Sleep(20 * time.Millisecond)
+				}
 				if tc.want != "first_token_timeout" {
 					for i := 0; i < 3; i++ {
 						_, _ = io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"content":"a"}}]}`+"\n\n")
@@ -196,7 +214,7 @@ func TestWriteTimeout(t *testing.T) {
 	polltest.Eventually(t, 20*time.Second, "the upstream request to be cancelled", cancelled.Load)
 	polltest.Eventually(t, 5*time.Second, "the slot to be free", func() bool { return adminReplicaView(t, gw, "p", "r").Inflight == 0 })
 	polltest.Eventually(t, 5*time.Second, "a 499 to be logged", func() bool {
-		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "499"}) == 1
+		return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"code": "499"}) == 1
 	})
 }
 
@@ -335,27 +353,8 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 		t.Fatal("the stream did not end")
 	}
 	polltest.Eventually(t, 5*time.Second, "a 503 to be logged", func() bool {
-		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "503"}) == 1
+		return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"code": "503"}) == 1
 	})
-	_ = context.Background
-}
-
-// TestCommentsAreNotProgress: keep-alive comments do not count as the
-// first token.
-func TestCommentsAreNotProgress(t *testing.T) {
-	up := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
-		for r.Context().Err() == nil {
-			_, _ = io.WriteString(w, ": ping\n\n")
-			_ = rc.Flush()
-			time.Sleep(20 * time.Millisecond)
-		}
-	})
-	gw := oneReplicaGateway(t, up.URL, ", first_token_timeout: 300ms", "")
-	_, b := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
-	if !strings.Contains(string(b), "first_token_timeout") {
-		t.Errorf("%q", b)
-	}
 }
 
 // TestDeepReplicaAnswerRefused: a non-stream answer nesting JSON deeper
@@ -381,6 +380,22 @@ func TestDeepReplicaAnswerRefused(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if grew := int64(after.TotalAlloc-before.TotalAlloc) >> 20; grew > 200 {
 		t.Errorf("three deep answers allocated %d MiB", grew)
+	}
+}
+
+// TestOversizedAnswerIs502: a non-stream answer over the size limit is not
+// held in memory or passed on; the client gets 502.
+func TestOversizedAnswerIs502(t *testing.T) {
+	defer router.SetAnswerLimit(1 << 10)()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"x":"`+strings.Repeat("a", 4<<10)+`"}`)
+	}))
+	t.Cleanup(up.Close)
+	gw := oneReplicaGateway(t, up.URL, ", retries: 0", "")
+	resp, body := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "larger than 1024 bytes") {
+		t.Errorf("status %d body %s", resp.StatusCode, body)
 	}
 }
 
@@ -416,12 +431,12 @@ func TestClientCancelIsTheClients(t *testing.T) {
 	}
 	resp.Body.Close()
 	polltest.Eventually(t, 5*time.Second, "a 499 to be logged", func() bool {
-		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "499"}) == 1
+		return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"code": "499"}) == 1
 	})
 	if logs := gw.Logs.String(); !strings.Contains(logs, "client closed the stream") || strings.Contains(logs, "replica ended the stream") {
 		t.Errorf("access line: %s", logs)
 	}
-	if v := metricValue(t, gw, "switchyard_tokens_total", map[string]string{"kind": "completion"}); v != 5 {
+	if v := gw.MetricValue(t, "switchyard_tokens_total", map[string]string{"kind": "completion"}); v != 5 {
 		t.Errorf("completion tokens counted %v, want the 5 streamed", v)
 	}
 	if v := adminReplicaView(t, gw, "p", "r"); v.LastError != "" {
@@ -507,14 +522,7 @@ routes:
 	if hits.Load() == 0 {
 		t.Fatal("the bad replica was never tried")
 	}
-	only := startGateway(t, loadConfig(t, `
-version: 1
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: bad, url: "{{bad}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"bad": bad.URL}, nil))
+	only := oneReplicaGateway(t, bad.URL, "", "")
 	if resp, b := post(t, only.API.URL+"/v1/chat/completions", chatBody("x", ""), nil); resp.StatusCode != http.StatusBadGateway || strings.Contains(string(b), "data:") {
 		t.Errorf("with no other replica: %d %.120s, want 502 without the events", resp.StatusCode, b)
 	}

@@ -3,8 +3,8 @@ package router_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,13 +42,24 @@ func testNetDialer() func(ctx context.Context, network, addr string) (net.Conn, 
 	}
 }
 
-// endpointSlices writes a Service's EndpointSlice as the EndpointSlice
-// controller does (the service-name and managed-by labels, a named port).
+// endpointSlices writes Service inference/vllm's EndpointSlices as the
+// EndpointSlice controller does (the service-name and managed-by labels,
+// a named port), on a real API server or, with fake set, the fake one.
 type endpointSlices struct {
 	t    *testing.T
 	srv  *kubetest.Server
-	ns   string
+	fake *kubetest.Slices
 	port int32
+}
+
+// apiSlices starts a real API server with namespace inference (the test
+// is skipped without one; see internal/kubetest).
+func apiSlices(t *testing.T, port int) (*kubetest.Server, *endpointSlices) {
+	srv := kubetest.Start(t)
+	if _, err := srv.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "inference"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return srv, &endpointSlices{t: t, srv: srv, port: int32(port)}
 }
 
 type podState int
@@ -63,24 +74,21 @@ const (
 func (e *endpointSlices) put(name string, pods map[int]podState) {
 	e.t.Helper()
 	s := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns, Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "inference", Labels: map[string]string{
 			discoveryv1.LabelServiceName: "vllm", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptrTo("http"), Port: ptrTo(e.port), Protocol: ptrTo(corev1.ProtocolTCP)}},
 	}
-	ns := slices.Sorted(func(yield func(int) bool) {
-		for n := range pods {
-			if !yield(n) {
-				return
-			}
-		}
-	})
-	for _, n := range ns {
+	for _, n := range slices.Sorted(maps.Keys(pods)) {
 		st := pods[n]
 		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{"192.0.2." + strconv.Itoa(n)},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(st == ready), Serving: ptrTo(st != notReady), Terminating: ptrTo(st == terminating)}})
 	}
-	api := e.srv.Client.DiscoveryV1().EndpointSlices(e.ns)
+	if e.fake != nil {
+		e.fake.Put(s)
+		return
+	}
+	api := e.srv.Client.DiscoveryV1().EndpointSlices("inference")
 	ctx := e.t.Context()
 	old, err := api.Get(ctx, name, metav1.GetOptions{})
 	if err == nil {
@@ -96,12 +104,38 @@ func (e *endpointSlices) put(name string, pods map[int]podState) {
 
 func (e *endpointSlices) delete(name string) {
 	e.t.Helper()
-	if err := e.srv.Client.DiscoveryV1().EndpointSlices(e.ns).Delete(e.t.Context(), name, metav1.DeleteOptions{}); err != nil {
+	if e.fake != nil {
+		e.fake.Delete(name)
+	} else if err := e.srv.Client.DiscoveryV1().EndpointSlices("inference").Delete(e.t.Context(), name, metav1.DeleteOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// kubeConfig is pool small on Service inference/vllm's port (a name or a
+// number) through kubeconfig.
+func kubeConfig(kubeconfig, port string) string {
+	return `
+version: 1
+pools:
+  small:
+    model: org/small
+    health: {interval: 20ms, timeout: 500ms, healthy_after: 1}
+    discovery:
+      kubernetes: {service: vllm, namespace: inference, port: ` + port + `, kubeconfig: ` + strconv.Quote(kubeconfig) + `}
+routes:
+  - {name: default, to: small}
+`
+}
+
+// viaTestNet has the gateway reach the slices' 192.0.2.N addresses at
+// the simulators (testNetDialer).
+func viaTestNet(o *router.Options) {
+	tr := pools.NewTransport(2 * time.Second)
+	tr.DialContext = testNetDialer()
+	o.Transport = tr
+}
 
 // TestKubernetesDiscoveryUnderLoad follows a Service's EndpointSlices on a
 // real API server while clients send requests through the gateway: a
@@ -114,37 +148,10 @@ func ptrTo[T any](v T) *T { return &v }
 // unless the section changed; the lost watch keeps the set and is logged
 // once.
 func TestKubernetesDiscoveryUnderLoad(t *testing.T) {
-	srv := kubetest.Start(t)
 	port, counts := loopbackSims(t, 5) // 127.0.0.2 … 127.0.0.6
-	ns := "inference"
-	if _, err := srv.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	es := &endpointSlices{t: t, srv: srv, ns: ns, port: int32(port)}
+	srv, es := apiSlices(t, port)
 	es.put("vllm-abcde", map[int]podState{2: ready, 3: ready})
-
-	config := func(port string) string {
-		return `
-version: 1
-pools:
-  small:
-    model: org/small
-    health: {interval: 20ms, timeout: 500ms, healthy_after: 1}
-    discovery:
-      kubernetes: {service: vllm, namespace: inference, port: ` + port + `, kubeconfig: ` + strconv.Quote(srv.Kubeconfig) + `}
-routes:
-  - {name: default, to: small}
-`
-	}
-	path := filepath.Join(t.TempDir(), "switchyard.yaml")
-	writeFile(t, path, config("http"))
-	cfg, err := router.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := pools.NewTransport(2 * time.Second)
-	tr.DialContext = testNetDialer()
-	gw := startGateway(t, cfg, func(o *router.Options) { o.Transport = tr; o.ConfigPath = path })
+	gw, path := fileGateway(t, kubeConfig(srv.Kubeconfig, "http"), viaTestNet)
 
 	name := func(n int) string { return "192.0.2." + strconv.Itoa(n) + ":" + strconv.Itoa(port) }
 	want := func(what string, ns ...int) {
@@ -160,10 +167,10 @@ routes:
 	told := func(what string, put func()) {
 		t.Helper()
 		ok := map[string]string{"pool": "small", "result": "ok"}
-		before := metricValue(t, gw, "switchyard_discovery_resolutions_total", ok)
+		before := gw.MetricValue(t, "switchyard_discovery_resolutions_total", ok)
 		put()
 		polltest.Eventually(t, 60*time.Second, what, func() bool {
-			return metricValue(t, gw, "switchyard_discovery_resolutions_total", ok) > before
+			return gw.MetricValue(t, "switchyard_discovery_resolutions_total", ok) > before
 		})
 	}
 	sim := func(n int) string { return "127.0.0." + strconv.Itoa(n) }
@@ -183,7 +190,7 @@ routes:
 		}
 	}
 
-	l := startLoad(t, gw.API.URL, 4)
+	l := startLoad(t, gw.API.URL, 4, false)
 	polltest.Eventually(t, 60*time.Second, "traffic on the first set", served(2))
 
 	// The rolling update (maxSurge 1, maxUnavailable 0): a new pod
@@ -217,7 +224,7 @@ routes:
 	// the updates counted stay); one that changes it (the port by number)
 	// starts another, and the set carries over either way.
 	okCount := func() float64 {
-		return metricValue(t, gw, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "ok"})
+		return gw.MetricValue(t, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "ok"})
 	}
 	before := okCount()
 	if _, err := gw.G.Reload(); err != nil {
@@ -226,10 +233,7 @@ routes:
 	if got := okCount(); got != before {
 		t.Errorf("a reload with the same discovery section listed again (%g updates, were %g)", got, before)
 	}
-	writeFile(t, path, config(strconv.Itoa(port)))
-	if _, err := gw.G.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	reloadFile(t, gw, path, kubeConfig(srv.Kubeconfig, strconv.Itoa(port)))
 	if got := okCount(); got <= before {
 		t.Errorf("a reload with a changed discovery section did not list again (%g updates, were %g)", got, before)
 	}
@@ -254,7 +258,7 @@ routes:
 	})
 	want("the set kept while the API server is down", 4, 5, 6)
 	polltest.Eventually(t, 60*time.Second, "traffic while the API server is down", served(6))
-	if got := metricValue(t, gw, "switchyard_discovery_replicas", map[string]string{"pool": "small"}); got != 3 {
+	if got := gw.MetricValue(t, "switchyard_discovery_replicas", map[string]string{"pool": "small"}); got != 3 {
 		t.Errorf("switchyard_discovery_replicas = %g, want 3", got)
 	}
 	srv.StartAPIServer()
@@ -271,10 +275,8 @@ routes:
 			t.Errorf("192.0.2.%d got %d requests after the gateway saw it terminating", n, got-gone)
 		}
 	}
-	if l.failed.Load() != 0 {
-		t.Errorf("%d of %d requests failed: %v", l.failed.Load(), l.ok.Load()+l.failed.Load(), l.errs[:min(5, len(l.errs))])
-	}
-	if got := metricValue(t, gw, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "error"}); got < 1 {
+	l.check(t)
+	if got := gw.MetricValue(t, "switchyard_discovery_resolutions_total", map[string]string{"pool": "small", "result": "error"}); got < 1 {
 		t.Errorf("switchyard_discovery_resolutions_total{result=error} = %g, want the lost watch counted", got)
 	}
 	logs := gw.Logs.String()

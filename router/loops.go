@@ -15,10 +15,11 @@ import (
 // Request loops. A replica address that names the gateway itself (a
 // listed URL, an SRV answer, a Service label mistake) would send each
 // request back in, again and again, until connections or memory run out.
-// Two guards: such an address is refused when it is configured or
-// discovered (selfAddr), and every forwarded request carries a Via entry
-// naming this gateway process (RFC 9110 §7.6.3), so one that comes back
-// marked is answered 508 instead of being forwarded again (looped).
+// Two guards: such an address is refused when it is configured
+// (checkSelfReplicas) or discovered (discoveries.RefuseSelf), and every
+// forwarded request carries a Via entry naming this gateway process (RFC
+// 9110 §7.6.3), so one that comes back marked is answered 508 instead of
+// being forwarded again (looped).
 
 // refuseLoop answers a request that came back to the gateway that sent it.
 func (g *Gateway) refuseLoop(w http.ResponseWriter, r *http.Request) {
@@ -38,7 +39,7 @@ func checkSelfReplicas(cfg *policy.Config, local []netip.Addr) error {
 			if r.Parsed == nil {
 				continue
 			}
-			if which, self := conns.SelfAddr(listens(&cfg.Server), local, conns.HostPort(r.Parsed.Scheme, r.Parsed.Host)); self {
+			if which, self := conns.SelfAddr(conns.Listeners(cfg.Server.Listen, cfg.Server.AdminListen), local, conns.HostPort(r.Parsed.Scheme, r.Parsed.Host)); self {
 				line, col := cfg.Position("pools", pc.Name, "replicas", i, "url")
 				errs = append(errs, fmt.Sprintf("%s:%d:%d: pool %q: replica %q: url %s is this gateway's own listener (%s): every request sent there would loop",
 					cfg.File, line, col, pc.Name, r.Name, r.Parsed.Redacted(), which))
@@ -49,23 +50,4 @@ func checkSelfReplicas(cfg *policy.Config, local []netip.Addr) error {
 		return fmt.Errorf("%s", strings.Join(errs, "\n"))
 	}
 	return nil
-}
-
-// refuseSelf is a discovery's Refuse: an answer that names the gateway's
-// own listener is logged and dropped (the rest of the answer is used).
-func (g *Gateway) refuseSelf(pool string, sc *policy.Server) func(string) bool {
-	return func(addr string) bool {
-		which, self := conns.SelfAddr(listens(sc), g.local, addr)
-		if self {
-			g.metrics.DiscoverySelf.WithLabelValues(pool).Inc()
-			g.log.Error("discovery: an answer names this gateway's own listener; the address is refused (a request sent there would loop)",
-				"pool", pool, "addr", addr, "listener", which)
-		}
-		return self
-	}
-}
-
-// listens are the gateway's own listeners, named by their config keys.
-func listens(sc *policy.Server) []conns.Own {
-	return []conns.Own{{Key: "server.listen", Addr: sc.Listen}, {Key: "server.admin_listen", Addr: sc.AdminListen}}
 }

@@ -41,7 +41,7 @@ func TestMetricsAfterScriptedTraffic(t *testing.T) {
 		{"route": "none", "pool": "none", "class": "none", "code": "404"},
 		{"route": "none", "pool": "none", "class": "none", "code": "400"},
 	} {
-		got[series["route"]+"/"+series["code"]] = metricValue(t, gw, "switchyard_requests_total", series)
+		got[series["route"]+"/"+series["code"]] = gw.MetricValue(t, "switchyard_requests_total", series)
 	}
 	want := map[string]float64{"default/200": 7, "complex/200": 3, "none/404": 2, "none/400": 1}
 	if d := cmp.Diff(want, got); d != "" {
@@ -51,9 +51,9 @@ func TestMetricsAfterScriptedTraffic(t *testing.T) {
 	// (the classifier's calls on minicpm are not client traffic).
 	qs, ms := q.Sim.Stats(), m.Sim.Stats()
 	tokens := map[string]float64{
-		"qwen/prompt":        metricValue(t, gw, "switchyard_tokens_total", map[string]string{"pool": "qwen", "kind": "prompt"}),
-		"qwen/completion":    metricValue(t, gw, "switchyard_tokens_total", map[string]string{"pool": "qwen", "kind": "completion"}),
-		"minicpm/completion": metricValue(t, gw, "switchyard_tokens_total", map[string]string{"pool": "minicpm", "kind": "completion"}),
+		"qwen/prompt":        gw.MetricValue(t, "switchyard_tokens_total", map[string]string{"pool": "qwen", "kind": "prompt"}),
+		"qwen/completion":    gw.MetricValue(t, "switchyard_tokens_total", map[string]string{"pool": "qwen", "kind": "completion"}),
+		"minicpm/completion": gw.MetricValue(t, "switchyard_tokens_total", map[string]string{"pool": "minicpm", "kind": "completion"}),
 	}
 	if tokens["qwen/prompt"] != float64(qs.PromptTokens) || tokens["qwen/completion"] != float64(qs.CompletionTokens) {
 		t.Errorf("qwen tokens %v, simulator served prompt %d completion %d", tokens, qs.PromptTokens, qs.CompletionTokens)
@@ -63,10 +63,10 @@ func TestMetricsAfterScriptedTraffic(t *testing.T) {
 	if tokens["minicpm/completion"] != 7*4 {
 		t.Errorf("minicpm completion tokens %v, want 28 (simulator total incl. classifier calls: %d)", tokens["minicpm/completion"], ms.CompletionTokens)
 	}
-	if n := metricValue(t, gw, "switchyard_time_to_first_token_seconds", map[string]string{"pool": "minicpm"}); n != 4 {
+	if n := gw.MetricValue(t, "switchyard_time_to_first_token_seconds", map[string]string{"pool": "minicpm"}); n != 4 {
 		t.Errorf("TTFT observations for minicpm %v, want 4 (one per stream)", n)
 	}
-	if n := metricValue(t, gw, "switchyard_request_duration_seconds", map[string]string{"pool": "qwen"}); n != 3 {
+	if n := gw.MetricValue(t, "switchyard_request_duration_seconds", map[string]string{"pool": "qwen"}); n != 3 {
 		t.Errorf("duration observations for qwen %v, want 3", n)
 	}
 }
@@ -76,16 +76,7 @@ func TestMetricsAfterScriptedTraffic(t *testing.T) {
 // the key and the model the client asked for.
 func TestPerKeyObservability(t *testing.T) {
 	r := startReplica(t, vllmsim.Profile{Model: "m", DefaultMaxTokens: 5})
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-server:
-  api_keys: [{name: agents, key_env: K1}, {name: ci, key_env: K2}]
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: a, url: "{{a}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"a": r.Srv.URL}, map[string]string{"K1": "sk-agents", "K2": "sk-ci"}))
+	gw := oneReplicaGateway(t, r.Srv.URL, "", "{api_keys: [{name: agents, key_env: K1}, {name: ci, key_env: K2}]}", map[string]string{"K1": "sk-agents", "K2": "sk-ci"})
 	url := gw.API.URL + "/v1/chat/completions"
 	body := `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`
 	for _, c := range []struct {
@@ -97,7 +88,7 @@ routes:
 		}
 	}
 	polltest.Eventually(t, 5*time.Second, "the last request counted", func() bool {
-		return metricValue(t, gw, "switchyard_key_requests_total", map[string]string{"key": "none", "code": "401"}) == 1 &&
+		return gw.MetricValue(t, "switchyard_key_requests_total", map[string]string{"key": "none", "code": "401"}) == 1 &&
 			strings.Count(gw.Logs.String(), `"msg":"request"`) == 4
 	})
 	for _, c := range []struct {
@@ -111,7 +102,7 @@ routes:
 		{"switchyard_key_tokens_total", map[string]string{"key": "agents", "kind": "completion"}, 10},
 		{"switchyard_key_tokens_total", map[string]string{"key": "ci", "kind": "completion"}, 5},
 	} {
-		if got := metricValue(t, gw, c.name, c.labels); got != c.want {
+		if got := gw.MetricValue(t, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}

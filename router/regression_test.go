@@ -1,17 +1,12 @@
 package router_test
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/switchyard/switchyard/internal/polltest"
-	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
 )
 
@@ -19,31 +14,14 @@ import (
 // carries X-Switchyard-Pool and is counted under that pool.
 func TestSaturatedPoolErrorNamesThePool(t *testing.T) {
 	held := startReplica(t, vllmsim.Profile{Model: "m", DecodeTPS: 5, DefaultMaxTokens: 50})
-	cfg := loadConfig(t, `
-version: 1
-pools:
-  p: {model: m, max_inflight: 1, queue_timeout: 20ms, health: {disabled: true}, replicas: [{name: r, url: "{{h}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"h": held.Srv.URL}, nil)
-	gw := startGateway(t, cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel() // ends the held request before the servers close
-	go func() {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gw.API.URL+"/v1/chat/completions", strings.NewReader(`{"model":"auto","messages":[{"role":"user","content":"x"}]}`))
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-	}()
+	gw := oneReplicaGateway(t, held.Srv.URL, ", max_inflight: 1, queue_timeout: 20ms", "")
+	hold(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"x"}]}`, nil)
 	polltest.Eventually(t, 2*time.Second, "the slot to be taken", func() bool { return held.Sim.Running() == 1 })
 	resp, _ := post(t, gw.API.URL+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"y"}]}`, nil)
 	if resp.StatusCode != 503 || resp.Header.Get("X-Switchyard-Pool") != "p" || resp.Header.Get("X-Switchyard-Route") != "default" {
 		t.Errorf("status %d pool %q route %q", resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"), resp.Header.Get("X-Switchyard-Route"))
 	}
-	if v := metricValue(t, gw, "switchyard_requests_total", map[string]string{"pool": "p", "code": "503"}); v != 1 {
+	if v := gw.MetricValue(t, "switchyard_requests_total", map[string]string{"pool": "p", "code": "503"}); v != 1 {
 		t.Errorf("503s counted under pool p: %v", v)
 	}
 }
@@ -85,7 +63,6 @@ routes:
 func TestReloadRebuildsPoolsWhoseBuildInputsChanged(t *testing.T) {
 	a := startReplica(t, fast("m"))
 	b := startReplica(t, fast("n"))
-	path := filepath.Join(t.TempDir(), "switchyard.yaml")
 	render := func(spill, keyEnv string) string {
 		return strings.NewReplacer("{{a}}", a.Srv.URL, "{{b}}", b.Srv.URL, "SPILL", spill, "KEYENV", keyEnv).Replace(`
 version: 1
@@ -100,28 +77,17 @@ routes:
 	}
 	t.Setenv("VLLM_KEY_1", "one")
 	t.Setenv("VLLM_KEY_2", "two")
-	writeFile(t, path, render("", "VLLM_KEY_1"))
-	cfg, err := router.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
+	gw, path := fileGateway(t, render("", "VLLM_KEY_1"))
 	before := gw.G.Snapshot().Pool("a")
 	if before.Options().Scrape.Enabled {
 		t.Fatal("pool a scrapes before any spill")
 	}
-	writeFile(t, path, render("spill: {to: b, when_queue_over: 2}", "VLLM_KEY_1"))
-	if _, err := gw.G.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	reloadFile(t, gw, path, render("spill: {to: b, when_queue_over: 2}", "VLLM_KEY_1"))
 	afterSpill := gw.G.Snapshot().Pool("a")
 	if !afterSpill.Options().Scrape.Enabled {
 		t.Error("adding a spill out of pool a did not turn its scraping on")
 	}
-	writeFile(t, path, render("spill: {to: b, when_queue_over: 2}", "VLLM_KEY_2"))
-	if _, err := gw.G.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	reloadFile(t, gw, path, render("spill: {to: b, when_queue_over: 2}", "VLLM_KEY_2"))
 	if p := gw.G.Snapshot().Pool("a"); p == afterSpill || p.Options().APIKey != "two" {
 		t.Error("changing pool a's vLLM key did not rebuild it with the new key")
 	}
@@ -135,37 +101,24 @@ routes:
 // dead replica stays out of rotation.
 func TestReloadCarriesReplicaState(t *testing.T) {
 	live := startReplica(t, fast("m"))
-	path := filepath.Join(t.TempDir(), "switchyard.yaml")
-	render := func(retries int) string {
-		return fmt.Sprintf(`
+	text := fmt.Sprintf(`
 version: 1
 pools:
   p:
     model: m
-    retries: %d
+    retries: 2
     health: {interval: 20ms, timeout: 2s, unhealthy_after: 1, healthy_after: 1000}
     replicas: [{name: live, url: "%s"}, {name: dead, url: "%s"}]
 routes:
   - name: default
     to: p
-`, retries, live.Srv.URL, refusedURL(t))
-	}
-	text := render(2)
-	writeFile(t, path, text)
-	cfg, err := router.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
-	dead := func() *router.Snapshot { return gw.G.Snapshot() }
+`, live.Srv.URL, refusedURL(t))
+	gw, path := fileGateway(t, text)
 	polltest.Eventually(t, 5*time.Second, "the dead replica to be marked unhealthy", func() bool {
-		return !dead().Pool("p").Replica("dead").Healthy()
+		return !gw.G.Snapshot().Pool("p").Replica("dead").Healthy()
 	})
 	before := gw.G.Snapshot().Pool("p")
-	writeFile(t, path, strings.Replace(text, "retries: 2", "retries: 1", 1))
-	if _, err := gw.G.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	reloadFile(t, gw, path, strings.Replace(text, "retries: 2", "retries: 1", 1))
 	after := gw.G.Snapshot().Pool("p")
 	if after == before {
 		t.Fatal("the pool was not rebuilt")

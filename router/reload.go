@@ -64,7 +64,7 @@ func New(cfg *policy.Config, o Options) (*Gateway, error) {
 	g.exec = &upstream.Executor{QueueWait: g.metrics.QueueWait, Retries: g.metrics.Retries, Poison: g.metrics.Poison, Rand: rnd}
 	g.classMetrics = classifier.NewMetrics(o.Registry)
 	g.discs = discoveries.New(discoveries.Options{Log: o.Logger, Now: o.Now, Metrics: discovery.NewMetrics(o.Registry),
-		Passive: o.Passive, Refuse: g.refuseSelf, Changed: g.rediscover})
+		Passive: o.Passive, Refuse: discoveries.RefuseSelf(o.Logger, g.metrics.DiscoverySelf, g.local), Changed: g.rediscover})
 	o.Registry.MustRegister(metrics.NewControlCollector(func() (metrics.ControlState, bool) {
 		s := g.snap.Load()
 		if s == nil || s.Policy == nil || s.Policy.Controller() == nil {

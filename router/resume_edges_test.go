@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,7 +74,7 @@ func TestResumeClientLeaves(t *testing.T) {
 	if !strings.Contains(gw.Logs.String(), `"status":499`) || !strings.Contains(gw.Logs.String(), "the client left during the resume") {
 		t.Errorf("access line: %s", gw.Logs.String())
 	}
-	if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 0 {
+	if got := gw.MetricValue(t, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 0 {
 		t.Errorf("%v resumes counted for a client that left", got)
 	}
 }
@@ -118,7 +119,7 @@ func TestResumeClientLeavesAfterTheEnd(t *testing.T) {
 	if l := gw.Logs.String(); !strings.Contains(l, `"status":200`) || !strings.Contains(l, `"resume":"resumed on b `) {
 		t.Errorf("access line: %s", l)
 	}
-	if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 1 {
+	if got := gw.MetricValue(t, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 1 {
 		t.Errorf("%v resumes counted, want 1", got)
 	}
 }
@@ -175,64 +176,48 @@ routes:
 	}
 }
 
-// TestResumeUnstartedTypedStream: a Responses or Messages stream cut
-// before its first event (response.created, message_start) has nothing a
-// continuation could follow: not resumable, and no replica is asked.
-func TestResumeUnstartedTypedStream(t *testing.T) {
-	for _, c := range []struct{ path, body, why string }{
-		{"/v1/responses", `{"model":"auto","stream":true,"input":"x"}`, "had not sent response.created"},
+// TestResumeNotAsked: a stream no continuation could follow ends with
+// the error event, its reason logged, and no replica is asked: a
+// Responses stream cut before its first event (response.created); a chat
+// event over the size limit, passed through unread (before, the
+// continuation's bytes were glued onto the unfinished event); and a
+// stream that starts once the shutdown has ended the open streams, ended
+// at once (before, a stream between its cut and its continuation was
+// tracked by nothing, so the continuation ran on after the shutdown).
+func TestResumeNotAsked(t *testing.T) {
+	for _, c := range []struct {
+		name, cut, path, body string
+		shutdown              bool
+		want, why             string
+	}{
+		{"unstarted responses", ": nothing yet\n\n", "/v1/responses", `{"model":"auto","stream":true,"input":"x"}`, false,
+			"event: error", "had not sent response.created"},
+		{"oversize event", chatChunk(`{"role":"assistant","content":""}`) + `data: {"x":"` + strings.Repeat("a", 5<<20), "/v1/chat/completions", streamReq, false,
+			"stream_interrupted", "passed through unread"},
+		{"after CutStreams", chatChunk(`{"role":"assistant","content":""}`) + chatChunk(`{"content":"Hello"}`), "/v1/chat/completions", streamReq, true,
+			"shutting down", `"status":503`},
 	} {
-		t.Run(c.path, func(t *testing.T) {
-			a := sseUpstream(t, ": nothing yet\n\n", nil)
-			calls := 0
-			b := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) { calls++ })
+		t.Run(c.name, func(t *testing.T) {
+			a := sseUpstream(t, c.cut, nil)
+			var calls atomic.Int64
+			b := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) { calls.Add(1) })
 			gw := startGateway(t, resumeConfig(t, a.URL, b.URL, ""))
+			if c.shutdown {
+				gw.G.CutStreams()
+			}
 			_, body := post(t, gw.API.URL+c.path, c.body, nil)
-			if !strings.Contains(string(body), "event: error") || calls != 0 {
-				t.Errorf("body %q, %d continuations", body, calls)
+			if !strings.Contains(string(body), c.want) || calls.Load() != 0 {
+				t.Errorf("%d continuations; the stream ends %q", calls.Load(), body[max(0, len(body)-200):])
 			}
 			polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
 			if !strings.Contains(gw.Logs.String(), c.why) {
-				t.Errorf("log does not say why: %s", gw.Logs.String())
+				t.Errorf("log does not say why: %.2000s", gw.Logs.String())
+			}
+			if c.shutdown {
+				polltest.Eventually(t, 5*time.Second, "a 503 to be counted", func() bool {
+					return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"code": "503"}) == 1
+				})
 			}
 		})
 	}
-}
-
-// TestResumeAfterOversizeEvent: a chat event over the size limit is
-// passed through unread, so the stream cannot be resumed faithfully: it
-// ends with the error event and no continuation is asked for. (Before, the
-// continuation's bytes were glued onto the unfinished event.)
-func TestResumeAfterOversizeEvent(t *testing.T) {
-	a := sseUpstream(t, chatChunk(`{"role":"assistant","content":""}`)+`data: {"x":"`+strings.Repeat("a", 5<<20), nil)
-	calls := 0
-	b := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) { calls++ })
-	gw := startGateway(t, resumeConfig(t, a.URL, b.URL, ""))
-	_, body := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
-	if !strings.Contains(string(body), "stream_interrupted") || calls != 0 {
-		t.Errorf("%d continuations; the stream ends %q", calls, body[max(0, len(body)-200):])
-	}
-	polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
-	if !strings.Contains(gw.Logs.String(), "passed through unread") {
-		t.Errorf("log does not say why: %.2000s", gw.Logs.String())
-	}
-}
-
-// TestResumeAfterCutStreams: once the shutdown has ended the open streams,
-// a stream that starts is ended at once, and its continuation is not
-// asked for. (Before, a stream between its cut and its continuation was
-// tracked by nothing, so the continuation ran on after the shutdown.)
-func TestResumeAfterCutStreams(t *testing.T) {
-	a := sseUpstream(t, chatChunk(`{"role":"assistant","content":""}`)+chatChunk(`{"content":"Hello"}`), nil)
-	calls := 0
-	b := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) { calls++ })
-	gw := startGateway(t, resumeConfig(t, a.URL, b.URL, ""))
-	gw.G.CutStreams()
-	_, body := post(t, gw.API.URL+"/v1/chat/completions", streamReq, nil)
-	if !strings.Contains(string(body), "shutting down") || calls != 0 {
-		t.Errorf("%d continuations; the stream: %q", calls, body)
-	}
-	polltest.Eventually(t, 5*time.Second, "a 503 to be logged", func() bool {
-		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "503"}) == 1
-	})
 }

@@ -102,20 +102,20 @@ func TestResumeOnAnotherReplica(t *testing.T) {
 		t.Errorf("usage %+v, want 24 completion tokens for the whole answer", acc.Usage)
 	}
 	// The continuation asked b to continue a's text.
-	cont := b.lastBody()
+	cont := b.LastBody()
 	prefix := gjson.GetBytes(cont, "messages.1.content").String()
 	if !gjson.GetBytes(cont, "continue_final_message").Bool() || gjson.GetBytes(cont, "messages.1.role").String() != "assistant" ||
 		!strings.HasPrefix(want, prefix) || prefix == "" {
 		t.Errorf("continuation request %s", cont)
 	}
-	if a.count() != 1 || b.count() != 1 {
-		t.Errorf("a got %d requests, b %d", a.count(), b.count())
+	if a.Count() != 1 || b.Count() != 1 {
+		t.Errorf("a got %d requests, b %d", a.Count(), b.Count())
 	}
 	// Counted and logged once the handler returns.
 	polltest.Eventually(t, 5*time.Second, "the request to be counted", func() bool {
-		return metricValue(t, gw, "switchyard_requests_total", map[string]string{"code": "200"}) == 1
+		return gw.MetricValue(t, "switchyard_requests_total", map[string]string{"code": "200"}) == 1
 	})
-	if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"pool": "p", "result": "resumed"}); got != 1 {
+	if got := gw.MetricValue(t, "switchyard_stream_resumes_total", map[string]string{"pool": "p", "result": "resumed"}); got != 1 {
 		t.Errorf("resumes metric %v", got)
 	}
 	if !strings.Contains(gw.Logs.String(), `"resume":"resumed on b after`) {
@@ -124,25 +124,28 @@ func TestResumeOnAnotherReplica(t *testing.T) {
 }
 
 // TestResumeNotPossible: the cases that cannot be resumed faithfully end
-// with the error event as before. (Each reason is asserted in
-// router/internal/resume; here, the configured max_buffer and a tool call
-// seen in the stream, end to end.)
+// with the API's error event as before, counted not_resumable and their
+// reason logged. (Each reason is asserted in router/internal/resume;
+// here, the configured max_buffer and a tool call seen in the stream of
+// each API, end to end.)
 func TestResumeNotPossible(t *testing.T) {
-	for _, tc := range []struct{ name, body, extra, why string }{
-		{"max_buffer", `{"model":"auto","stream":true,"messages":[{"role":"user","content":"x"}]}`, ", max_buffer: 8", "max_buffer"},
-		{"tool call", `{"model":"auto","stream":true,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"city":{"type":"string"},"country":{"type":"string"}}}}}],"tool_choice":"required","messages":[{"role":"user","content":"x"}]}`, "", "tool call"},
+	for _, tc := range []struct{ name, path, body, extra, want, why string }{
+		{"max_buffer", "/v1/chat/completions", `{"model":"auto","stream":true,"messages":[{"role":"user","content":"x"}]}`, ", max_buffer: 8", "stream_interrupted", "max_buffer"},
+		{"tool call", "/v1/chat/completions", `{"model":"auto","stream":true,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"city":{"type":"string"},"country":{"type":"string"}}}}}],"tool_choice":"required","messages":[{"role":"user","content":"x"}]}`, "", "stream_interrupted", "tool call"},
+		{"responses tool call", "/v1/responses", `{"model":"auto","stream":true,"input":"x","tools":[{"type":"function","name":"f","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}]}`, "", "event: error", "tool call"},
+		{"messages tool use", "/v1/messages", `{"model":"auto","stream":true,"max_tokens":24,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}]}`, "", "event: error", "tool call"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			gw, _, b := resumeGateway(t, 4, tc.extra)
-			_, body := post(t, gw.API.URL+"/v1/chat/completions", tc.body, nil)
-			if !strings.Contains(string(body), "stream_interrupted") || strings.Contains(string(body), "[DONE]") {
+			_, body := post(t, gw.API.URL+tc.path, tc.body, nil)
+			if !strings.Contains(string(body), tc.want) || !strings.Contains(string(body), "interrupted") || strings.Contains(string(body), "[DONE]") {
 				t.Errorf("body %q", body)
 			}
-			if b.count() != 0 {
-				t.Errorf("a continuation was sent")
+			if b.Count() != 0 {
+				t.Errorf("a continuation was sent: %s", b.LastBody())
 			}
 			polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
-			if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "not_resumable"}); got != 1 {
+			if got := gw.MetricValue(t, "switchyard_stream_resumes_total", map[string]string{"result": "not_resumable"}); got != 1 {
 				t.Errorf("not_resumable %v", got)
 			}
 			if !strings.Contains(gw.Logs.String(), tc.why) {
@@ -159,7 +162,7 @@ func TestResumeNotPossible(t *testing.T) {
 			t.Errorf("body %q", body)
 		}
 		polltest.Eventually(t, 5*time.Second, "the access line", func() bool { return strings.Contains(gw.Logs.String(), `"msg":"request"`) })
-		if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "failed"}); got != 1 {
+		if got := gw.MetricValue(t, "switchyard_stream_resumes_total", map[string]string{"result": "failed"}); got != 1 {
 			t.Errorf("failed %v", got)
 		}
 	})
@@ -176,19 +179,14 @@ func TestResumeReleasesCutReplica(t *testing.T) {
 	a.Sim.SetFaults(vllmsim.Faults{CutAfterChunks: 4})
 	release := make(chan struct{})
 	b := sseUpstream(t, "", func(w http.ResponseWriter, r *http.Request) {
-		chunk := func(delta string) {
-			_, _ = io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`+delta+`,"finish_reason":null}]}`+"\n\n")
-			w.(http.Flusher).Flush()
-		}
-		chunk(`{"role":"assistant","content":""}`)
-		chunk(`{"content":" more"}`)
+		_, _ = io.WriteString(w, chatChunk(`{"role":"assistant","content":""}`)+chatChunk(`{"content":" more"}`))
+		w.(http.Flusher).Flush()
 		select {
 		case <-release:
 		case <-r.Context().Done():
 			return
 		}
-		_, _ = io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\n"+
-			`data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}`+"\n\ndata: [DONE]\n\n")
+		_, _ = io.WriteString(w, chatEnd)
 	})
 	gw := startGateway(t, resumeConfig(t, a.Srv.URL, b.URL, ""))
 	done := make(chan string, 1)

@@ -2,18 +2,15 @@ package router_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,10 +68,8 @@ routes:
 
 // classifierCalls counts the constrained-choice requests a replica received.
 func classifierCalls(r *replica) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	n := 0
-	for _, b := range r.bodies {
+	for _, b := range r.Bodies() {
 		if strings.Contains(string(b), `"structured_outputs"`) {
 			n++
 		}
@@ -117,7 +112,7 @@ func TestClassifierRouting(t *testing.T) {
 		if n := classifierCalls(m); n != 2 {
 			t.Errorf("classifier calls %d after a repeated request, want still 2", n)
 		}
-		if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"label": "simple", "result": "cache_hit"}); v != 1 {
+		if v := gw.MetricValue(t, "switchyard_classifier_requests_total", map[string]string{"label": "simple", "result": "cache_hit"}); v != 1 {
 			t.Errorf("cache_hit counter %v, want 1", v)
 		}
 	})
@@ -164,17 +159,6 @@ func TestClassifierPoolDownUsesOnError(t *testing.T) {
 	}
 }
 
-func writeFile(t *testing.T, path, data string) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
 const reloadYAML = `
 version: 1
 pools:
@@ -194,17 +178,10 @@ routes:
 func TestReload(t *testing.T) {
 	q := startReplica(t, vllmsim.Profile{Model: "Qwen/Qwen3.8-Flash-Next", DecodeTPS: 50, DefaultMaxTokens: 20})
 	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
-	dir := t.TempDir()
-	path := filepath.Join(dir, "switchyard.yaml")
 	render := func(target string) string {
 		return strings.NewReplacer("QWEN", q.Srv.URL, "MINICPM", m.Srv.URL, "TARGET", target).Replace(reloadYAML)
 	}
-	writeFile(t, path, render("qwen"))
-	cfg, err := router.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
+	gw, path := fileGateway(t, render("qwen"))
 	url := gw.API.URL + "/v1/chat/completions"
 	qwenBefore := gw.G.Snapshot().Pool("qwen").Replicas()[0].Endpoint
 
@@ -248,7 +225,7 @@ func TestReload(t *testing.T) {
 		if resp, _ := post(t, url, chatBody("still serving", ""), nil); resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Pool") != "minicpm" {
 			t.Errorf("after a refused reload: %d pool %q", resp.StatusCode, resp.Header.Get("X-Switchyard-Pool"))
 		}
-		if v := metricValue(t, gw, "switchyard_config_reloads_total", map[string]string{"result": "error"}); v != 1 {
+		if v := gw.MetricValue(t, "switchyard_config_reloads_total", map[string]string{"result": "error"}); v != 1 {
 			t.Errorf("reload errors counted %v, want 1", v)
 		}
 	})
@@ -257,61 +234,31 @@ func TestReload(t *testing.T) {
 func TestReloadUnderLoadLosesNothing(t *testing.T) {
 	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
 	m := startReplica(t, fast("openbmb/MiniCPM5-2B"))
-	path := filepath.Join(t.TempDir(), "switchyard.yaml")
 	render := func(target string) string {
 		return strings.NewReplacer("QWEN", q.Srv.URL, "MINICPM", m.Srv.URL, "TARGET", target).Replace(reloadYAML)
 	}
-	writeFile(t, path, render("qwen"))
-	cfg, err := router.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var ok, failed atomic.Int64
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				stream := ok.Load()%2 == 0
-				body := chatBody("x", "")
-				if stream {
-					body = strings.Replace(body, `"model"`, `"stream":true,"model"`, 1)
-				}
-				resp, err := http.Post(gw.API.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 || (stream && !strings.HasSuffix(string(b), "[DONE]\n\n")) {
-					failed.Add(1)
-					continue
-				}
-				ok.Add(1)
-			}
-		}()
-	}
+	gw, path := fileGateway(t, render("qwen"))
+	l := startLoad(t, gw.API.URL, 4, true)
 	for i := range 100 {
-		target := []string{"qwen", "minicpm"}[i%2]
-		writeFile(t, path, render(target))
-		if _, err := gw.G.Reload(); err != nil {
-			t.Fatal(err)
-		}
+		reloadFile(t, gw, path, render([]string{"qwen", "minicpm"}[i%2]))
 	}
-	cancel()
-	wg.Wait()
-	if failed.Load() != 0 || ok.Load() == 0 {
-		t.Errorf("%d requests failed, %d succeeded across 100 reloads", failed.Load(), ok.Load())
+	l.check(t)
+	if l.ok.Load() == 0 {
+		t.Error("no request succeeded across 100 reloads")
 	}
 	if gen := gw.G.Snapshot().Generation; gen != 101 {
 		t.Errorf("generation %d, want 101", gen)
 	}
 }
 
+// TestExplain: explain says which route, pool and replica a request would
+// get and why, and classifies with the model when no class is given,
+// showing scores to 3 decimals (the simulator's 0.8+0.05 came out as
+// 0.8500000000000001). explain --class decides through the same path as
+// serving, so a sticky split session is named the pool serving picks
+// (before, explain built its own policy request without the session and
+// could name the other pool); it reads Responses and Messages bodies too
+// (before: "missing required parameter: 'messages'").
 func TestExplain(t *testing.T) {
 	gw, _, _ := setupClassifier(t)
 	resp, body := post(t, gw.Admin.URL+"/admin/explain?class=complex", chatBody("anything", ""), nil)
@@ -346,6 +293,33 @@ func TestExplain(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"class": "simple"`) || !strings.Contains(string(body), `"route": "default"`) {
 		t.Errorf("explain with classifier: %d %s", resp.StatusCode, body)
 	}
+	resp, body = post(t, gw.Admin.URL+"/admin/explain", chatBody("Prove that the algorithm terminates.", ""), nil)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"complex": 0.85,`) || strings.Contains(string(body), "0000000") {
+		t.Errorf("scores not rounded: %d %s", resp.StatusCode, body)
+	}
+	for i := range 12 {
+		h := map[string]string{"X-Coin": "yes", "X-Session-Id": fmt.Sprint("session-", i)}
+		resp, _ := post(t, gw.API.URL+"/v1/chat/completions", chatBody("What is the capital of Portugal?", ""), h)
+		served := resp.Header.Get("X-Switchyard-Pool")
+		resp, b := post(t, gw.Admin.URL+"/admin/explain?class=simple", chatBody("What is the capital of Portugal?", ""), h)
+		if resp.StatusCode != 200 || gjson.GetBytes(b, "pool").Str != served || served == "" {
+			t.Errorf("session %d: served on %q, explain says %s", i, served, b)
+		}
+	}
+	for _, c := range []struct{ api, body string }{
+		{"", `{"model":"auto","input":"Prove step by step that the algorithm terminates."}`},
+		{"responses", `{"model":"auto","input":[{"role":"user","content":"hi"}]}`},
+		{"", `{"model":"auto","max_tokens":5,"system":"Be brief.","messages":[{"role":"user","content":"hi"}]}`},
+		{"messages", `{"model":"auto","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`},
+	} {
+		resp, b := post(t, gw.Admin.URL+"/admin/explain?api="+c.api, c.body, nil)
+		if resp.StatusCode != 200 || gjson.GetBytes(b, "pool").Str == "" {
+			t.Errorf("explain api=%q %s: %d %s", c.api, c.body, resp.StatusCode, b)
+		}
+	}
+	if resp, b := post(t, gw.Admin.URL+"/admin/explain?api=bogus", chatBody("hi", ""), nil); resp.StatusCode != 400 || !strings.Contains(string(b), "unknown API") {
+		t.Errorf("api=bogus: %d %s", resp.StatusCode, b)
+	}
 }
 
 func TestAdminEndpoints(t *testing.T) {
@@ -363,16 +337,11 @@ routes:
     to: minicpm
 `, map[string]string{"qwen": q.Srv.URL, "minicpm": m.Srv.URL}, map[string]string{"OPS_KEY": "sk-very-secret", "VLLM_KEY": "vllm-secret"})
 	gw := startGateway(t, cfg)
-	get := func(path string) (int, string) {
-		resp, err := http.Get(gw.Admin.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+	admin := func(path string) (int, string) {
+		resp, b := get(t, gw.Admin.URL+path, nil)
 		return resp.StatusCode, string(b)
 	}
-	code, conf := get("/admin/config")
+	code, conf := admin("/admin/config")
 	if code != 200 || strings.Contains(conf, "sk-very-secret") || strings.Contains(conf, "vllm-secret") || !strings.Contains(conf, "key_env: OPS_KEY") {
 		t.Errorf("/admin/config: %d\n%s", code, conf)
 	}
@@ -388,11 +357,11 @@ routes:
 	if d := cmp.Diff(cfg, again, cmpopts.IgnoreFields(policy.Config{}, "File"), cmpopts.IgnoreUnexported(policy.Config{}), cmpopts.IgnoreTypes(policy.Secret(""))); d != "" {
 		t.Errorf("/admin/config decodes to another config (-running +served):\n%s", d)
 	}
-	code, pools := get("/admin/pools")
+	code, pools := admin("/admin/pools")
 	if code != 200 || !strings.Contains(pools, `"name": "minicpm"`) || !strings.Contains(pools, `"healthy": true`) {
 		t.Errorf("/admin/pools: %d\n%s", code, pools)
 	}
-	code, metrics := get("/metrics")
+	code, metrics := admin("/metrics")
 	for _, name := range []string{"switchyard_config_generation 1", "go_goroutines", "switchyard_replica_healthy{pool=\"qwen\",replica=\"q\"} 1"} {
 		if !strings.Contains(metrics, name) {
 			t.Errorf("/metrics (%d) lacks %q", code, name)
@@ -403,7 +372,7 @@ routes:
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	if got := q.lastHeader().Get("Authorization"); got != "Bearer vllm-secret" {
+	if got := q.LastHeader().Get("Authorization"); got != "Bearer vllm-secret" {
 		t.Errorf("replica saw Authorization %q", got)
 	}
 }
@@ -411,30 +380,18 @@ routes:
 func TestReloadKeepsClassifierCache(t *testing.T) {
 	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
 	m := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
-	path := filepath.Join(t.TempDir(), "switchyard.yaml")
 	text := strings.NewReplacer("{{qwen}}", q.Srv.URL, "{{minicpm}}", m.Srv.URL).Replace(classifierYAML)
-	writeFile(t, path, text)
-	cfg, err := router.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath = path })
+	gw, path := fileGateway(t, text)
 	url := gw.API.URL + "/v1/chat/completions"
 	post(t, url, chatBody("What's the capital of Portugal?", ""), nil)
 	// A reload that changes only the routes keeps the classifier's cache.
-	writeFile(t, path, strings.Replace(text, "name: coin", "name: coin-renamed", 1))
-	if _, err := gw.G.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	reloadFile(t, gw, path, strings.Replace(text, "name: coin", "name: coin-renamed", 1))
 	post(t, url, chatBody("What's the capital of Portugal?", ""), nil)
 	if n := classifierCalls(m); n != 1 {
 		t.Errorf("classifier calls %d across an unrelated reload, want 1 (cache kept)", n)
 	}
 	// Changing the classifier builds a new one.
-	writeFile(t, path, strings.Replace(text, "timeout: 2s", "timeout: 3s", 1))
-	if _, err := gw.G.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	reloadFile(t, gw, path, strings.Replace(text, "timeout: 2s", "timeout: 3s", 1))
 	post(t, url, chatBody("What's the capital of Portugal?", ""), nil)
 	if n := classifierCalls(m); n != 2 {
 		t.Errorf("classifier calls %d after changing the classifier, want 2", n)
@@ -483,13 +440,7 @@ routes:
 		{"POST", "/admin/explain?class=simple", chatBody("hi", "")},
 		{"GET", "/readyz", ""},
 	} {
-		req, _ := http.NewRequest(c.method, gw.Admin.URL+c.path, strings.NewReader(c.body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_, b := request(t, c.method, gw.Admin.URL+c.path, c.body, nil)
 		var v any
 		if err := json.Unmarshal(b, &v); err != nil {
 			t.Fatalf("%s: %v\n%s", c.path, err, b)
@@ -513,27 +464,7 @@ routes:
 // admin.TestGuard's).
 func TestAdminGuard(t *testing.T) {
 	m := startReplica(t, fast("m"))
-	gw := startGateway(t, loadConfig(t, `
-version: 1
-server: {admin_token_env: ADMIN_TOKEN, admin_token_metrics: true}
-pools:
-  p: {model: m, health: {disabled: true}, replicas: [{name: a, url: "{{m}}"}]}
-routes:
-  - name: default
-    to: p
-`, map[string]string{"m": m.Srv.URL}, map[string]string{"ADMIN_TOKEN": "adm-secret"}))
-	do := func(method, path string, h map[string]string) int {
-		req, _ := http.NewRequest(method, gw.Admin.URL+path, strings.NewReader(chatBody("hi", "")))
-		for k, v := range h {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	gw := oneReplicaGateway(t, m.Srv.URL, "", "{admin_token_env: ADMIN_TOKEN, admin_token_metrics: true}", map[string]string{"ADMIN_TOKEN": "adm-secret"})
 	good := map[string]string{"Authorization": "Bearer adm-secret"}
 	for _, c := range []struct {
 		method, path string
@@ -549,8 +480,8 @@ routes:
 		{"POST", "/admin/explain", nil, 401},
 		{"POST", "/admin/explain", good, 200},
 	} {
-		if got := do(c.method, c.path, c.h); got != c.want {
-			t.Errorf("%s %s %v: %d, want %d", c.method, c.path, c.h, got, c.want)
+		if resp, _ := request(t, c.method, gw.Admin.URL+c.path, chatBody("hi", ""), c.h); resp.StatusCode != c.want {
+			t.Errorf("%s %s %v: %d, want %d", c.method, c.path, c.h, resp.StatusCode, c.want)
 		}
 	}
 }
@@ -575,10 +506,10 @@ func TestClassifierBreaker(t *testing.T) {
 	if n := classifierCalls(m); n != 3 {
 		t.Errorf("the failing classifier pool was called %d times for 20 requests, want 3", n)
 	}
-	if v := metricValue(t, gw, "switchyard_classifier_circuit_open", nil); v != 1 {
+	if v := gw.MetricValue(t, "switchyard_classifier_circuit_open", nil); v != 1 {
 		t.Errorf("circuit gauge %v", v)
 	}
-	if v := metricValue(t, gw, "switchyard_classifier_requests_total", map[string]string{"result": "circuit_open"}); v != 17 {
+	if v := gw.MetricValue(t, "switchyard_classifier_requests_total", map[string]string{"result": "circuit_open"}); v != 17 {
 		t.Errorf("circuit_open count %v, want 17", v)
 	}
 	if !strings.Contains(gw.Logs.String(), "classifier circuit opened") {
@@ -601,10 +532,10 @@ func TestClassifierTokensCounted(t *testing.T) {
 	if classifierCalls(m) != 1 {
 		t.Fatalf("classifier calls %d", classifierCalls(m))
 	}
-	if p := metricValue(t, gw, "switchyard_classifier_tokens_total", map[string]string{"kind": "prompt"}); p <= 0 {
+	if p := gw.MetricValue(t, "switchyard_classifier_tokens_total", map[string]string{"kind": "prompt"}); p <= 0 {
 		t.Errorf("classifier prompt tokens %v", p)
 	}
-	if c := metricValue(t, gw, "switchyard_classifier_tokens_total", map[string]string{"kind": "completion"}); c != 1 {
+	if c := gw.MetricValue(t, "switchyard_classifier_tokens_total", map[string]string{"kind": "completion"}); c != 1 {
 		t.Errorf("classifier completion tokens %v, want 1 (one label)", c)
 	}
 }
@@ -615,15 +546,9 @@ func TestClassifierTokensCounted(t *testing.T) {
 func TestShareControlAdmin(t *testing.T) {
 	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
 	m := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
-	path := filepath.Join(t.TempDir(), "switchyard.yaml")
 	text := strings.NewReplacer("{{qwen}}", q.Srv.URL, "{{minicpm}}", m.Srv.URL).Replace(classifierYAML)
 	text = strings.Replace(text, "  - name: complex\n    when: {class: complex}", "  - name: complex\n    when: {score: {complex: {gte: auto}}}", 1)
 	text = strings.Replace(text, "routes:\n", "control:\n  share: {pool: qwen, target: 0.3, window: 1s}\nroutes:\n", 1)
-	writeFile(t, path, text)
-	cfg, err := router.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The controller ticks (on a decision) when window/30 has passed on
 	// the gateway's clock, which the test moves: no tick runs between the
 	// reads below.
@@ -631,8 +556,7 @@ func TestShareControlAdmin(t *testing.T) {
 		mu  sync.Mutex
 		now = time.Unix(1e9, 0)
 	)
-	gw := startGateway(t, cfg, func(o *router.Options) {
-		o.ConfigPath = path
+	gw, path := fileGateway(t, text, func(o *router.Options) {
 		o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	})
 	for i := range 40 {
@@ -646,12 +570,7 @@ func TestShareControlAdmin(t *testing.T) {
 		mu.Unlock()
 	}
 	getControl := func() []byte {
-		r, err := http.Get(gw.Admin.URL + "/admin/control")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Body.Close()
-		b, _ := io.ReadAll(r.Body)
+		_, b := get(t, gw.Admin.URL+"/admin/control", nil)
 		return b
 	}
 	b := getControl()
@@ -663,16 +582,13 @@ func TestShareControlAdmin(t *testing.T) {
 	if thr == 0.5 {
 		t.Errorf("threshold still at its start, 0.5, after 40 requests: the reload below would prove nothing")
 	}
-	if got := metricValue(t, gw, "switchyard_control_threshold", map[string]string{"pool": "qwen"}); got != thr {
+	if got := gw.MetricValue(t, "switchyard_control_threshold", map[string]string{"pool": "qwen"}); got != thr {
 		t.Errorf("threshold metric %v, /admin/control %v", got, thr)
 	}
-	if got := metricValue(t, gw, "switchyard_control_target", map[string]string{"pool": "qwen"}); got != 0.3 {
+	if got := gw.MetricValue(t, "switchyard_control_target", map[string]string{"pool": "qwen"}); got != 0.3 {
 		t.Errorf("target metric %v", got)
 	}
-	writeFile(t, path, strings.Replace(text, "name: coin", "name: coin-renamed", 1))
-	if _, err := gw.G.Reload(); err != nil {
-		t.Fatal(err)
-	}
+	reloadFile(t, gw, path, strings.Replace(text, "name: coin", "name: coin-renamed", 1))
 	if after := gjson.GetBytes(getControl(), "share.threshold").Float(); after != thr {
 		t.Errorf("threshold %v after a reload that kept the controller's settings, want %v", after, thr)
 	}
@@ -684,16 +600,10 @@ func TestShareControlAdmin(t *testing.T) {
 func TestShadowPolicy(t *testing.T) {
 	q := startReplica(t, fast("Qwen/Qwen3.8-Flash-Next"))
 	m := startReplica(t, fast("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser))
-	dir := t.TempDir()
 	text := strings.NewReplacer("{{qwen}}", q.Srv.URL, "{{minicpm}}", m.Srv.URL).Replace(classifierYAML)
-	live, shadow := filepath.Join(dir, "live.yaml"), filepath.Join(dir, "shadow.yaml")
-	writeFile(t, live, text)
+	shadow := filepath.Join(t.TempDir(), "shadow.yaml")
 	writeFile(t, shadow, strings.Replace(text, "    when: {tools: {gte: 4}}\n    to: qwen", "    when: {tools: {gte: 4}}\n    to: minicpm", 1))
-	cfg, err := router.LoadConfig(live)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := startGateway(t, cfg, func(o *router.Options) { o.ConfigPath, o.ShadowPath = live, shadow })
+	gw, _ := fileGateway(t, text, func(o *router.Options) { o.ShadowPath = shadow })
 	tools := `,"tools":[` + strings.Repeat(`{"type":"function","function":{"name":"f","parameters":{"type":"object"}}},`, 3) +
 		`{"type":"function","function":{"name":"g","parameters":{"type":"object"}}}]`
 	var pools []string
@@ -717,12 +627,7 @@ func TestShadowPolicy(t *testing.T) {
 	}
 	var b []byte
 	polltest.Eventually(t, 5*time.Second, "ten shadow decisions", func() bool {
-		r, err := http.Get(gw.Admin.URL + "/admin/shadow")
-		if err != nil {
-			return false
-		}
-		defer r.Body.Close()
-		b, _ = io.ReadAll(r.Body)
+		_, b = get(t, gw.Admin.URL+"/admin/shadow", nil)
 		return gjson.GetBytes(b, "decisions").Int() == 10
 	})
 	if got := gjson.GetBytes(b, "agreement").Float(); got != 0.7 {
@@ -741,7 +646,7 @@ func TestShadowPolicy(t *testing.T) {
 	if dis != 1 {
 		t.Errorf("%d kinds of disagreement, want 1: %s", dis, b)
 	}
-	if got := metricValue(t, gw, "switchyard_shadow_decisions_total", map[string]string{"live_pool": "qwen", "shadow_pool": "minicpm"}); got != 3 {
+	if got := gw.MetricValue(t, "switchyard_shadow_decisions_total", map[string]string{"live_pool": "qwen", "shadow_pool": "minicpm"}); got != 3 {
 		t.Errorf("metric qwen→minicpm %v, want 3", got)
 	}
 }

@@ -97,7 +97,7 @@ func TestSDKsSurfaceCutStreams(t *testing.T) {
 	}
 	// round_robin also advances on each continuation's replica, so every
 	// SDK's request starts on the replica that cuts: all four resumed.
-	if got := metricValue(t, gw3, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 4 {
+	if got := gw3.MetricValue(t, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 4 {
 		t.Errorf("%v streams resumed, want all 4", got)
 	}
 
@@ -175,7 +175,7 @@ func TestOpenAIAgentsSDKResume(t *testing.T) {
 	// the text the SDK got.
 	var turn []byte
 	for _, rep := range []*replica{a, b} {
-		for _, body := range rep.bodies {
+		for _, body := range rep.Bodies() {
 			if gjson.GetBytes(body, `input.#(type=="function_call_output")`).Exists() {
 				turn = body
 			}
@@ -194,7 +194,7 @@ func TestOpenAIAgentsSDKResume(t *testing.T) {
 	if want := gjson.GetBytes(full, `output.#(type=="message").content.0.text`).Str; r.Text != want || want == "" {
 		t.Errorf("the SDK's answer %q\nwant the uncut answer %q", r.Text, want)
 	}
-	if got := metricValue(t, gw, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 1 {
+	if got := gw.MetricValue(t, "switchyard_stream_resumes_total", map[string]string{"result": "resumed"}); got != 1 {
 		t.Errorf("%v streams resumed, want the answer's", got)
 	}
 }

@@ -127,7 +127,7 @@ func TestTitleRequestDoesNotDecideSession(t *testing.T) {
 						t.Errorf("small model after turn %d: %s/%s, want side/small", n, r, p)
 					}
 				}
-				if strings.HasPrefix(c.name, "classifier") && !small.received("Last message: a tool result, 2 assistant steps after the user's last message") {
+				if strings.HasPrefix(c.name, "classifier") && !received(small, "Last message: a tool result, 2 assistant steps after the user's last message") {
 					t.Errorf("the classifier was not told of the third turn")
 				}
 				if c.side == "" {
@@ -145,13 +145,11 @@ func TestTitleRequestDoesNotDecideSession(t *testing.T) {
 	}
 }
 
-// received reports whether a request body the replica received holds s
+// received reports whether a request body r received holds s
 // (JSON-escaped as a string would be).
-func (r *replica) received(s string) bool {
+func received(r *replica, s string) bool {
 	esc, _ := json.Marshal(s)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, b := range r.bodies {
+	for _, b := range r.Bodies() {
 		if strings.Contains(string(b), string(esc[1:len(esc)-1])) {
 			return true
 		}

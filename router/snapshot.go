@@ -6,12 +6,12 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"sync/atomic"
 
 	"github.com/switchyard/switchyard/router/internal/discoveries"
 	"github.com/switchyard/switchyard/router/internal/keys"
 	"github.com/switchyard/switchyard/router/internal/outcomes"
 	"github.com/switchyard/switchyard/router/internal/recorder"
+	"github.com/switchyard/switchyard/router/internal/tokenize"
 
 	"github.com/switchyard/switchyard/router/internal/upstream"
 
@@ -65,9 +65,9 @@ type poolState struct {
 	*pools.Pool
 	cfg      *policy.Pool
 	timeouts *upstream.Timeouts
-	// tokenizeTurn rotates the context check's /tokenize calls among
+	// tokenizeTurns rotates the context check's /tokenize calls among
 	// equally loaded replicas.
-	tokenizeTurn atomic.Uint64
+	tokenizeTurns tokenize.Turns
 }
 
 // target is what a client-visible model name resolves to.

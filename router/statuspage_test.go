@@ -140,7 +140,7 @@ func TestStatusPage(t *testing.T) {
 	}
 	all := 0.0
 	for _, pool := range []string{"pa", "pb"} {
-		want := metricSum(t, gw, "switchyard_requests_total", map[string]string{"pool": pool})
+		want := gw.MetricSum(t, "switchyard_requests_total", map[string]string{"pool": pool})
 		all += want
 		if got, _ := strconv.ParseFloat(totals[pool], 64); got != want {
 			t.Errorf("pool %s: the page counts %v requests, /metrics %v", pool, totals[pool], want)
@@ -161,7 +161,7 @@ func TestStatusPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, pool := range []string{"pa", "pb"} {
-		n := metricSum(t, gw, "switchyard_requests_total", map[string]string{"pool": pool})
+		n := gw.MetricSum(t, "switchyard_requests_total", map[string]string{"pool": pool})
 		share, _ := strconv.ParseFloat(shown[pool][0], 64)
 		if want := n / all; math.Abs(share-want) > 0.0001 {
 			t.Errorf("pool %s: the page's share %v, /metrics %v of %v = %.4f", pool, share, n, all, want)
@@ -179,8 +179,8 @@ func TestStatusPage(t *testing.T) {
 	}
 	// The classifier's cache hit rate: cache hits over the classifications
 	// that asked the cache, the metric's and the demo's definition.
-	hits := metricSum(t, gw, "switchyard_classifier_requests_total", map[string]string{"result": "cache_hit"})
-	asked := hits + metricSum(t, gw, "switchyard_classifier_requests_total", map[string]string{"result": "ok"})
+	hits := gw.MetricSum(t, "switchyard_classifier_requests_total", map[string]string{"result": "cache_hit"})
+	asked := hits + gw.MetricSum(t, "switchyard_classifier_requests_total", map[string]string{"result": "ok"})
 	if hits != 9 || asked != 12 {
 		t.Fatalf("the classifier counted %v cache hits of %v; the test meant 9 of 12", hits, asked)
 	}
@@ -220,7 +220,7 @@ func TestStatusPage(t *testing.T) {
 	getAdmin(t, gw, "/admin/status", tok, &after)
 	for _, pool := range []string{"pa", "pb"} {
 		n := 0.0
-		for _, m := range matchingSeries(t, gw, "switchyard_requests_total", map[string]string{"pool": pool}) {
+		for _, m := range gw.MatchingSeries(t, "switchyard_requests_total", map[string]string{"pool": pool}) {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "code" && strings.HasPrefix(l.GetValue(), "5") {
 					n += m.GetCounter().GetValue()
@@ -232,7 +232,7 @@ func TestStatusPage(t *testing.T) {
 		}
 	}
 	results := map[string]float64{}
-	for _, m := range matchingSeries(t, gw, "switchyard_classifier_requests_total", nil) {
+	for _, m := range gw.MatchingSeries(t, "switchyard_classifier_requests_total", nil) {
 		for _, l := range m.GetLabel() {
 			if l.GetName() == "result" {
 				results[l.GetValue()] += m.GetCounter().GetValue()
@@ -252,7 +252,7 @@ func TestStatusPage(t *testing.T) {
 		t.Errorf("the page's classifications/s %q; /metrics counts %v over the page's window of %vs", figures["classifications/s"], classified, window)
 	}
 	calls, spent := 0.0, 0.0
-	for _, m := range matchingSeries(t, gw, "switchyard_classifier_duration_seconds", nil) {
+	for _, m := range gw.MatchingSeries(t, "switchyard_classifier_duration_seconds", nil) {
 		calls += float64(m.GetHistogram().GetSampleCount())
 		spent += m.GetHistogram().GetSampleSum()
 	}
@@ -319,12 +319,7 @@ func TestStatusPage(t *testing.T) {
 	}
 	mu.Unlock()
 	// Without the token the data is refused; the page itself has none.
-	resp, err := http.Get(gw.Admin.URL + "/admin/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
+	if resp, _ := get(t, gw.Admin.URL+"/admin/status", nil); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("/admin/status without the token: %d", resp.StatusCode)
 	}
 }
@@ -333,14 +328,8 @@ func TestStatusPage(t *testing.T) {
 // admin token tok.
 func getAdmin(t *testing.T, gw *gateway, path, tok string, v any) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, gw.Admin.URL+path, nil)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil || resp.StatusCode != http.StatusOK {
+	resp, b := get(t, gw.Admin.URL+path, map[string]string{"Authorization": "Bearer " + tok})
+	if err := json.Unmarshal(b, v); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("%s: status %d: %v", path, resp.StatusCode, err)
 	}
 }

@@ -2,7 +2,9 @@ package router_test
 
 import (
 	"context"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,7 +51,7 @@ func TestTracingSpanTree(t *testing.T) {
 	for _, name := range []string{"switchyard.request", "switchyard.route", "switchyard.classify", "switchyard.classify.upstream", "switchyard.upstream"} {
 		s, ok := spans[name]
 		if !ok {
-			t.Fatalf("no %s span (have %v)", name, keys(spans))
+			t.Fatalf("no %s span (have %v)", name, slices.Collect(maps.Keys(spans)))
 		}
 		if s.SpanContext().TraceID().String() != traceID {
 			t.Errorf("%s: trace %s, want the client's %s", name, s.SpanContext().TraceID(), traceID)
@@ -142,7 +144,7 @@ func TestTracingSpanTree(t *testing.T) {
 		}
 	}
 	// The replica received a traceparent of the same trace, naming the upstream span.
-	tp2 := q.lastHeader().Get("Traceparent")
+	tp2 := q.LastHeader().Get("Traceparent")
 	if !strings.HasPrefix(tp2, "00-"+traceID+"-"+spans["switchyard.upstream"].SpanContext().SpanID().String()) {
 		t.Errorf("replica traceparent %q", tp2)
 	}
@@ -159,14 +161,6 @@ func hostPort(t *testing.T, raw string) (string, int64) {
 		t.Fatal(err)
 	}
 	return u.Hostname(), int64(p)
-}
-
-func keys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 // TestTracingResume: a stream its replica cut and another replica

@@ -3,7 +3,6 @@ package router_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -56,18 +55,20 @@ func markerChooser(calls *atomic.Int64) vllmsim.Option {
 	})
 }
 
+// longProfile is a fast profile without a context bound: agents' captured
+// requests are long and ask for long answers.
+func longProfile(model string) vllmsim.Profile {
+	p := fast(model)
+	p.MaxModelLen = 0
+	return p
+}
+
 // trajectoryGateway starts big and small replicas and a gateway on
 // trajectoryYAML, with the marker classifier when classified.
 func trajectoryGateway(t *testing.T, classified bool) (*gateway, *atomic.Int64) {
 	calls := &atomic.Int64{}
-	// Agents' captured requests are long and ask for long answers.
-	long := func(model string) vllmsim.Profile {
-		p := fast(model)
-		p.MaxModelLen = 0
-		return p
-	}
-	small := startReplica(t, long("openbmb/MiniCPM5-2B"), markerChooser(calls))
-	big := startReplica(t, long("Qwen/Qwen3.8-Flash-Next"))
+	small := startReplica(t, longProfile("openbmb/MiniCPM5-2B"), markerChooser(calls))
+	big := startReplica(t, longProfile("Qwen/Qwen3.8-Flash-Next"))
 	yaml := trajectoryYAML
 	if classified {
 		yaml = strings.ReplaceAll(yaml, "{{classifier}}", "classifier: {kind: model, pool: small, labels: [simple, complex], timeout: 5s, cache: {size: 100}}")
@@ -238,16 +239,11 @@ func referenceGateway(t *testing.T) *gateway {
 		t.Fatal(err)
 	}
 	text := string(data)
-	long := func(model string) vllmsim.Profile {
-		p := fast(model)
-		p.MaxModelLen = 0
-		return p
-	}
 	for _, n := range []string{"01", "03", "05"} {
-		text = strings.ReplaceAll(text, "http://spark-"+n+":8000", startReplica(t, long("Qwen/Qwen3.8-Flash-Next")).Srv.URL)
+		text = strings.ReplaceAll(text, "http://spark-"+n+":8000", startReplica(t, longProfile("Qwen/Qwen3.8-Flash-Next")).Srv.URL)
 	}
 	for _, n := range []string{"07", "08"} {
-		text = strings.ReplaceAll(text, "http://spark-"+n+":8000", startReplica(t, long("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser)).Srv.URL)
+		text = strings.ReplaceAll(text, "http://spark-"+n+":8000", startReplica(t, longProfile("openbmb/MiniCPM5-2B"), vllmsim.WithChooser(vllmsim.DefaultChooser)).Srv.URL)
 	}
 	text = strings.Replace(text, "listen: 0.0.0.0:8080", "listen: 127.0.0.1:0", 1)
 	text = strings.Replace(text, "admin_listen: 127.0.0.1:9090", "admin_listen: 127.0.0.1:0", 1)
@@ -319,7 +315,7 @@ func TestClassificationsCountedOnce(t *testing.T) {
 	// The same session marked complex, then its routine turns.
 	marked, _ := sjson.Set(turns[0], "messages.1.content", "ZEBRA: design the notes format")
 	turns = append([]string{marked}, turns[1:]...)
-	total := func() float64 { return metricSum(t, gw, "switchyard_classifier_requests_total", nil) }
+	total := func() float64 { return gw.MetricSum(t, "switchyard_classifier_requests_total", nil) }
 	for i, turn := range turns {
 		before := total()
 		sendPool(t, gw, path, turn)
@@ -338,7 +334,7 @@ func TestTurnOutcomes(t *testing.T) {
 	path, first := capturedLine(t, "opencode.jsonl", 2)
 	_, second := capturedLine(t, "opencode.jsonl", 3)
 	outcome := func(pool, route, o string) float64 {
-		return metricValue(t, gw, "switchyard_turn_outcomes_total", map[string]string{"pool": pool, "route": route, "outcome": o})
+		return gw.MetricValue(t, "switchyard_turn_outcomes_total", map[string]string{"pool": pool, "route": route, "outcome": o})
 	}
 	if got := sendPool(t, gw, path, first); got != "small" {
 		t.Fatalf("first turn: %q", got)
@@ -358,21 +354,9 @@ func TestTurnOutcomes(t *testing.T) {
 	if v := outcome("big", "complex", "ok"); v != 1 {
 		t.Errorf("big/complex ok = %v, want 1", v)
 	}
-	if !strings.Contains(metricsText(t, gw), `switchyard_turn_outcomes_total{outcome="tool_error",pool="small",route="default"} 1`) {
+	if _, m := get(t, gw.Admin.URL+"/metrics", nil); !strings.Contains(string(m), `switchyard_turn_outcomes_total{outcome="tool_error",pool="small",route="default"} 1`) {
 		t.Error("/metrics does not show the outcome")
 	}
-}
-
-// metricsText is the admin listener's /metrics page.
-func metricsText(t *testing.T, gw *gateway) string {
-	t.Helper()
-	resp, err := http.Get(gw.Admin.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
 }
 
 // captureYAML records the agents key's requests to {{dir}}.
@@ -429,8 +413,8 @@ func TestCaptureUnderLoad(t *testing.T) {
 		if failed.Load() != 0 {
 			t.Fatalf("unwritable %t: %d of 200 requests failed", unwritable, failed.Load())
 		}
-		recorded := func() float64 { return metricSum(t, gw, "switchyard_capture_requests_total", nil) }
-		dropped := func() float64 { return metricSum(t, gw, "switchyard_capture_dropped_total", nil) }
+		recorded := func() float64 { return gw.MetricSum(t, "switchyard_capture_requests_total", nil) }
+		dropped := func() float64 { return gw.MetricSum(t, "switchyard_capture_dropped_total", nil) }
 		polltest.Eventually(t, 30*time.Second, "the writer to catch up", func() bool { return recorded()+dropped() == 160 })
 		if unwritable {
 			if dropped() != 160 {

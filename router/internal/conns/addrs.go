@@ -12,6 +12,12 @@ import (
 // address.
 type Own struct{ Key, Addr string }
 
+// Listeners are the gateway's own listeners, server.listen and
+// server.admin_listen, at listen and admin.
+func Listeners(listen, admin string) []Own {
+	return []Own{{Key: "server.listen", Addr: listen}, {Key: "server.admin_listen", Addr: admin}}
+}
+
 // SelfAddr reports whether hostport ("host:port" of a replica) is one of
 // the gateway's own listeners (ls: server.listen, server.admin_listen): the
 // same port on the listener's address, or, for a wildcard listener, on

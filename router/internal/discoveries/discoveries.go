@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard/switchyard/discovery"
 	"github.com/switchyard/switchyard/policy"
 	"github.com/switchyard/switchyard/pools"
 	"github.com/switchyard/switchyard/router/internal/admin"
+	"github.com/switchyard/switchyard/router/internal/conns"
 	"github.com/switchyard/switchyard/router/internal/upstream"
 )
 
@@ -126,6 +130,24 @@ func (r *Running) Commit(ctx context.Context, s Set) {
 // Runs reports whether p is pool's running discovery (not one a reload
 // replaced meanwhile).
 func (r *Running) Runs(pool string, p *Pool) bool { return r.running[pool] == p }
+
+// RefuseSelf is a discovery's Refuse for the gateway whose host has the
+// interface addresses local: an answer that names one of the gateway's own
+// listeners is refused, logged and counted in refused by pool (a request
+// sent there would loop); the rest of the answer is used.
+func RefuseSelf(log *slog.Logger, refused *prometheus.CounterVec, local []netip.Addr) func(pool string, sc *policy.Server) func(addr string) bool {
+	return func(pool string, sc *policy.Server) func(string) bool {
+		return func(addr string) bool {
+			which, self := conns.SelfAddr(conns.Listeners(sc.Listen, sc.AdminListen), local, addr)
+			if self {
+				refused.WithLabelValues(pool).Inc()
+				log.Error("discovery: an answer names this gateway's own listener; the address is refused (a request sent there would loop)",
+					"pool", pool, "addr", addr, "listener", which)
+			}
+			return self
+		}
+	}
+}
 
 // logEvent logs a discovery's changes (once per change, see
 // discovery.Options.OnEvent).

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/discovery"
@@ -186,5 +187,29 @@ func TestLogEvent(t *testing.T) {
 		if l := logs.String(); !strings.Contains(l, "level="+tc.level) || !strings.Contains(l, `msg="`+tc.want+`"`) || !strings.Contains(l, "pool=p") {
 			t.Errorf("%s: logged %q, want %s %q", tc.name, l, tc.level, tc.want)
 		}
+	}
+}
+
+// TestRefuseSelf: a discovered address naming one of the gateway's own
+// listeners (server.listen or server.admin_listen) is refused, logged and
+// counted for its pool; other addresses pass.
+func TestRefuseSelf(t *testing.T) {
+	var logs bytes.Buffer
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "refused"}, []string{"pool"})
+	refuse := RefuseSelf(slog.New(slog.NewTextHandler(&logs, nil)), refused, nil)("p", &policy.Server{Listen: "0.0.0.0:8080", AdminListen: "127.0.0.1:9090"})
+	if !refuse("127.0.0.1:8080") {
+		t.Error("the gateway's own listener was not refused")
+	}
+	if !refuse("127.0.0.1:9090") {
+		t.Error("the gateway's admin listener was not refused")
+	}
+	if refuse("10.0.0.1:8000") {
+		t.Error("a replica was refused")
+	}
+	if v := testutil.ToFloat64(refused.WithLabelValues("p")); v != 2 {
+		t.Errorf("refused %v, want 2", v)
+	}
+	if !strings.Contains(logs.String(), "names this gateway's own listener") || !strings.Contains(logs.String(), "addr=127.0.0.1:8080") {
+		t.Errorf("log: %s", logs.String())
 	}
 }
