@@ -70,8 +70,13 @@ func TestReadingConnectionsGiveWay(t *testing.T) {
 		c := dialFrom(t, fmt.Sprintf("127.0.0.%d", 2+i), s.addr)
 		fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
 		flood = append(flood, c)
+		// Each reading before the next opens, so that the order they
+		// started reading in (which decides who gives way first) is
+		// the order they were opened in; opened at once, their
+		// handlers could start in any order on a busy machine.
+		polltest.Eventually(t, 10*time.Second, "the flood to be reading", func() bool { return reading.Load() == int64(i+1) })
 	}
-	polltest.Eventually(t, 10*time.Second, "the flood to be reading", func() bool { return reading.Load() == max && s.idle.v.Load() == 0 })
+	polltest.Eventually(t, 10*time.Second, "no connection idle", func() bool { return s.idle.v.Load() == 0 })
 	for i := range 3 {
 		c := dialFrom(t, "127.0.0.1", s.addr)
 		if code, body := get(t, c, "/"); code != 200 {
