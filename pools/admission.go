@@ -601,9 +601,10 @@ func (p *Pool) tryAcquire(req *Request, exclude func(*Replica) bool) (r *Replica
 
 // candidates is the filter stage: replicas available now, not excluded,
 // under req's cap (max_inflight, less the reserved slots for all but
-// priority requests), with no queue, and where req's tenant is not over
-// its share with others' reserves to keep (share.go). full lists those left out only for
-// being at that cap or having waiters.
+// priority requests) and with no queue. full lists those left out for
+// being at that cap or having waiters. Whether req's tenant may take a
+// slot of the one picked (its share, share.go) is checked by admitFor,
+// once, as it takes it.
 func (p *Pool) candidates(req *Request, exclude func(*Replica) bool) (cands, full []*Replica) {
 	now := p.reg.now()
 	maxIn := p.capFor(req)
@@ -612,8 +613,7 @@ func (p *Pool) candidates(req *Request, exclude func(*Replica) bool) (cands, ful
 		if !r.Available(now) || (exclude != nil && exclude(r)) {
 			continue
 		}
-		if (maxIn > 0 && r.Inflight() >= maxIn) || r.queued.Load() > 0 || (req.Fair && p.opts.ShareReserve > 0 && r.overShare(req, maxIn)) ||
-			(req.Priority && r.priorityHeld(req.Tenant, maxIn)) {
+		if (maxIn > 0 && r.Inflight() >= maxIn) || r.queued.Load() > 0 {
 			full = append(full, r)
 			continue
 		}

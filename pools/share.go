@@ -526,11 +526,3 @@ func (h *holds) endPriority(tenant string) {
 	}
 	h.mu.Unlock()
 }
-
-// priorityHeld reports whether tenant's priority requests hold their
-// limit of e's slots of cap.
-func (e *Endpoint) priorityHeld(tenant string, cap int64) bool {
-	e.holds.mu.Lock()
-	defer e.holds.mu.Unlock()
-	return e.holds.priorityFull(tenant, cap)
-}
