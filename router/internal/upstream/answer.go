@@ -33,7 +33,8 @@ func NewAnswers(limit, small, total int64) *Answers {
 // Read reads a whole answer of declared length (-1: unknown) from body.
 // It never holds more than Limit bytes: a declared answer is read into
 // one buffer of its size, an undeclared one into a buffer that doubles up
-// to Small and then, its bound reserved, into one of the bound; an answer
+// to an eighth of the bound (reserving the bound once past Small) and
+// then into one of the bound; an answer
 // declared over the bound is refused before a byte is read. release gives back the answer's reservation: call it once the
 // answer has been passed on (it is never nil). A read that waits for the
 // budget returns ctx.Err() when ctx ends first.
@@ -67,17 +68,21 @@ func (a *Answers) Read(ctx context.Context, body io.Reader, length int64) (answe
 				release()
 				return nil, func() {}, a.tooLarge()
 			}
-			next := 2 * int64(cap(buf))
 			if reserved == 0 && int64(len(buf)) >= a.Small {
 				// Past the small size with no length: the bound is
-				// reserved, so it is allocated at once (doubling up to it
-				// left as much again as garbage).
+				// reserved from the budget.
 				if err := reserve(a.Limit); err != nil {
 					return nil, release, err
 				}
+			}
+			next := 2 * int64(cap(buf))
+			if next > a.Limit/8 {
+				// Doubling on to the bound would leave as much again as
+				// garbage: past an eighth of it, the buffer takes what
+				// was reserved at once (a medium answer, under an eighth,
+				// does not pay for allocating the whole bound).
 				next = a.Limit + 1
 			}
-			next = min(next, a.Limit+1) // never past the bound
 			grown := make([]byte, len(buf), next)
 			copy(grown, buf)
 			buf = grown
