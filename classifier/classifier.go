@@ -62,8 +62,8 @@ type Options struct {
 	// Model is the classifier pool's served model name.
 	Model        string
 	GuidedChoice bool
-	// Prompt overrides the default system prompt template (text/template
-	// over .Labels, .Descriptions).
+	// Prompt overrides DefaultPrompt: plain text in which
+	// LabelsPlaceholder becomes the list of labels (CheckPrompt).
 	Prompt string
 	// Transport sends the classifier's chat request (kind model).
 	Transport Transport

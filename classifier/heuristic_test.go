@@ -77,7 +77,8 @@ func TestNewErrors(t *testing.T) {
 		{"one label", classifier.Options{Kind: "heuristic", Labels: []string{"only"}}, "classifier: at least two labels are required"},
 		{"on_error not a label", classifier.Options{Kind: "heuristic", Labels: labels, OnError: "hard"}, `classifier: on_error "hard" is not a label`},
 		{"model without transport", classifier.Options{Kind: "model", Labels: labels}, "classifier: kind model needs a transport to its pool"},
-		{"bad prompt template", classifier.Options{Kind: "model", Labels: labels, Transport: &capture{}, Prompt: "{{.Labels"}, "classifier: prompt template: "},
+		{"prompt written as a Go template", classifier.Options{Kind: "model", Labels: labels, Transport: &capture{}, Prompt: "Labels: {{range .Labels}}{{.}} {{end}}"},
+			"classifier: a prompt is plain text, not a Go template: write {labels} where the list of labels goes"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -116,3 +116,34 @@ func checkGolden(t *testing.T, name string, body []byte) {
 		t.Errorf("request body differs from %s (-want +got):\n%s", path, diff)
 	}
 }
+
+// TestPromptLabels checks what a custom prompt becomes: {labels} is the
+// list of labels, with a meaning where one is given, wherever it stands,
+// and braces that are not {labels} (a JSON example, a lone "{{") stay.
+func TestPromptLabels(t *testing.T) {
+	tests := []struct{ prompt, want string }{
+		{"Pick one of:\n{labels}\nAnswer with the label.", "Pick one of:\n- simple\n- complex: multi-step work\nAnswer with the label."},
+		{"{labels}\n\nAgain:\n{labels}", "- simple\n- complex: multi-step work\n\nAgain:\n- simple\n- complex: multi-step work"},
+		{`Answer {"label": ...}, never "{{" alone.`, `Answer {"label": ...}, never "{{" alone.`},
+		{"No list here.", "No list here."},
+	}
+	for _, tc := range tests {
+		tr := &capture{label: "simple"}
+		c := newModel(t, tr, func(o *classifier.Options) {
+			o.Prompt = tc.prompt
+			o.Descriptions = map[string]string{"complex": "multi-step work"}
+		})
+		if r := c.Classify(context.Background(), classifier.Input{LastUser: "hi"}); r.Outcome != classifier.OutcomeOK {
+			t.Fatalf("Classify: outcome %q (%v), want ok", r.Outcome, r.Err)
+		}
+		var sent struct {
+			Messages []struct{ Role, Content string }
+		}
+		if err := json.Unmarshal(tr.last(t), &sent); err != nil {
+			t.Fatal(err)
+		}
+		if len(sent.Messages) == 0 || sent.Messages[0].Role != "system" || sent.Messages[0].Content != tc.want {
+			t.Errorf("prompt %q: sent %+v, want the system message %q", tc.prompt, sent.Messages, tc.want)
+		}
+	}
+}

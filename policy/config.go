@@ -416,7 +416,8 @@ type Classifier struct {
 	// GuidedChoice sends the older `guided_choice` field instead of
 	// `structured_outputs.choice` (vLLM before structured_outputs).
 	GuidedChoice bool `yaml:"guided_choice,omitempty"`
-	// Prompt replaces the default system prompt (Go text/template).
+	// Prompt replaces the default system prompt: plain text in which
+	// {labels} becomes the list of labels.
 	Prompt string `yaml:"prompt,omitempty"`
 	// Breaker stops calling a failing classifier pool for a while.
 	Breaker Breaker `yaml:"breaker"`

@@ -77,7 +77,7 @@ var badFixtures = []struct {
 		`../testdata/server-and-classifier-values.bad.yaml:3:11: server: listen "8080" must be HOST:PORT (e.g. 0.0.0.0:8080 or :8080)`,
 		`../testdata/server-and-classifier-values.bad.yaml:4:19: server: max_json_depth must be at least 1`,
 		`../testdata/server-and-classifier-values.bad.yaml:12:16: classifier: concurrency must be at least 1`,
-		`../testdata/server-and-classifier-values.bad.yaml:13:11: classifier: prompt is not a valid Go template: template: prompt:1:2: executing "prompt" at <index .Labels 5>: error calling index: index out of range: 5`,
+		`../testdata/server-and-classifier-values.bad.yaml:13:11: classifier: prompt is plain text, not a Go template: write {labels} where the list of labels goes`,
 	}},
 	{"topology-node-without-partition", []string{
 		`../testdata/topology-node-without-partition.bad.yaml:10:63: pool "big": replica "b": node "n2" is in no partition; with partitions declared, a replica's nodes must sit in one`,
@@ -98,7 +98,7 @@ var badFixtures = []struct {
 		`../testdata/affinity-zero.bad.yaml:6:39: pool "big": affinity.load_factor must be at least 1`,
 	}},
 	{"classifier-prompt", []string{
-		`../testdata/classifier-prompt.bad.yaml:9:11: classifier: prompt is not a valid Go template: template: prompt:1: unexpected EOF`,
+		`../testdata/classifier-prompt.bad.yaml:9:11: classifier: prompt is plain text, not a Go template: write {labels} where the list of labels goes`,
 	}},
 	{"class-label-unknown", []string{
 		`../testdata/class-label-unknown.bad.yaml:17:24: routes[0] "complex": "hard" is not a classifier label (labels: simple, complex)`,

@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"net/url"
@@ -13,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/template"
 	"time"
 
 	"github.com/switchyard/switchyard/policy/internal/yamlnode"
@@ -496,20 +494,10 @@ func (v *validator) classifier() {
 	if cl.OnError != "" && !seen[cl.OnError] {
 		v.errf(appendCopy(at, "on_error"), "classifier: on_error %q is not a label (labels: %s)", cl.OnError, strings.Join(cl.Labels, ", "))
 	}
-	if cl.Prompt != "" {
-		tmpl, err := template.New("prompt").Parse(cl.Prompt)
-		if err == nil {
-			// Run it as the classifier will, so a template that parses but
-			// fails (an index out of range, a missing field) is caught here.
-			descs := cl.Descriptions
-			if descs == nil {
-				descs = map[string]string{}
-			}
-			err = tmpl.Execute(io.Discard, map[string]any{"Labels": cl.Labels, "Descriptions": descs})
-		}
-		if err != nil {
-			v.errf(appendCopy(at, "prompt"), "classifier: prompt is not a valid Go template: %v", err)
-		}
+	// The classifier runs no template (classifier.CheckPrompt says why);
+	// a prompt written for one would reach the model as it stands.
+	if i := strings.Index(cl.Prompt, "{{"); i >= 0 && strings.Contains(cl.Prompt[i:], "}}") {
+		v.errf(appendCopy(at, "prompt"), "classifier: prompt is plain text, not a Go template: write {labels} where the list of labels goes")
 	}
 	v.atLeast(appendCopy(at, "concurrency"), "classifier: concurrency", cl.Concurrency, 1)
 	v.atLeast(appendCopy(at, "max_input_chars"), "classifier: max_input_chars", cl.MaxInputChars, 64)
