@@ -1,13 +1,16 @@
 # syntax=docker/dockerfile:1
 # Build a static switchyard binary, then ship it alone in a distroless
-# non-root image with an example config as the default.
+# non-root image with an example config as the default. grpcnotrace: grpc,
+# which the OTLP exporters link, leaves out golang.org/x/net/trace, whose
+# debug pages' templates would make the linker keep every method of every
+# type (7 MB of binary, 3 MB of idle memory).
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/switchyard ./cmd/switchyard
+RUN CGO_ENABLED=0 go build -tags grpcnotrace -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/switchyard ./cmd/switchyard
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/switchyard /usr/local/bin/switchyard

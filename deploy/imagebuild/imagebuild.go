@@ -24,7 +24,7 @@ import (
 // against the Dockerfile's RUN line (with its ARG VERSION's default, dev).
 var (
 	Env   = []string{"CGO_ENABLED=0"}
-	Flags = []string{"-trimpath", "-ldflags", "-s -w -X main.version=dev"}
+	Flags = []string{"-tags", "grpcnotrace", "-trimpath", "-ldflags", "-s -w -X main.version=dev"}
 )
 
 // Package is the package the binary is built from, relative to the module
