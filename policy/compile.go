@@ -60,7 +60,7 @@ func compileRoute(r *Route) *route {
 
 // compileWhen returns nil for a condition that always holds.
 func compileWhen(w *When) *cond {
-	if w.empty() {
+	if w.Empty() {
 		return nil
 	}
 	c := &cond{

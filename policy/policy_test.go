@@ -524,19 +524,6 @@ routes:
 	}
 }
 
-// TestWithListen: the listener override returns a copy and leaves the
-// loaded config as it was.
-func TestWithListen(t *testing.T) {
-	cfg := load(t, "version: 1\npools:\n  p: {model: m, replicas: [{url: \"http://127.0.0.1:1\"}]}\nroutes:\n  - {name: d, to: p}\n")
-	got := cfg.WithListen("127.0.0.1:1", "")
-	if got.Server.Listen != "127.0.0.1:1" || got.Server.AdminListen != policy.DefaultAdminListen {
-		t.Errorf("WithListen = %s, %s", got.Server.Listen, got.Server.AdminListen)
-	}
-	if cfg.Server.Listen != policy.DefaultListen {
-		t.Errorf("WithListen changed the original: listen %s", cfg.Server.Listen)
-	}
-}
-
 // TestDecideSessionMovesUp: a session's kept decision is replaced by a
 // later request's decision of a route written above it, never by one
 // below it; side routes are routed on their own and neither read nor
