@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/switchyard/switchyard/policy/internal/share"
 	"github.com/switchyard/switchyard/policy/internal/yamlnode"
 
 	"github.com/goccy/go-yaml"
@@ -501,8 +502,8 @@ type ShareControl struct {
 
 // Options are the controller's options from the config (Load and Now are
 // the caller's).
-func (s *ShareControl) Options() ControlOptions {
-	return ControlOptions{Pool: s.Pool, Target: s.Target.Value, Capacity: s.Target.Capacity,
+func (s *ShareControl) Options() share.Options {
+	return share.Options{Pool: s.Pool, Target: s.Target.Value, Capacity: s.Target.Capacity,
 		Utilization: s.Utilization, Window: s.Window.Std()}
 }
 

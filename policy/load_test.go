@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 )
 
 // testEnv is the environment key_env and api_key_env read in tests.
@@ -387,8 +388,8 @@ func TestLoadGood(t *testing.T) {
 				t.Errorf("Config.File = %q, want %q", cfg.File, f)
 			}
 			// A loaded config always compiles into a policy that decides.
-			d := policy.New(cfg).Decide(&policy.Request{}, func() policy.Classification {
-				return policy.Classification{Label: "simple"}
+			d := routing.New(cfg).Decide(&routing.Request{}, func() routing.Classification {
+				return routing.Classification{Label: "simple"}
 			}, false)
 			if d.Route == "" || len(d.Pools) == 0 {
 				t.Errorf("Decide on an empty request = %+v, want a route and a pool", d)

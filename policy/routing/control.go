@@ -1,9 +1,9 @@
-package policy
+package routing
 
 import "github.com/switchyard/switchyard/policy/internal/share"
 
 // The share controller (control.share) lives in policy/internal/share;
-// these are its names in the policy's API.
+// these are its names in routing's API.
 type (
 	// Controller holds one pool's share of policy-routed requests at a
 	// target by moving the threshold of the routes' auto score bounds.
