@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/switchyard/switchyard/policy/internal/share"
 	"github.com/switchyard/switchyard/policy/internal/yamlnode"
 
 	"github.com/goccy/go-yaml"
@@ -498,13 +497,6 @@ type ShareControl struct {
 	// Utilization is the pool's utilization capacity mode aims at.
 	// Default 0.8.
 	Utilization float64 `yaml:"utilization"`
-}
-
-// Options are the controller's options from the config (Load and Now are
-// the caller's).
-func (s *ShareControl) Options() share.Options {
-	return share.Options{Pool: s.Pool, Target: s.Target.Value, Capacity: s.Target.Capacity,
-		Utilization: s.Utilization, Window: s.Window.Std()}
 }
 
 // ShareTarget is a share between 0 and 1, or "capacity".

@@ -8,7 +8,7 @@
 // compiles a Config into the policy that decides.
 //
 // policy is a leaf: it imports no other Switchyard package, only its own
-// packages under policy/internal. Names that live in other packages'
-// registries (balancers, classifier kinds) are passed in through
+// YAML node readers (policy/internal/yamlnode). Names that live in other
+// packages' registries (balancers, classifier kinds) are passed in through
 // [LoadOptions] so that there is one registry per strategy family.
 package policy

@@ -364,7 +364,7 @@ func (g *Gateway) policyOptions(cfg *policy.Config, prev *Snapshot, s *Snapshot)
 			c = prev.Policy.Controller()
 		}
 		if c == nil {
-			o := ctl.Share.Options()
+			o := routing.ControlOptionsFor(ctl.Share)
 			o.Now = g.opts.Now
 			pool := ctl.Share.Pool
 			o.Load = func() float64 { return g.utilization(pool) }

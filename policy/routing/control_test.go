@@ -105,7 +105,7 @@ func settled(r []float64, target, tol float64) int {
 func TestShareController(t *testing.T) {
 	cfg := load(t, controlYAML)
 	clk := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	sc := cfg.Control.Share.Options()
+	sc := routing.ControlOptionsFor(cfg.Control.Share)
 	sc.Now = clk.Now
 	ctrl := routing.NewController(sc)
 	pol := routing.New(cfg, routing.WithController(ctrl))
@@ -157,7 +157,7 @@ routes:
 	var mu sync.Mutex
 	rate, capacity := 200.0, 40.0
 	var ctrl *routing.Controller
-	sc := cfg.Control.Share.Options()
+	sc := routing.ControlOptionsFor(cfg.Control.Share)
 	sc.Now = clk.Now
 	// Utilization: what the pool is asked (share × load) over what it can
 	// take; a queue builds over 1.
@@ -194,7 +194,7 @@ routes:
 func TestControllerSurvivesReload(t *testing.T) {
 	cfg := load(t, controlYAML)
 	clk := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	sc := cfg.Control.Share.Options()
+	sc := routing.ControlOptionsFor(cfg.Control.Share)
 	sc.Now = clk.Now
 	ctrl := routing.NewController(sc)
 	pol := routing.New(cfg, routing.WithController(ctrl))
@@ -211,7 +211,7 @@ func TestControllerSurvivesReload(t *testing.T) {
 // when due).
 func BenchmarkControllerDecide(b *testing.B) {
 	cfg := load(b, controlYAML)
-	ctrl := routing.NewController(cfg.Control.Share.Options())
+	ctrl := routing.NewController(routing.ControlOptionsFor(cfg.Control.Share))
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		v := 0.0
@@ -230,7 +230,7 @@ func BenchmarkControllerDecide(b *testing.B) {
 func TestControllerSheds1(t *testing.T) {
 	cfg := load(t, controlYAML)
 	clk := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	o := cfg.Control.Share.Options()
+	o := routing.ControlOptionsFor(cfg.Control.Share)
 	o.Target, o.Now = 0.05, clk.Now
 	ctrl := routing.NewController(o)
 	for range 20000 {
@@ -259,7 +259,7 @@ routes:
     to: b
 `)
 	clk := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	sc := cfg.Control.Share.Options()
+	sc := routing.ControlOptionsFor(cfg.Control.Share)
 	sc.Now = clk.Now
 	ctrl := routing.NewController(sc)
 	pol := routing.New(cfg, routing.WithController(ctrl), routing.WithSessions(routing.NewSessions(10000, time.Minute, clk.Now)))

@@ -182,7 +182,7 @@ func New(cfg *policy.Config, opts ...Option) *Policy {
 		o(p)
 	}
 	if p.ctrl == nil && cfg.Control != nil && cfg.Control.Share != nil {
-		p.ctrl = NewController(cfg.Control.Share.Options())
+		p.ctrl = NewController(ControlOptionsFor(cfg.Control.Share))
 	}
 	return p
 }
