@@ -499,13 +499,6 @@ type ShareControl struct {
 	Utilization float64 `yaml:"utilization"`
 }
 
-// Options are the controller's options from the config (Load and Now are
-// the caller's).
-func (s *ShareControl) Options() ControlOptions {
-	return ControlOptions{Pool: s.Pool, Target: s.Target.Value, Capacity: s.Target.Capacity,
-		Utilization: s.Utilization, Window: s.Window.Std()}
-}
-
 // ShareTarget is a share between 0 and 1, or "capacity".
 type ShareTarget struct {
 	Value    float64

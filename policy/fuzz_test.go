@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 )
 
 // FuzzLoad: Load never panics, and answers with either a config that
@@ -43,8 +44,8 @@ func FuzzLoad(f *testing.F) {
 		}
 		// A validated config always has a catch-all route, so Decide never
 		// reaches its "not validated" panic.
-		d := policy.New(cfg).Decide(&policy.Request{}, func() policy.Classification {
-			return policy.Classification{Label: "simple"}
+		d := routing.New(cfg).Decide(&routing.Request{}, func() routing.Classification {
+			return routing.Classification{Label: "simple"}
 		}, true)
 		if len(d.Pools) == 0 {
 			t.Fatalf("Decide = %+v, want a pool", d)

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 )
 
 // testEnv is the environment key_env and api_key_env read in tests.
@@ -387,8 +388,8 @@ func TestLoadGood(t *testing.T) {
 				t.Errorf("Config.File = %q, want %q", cfg.File, f)
 			}
 			// A loaded config always compiles into a policy that decides.
-			d := policy.New(cfg).Decide(&policy.Request{}, func() policy.Classification {
-				return policy.Classification{Label: "simple"}
+			d := routing.New(cfg).Decide(&routing.Request{}, func() routing.Classification {
+				return routing.Classification{Label: "simple"}
 			}, false)
 			if d.Route == "" || len(d.Pools) == 0 {
 				t.Errorf("Decide on an empty request = %+v, want a route and a pool", d)
@@ -783,5 +784,64 @@ routes:
 	_, err = policy.Load("s.yaml", []byte(src), reg)
 	if err == nil || strings.Contains(err.Error(), "environment variable") {
 		t.Errorf("with SkipEnv: %v, want only the retries problem", err)
+	}
+}
+
+// TestWithListen: the listener override returns a copy and leaves the
+// loaded config as it was.
+func TestWithListen(t *testing.T) {
+	cfg := load(t, "version: 1\npools:\n  p: {model: m, replicas: [{url: \"http://127.0.0.1:1\"}]}\nroutes:\n  - {name: d, to: p}\n")
+	got := cfg.WithListen("127.0.0.1:1", "")
+	if got.Server.Listen != "127.0.0.1:1" || got.Server.AdminListen != policy.DefaultAdminListen {
+		t.Errorf("WithListen = %s, %s", got.Server.Listen, got.Server.AdminListen)
+	}
+	if cfg.Server.Listen != policy.DefaultListen {
+		t.Errorf("WithListen changed the original: listen %s", cfg.Server.Listen)
+	}
+}
+
+// TestYAMLForms: quoted comparison keys, YAML integer forms and an explicit
+// zero cache size are read as written.
+func TestYAMLForms(t *testing.T) {
+	cfg, err := policy.Load("forms.yaml", []byte(`
+version: 1
+pools:
+  a: {model: a, replicas: [{name: a1, url: "http://127.0.0.1:1"}]}
+  b: {model: b, replicas: [{name: b1, url: "http://127.0.0.1:2"}]}
+classifier: {kind: heuristic, labels: [simple, complex], cache: {size: 0}}
+routes:
+  - name: tools
+    when: {tools: {"gte": 0x2}}
+    to: b
+  - name: split
+    split: {a: 0x10, b: 1_000}
+`), testLoadOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Classifier.Cache.Size; got != 0 {
+		t.Errorf("cache size %d, want 0 (disabled)", got)
+	}
+	if gte := cfg.Routes[0].When.Tools.GTE; gte == nil || *gte != 2 {
+		t.Errorf("tools gte %v, want 2", gte)
+	}
+	if w := cfg.Routes[1].Split; w[0].Weight != 16 || w[1].Weight != 1000 {
+		t.Errorf("split weights %+v, want 16 and 1000", w)
+	}
+}
+
+// TestAnchorsAcrossSections: aliases resolve anchors of other sections,
+// and merge keys fill what a mapping does not set itself.
+func TestAnchorsAcrossSections(t *testing.T) {
+	cfg, err := policy.LoadFile("../testdata/anchors.good.yaml", testLoadOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := cfg.Pools.Get("a"), cfg.Pools.Get("b")
+	if a.Health.Interval.Std() != 3*time.Second || b.Health.Interval.Std() != 9*time.Second || b.Health.Timeout.Std() != time.Second {
+		t.Errorf("health a %+v b %+v", a.Health, b.Health)
+	}
+	if b.Model != "org/b" || b.Balance != "round_robin" || len(b.Replicas) != 1 || b.Replicas[0].URL != "http://127.0.0.1:8001" {
+		t.Errorf("pool b %+v", *b)
 	}
 }

@@ -729,12 +729,14 @@ func (v *validator) routes() {
 			v.when(appendCopy(at, "when"), what, r.When)
 		}
 	}
-	if last := routes[len(routes)-1]; !last.When.empty() && !v.broken[fmt.Sprintf("route:%d", len(routes)-1)] {
+	if last := routes[len(routes)-1]; !last.When.Empty() && !v.broken[fmt.Sprintf("route:%d", len(routes)-1)] {
 		v.errf(p("routes", len(routes)-1, keyOf("when")), "routes[%d] %q: the last route must match every request (remove its when, or add a catch-all route after it)", len(routes)-1, last.Name)
 	}
 }
 
-func (w *When) empty() bool {
+// Empty reports whether w sets no condition (a nil When sets none): a
+// route whose when is empty matches every request.
+func (w *When) Empty() bool {
 	return w == nil || (len(w.Class) == 0 && len(w.Score) == 0 && len(w.Model) == 0 && w.Tools == nil &&
 		w.Messages == nil && w.PromptTokens == nil && w.Stream == nil && len(w.Header) == 0 &&
 		w.MaxTokens == nil && w.SmallModel == nil && len(w.SystemContains) == 0 &&
@@ -815,14 +817,14 @@ func (v *validator) when(at []any, what string, w *When) {
 		}
 	}
 	for i, sub := range w.Any {
-		if sub.empty() {
+		if sub.Empty() {
 			v.errf(appendCopy(at, "any", i), "%s: empty condition in any", what)
 			continue
 		}
 		v.when(appendCopy(at, "any", i), what, sub)
 	}
 	if w.Not != nil {
-		if w.Not.empty() {
+		if w.Not.Empty() {
 			v.errf(appendCopy(at, "not"), "%s: empty condition in not", what)
 		} else {
 			v.when(appendCopy(at, "not"), what, w.Not)

@@ -34,6 +34,7 @@ import (
 
 	"github.com/switchyard/switchyard/demo"
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 	"github.com/switchyard/switchyard/router"
 	"github.com/switchyard/switchyard/vllmsim"
 )
@@ -233,7 +234,7 @@ func send(ctx context.Context, base string, req Request, logs *accessLog) (Turn,
 	}
 	line := logs.lastRequest(mark)
 	t := Turn{Line: req.Line, Route: resp.Header.Get("X-Switchyard-Route"), Pool: resp.Header.Get("X-Switchyard-Pool"),
-		Class: line.Class, Session: line.Session, Side: line.Session == policy.SessionSide,
+		Class: line.Class, Session: line.Session, Side: line.Session == routing.SessionSide,
 		PromptTokens: (len(req.Body) + 3) / 4}
 	return t, nil
 }

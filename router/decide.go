@@ -16,13 +16,14 @@ import (
 
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 	"github.com/tidwall/gjson"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 )
 
 // decide evaluates the policy, classifying lazily.
-func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, explain bool) policy.Decision {
+func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, explain bool) routing.Decision {
 	s := x.snap
 	info := x.info
 	ctx, span := g.startSpan(ctx, "switchyard.route")
@@ -31,16 +32,16 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 	if x.key != nil {
 		key = x.key.Name
 	}
-	var preq *policy.Request
+	var preq *routing.Request
 	var in classifier.Input
 	preq, in, x.sess.id = policyRequest(s, r, key, info)
 	x.sess.set, x.sess.key = true, preq.Session
 	x.sess.turn, x.sess.toolError, x.sess.repeated = preq.Turn, preq.ToolError, preq.RepeatedCall
-	d := s.Policy.Decide(preq, func() policy.Classification {
+	d := s.Policy.Decide(preq, func() routing.Classification {
 		if x.classify.force != "" {
 			// explain --class: the class stands in for the classifier's
 			// answer; everything else is decided as serving decides.
-			return policy.Classification{Label: x.classify.force, Scores: map[string]float64{x.classify.force: 1}}
+			return routing.Classification{Label: x.classify.force, Scores: map[string]float64{x.classify.force: 1}}
 		}
 		// The classifier's call waits for its pool's slots in this
 		// request's tenant's turn among the other classifier calls.
@@ -76,10 +77,10 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, x *exchange, expl
 // the latest tool results, with the task's opening as context. Its
 // session's decision is kept per API key and model name, so a session id
 // cannot carry one key's (or model's) route to another.
-func policyRequest(s *Snapshot, r *http.Request, key string, info *wire.Info) (*policy.Request, classifier.Input, string) {
+func policyRequest(s *Snapshot, r *http.Request, key string, info *wire.Info) (*routing.Request, classifier.Input, string) {
 	turn := features.Read(info, inputLimit(s))
 	in := turn.Input
-	preq := &policy.Request{
+	preq := &routing.Request{
 		Model: info.Model, Stream: info.Stream, Tools: info.Tools, Messages: info.Messages,
 		PromptTokens: info.PromptTokens, MaxTokens: info.MaxTokens, Header: r.Header, Key: key,
 		Turn: in.Last, ToolError: turn.ToolError, RepeatedCall: turn.RepeatedCall,
@@ -162,25 +163,25 @@ var instructionSeed = maphash.MakeSeed()
 // from what this turn shows (a side request is no turn of the session),
 // and returns the hash of this turn's new instruction (0: none), kept
 // with it when it is answered.
-func (g *Gateway) judgePrevious(s *Snapshot, preq *policy.Request, in classifier.Input, d policy.Decision) uint64 {
+func (g *Gateway) judgePrevious(s *Snapshot, preq *routing.Request, in classifier.Input, d routing.Decision) uint64 {
 	if s.outcomes == nil || preq.Session == "" || d.Side {
 		return 0
 	}
 	var instr uint64
-	if preq.Turn == policy.TurnInstruction {
+	if preq.Turn == routing.TurnInstruction {
 		instr = maphash.String(instructionSeed, in.LastUser) | 1 // never 0
 	}
 	s.outcomes.Next(preq.Session, outcomes.Next{
 		ToolError: preq.ToolError != "", RepeatedCall: preq.RepeatedCall != "",
-		MovedUp: d.Session == policy.SessionMovedUp, Instruction: instr,
+		MovedUp: d.Session == routing.SessionMovedUp, Instruction: instr,
 	})
 	return instr
 }
 
-func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input) policy.Classification {
+func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input) routing.Classification {
 	c := x.snap.classifier
 	if c == nil {
-		return policy.Classification{}
+		return routing.Classification{}
 	}
 	ctx, span := g.startSpan(ctx, "switchyard.classify")
 	defer span.End()
@@ -203,7 +204,7 @@ func (g *Gateway) classify(ctx context.Context, x *exchange, in classifier.Input
 			g.log.Warn("classifier failed; using on_error label", "request_id", x.id, "label", res.Label, "result", res.Outcome, "error", res.Err.Error())
 		}
 	}
-	return policy.Classification{Label: res.Label, Scores: res.Scores, Fallback: res.Fallback()}
+	return routing.Classification{Label: res.Label, Scores: res.Scores, Fallback: res.Fallback()}
 }
 
 // affinityKey groups requests sharing a prompt prefix: the session id when

@@ -1,5 +1,6 @@
-// Package router is the gateway: it joins policy, classifier, pools and
-// discovery into the OpenAI-compatible HTTP surface (README.md: endpoints).
+// Package router is the gateway: it joins policy (the config),
+// policy/routing (the routes' evaluation), classifier, pools and discovery
+// into the OpenAI-compatible HTTP surface (README.md: endpoints).
 //
 // For each request it authenticates, reads the few routing fields from the
 // body bytes, asks the policy for a route (classifying lazily), acquires a

@@ -11,7 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/switchyard/switchyard/classifier"
-	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 )
 
 // API names a request API the policy routes, as switchyard eval reports
@@ -174,8 +174,8 @@ func (g *Gateway) Evaluate(ctx context.Context, r *EvalRequest) Evaluation {
 	}
 	// explain: true keeps the decision out of the session store, so every
 	// request is decided on its own, as the first of its session.
-	d := s.Policy.Decide(preq, func() policy.Classification {
-		return policy.Classification{Label: res.Label, Scores: res.Scores}
+	d := s.Policy.Decide(preq, func() routing.Classification {
+		return routing.Classification{Label: res.Label, Scores: res.Scores}
 	}, true)
 	e.Route, e.Pools, e.Classified = d.Route, d.Pools, d.Classified
 	return e

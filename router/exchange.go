@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard/switchyard/classifier"
-	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 	"github.com/switchyard/switchyard/pools"
 	"github.com/switchyard/switchyard/router/internal/keys"
 	"github.com/switchyard/switchyard/router/internal/pump"
@@ -46,7 +46,7 @@ type exchange struct {
 	key      *keys.Key
 	// keySlot: the request counts against its key's max_inflight.
 	keySlot  bool
-	decision policy.Decision
+	decision routing.Decision
 	class    string
 	route    string
 	pool     string

@@ -11,6 +11,7 @@ import (
 	"github.com/switchyard/switchyard/router/internal/wire"
 
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 	"github.com/switchyard/switchyard/pools"
 )
 
@@ -25,7 +26,7 @@ type Explanation struct {
 	Class    string               `json:"class,omitempty"`
 	Scores   map[string]float64   `json:"scores"`
 	Matched  []string             `json:"matched"`
-	Skipped  []policy.Skip        `json:"skipped"`
+	Skipped  []routing.Skip       `json:"skipped"`
 	Fallback []string             `json:"fallback"`
 	Spill    *policy.Spill        `json:"spill,omitempty"`
 	Sticky   bool                 `json:"sticky,omitempty"`
@@ -109,13 +110,13 @@ func (g *Gateway) ExplainAPI(ctx context.Context, header http.Header, body []byt
 	if class != "" && s.classifier != nil && !slices.Contains(s.classifier.Labels(), class) {
 		return nil, wire.BadRequest("class", fmt.Sprintf("class %q is not a label (labels: %s)", wire.Clip(class), strings.Join(s.classifier.Labels(), ", ")))
 	}
-	var d policy.Decision
+	var d routing.Decision
 	r := (&http.Request{Header: header}).WithContext(ctx)
 	if r.Header == nil {
 		r.Header = http.Header{}
 	}
 	if !tgt.policy {
-		d = policy.Decision{Route: "direct", Pools: []string{tgt.pool.Name}, Matched: []string{"direct"}}
+		d = routing.Decision{Route: "direct", Pools: []string{tgt.pool.Name}, Matched: []string{"direct"}}
 	} else {
 		x.classify.force = class
 		d = g.decide(ctx, r, x, true)
@@ -137,7 +138,7 @@ func (g *Gateway) ExplainAPI(ctx context.Context, header http.Header, body []byt
 		e.Matched = []string{}
 	}
 	if e.Skipped == nil {
-		e.Skipped = []policy.Skip{}
+		e.Skipped = []routing.Skip{}
 	}
 	if d.Classified {
 		e.Class = d.Class

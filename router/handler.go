@@ -18,7 +18,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -132,7 +132,7 @@ func (g *Gateway) prepare(ctx context.Context, w http.ResponseWriter, r *http.Re
 			return errResponseNotFound(info.PreviousResponse, "previous_response_id", fmt.Sprintf("it was stored by a pool the model `%s` does not route to", info.Model))
 		}
 	case !tgt.policy:
-		x.decision = policy.Decision{Route: "direct", Pools: []string{tgt.pool.Name}}
+		x.decision = routing.Decision{Route: "direct", Pools: []string{tgt.pool.Name}}
 	case x.ep == wire.CountTokens:
 		// Claude Code counts tokens for the name it generates with (auto,
 		// a pattern, a claude-* name): the pool the request would be

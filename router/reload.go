@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/discovery"
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 	"github.com/switchyard/switchyard/pools"
 	"github.com/switchyard/switchyard/router/internal/admin"
 	"github.com/switchyard/switchyard/router/internal/conns"
@@ -331,7 +332,7 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 	}
 	s.keys = keys.Build(cfg, prevKeys)
 	s.idSecret = responseIDSecret(&cfg.Server)
-	s.Policy = policy.New(cfg, g.policyOptions(cfg, prev, s)...)
+	s.Policy = routing.New(cfg, g.policyOptions(cfg, prev, s)...)
 	if r := cfg.Server.Readiness; r != nil {
 		s.required = r.RequirePools
 	}
@@ -341,35 +342,35 @@ func (g *Gateway) build(cfg *policy.Config, prev *Snapshot) (*Snapshot, error) {
 // policyOptions are the policy's session store, random source and share
 // controller; the store and the controller outlive a reload that keeps
 // their settings.
-func (g *Gateway) policyOptions(cfg *policy.Config, prev *Snapshot, s *Snapshot) []policy.Option {
-	var popts []policy.Option
+func (g *Gateway) policyOptions(cfg *policy.Config, prev *Snapshot, s *Snapshot) []routing.Option {
+	var popts []routing.Option
 	if se := cfg.Session; se != nil {
 		if prev != nil && prev.sessions != nil && reflect.DeepEqual(prev.Config.Session, se) {
 			s.sessions, s.outcomes = prev.sessions, prev.outcomes
 		} else {
-			s.sessions = policy.NewSessions(se.Size, se.TTL.Std(), g.opts.Now)
+			s.sessions = routing.NewSessions(se.Size, se.TTL.Std(), g.opts.Now)
 			s.outcomes = outcomes.New(se.Size, g.metrics.TurnOutcomes)
 		}
-		popts = append(popts, policy.WithSessions(s.sessions))
+		popts = append(popts, routing.WithSessions(s.sessions))
 	}
 	if g.opts.Rand != nil {
-		popts = append(popts, policy.WithRand(g.opts.Rand))
+		popts = append(popts, routing.WithRand(g.opts.Rand))
 	}
 	if ctl := cfg.Control; ctl != nil && ctl.Share != nil {
 		// The controller (its threshold and measurements) outlives a
 		// reload that keeps its settings.
-		var c *policy.Controller
+		var c *routing.Controller
 		if prev != nil && prev.Policy != nil && prev.Config.Control != nil && reflect.DeepEqual(prev.Config.Control.Share, ctl.Share) {
 			c = prev.Policy.Controller()
 		}
 		if c == nil {
-			o := ctl.Share.Options()
+			o := routing.ControlOptionsFor(ctl.Share)
 			o.Now = g.opts.Now
 			pool := ctl.Share.Pool
 			o.Load = func() float64 { return g.utilization(pool) }
-			c = policy.NewController(o)
+			c = routing.NewController(o)
 		}
-		popts = append(popts, policy.WithController(c))
+		popts = append(popts, routing.WithController(c))
 	}
 	return popts
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/tidwall/sjson"
 
-	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 	"github.com/switchyard/switchyard/pools"
 )
 
@@ -74,7 +74,7 @@ func (x *exchange) pinToStored(id, param string) error {
 		return errResponseNotFound(id, param, "the replica that stored it is no longer configured")
 	}
 	x.stored.pinned = found
-	x.decision = policy.Decision{Route: "stored", Pools: []string{foundPool.Name}}
+	x.decision = routing.Decision{Route: "stored", Pools: []string{foundPool.Name}}
 	if x.info.PreviousResponse != "" {
 		b, err := sjson.SetBytes(x.body, "previous_response_id", orig)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 	"github.com/switchyard/switchyard/pools"
 )
 
@@ -37,7 +38,7 @@ func LoadConfig(path string) (*policy.Config, error) {
 type Snapshot struct {
 	Config     *policy.Config
 	Generation int64
-	Policy     *policy.Policy
+	Policy     *routing.Policy
 
 	pools     map[string]*poolState
 	poolOrder []*poolState
@@ -47,7 +48,7 @@ type Snapshot struct {
 	// idSecret signs the stored-response ids clients see (see ids).
 	idSecret   []byte
 	classifier *classifier.Classifier
-	sessions   *policy.Sessions
+	sessions   *routing.Sessions
 	// recorder writes the requests capture: chooses (off without it).
 	recorder *recorder.Recorder
 	// outcomes keeps each session's last answered turn, to count how it

@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 	"github.com/switchyard/switchyard/router/internal/admin"
 )
 
@@ -20,7 +21,7 @@ import (
 type Shadow struct {
 	file       string
 	generation int64
-	policy     *policy.Policy
+	policy     *routing.Policy
 	// counter counts decisions by live and shadow pool (a metric).
 	counter *prometheus.CounterVec
 
@@ -59,7 +60,7 @@ func New(file string, cfg, running *policy.Config, prev *Shadow, counter *promet
 	if !slices.Equal(live, cand) {
 		return nil, fmt.Errorf("%s: the shadow's classifier labels %v differ from the running %v (the shadow shares the running classifier)", file, cand, live)
 	}
-	sh := &Shadow{file: file, policy: policy.New(cfg), counter: counter, pairs: map[[2]string]int64{}, routes: map[[2]string]int64{}}
+	sh := &Shadow{file: file, policy: routing.New(cfg), counter: counter, pairs: map[[2]string]int64{}, routes: map[[2]string]int64{}}
 	sh.generation = 1
 	if prev != nil {
 		sh.generation = prev.generation + 1
@@ -74,13 +75,13 @@ func (sh *Shadow) Generation() int64 { return sh.generation }
 // made: at once when the live decision already has the classification res
 // (or the gateway has no classifier c), else on its own goroutine, so the
 // request never waits for a classifier call the shadow alone needs.
-func (sh *Shadow) Decide(ctx context.Context, live policy.Decision, preq *policy.Request, res classifier.Result, c *classifier.Classifier, in classifier.Input) {
+func (sh *Shadow) Decide(ctx context.Context, live routing.Decision, preq *routing.Request, res classifier.Result, c *classifier.Classifier, in classifier.Input) {
 	// The shadow policy has no session store; the session id still
 	// picks its splits, as the live policy's.
 	req := *preq
 	if res.Outcome != "" || c == nil {
-		cls := policy.Classification{Label: res.Label, Scores: res.Scores, Fallback: res.Fallback()}
-		sh.record(live, sh.policy.Decide(&req, func() policy.Classification { return cls }, false))
+		cls := routing.Classification{Label: res.Label, Scores: res.Scores, Fallback: res.Fallback()}
+		sh.record(live, sh.policy.Decide(&req, func() routing.Classification { return cls }, false))
 		return
 	}
 	// The shadow's own classifier calls are bounded: past maxCalls at
@@ -94,15 +95,15 @@ func (sh *Shadow) Decide(ctx context.Context, live policy.Decision, preq *policy
 	ctx = context.WithoutCancel(ctx)
 	go func() {
 		defer sh.pending.Add(-1)
-		d := sh.policy.Decide(&req, func() policy.Classification {
+		d := sh.policy.Decide(&req, func() routing.Classification {
 			r := c.Classify(ctx, in)
-			return policy.Classification{Label: r.Label, Scores: r.Scores, Fallback: r.Fallback()}
+			return routing.Classification{Label: r.Label, Scores: r.Scores, Fallback: r.Fallback()}
 		}, false)
 		sh.record(live, d)
 	}()
 }
 
-func (sh *Shadow) record(live, shadow policy.Decision) {
+func (sh *Shadow) record(live, shadow routing.Decision) {
 	lp, sp := live.Pools[0], shadow.Pools[0]
 	sh.counter.WithLabelValues(lp, sp).Inc()
 	sh.mu.Lock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchyard/switchyard/classifier"
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 	"github.com/switchyard/switchyard/pools"
 )
 
@@ -97,10 +98,10 @@ func TestClassifierCallsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live := policy.Decision{Route: "default", Pools: []string{"qwen"}}
+	live := routing.Decision{Route: "default", Pools: []string{"qwen"}}
 	start := time.Now()
 	for i := range 70 {
-		sh.Decide(context.Background(), live, &policy.Request{Model: "auto", Messages: 1}, classifier.Result{}, c,
+		sh.Decide(context.Background(), live, &routing.Request{Model: "auto", Messages: 1}, classifier.Result{}, c,
 			classifier.Input{LastUser: fmt.Sprint("question ", i)})
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -133,7 +134,7 @@ func TestSummary(t *testing.T) {
 	}
 	done := classifier.Result{Label: "simple", Outcome: classifier.OutcomeOK}
 	for _, pool := range []string{"qwen", "qwen", "qwen", "minicpm"} {
-		sh.Decide(context.Background(), policy.Decision{Route: "live-" + pool, Pools: []string{pool}}, &policy.Request{Model: "auto", Messages: 1}, done, nil, classifier.Input{})
+		sh.Decide(context.Background(), routing.Decision{Route: "live-" + pool, Pools: []string{pool}}, &routing.Request{Model: "auto", Messages: 1}, done, nil, classifier.Input{})
 	}
 	s := sh.Summary()
 	if s.Decisions != 4 || s.Agreement != 0.25 || s.LiveSplit["qwen"] != 0.75 || s.Split["minicpm"] != 1 || !s.Enabled || s.File != "shadow.yaml" {

@@ -1,4 +1,4 @@
-package policy_test
+package routing_test
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 )
 
 const controlYAML = header + `control:
@@ -42,7 +42,7 @@ func (c *simClock) Advance(d time.Duration) {
 // time: a share hard of them are hard (a complex score around 0.75, the
 // easy ones around 0.25, overlapping), 5% offer many tools. It returns the
 // pool a share of each second.
-func mixRun(pol *policy.Policy, clk *simClock, rng *rand.Rand, hard float64, d time.Duration, rate int) []float64 {
+func mixRun(pol *routing.Policy, clk *simClock, rng *rand.Rand, hard float64, d time.Duration, rate int) []float64 {
 	step := time.Second / time.Duration(rate)
 	var perSecond []float64
 	toA, n := 0, 0
@@ -51,12 +51,12 @@ func mixRun(pol *policy.Policy, clk *simClock, rng *rand.Rand, hard float64, d t
 		if rng.Float64() < hard {
 			score = 0.4 + 0.55*rng.Float64() // hard: 0.40..0.95
 		}
-		req := &policy.Request{}
+		req := &routing.Request{}
 		if rng.Float64() < 0.05 {
 			req.Tools = 5
 		}
-		cls := func() policy.Classification {
-			return policy.Classification{Label: "complex", Scores: map[string]float64{"complex": score, "simple": 1 - score}}
+		cls := func() routing.Classification {
+			return routing.Classification{Label: "complex", Scores: map[string]float64{"complex": score, "simple": 1 - score}}
 		}
 		if pol.Decide(req, cls, false).Pools[0] == "a" {
 			toA++
@@ -105,10 +105,10 @@ func settled(r []float64, target, tol float64) int {
 func TestShareController(t *testing.T) {
 	cfg := load(t, controlYAML)
 	clk := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	sc := cfg.Control.Share.Options()
+	sc := routing.ControlOptionsFor(cfg.Control.Share)
 	sc.Now = clk.Now
-	ctrl := policy.NewController(sc)
-	pol := policy.New(cfg, policy.WithController(ctrl))
+	ctrl := routing.NewController(sc)
+	pol := routing.New(cfg, routing.WithController(ctrl))
 	rng := rand.New(rand.NewPCG(3, 2))
 	const rate = 100
 
@@ -156,8 +156,8 @@ routes:
 	clk := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	var mu sync.Mutex
 	rate, capacity := 200.0, 40.0
-	var ctrl *policy.Controller
-	sc := cfg.Control.Share.Options()
+	var ctrl *routing.Controller
+	sc := routing.ControlOptionsFor(cfg.Control.Share)
 	sc.Now = clk.Now
 	// Utilization: what the pool is asked (share × load) over what it can
 	// take; a queue builds over 1.
@@ -166,8 +166,8 @@ routes:
 		defer mu.Unlock()
 		return ctrl.Share() * rate / capacity
 	}
-	ctrl = policy.NewController(sc)
-	pol := policy.New(cfg, policy.WithController(ctrl))
+	ctrl = routing.NewController(sc)
+	pol := routing.New(cfg, routing.WithController(ctrl))
 	rng := rand.New(rand.NewPCG(3, 4))
 
 	busy := rolling(mixRun(pol, clk, rng, 0.4, 8*time.Minute, 200), 30)
@@ -194,13 +194,13 @@ routes:
 func TestControllerSurvivesReload(t *testing.T) {
 	cfg := load(t, controlYAML)
 	clk := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	sc := cfg.Control.Share.Options()
+	sc := routing.ControlOptionsFor(cfg.Control.Share)
 	sc.Now = clk.Now
-	ctrl := policy.NewController(sc)
-	pol := policy.New(cfg, policy.WithController(ctrl))
+	ctrl := routing.NewController(sc)
+	pol := routing.New(cfg, routing.WithController(ctrl))
 	mixRun(pol, clk, rand.New(rand.NewPCG(5, 6)), 0.6, 5*time.Minute, 100)
 	before := ctrl.Threshold()
-	again := policy.New(load(t, controlYAML), policy.WithController(ctrl))
+	again := routing.New(load(t, controlYAML), routing.WithController(ctrl))
 	if again.Controller().Threshold() != before || before == 0.5 {
 		t.Errorf("threshold %v after the rebuild, want %v (moved from 0.5)", again.Controller().Threshold(), before)
 	}
@@ -211,7 +211,7 @@ func TestControllerSurvivesReload(t *testing.T) {
 // when due).
 func BenchmarkControllerDecide(b *testing.B) {
 	cfg := load(b, controlYAML)
-	ctrl := policy.NewController(cfg.Control.Share.Options())
+	ctrl := routing.NewController(routing.ControlOptionsFor(cfg.Control.Share))
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		v := 0.0
@@ -220,7 +220,7 @@ func BenchmarkControllerDecide(b *testing.B) {
 			if v > 1 {
 				v -= 1
 			}
-			policy.ControllerObserve(ctrl, v)
+			routing.ControllerObserve(ctrl, v)
 		}
 	})
 }
@@ -230,11 +230,11 @@ func BenchmarkControllerDecide(b *testing.B) {
 func TestControllerSheds1(t *testing.T) {
 	cfg := load(t, controlYAML)
 	clk := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	o := cfg.Control.Share.Options()
+	o := routing.ControlOptionsFor(cfg.Control.Share)
 	o.Target, o.Now = 0.05, clk.Now
-	ctrl := policy.NewController(o)
+	ctrl := routing.NewController(o)
 	for range 20000 {
-		policy.ControllerObserve(ctrl, 1)
+		routing.ControllerObserve(ctrl, 1)
 		clk.Advance(10 * time.Millisecond)
 	}
 	if thr := ctrl.Threshold(); thr <= 1 {
@@ -259,10 +259,10 @@ routes:
     to: b
 `)
 	clk := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	sc := cfg.Control.Share.Options()
+	sc := routing.ControlOptionsFor(cfg.Control.Share)
 	sc.Now = clk.Now
-	ctrl := policy.NewController(sc)
-	pol := policy.New(cfg, policy.WithController(ctrl), policy.WithSessions(policy.NewSessions(10000, time.Minute, clk.Now)))
+	ctrl := routing.NewController(sc)
+	pol := routing.New(cfg, routing.WithController(ctrl), routing.WithSessions(routing.NewSessions(10000, time.Minute, clk.Now)))
 	rng := rand.New(rand.NewPCG(5, 8))
 	const (
 		rate     = 100 // turns per second
@@ -294,10 +294,10 @@ routes:
 		if s.hard {
 			score = 0.4 + 0.55*rng.Float64()
 		}
-		cls := func() policy.Classification {
-			return policy.Classification{Label: "complex", Scores: map[string]float64{"complex": score, "simple": 1 - score}}
+		cls := func() routing.Classification {
+			return routing.Classification{Label: "complex", Scores: map[string]float64{"complex": score, "simple": 1 - score}}
 		}
-		if pol.Decide(&policy.Request{Session: s.id}, cls, false).Pools[0] == "a" {
+		if pol.Decide(&routing.Request{Session: s.id}, cls, false).Pools[0] == "a" {
 			toA++
 		}
 		if s.turnsLeft--; s.turnsLeft == 0 {

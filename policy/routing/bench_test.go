@@ -1,4 +1,4 @@
-package policy_test
+package routing_test
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 )
 
 // BenchmarkDecide20Rules decides a request that only the 20th (catch-all)
@@ -33,8 +33,8 @@ func BenchmarkDecide20Rules(b *testing.B) {
 	}
 	yaml.WriteString("  - {name: default, to: a, fallback: [b]}\n")
 	cfg := load(b, yaml.String())
-	pol := policy.New(cfg)
-	req := &policy.Request{
+	pol := routing.New(cfg)
+	req := &routing.Request{
 		Model:        "auto",
 		Tools:        1,
 		Messages:     12,
@@ -42,9 +42,9 @@ func BenchmarkDecide20Rules(b *testing.B) {
 		Header:       http.Header{"X-Experiment": {"a"}, "X-Session-Id": {"abc"}},
 		Key:          "agents",
 	}
-	classify := func() policy.Classification {
+	classify := func() routing.Classification {
 		b.Fatal("classifier called")
-		return policy.Classification{}
+		return routing.Classification{}
 	}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,32 +1,34 @@
-package policy
+package routing
 
 import (
 	"slices"
+
+	"github.com/switchyard/switchyard/policy"
 )
 
-// route is a compiled Route: its own copies of what the config says, so a
-// Policy shares nothing with the Config it was built from, and what each
-// request would recompute (the order of score labels and headers, whether a
+// route is a compiled policy.Route: its own copies of what the config
+// says, so a Policy shares nothing with the Config it was built from, and
+// what each request would recompute (the order of score labels and headers, whether a
 // condition needs the classifier) is computed once.
 type route struct {
 	name     string
 	when     *cond
 	to       string
-	split    Split
+	split    policy.Split
 	fallback []string
-	spill    *Spill
+	spill    *policy.Spill
 	// sticky is false for sticky: false (the decision is not kept).
 	sticky bool
 	// side: the route's requests are side requests (Route.Side).
 	side bool
 }
 
-// cond is a compiled When.
+// cond is a compiled policy.When.
 type cond struct {
-	class, model, key                        StringList
-	tools, messages, promptTokens, maxTokens *NumCmp
+	class, model, key                        policy.StringList
+	tools, messages, promptTokens, maxTokens *policy.NumCmp
 	stream, smallModel, toolError, repeated  *bool
-	systemContains                           StringList
+	systemContains                           policy.StringList
 	score                                    []scoreCond // by label
 	header                                   []headerCond
 	any                                      []*cond
@@ -37,15 +39,15 @@ type cond struct {
 
 type scoreCond struct {
 	label string
-	cmp   *NumCmp
+	cmp   *policy.NumCmp
 }
 
 type headerCond struct {
 	name   string
-	values StringList
+	values policy.StringList
 }
 
-func compileRoute(r *Route) *route {
+func compileRoute(r *policy.Route) *route {
 	out := &route{
 		name: r.Name, when: compileWhen(r.When), to: r.To,
 		split: slices.Clone(r.Split), fallback: slices.Clone(r.Fallback),
@@ -59,8 +61,8 @@ func compileRoute(r *Route) *route {
 }
 
 // compileWhen returns nil for a condition that always holds.
-func compileWhen(w *When) *cond {
-	if w.empty() {
+func compileWhen(w *policy.When) *cond {
+	if w.Empty() {
 		return nil
 	}
 	c := &cond{
@@ -103,7 +105,7 @@ func compileWhen(w *When) *cond {
 	return c
 }
 
-func cloneCmp(c *NumCmp) *NumCmp {
+func cloneCmp(c *policy.NumCmp) *policy.NumCmp {
 	if c == nil {
 		return nil
 	}

@@ -1,11 +1,11 @@
-package policy_test
+package routing_test
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 )
 
 // trajectoryPolicy is the reference policy's shape: side, then complex on
@@ -28,17 +28,17 @@ func TestDecideTrajectory(t *testing.T) {
   - {name: auto, route: policy}
   - {name: "*-haiku-*", route: policy, small: true}
 `+trajectoryRoutes)
-	pol := policy.New(cfg)
+	pol := routing.New(cfg)
 	for _, tc := range []struct {
 		name  string
-		req   policy.Request
+		req   routing.Request
 		route string
 		why   string
 		calls int
 	}{
-		{"tool error", policy.Request{Model: "auto", Tools: 5, Turn: policy.TurnToolResult, ToolError: "exit code 1"}, "complex", "tool_error: the latest tool result reads as a failure (exit code 1)", 0},
-		{"repeated call", policy.Request{Model: "auto", Tools: 5, Turn: policy.TurnToolResult, RepeatedCall: "read"}, "complex", `repeated_call: the latest call to "read" repeats an earlier one with identical arguments`, 0},
-		{"routine step", policy.Request{Model: "auto", Tools: 5, Turn: policy.TurnToolResult}, "default", "", 1},
+		{"tool error", routing.Request{Model: "auto", Tools: 5, Turn: routing.TurnToolResult, ToolError: "exit code 1"}, "complex", "tool_error: the latest tool result reads as a failure (exit code 1)", 0},
+		{"repeated call", routing.Request{Model: "auto", Tools: 5, Turn: routing.TurnToolResult, RepeatedCall: "read"}, "complex", `repeated_call: the latest call to "read" repeats an earlier one with identical arguments`, 0},
+		{"routine step", routing.Request{Model: "auto", Tools: 5, Turn: routing.TurnToolResult}, "default", "", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cls := label("simple")
@@ -57,11 +57,11 @@ routes:
   - {name: calm, when: {tool_error: false, repeated_call: false}, to: a}
   - {name: default, to: b}
 `)
-	p2 := policy.New(neg)
-	if d := p2.Decide(&policy.Request{Model: "auto", ToolError: "is_error"}, nil, true); d.Route != "default" || !strings.Contains(d.Skipped[0].Reason, "is_error") {
+	p2 := routing.New(neg)
+	if d := p2.Decide(&routing.Request{Model: "auto", ToolError: "is_error"}, nil, true); d.Route != "default" || !strings.Contains(d.Skipped[0].Reason, "is_error") {
 		t.Errorf("tool_error: false on a failed result: %+v", d)
 	}
-	if d := p2.Decide(&policy.Request{Model: "auto"}, nil, false); d.Route != "calm" {
+	if d := p2.Decide(&routing.Request{Model: "auto"}, nil, false); d.Route != "calm" {
 		t.Errorf("tool_error: false without a failure: %+v", d)
 	}
 }
@@ -78,33 +78,33 @@ func TestDecideSessionMovesDown(t *testing.T) {
 			}
 			cfg := load(t, header+"models: [{name: auto, route: policy}, {name: \"*-haiku-*\", route: policy, small: true}]\n"+sess+trajectoryRoutes)
 			clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-			pol := policy.New(cfg, policy.WithSessions(policy.NewSessions(100, time.Minute, clk.Now)))
-			instr := policy.Request{Model: "auto", Session: "s", Tools: 5, Turn: policy.TurnInstruction}
-			step := policy.Request{Model: "auto", Session: "s", Tools: 5, Turn: policy.TurnToolResult}
+			pol := routing.New(cfg, routing.WithSessions(routing.NewSessions(100, time.Minute, clk.Now)))
+			instr := routing.Request{Model: "auto", Session: "s", Tools: 5, Turn: routing.TurnInstruction}
+			step := routing.Request{Model: "auto", Session: "s", Tools: 5, Turn: routing.TurnToolResult}
 			failed := step
 			failed.ToolError = "is_error"
-			down, downSession := "default", policy.SessionMovedDown
+			down, downSession := "default", routing.SessionMovedDown
 			if moveDown == "never" {
-				down, downSession = "complex", policy.SessionKept
+				down, downSession = "complex", routing.SessionKept
 			}
 			simple, complex := label("simple"), label("complex")
 			for i, st := range []struct {
-				req            policy.Request
+				req            routing.Request
 				cls            *classifier
 				route, session string
 			}{
-				{instr, simple, "default", policy.SessionNew},
-				{failed, simple, "complex", policy.SessionMovedUp},
+				{instr, simple, "default", routing.SessionNew},
+				{failed, simple, "complex", routing.SessionMovedUp},
 				// Inside the tool loop: up only, whatever the turn says.
-				{step, simple, "complex", policy.SessionKept},
-				{step, simple, "complex", policy.SessionKept},
+				{step, simple, "complex", routing.SessionKept},
+				{step, simple, "complex", routing.SessionKept},
 				// A new instruction judged simple: down (by the rule).
 				{instr, simple, down, downSession},
-				{step, simple, down, policy.SessionKept},
+				{step, simple, down, routing.SessionKept},
 				// A new instruction judged complex moves it up again.
-				{instr, complex, "complex", map[bool]string{true: policy.SessionKept, false: policy.SessionMovedUp}[moveDown == "never"]},
+				{instr, complex, "complex", map[bool]string{true: routing.SessionKept, false: routing.SessionMovedUp}[moveDown == "never"]},
 				// ... and the same judgement again keeps it.
-				{instr, complex, "complex", policy.SessionKept},
+				{instr, complex, "complex", routing.SessionKept},
 			} {
 				d := pol.Decide(&st.req, st.cls.classify, false)
 				if d.Route != st.route || d.Session != st.session {
@@ -119,18 +119,18 @@ func TestDecideSessionMovesDown(t *testing.T) {
 // tool-loop turn could not move it.
 func TestDecideExplainsMoves(t *testing.T) {
 	cfg := load(t, header+"models: [{name: auto, route: policy}, {name: \"*-haiku-*\", route: policy, small: true}]\nsession: {header: X-Session-Id, ttl: 1m}\n"+trajectoryRoutes)
-	pol := policy.New(cfg, policy.WithSessions(policy.NewSessions(100, time.Minute, nil)))
-	pol.Decide(&policy.Request{Model: "auto", Session: "s", Tools: 5, Turn: policy.TurnToolResult, ToolError: "exit code 2"}, label("simple").classify, false)
-	d := pol.Decide(&policy.Request{Model: "auto", Session: "s", Tools: 5, Turn: policy.TurnToolResult}, label("simple").classify, true)
-	if d.Session != policy.SessionKept || !strings.Contains(d.SessionReason, "never moves a session down") {
+	pol := routing.New(cfg, routing.WithSessions(routing.NewSessions(100, time.Minute, nil)))
+	pol.Decide(&routing.Request{Model: "auto", Session: "s", Tools: 5, Turn: routing.TurnToolResult, ToolError: "exit code 2"}, label("simple").classify, false)
+	d := pol.Decide(&routing.Request{Model: "auto", Session: "s", Tools: 5, Turn: routing.TurnToolResult}, label("simple").classify, true)
+	if d.Session != routing.SessionKept || !strings.Contains(d.SessionReason, "never moves a session down") {
 		t.Errorf("tool loop: %q %q", d.Session, d.SessionReason)
 	}
-	d = pol.Decide(&policy.Request{Model: "auto", Session: "s", Tools: 5, Turn: policy.TurnInstruction}, label("simple").classify, true)
-	if d.Session != policy.SessionMovedDown || !strings.Contains(d.SessionReason, "moves down") {
+	d = pol.Decide(&routing.Request{Model: "auto", Session: "s", Tools: 5, Turn: routing.TurnInstruction}, label("simple").classify, true)
+	if d.Session != routing.SessionMovedDown || !strings.Contains(d.SessionReason, "moves down") {
 		t.Errorf("new instruction: %q %q", d.Session, d.SessionReason)
 	}
 	// Explaining stored nothing: the session is still on complex.
-	if d := pol.Decide(&policy.Request{Model: "auto", Session: "s", Tools: 5, Turn: policy.TurnToolResult}, label("simple").classify, false); d.Route != "complex" {
+	if d := pol.Decide(&routing.Request{Model: "auto", Session: "s", Tools: 5, Turn: routing.TurnToolResult}, label("simple").classify, false); d.Route != "complex" {
 		t.Errorf("explain moved the session: %+v", d)
 	}
 }

@@ -1,10 +1,11 @@
-package policy_test
+package routing_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 )
 
 // TestCheapConditionsDecideFirst: a rule whose cheap conditions fail never
@@ -30,15 +31,15 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := policy.New(cfg)
+	p := routing.New(cfg)
 	calls := 0
-	classify := func() policy.Classification {
+	classify := func() routing.Classification {
 		calls++
-		return policy.Classification{Label: "simple", Scores: map[string]float64{"simple": 1}}
+		return routing.Classification{Label: "simple", Scores: map[string]float64{"simple": 1}}
 	}
 	// Streaming with a tool: the first rule fails on not(stream), the second
 	// matches on tools; the classifier is never needed.
-	d := p.Decide(&policy.Request{Model: "auto", Stream: true, Tools: 1, Messages: 1}, classify, false)
+	d := p.Decide(&routing.Request{Model: "auto", Stream: true, Tools: 1, Messages: 1}, classify, false)
 	if d.Route != "tools-or-hard" || calls != 0 {
 		t.Errorf("route %q after %d classifier calls, want tools-or-hard after 0", d.Route, calls)
 	}
@@ -54,78 +55,32 @@ func TestStickyDecisionDroppedWhenPoolIsGone(t *testing.T) {
 		}
 		return cfg
 	}
-	sessions := policy.NewSessions(10, time.Hour, nil)
-	old := policy.New(load(`
+	sessions := routing.NewSessions(10, time.Hour, nil)
+	old := routing.New(load(`
 version: 1
 pools:
   a: {model: a, replicas: [{name: a1, url: "http://127.0.0.1:1"}]}
 routes:
   - name: default
     to: a
-`), policy.WithSessions(sessions))
-	req := &policy.Request{Model: "auto", Messages: 1, Session: "s1"}
+`), routing.WithSessions(sessions))
+	req := &routing.Request{Model: "auto", Messages: 1, Session: "s1"}
 	if d := old.Decide(req, nil, false); d.Pools[0] != "a" {
 		t.Fatalf("pools %v", d.Pools)
 	}
-	cur := policy.New(load(`
+	cur := routing.New(load(`
 version: 1
 pools:
   b: {model: b, replicas: [{name: b1, url: "http://127.0.0.1:2"}]}
 routes:
   - name: default
     to: b
-`), policy.WithSessions(sessions))
+`), routing.WithSessions(sessions))
 	d := cur.Decide(req, nil, false)
 	if d.Sticky || d.Pools[0] != "b" {
 		t.Errorf("after the pool was removed: sticky %t pools %v, want a fresh decision for b", d.Sticky, d.Pools)
 	}
 	if d := cur.Decide(req, nil, false); !d.Sticky || d.Pools[0] != "b" {
 		t.Errorf("the fresh decision was not kept: sticky %t pools %v", d.Sticky, d.Pools)
-	}
-}
-
-// TestYAMLForms: quoted comparison keys, YAML integer forms and an explicit
-// zero cache size are read as written.
-func TestYAMLForms(t *testing.T) {
-	cfg, err := policy.Load("forms.yaml", []byte(`
-version: 1
-pools:
-  a: {model: a, replicas: [{name: a1, url: "http://127.0.0.1:1"}]}
-  b: {model: b, replicas: [{name: b1, url: "http://127.0.0.1:2"}]}
-classifier: {kind: heuristic, labels: [simple, complex], cache: {size: 0}}
-routes:
-  - name: tools
-    when: {tools: {"gte": 0x2}}
-    to: b
-  - name: split
-    split: {a: 0x10, b: 1_000}
-`), testLoadOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := cfg.Classifier.Cache.Size; got != 0 {
-		t.Errorf("cache size %d, want 0 (disabled)", got)
-	}
-	if gte := cfg.Routes[0].When.Tools.GTE; gte == nil || *gte != 2 {
-		t.Errorf("tools gte %v, want 2", gte)
-	}
-	if w := cfg.Routes[1].Split; w[0].Weight != 16 || w[1].Weight != 1000 {
-		t.Errorf("split weights %+v, want 16 and 1000", w)
-	}
-}
-
-// TestAnchorsAcrossSections: aliases resolve anchors of other sections,
-// and merge keys fill what a mapping does not set itself.
-func TestAnchorsAcrossSections(t *testing.T) {
-	cfg, err := policy.LoadFile("../testdata/anchors.good.yaml", testLoadOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, b := cfg.Pools.Get("a"), cfg.Pools.Get("b")
-	if a.Health.Interval.Std() != 3*time.Second || b.Health.Interval.Std() != 9*time.Second || b.Health.Timeout.Std() != time.Second {
-		t.Errorf("health a %+v b %+v", a.Health, b.Health)
-	}
-	if b.Model != "org/b" || b.Balance != "round_robin" || len(b.Replicas) != 1 || b.Replicas[0].URL != "http://127.0.0.1:8001" {
-		t.Errorf("pool b %+v", *b)
 	}
 }

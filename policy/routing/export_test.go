@@ -1,4 +1,4 @@
-package policy
+package routing
 
 // ControllerObserve is one request's work for the controller: its score,
 // the threshold, and the decision.

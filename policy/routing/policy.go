@@ -1,4 +1,4 @@
-package policy
+package routing
 
 import (
 	"fmt"
@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/switchyard/switchyard/policy"
 )
 
 // Request is what the policy reads of one request. The router fills it from
@@ -60,7 +62,7 @@ type Decision struct {
 	Route string
 	// Pools are tried in order: the chosen target, then the route's fallbacks.
 	Pools []string
-	Spill *Spill
+	Spill *policy.Spill
 	// Classified is true when the classifier's answer was used (or a sticky
 	// session reused a class); Class and Scores are then set.
 	Classified bool
@@ -155,7 +157,7 @@ func WithSessions(s *Sessions) Option { return func(p *Policy) { p.sessions = s 
 func WithRand(f func() uint64) Option { return func(p *Policy) { p.rand = f } }
 
 // New compiles cfg's routes; the Policy keeps nothing of cfg.
-func New(cfg *Config, opts ...Option) *Policy {
+func New(cfg *policy.Config, opts ...Option) *Policy {
 	p := &Policy{rand: rand.Uint64, pools: map[string]bool{}}
 	for _, r := range cfg.Routes {
 		p.routes = append(p.routes, compileRoute(r))
@@ -175,12 +177,12 @@ func New(cfg *Config, opts ...Option) *Policy {
 	for _, r := range p.routes {
 		p.readsSystem = p.readsSystem || r.when.readsSystem()
 	}
-	p.moveDown = cfg.Session != nil && cfg.Session.MoveDown == MoveDownNewInstruction
+	p.moveDown = cfg.Session != nil && cfg.Session.MoveDown == policy.MoveDownNewInstruction
 	for _, o := range opts {
 		o(p)
 	}
 	if p.ctrl == nil && cfg.Control != nil && cfg.Control.Share != nil {
-		p.ctrl = NewController(cfg.Control.Share.Options())
+		p.ctrl = NewController(ControlOptionsFor(cfg.Control.Share))
 	}
 	return p
 }
@@ -452,7 +454,7 @@ func (p *Policy) stillValid(d Decision) bool {
 
 // pick chooses a split's pool by weight: at random, or for a session by
 // a hash of its id, so that every instance picks the same pool for it.
-func (p *Policy) pick(split Split, session string) string {
+func (p *Policy) pick(split policy.Split, session string) string {
 	total := 0
 	for _, e := range split {
 		total += e.Weight

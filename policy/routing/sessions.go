@@ -1,4 +1,4 @@
-package policy
+package routing
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-package policy_test
+package routing_test
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/routing"
 )
 
 // header is the start of every inline test config: three pools, two API
@@ -37,17 +38,17 @@ classifier:
 
 // classifier is a ClassifyFunc that counts its calls.
 type classifier struct {
-	cls   policy.Classification
+	cls   routing.Classification
 	calls int
 }
 
-func (c *classifier) classify() policy.Classification {
+func (c *classifier) classify() routing.Classification {
 	c.calls++
 	return c.cls
 }
 
 func label(l string, scores ...float64) *classifier {
-	c := &classifier{cls: policy.Classification{Label: l}}
+	c := &classifier{cls: routing.Classification{Label: l}}
 	if len(scores) == 2 {
 		c.cls.Scores = map[string]float64{"simple": scores[0], "complex": scores[1]}
 	}
@@ -66,48 +67,48 @@ func TestDecideConditions(t *testing.T) {
 	tests := []struct {
 		name  string
 		when  string // the flow mapping under the first route's when
-		req   policy.Request
+		req   routing.Request
 		cls   *classifier
 		match bool
 	}{
-		{"model in list", `{model: [auto, agent]}`, policy.Request{Model: "agent"}, nil, true},
-		{"model not in list", `{model: [auto, agent]}`, policy.Request{Model: "gpt-4"}, nil, false},
-		{"model scalar", `{model: auto}`, policy.Request{Model: "auto"}, nil, true},
-		{"header value", `{header: {X-Experiment: [b, c]}}`, policy.Request{Header: headers("X-Experiment", "c")}, nil, true},
-		{"header other value", `{header: {X-Experiment: [b, c]}}`, policy.Request{Header: headers("X-Experiment", "a")}, nil, false},
-		{"header absent", `{header: {X-Experiment: b}}`, policy.Request{}, nil, false},
-		{"header name case", `{header: {x-experiment: b}}`, policy.Request{Header: headers("X-EXPERIMENT", "b")}, nil, true},
-		{"stream true", `{stream: true}`, policy.Request{Stream: true}, nil, true},
-		{"stream false", `{stream: true}`, policy.Request{}, nil, false},
-		{"tools gte", `{tools: {gte: 4}}`, policy.Request{Tools: 4}, nil, true},
-		{"tools below", `{tools: {gte: 4}}`, policy.Request{Tools: 3}, nil, false},
-		{"tools bare number is eq", `{tools: 2}`, policy.Request{Tools: 2}, nil, true},
-		{"tools bare number other", `{tools: 2}`, policy.Request{Tools: 3}, nil, false},
-		{"messages in range", `{messages: {gt: 2, lte: 5}}`, policy.Request{Messages: 5}, nil, true},
-		{"messages above range", `{messages: {gt: 2, lte: 5}}`, policy.Request{Messages: 6}, nil, false},
-		{"messages at exclusive bound", `{messages: {gt: 2, lte: 5}}`, policy.Request{Messages: 2}, nil, false},
-		{"prompt_tokens lt", `{prompt_tokens: {lt: 1000}}`, policy.Request{PromptTokens: 999}, nil, true},
-		{"prompt_tokens at bound", `{prompt_tokens: {lt: 1000}}`, policy.Request{PromptTokens: 1000}, nil, false},
-		{"key", `{key: ci}`, policy.Request{Key: "ci"}, nil, true},
-		{"key other", `{key: ci}`, policy.Request{Key: "agents"}, nil, false},
-		{"key without auth", `{key: [ci, agents]}`, policy.Request{}, nil, false},
-		{"any first", `{any: [{stream: true}, {tools: {gte: 1}}]}`, policy.Request{Stream: true}, nil, true},
-		{"any second", `{any: [{stream: true}, {tools: {gte: 1}}]}`, policy.Request{Tools: 2}, nil, true},
-		{"any none", `{any: [{stream: true}, {tools: {gte: 1}}]}`, policy.Request{}, nil, false},
-		{"not", `{not: {model: auto}}`, policy.Request{Model: "gpt-4"}, nil, true},
-		{"not negated", `{not: {model: auto}}`, policy.Request{Model: "auto"}, nil, false},
-		{"all must hold", `{stream: true, tools: {gte: 1}}`, policy.Request{Stream: true, Tools: 1}, nil, true},
-		{"all must hold, one fails", `{stream: true, tools: {gte: 1}}`, policy.Request{Stream: true}, nil, false},
-		{"class", `{class: complex}`, policy.Request{}, label("complex"), true},
-		{"class other", `{class: complex}`, policy.Request{}, label("simple"), false},
-		{"class list", `{class: [simple, complex]}`, policy.Request{}, label("simple"), true},
-		{"class under not", `{not: {class: simple}}`, policy.Request{}, label("complex"), true},
-		{"class under any", `{any: [{stream: true}, {class: complex}]}`, policy.Request{}, label("complex"), true},
-		{"score", `{score: {complex: {gte: 0.8}}}`, policy.Request{}, label("complex", 0.15, 0.85), true},
-		{"score below", `{score: {complex: {gte: 0.8}}}`, policy.Request{}, label("complex", 0.5, 0.5), false},
-		{"score unknown is 0", `{score: {simple: {lt: 0.1}}}`, policy.Request{}, label("simple"), true},
-		{"score all labels", `{score: {simple: {lt: 0.3}, complex: {gt: 0.6}}}`, policy.Request{}, label("complex", 0.2, 0.8), true},
-		{"score one label fails", `{score: {simple: {lt: 0.3}, complex: {gt: 0.9}}}`, policy.Request{}, label("complex", 0.2, 0.8), false},
+		{"model in list", `{model: [auto, agent]}`, routing.Request{Model: "agent"}, nil, true},
+		{"model not in list", `{model: [auto, agent]}`, routing.Request{Model: "gpt-4"}, nil, false},
+		{"model scalar", `{model: auto}`, routing.Request{Model: "auto"}, nil, true},
+		{"header value", `{header: {X-Experiment: [b, c]}}`, routing.Request{Header: headers("X-Experiment", "c")}, nil, true},
+		{"header other value", `{header: {X-Experiment: [b, c]}}`, routing.Request{Header: headers("X-Experiment", "a")}, nil, false},
+		{"header absent", `{header: {X-Experiment: b}}`, routing.Request{}, nil, false},
+		{"header name case", `{header: {x-experiment: b}}`, routing.Request{Header: headers("X-EXPERIMENT", "b")}, nil, true},
+		{"stream true", `{stream: true}`, routing.Request{Stream: true}, nil, true},
+		{"stream false", `{stream: true}`, routing.Request{}, nil, false},
+		{"tools gte", `{tools: {gte: 4}}`, routing.Request{Tools: 4}, nil, true},
+		{"tools below", `{tools: {gte: 4}}`, routing.Request{Tools: 3}, nil, false},
+		{"tools bare number is eq", `{tools: 2}`, routing.Request{Tools: 2}, nil, true},
+		{"tools bare number other", `{tools: 2}`, routing.Request{Tools: 3}, nil, false},
+		{"messages in range", `{messages: {gt: 2, lte: 5}}`, routing.Request{Messages: 5}, nil, true},
+		{"messages above range", `{messages: {gt: 2, lte: 5}}`, routing.Request{Messages: 6}, nil, false},
+		{"messages at exclusive bound", `{messages: {gt: 2, lte: 5}}`, routing.Request{Messages: 2}, nil, false},
+		{"prompt_tokens lt", `{prompt_tokens: {lt: 1000}}`, routing.Request{PromptTokens: 999}, nil, true},
+		{"prompt_tokens at bound", `{prompt_tokens: {lt: 1000}}`, routing.Request{PromptTokens: 1000}, nil, false},
+		{"key", `{key: ci}`, routing.Request{Key: "ci"}, nil, true},
+		{"key other", `{key: ci}`, routing.Request{Key: "agents"}, nil, false},
+		{"key without auth", `{key: [ci, agents]}`, routing.Request{}, nil, false},
+		{"any first", `{any: [{stream: true}, {tools: {gte: 1}}]}`, routing.Request{Stream: true}, nil, true},
+		{"any second", `{any: [{stream: true}, {tools: {gte: 1}}]}`, routing.Request{Tools: 2}, nil, true},
+		{"any none", `{any: [{stream: true}, {tools: {gte: 1}}]}`, routing.Request{}, nil, false},
+		{"not", `{not: {model: auto}}`, routing.Request{Model: "gpt-4"}, nil, true},
+		{"not negated", `{not: {model: auto}}`, routing.Request{Model: "auto"}, nil, false},
+		{"all must hold", `{stream: true, tools: {gte: 1}}`, routing.Request{Stream: true, Tools: 1}, nil, true},
+		{"all must hold, one fails", `{stream: true, tools: {gte: 1}}`, routing.Request{Stream: true}, nil, false},
+		{"class", `{class: complex}`, routing.Request{}, label("complex"), true},
+		{"class other", `{class: complex}`, routing.Request{}, label("simple"), false},
+		{"class list", `{class: [simple, complex]}`, routing.Request{}, label("simple"), true},
+		{"class under not", `{not: {class: simple}}`, routing.Request{}, label("complex"), true},
+		{"class under any", `{any: [{stream: true}, {class: complex}]}`, routing.Request{}, label("complex"), true},
+		{"score", `{score: {complex: {gte: 0.8}}}`, routing.Request{}, label("complex", 0.15, 0.85), true},
+		{"score below", `{score: {complex: {gte: 0.8}}}`, routing.Request{}, label("complex", 0.5, 0.5), false},
+		{"score unknown is 0", `{score: {simple: {lt: 0.1}}}`, routing.Request{}, label("simple"), true},
+		{"score all labels", `{score: {simple: {lt: 0.3}, complex: {gt: 0.6}}}`, routing.Request{}, label("complex", 0.2, 0.8), true},
+		{"score one label fails", `{score: {simple: {lt: 0.3}, complex: {gt: 0.9}}}`, routing.Request{}, label("complex", 0.2, 0.8), false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,7 +120,7 @@ func TestDecideConditions(t *testing.T) {
 			if cls == nil {
 				cls = label("simple")
 			}
-			d := policy.New(cfg).Decide(&tc.req, cls.classify, false)
+			d := routing.New(cfg).Decide(&tc.req, cls.classify, false)
 			want := "default"
 			if tc.match {
 				want = "rule"
@@ -141,19 +142,19 @@ func TestDecideFirstMatchWins(t *testing.T) {
   - {name: also-tools, when: {tools: {gte: 1}}, to: c}
   - {name: default, to: c}
 `)
-	pol := policy.New(cfg)
+	pol := routing.New(cfg)
 	if diff := cmp.Diff([]string{"tools", "stream", "also-tools", "default"}, pol.Routes()); diff != "" {
 		t.Errorf("Routes() (-want +got):\n%s", diff)
 	}
 	tests := []struct {
 		name  string
-		req   policy.Request
+		req   routing.Request
 		route string
 	}{
-		{"both first and second match", policy.Request{Tools: 5, Stream: true}, "tools"},
-		{"second and third match", policy.Request{Tools: 2, Stream: true}, "stream"},
-		{"only third", policy.Request{Tools: 2}, "also-tools"},
-		{"none", policy.Request{}, "default"},
+		{"both first and second match", routing.Request{Tools: 5, Stream: true}, "tools"},
+		{"second and third match", routing.Request{Tools: 2, Stream: true}, "stream"},
+		{"only third", routing.Request{Tools: 2}, "also-tools"},
+		{"none", routing.Request{}, "default"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -165,7 +166,7 @@ func TestDecideFirstMatchWins(t *testing.T) {
 }
 
 func TestDecideClassifierIsLazy(t *testing.T) {
-	pol := policy.New(load(t, header+`routes:
+	pol := routing.New(load(t, header+`routes:
   - {name: stream, when: {stream: true}, to: a}
   - {name: tools-complex, when: {tools: {gte: 4}, class: complex}, to: b}
   - {name: complex, when: {class: complex}, to: b}
@@ -175,20 +176,20 @@ func TestDecideClassifierIsLazy(t *testing.T) {
 `))
 	tests := []struct {
 		name       string
-		req        policy.Request
+		req        routing.Request
 		cls        *classifier
 		route      string
 		calls      int
 		classified bool
 	}{
 		// An earlier rule without class conditions matched.
-		{"earlier cheap rule matches", policy.Request{Stream: true}, label("complex"), "stream", 0, false},
+		{"earlier cheap rule matches", routing.Request{Stream: true}, label("complex"), "stream", 0, false},
 		// tools-complex fails on tools before reaching its class condition,
 		// then complex needs the classifier.
-		{"cheap condition fails first", policy.Request{Tools: 1}, label("complex"), "complex", 1, true},
+		{"cheap condition fails first", routing.Request{Tools: 1}, label("complex"), "complex", 1, true},
 		// Several class and score rules: one call serves them all.
-		{"one call for many rules", policy.Request{Tools: 5}, label("simple", 0.6, 0.4), "default", 1, true},
-		{"score rule", policy.Request{}, label("simple", 0.95, 0.05), "confident-simple", 1, true},
+		{"one call for many rules", routing.Request{Tools: 5}, label("simple", 0.6, 0.4), "default", 1, true},
+		{"score rule", routing.Request{}, label("simple", 0.95, 0.05), "confident-simple", 1, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -210,12 +211,12 @@ func TestDecideClassifierIsLazy(t *testing.T) {
 
 	// A rule failing on a cheap condition never calls the classifier, even
 	// when the decision ends without any class rule being reached.
-	pol = policy.New(load(t, header+`routes:
+	pol = routing.New(load(t, header+`routes:
   - {name: r, when: {model: agent, score: {complex: {gte: 0.5}}}, to: b}
   - {name: default, to: a}
 `))
 	cls := label("complex", 0, 1)
-	if d := pol.Decide(&policy.Request{Model: "auto"}, cls.classify, false); d.Route != "default" || d.Classified || cls.calls != 0 {
+	if d := pol.Decide(&routing.Request{Model: "auto"}, cls.classify, false); d.Route != "default" || d.Classified || cls.calls != 0 {
 		t.Errorf("Decide = route %q, classified %t after %d calls; want default, not classified, no call", d.Route, d.Classified, cls.calls)
 	}
 }
@@ -225,11 +226,11 @@ func TestDecideSplitWeights(t *testing.T) {
   - {name: experiment, split: {a: 25, b: 75}}
 `)
 	rng := rand.New(rand.NewPCG(1, 2))
-	pol := policy.New(cfg, policy.WithRand(rng.Uint64))
+	pol := routing.New(cfg, routing.WithRand(rng.Uint64))
 	const n = 10000
 	counts := map[string]int{}
 	for range n {
-		counts[pol.Decide(&policy.Request{}, nil, false).Pools[0]]++
+		counts[pol.Decide(&routing.Request{}, nil, false).Pools[0]]++
 	}
 	if got := 100 * float64(counts["a"]) / n; got < 23 || got > 27 {
 		t.Errorf("a got %.1f%% of %d decisions (%v), want 25 ± 2", got, n, counts)
@@ -243,8 +244,8 @@ func TestDecideSplitWeights(t *testing.T) {
 		r    uint64
 		want string
 	}{{0, "a"}, {24, "a"}, {25, "b"}, {99, "b"}, {100, "a"}, {124, "a"}, {125, "b"}} {
-		pol := policy.New(cfg, policy.WithRand(func() uint64 { return tc.r }))
-		if got := pol.Decide(&policy.Request{}, nil, false).Pools[0]; got != tc.want {
+		pol := routing.New(cfg, routing.WithRand(func() uint64 { return tc.r }))
+		if got := pol.Decide(&routing.Request{}, nil, false).Pools[0]; got != tc.want {
 			t.Errorf("rand %d picked %q, want %q", tc.r, got, tc.want)
 		}
 	}
@@ -267,17 +268,17 @@ func TestDecidePools(t *testing.T) {
     fallback: [b, c, a]
   - {name: default, to: a}
 `)
-	pol := policy.New(cfg, policy.WithRand(func() uint64 { return 1 })) // picks c
+	pol := routing.New(cfg, routing.WithRand(func() uint64 { return 1 })) // picks c
 	tests := []struct {
 		name  string
-		req   policy.Request
+		req   routing.Request
 		pools []string
 		spill *policy.Spill
 	}{
-		{"target then fallbacks in order", policy.Request{Stream: true}, []string{"a", "c", "b"}, &policy.Spill{To: "c", WhenQueueOver: 8}},
-		{"split pick then fallbacks", policy.Request{Tools: 1}, []string{"c", "a"}, nil},
-		{"split's own pools as fallbacks, minus the pick", policy.Request{Key: "ci"}, []string{"c", "b", "a"}, nil},
-		{"no fallback", policy.Request{}, []string{"a"}, nil},
+		{"target then fallbacks in order", routing.Request{Stream: true}, []string{"a", "c", "b"}, &policy.Spill{To: "c", WhenQueueOver: 8}},
+		{"split pick then fallbacks", routing.Request{Tools: 1}, []string{"c", "a"}, nil},
+		{"split's own pools as fallbacks, minus the pick", routing.Request{Key: "ci"}, []string{"c", "b", "a"}, nil},
+		{"no fallback", routing.Request{}, []string{"a"}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -293,7 +294,7 @@ func TestDecidePools(t *testing.T) {
 }
 
 func TestDecideExplain(t *testing.T) {
-	pol := policy.New(load(t, header+`routes:
+	pol := routing.New(load(t, header+`routes:
   - {name: stream, when: {stream: true}, to: a}
   - {name: tools, when: {tools: {gte: 4}}, to: b}
   - {name: complex, when: {class: complex}, to: b}
@@ -301,15 +302,15 @@ func TestDecideExplain(t *testing.T) {
   - {name: not-auto, when: {not: {model: auto}}, to: c}
   - {name: default, to: a}
 `))
-	req := &policy.Request{Model: "auto", Tools: 1}
+	req := &routing.Request{Model: "auto", Tools: 1}
 	d := pol.Decide(req, label("simple").classify, true)
-	want := policy.Decision{
+	want := routing.Decision{
 		Route:      "default",
 		Pools:      []string{"a"},
 		Classified: true,
 		Class:      "simple",
 		Matched:    []string{"default"},
-		Skipped: []policy.Skip{
+		Skipped: []routing.Skip{
 			{Route: "stream", Reason: "stream is false"},
 			{Route: "tools", Reason: "tools 1 not >= 4"},
 			{Route: "complex", Reason: `class is "simple", want [complex]`},
@@ -353,19 +354,19 @@ routes:
 `)
 	simple := label("simple").classify
 	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	newPolicy := func() (*policy.Policy, *seq) {
+	newPolicy := func() (*routing.Policy, *seq) {
 		r := &seq{}
-		return policy.New(cfg, policy.WithRand(r.next), policy.WithSessions(policy.NewSessions(100, time.Minute, clk.Now))), r
+		return routing.New(cfg, routing.WithRand(r.next), routing.WithSessions(routing.NewSessions(100, time.Minute, clk.Now))), r
 	}
 
 	t.Run("split decided once per session", func(t *testing.T) {
 		pol, r := newPolicy()
-		first := pol.Decide(&policy.Request{Session: "s1"}, simple, false)
+		first := pol.Decide(&routing.Request{Session: "s1"}, simple, false)
 		if first.Sticky {
 			t.Fatalf("first decision is Sticky")
 		}
 		for i := range 20 {
-			d := pol.Decide(&policy.Request{Session: "s1"}, simple, false)
+			d := pol.Decide(&routing.Request{Session: "s1"}, simple, false)
 			if !d.Sticky || d.Route != first.Route || !cmp.Equal(d.Pools, first.Pools) {
 				t.Fatalf("decision %d = %+v, want the sticky %v", i, d, first.Pools)
 			}
@@ -376,31 +377,31 @@ routes:
 			t.Errorf("split drew %d random numbers, want 0", r.n)
 		}
 		other, _ := newPolicy()
-		if d := other.Decide(&policy.Request{Session: "s1"}, simple, false); !cmp.Equal(d.Pools, first.Pools) {
+		if d := other.Decide(&routing.Request{Session: "s1"}, simple, false); !cmp.Equal(d.Pools, first.Pools) {
 			t.Errorf("another instance picked %v for the session, want %v", d.Pools, first.Pools)
 		}
 		// Another session is decided on its own.
-		if d := pol.Decide(&policy.Request{Session: "s2"}, simple, false); d.Sticky {
+		if d := pol.Decide(&routing.Request{Session: "s2"}, simple, false); d.Sticky {
 			t.Errorf("other session: Sticky = %t, want a fresh decision", d.Sticky)
 		}
 		// Sessions spread over the split's pools by weight.
 		seen := map[string]bool{}
 		for i := range 60 {
-			seen[pol.Decide(&policy.Request{Session: fmt.Sprint("spread", i)}, simple, false).Pools[0]] = true
+			seen[pol.Decide(&routing.Request{Session: fmt.Sprint("spread", i)}, simple, false).Pools[0]] = true
 		}
 		if len(seen) != 3 {
 			t.Errorf("60 sessions landed on %v, want all three pools", seen)
 		}
 		// No session id, no stickiness.
-		pol.Decide(&policy.Request{}, simple, false)
-		if d := pol.Decide(&policy.Request{}, simple, false); d.Sticky {
+		pol.Decide(&routing.Request{}, simple, false)
+		if d := pol.Decide(&routing.Request{}, simple, false); d.Sticky {
 			t.Errorf("request without a session id got a sticky decision")
 		}
 	})
 
 	t.Run("sticky false is not kept", func(t *testing.T) {
 		pol, r := newPolicy()
-		exp := &policy.Request{Session: "s1", Header: headers("X-Experiment", "b")}
+		exp := &routing.Request{Session: "s1", Header: headers("X-Experiment", "b")}
 		var pools []string
 		for range 4 {
 			d := pol.Decide(exp, simple, false)
@@ -413,7 +414,7 @@ routes:
 			t.Errorf("experiment picks (-want +got):\n%s", diff)
 		}
 		// The session is still free: its first sticky route is kept.
-		d := pol.Decide(&policy.Request{Session: "s1"}, simple, false)
+		d := pol.Decide(&routing.Request{Session: "s1"}, simple, false)
 		if d.Sticky || d.Route != "default" {
 			t.Fatalf("decision = %+v, want a fresh default decision", d)
 		}
@@ -426,14 +427,14 @@ routes:
 	t.Run("class is kept without calling the classifier", func(t *testing.T) {
 		pol, _ := newPolicy()
 		cls := label("complex", 0.1, 0.9)
-		first := pol.Decide(&policy.Request{Session: "s1"}, cls.classify, false)
-		d := pol.Decide(&policy.Request{Session: "s1"}, cls.classify, true)
+		first := pol.Decide(&routing.Request{Session: "s1"}, cls.classify, false)
+		d := pol.Decide(&routing.Request{Session: "s1"}, cls.classify, true)
 		if cls.calls != 1 {
 			t.Errorf("classifier called %d times, want 1", cls.calls)
 		}
 		want := first
-		want.Sticky, want.Matched, want.Session = true, []string{"complex"}, policy.SessionKept
-		want.Skipped = []policy.Skip{{Route: "experiment", Reason: `header X-Experiment is "", want [b]`}}
+		want.Sticky, want.Matched, want.Session = true, []string{"complex"}, routing.SessionKept
+		want.Skipped = []routing.Skip{{Route: "experiment", Reason: `header X-Experiment is "", want [b]`}}
 		want.SessionReason = `the session keeps route "complex": no route above it matched`
 		if diff := cmp.Diff(want, d); diff != "" {
 			t.Errorf("sticky explained decision (-want +got):\n%s", diff)
@@ -442,34 +443,34 @@ routes:
 
 	t.Run("explaining does not store", func(t *testing.T) {
 		pol, _ := newPolicy()
-		pol.Decide(&policy.Request{Session: "s1"}, simple, true)
-		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); d.Sticky {
+		pol.Decide(&routing.Request{Session: "s1"}, simple, true)
+		if d := pol.Decide(&routing.Request{Session: "s1"}, simple, false); d.Sticky {
 			t.Errorf("after an explained decision: Sticky = %t, want a fresh decision", d.Sticky)
 		}
 	})
 
 	t.Run("ttl expiry", func(t *testing.T) {
 		pol, _ := newPolicy()
-		pol.Decide(&policy.Request{Session: "s1"}, simple, false)
+		pol.Decide(&routing.Request{Session: "s1"}, simple, false)
 		clk.Advance(59 * time.Second)
-		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); !d.Sticky {
+		if d := pol.Decide(&routing.Request{Session: "s1"}, simple, false); !d.Sticky {
 			t.Errorf("decision within the ttl is not sticky")
 		}
 		clk.Advance(time.Second)
-		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); d.Sticky {
+		if d := pol.Decide(&routing.Request{Session: "s1"}, simple, false); d.Sticky {
 			t.Errorf("decision at the ttl: Sticky = %t, want a fresh decision", d.Sticky)
 		}
-		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); !d.Sticky {
+		if d := pol.Decide(&routing.Request{Session: "s1"}, simple, false); !d.Sticky {
 			t.Errorf("the fresh decision was not kept")
 		}
 	})
 
 	t.Run("kept route gone after reload", func(t *testing.T) {
-		sessions := policy.NewSessions(100, time.Minute, clk.Now)
-		old := policy.New(load(t, header+"routes:\n  - {name: old, to: c}\n"), policy.WithSessions(sessions))
-		old.Decide(&policy.Request{Session: "s1"}, simple, false)
-		pol := policy.New(cfg, policy.WithSessions(sessions), policy.WithRand((&seq{}).next))
-		if d := pol.Decide(&policy.Request{Session: "s1"}, simple, false); d.Sticky || d.Route != "default" {
+		sessions := routing.NewSessions(100, time.Minute, clk.Now)
+		old := routing.New(load(t, header+"routes:\n  - {name: old, to: c}\n"), routing.WithSessions(sessions))
+		old.Decide(&routing.Request{Session: "s1"}, simple, false)
+		pol := routing.New(cfg, routing.WithSessions(sessions), routing.WithRand((&seq{}).next))
+		if d := pol.Decide(&routing.Request{Session: "s1"}, simple, false); d.Sticky || d.Route != "default" {
 			t.Errorf("decision = %+v, want a fresh default decision", d)
 		}
 	})
@@ -483,12 +484,12 @@ routes:
   - {name: complex, when: {class: complex}, split: {b: 1, c: 1}}
   - {name: default, split: {a: 1, b: 1}}
 `)
-	pol := policy.New(cfg, policy.WithSessions(policy.NewSessions(64, time.Minute, nil)))
+	pol := routing.New(cfg, routing.WithSessions(routing.NewSessions(64, time.Minute, nil)))
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
 			for i := range 200 {
-				req := &policy.Request{Session: fmt.Sprintf("s%d", (g*200+i)%100)}
+				req := &routing.Request{Session: fmt.Sprintf("s%d", (g*200+i)%100)}
 				cls := label([]string{"simple", "complex"}[i%2])
 				if d := pol.Decide(req, cls.classify, i%3 == 0); len(d.Pools) != 1 {
 					t.Errorf("Decide = %+v, want one pool", d)
@@ -512,8 +513,8 @@ routes:
   - {name: streams, when: {stream: true, header: {X-A: "1"}}, to: a, fallback: [b]}
   - {name: default, to: b}
 `)
-	pol := policy.New(cfg)
-	req := &policy.Request{Stream: true, Header: http.Header{"X-A": {"1"}}}
+	pol := routing.New(cfg)
+	req := &routing.Request{Stream: true, Header: http.Header{"X-A": {"1"}}}
 	want := pol.Decide(req, nil, false)
 	r := cfg.Routes[0]
 	r.Name, r.To, r.Fallback[0] = "changed", "b", "a"
@@ -521,19 +522,6 @@ routes:
 	r.When.Header["X-A"][0] = "2"
 	if diff := cmp.Diff(want, pol.Decide(req, nil, false)); diff != "" {
 		t.Errorf("a change to the config changed the decision (-before +after):\n%s", diff)
-	}
-}
-
-// TestWithListen: the listener override returns a copy and leaves the
-// loaded config as it was.
-func TestWithListen(t *testing.T) {
-	cfg := load(t, "version: 1\npools:\n  p: {model: m, replicas: [{url: \"http://127.0.0.1:1\"}]}\nroutes:\n  - {name: d, to: p}\n")
-	got := cfg.WithListen("127.0.0.1:1", "")
-	if got.Server.Listen != "127.0.0.1:1" || got.Server.AdminListen != policy.DefaultAdminListen {
-		t.Errorf("WithListen = %s, %s", got.Server.Listen, got.Server.AdminListen)
-	}
-	if cfg.Server.Listen != policy.DefaultListen {
-		t.Errorf("WithListen changed the original: listen %s", cfg.Server.Listen)
 	}
 }
 
@@ -558,36 +546,36 @@ routes:
 `)
 	simple, complex := label("simple"), label("complex")
 	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	pol := policy.New(cfg, policy.WithSessions(policy.NewSessions(100, time.Minute, clk.Now)))
+	pol := routing.New(cfg, routing.WithSessions(routing.NewSessions(100, time.Minute, clk.Now)))
 	type step struct {
-		req           policy.Request
+		req           routing.Request
 		cls           *classifier
 		route, pool   string
 		session       string
 		classifyCalls int
 	}
-	title := policy.Request{Model: "auto", Session: "s1", MaxTokens: 1024}
-	turn := policy.Request{Model: "auto", Session: "s1", Tools: 1, MaxTokens: 32000}
-	bigTools := policy.Request{Model: "auto", Session: "s1", Tools: 10}
-	haiku := policy.Request{Model: "claude-haiku-4-5", Session: "s1", Tools: 10}
+	title := routing.Request{Model: "auto", Session: "s1", MaxTokens: 1024}
+	turn := routing.Request{Model: "auto", Session: "s1", Tools: 1, MaxTokens: 32000}
+	bigTools := routing.Request{Model: "auto", Session: "s1", Tools: 10}
+	haiku := routing.Request{Model: "claude-haiku-4-5", Session: "s1", Tools: 10}
 	exp := turn
 	exp.Header = headers("X-Experiment", "b")
 	for _, st := range []step{
-		{req: title, cls: complex, route: "side", pool: "a", session: policy.SessionSide},
+		{req: title, cls: complex, route: "side", pool: "a", session: routing.SessionSide},
 		// The side request kept nothing: the first turn decides afresh.
-		{req: turn, cls: simple, route: "default", pool: "a", session: policy.SessionNew, classifyCalls: 1},
-		{req: turn, cls: simple, route: "default", pool: "a", session: policy.SessionKept, classifyCalls: 1},
+		{req: turn, cls: simple, route: "default", pool: "a", session: routing.SessionNew, classifyCalls: 1},
+		{req: turn, cls: simple, route: "default", pool: "a", session: routing.SessionKept, classifyCalls: 1},
 		// A sticky: false route above the kept one does not move it.
-		{req: exp, cls: simple, route: "default", pool: "a", session: policy.SessionKept, classifyCalls: 1},
-		{req: turn, cls: complex, route: "complex", pool: "b", session: policy.SessionMovedUp, classifyCalls: 1},
+		{req: exp, cls: simple, route: "default", pool: "a", session: routing.SessionKept, classifyCalls: 1},
+		{req: turn, cls: complex, route: "complex", pool: "b", session: routing.SessionMovedUp, classifyCalls: 1},
 		// Never down: a simple turn keeps complex, without asking the
 		// classifier (only the routes above complex are evaluated).
-		{req: turn, cls: simple, route: "complex", pool: "b", session: policy.SessionKept},
-		{req: title, cls: simple, route: "side", pool: "a", session: policy.SessionSide},
-		{req: haiku, cls: simple, route: "side", pool: "a", session: policy.SessionSide},
-		{req: bigTools, cls: simple, route: "tools", pool: "c", session: policy.SessionMovedUp},
-		{req: turn, cls: complex, route: "tools", pool: "c", session: policy.SessionKept},
-		{req: title, cls: simple, route: "side", pool: "a", session: policy.SessionSide},
+		{req: turn, cls: simple, route: "complex", pool: "b", session: routing.SessionKept},
+		{req: title, cls: simple, route: "side", pool: "a", session: routing.SessionSide},
+		{req: haiku, cls: simple, route: "side", pool: "a", session: routing.SessionSide},
+		{req: bigTools, cls: simple, route: "tools", pool: "c", session: routing.SessionMovedUp},
+		{req: turn, cls: complex, route: "tools", pool: "c", session: routing.SessionKept},
+		{req: title, cls: simple, route: "side", pool: "a", session: routing.SessionSide},
 	} {
 		d := pol.Decide(&st.req, st.cls.classify, false)
 		if d.Route != st.route || d.Pools[0] != st.pool || d.Session != st.session || d.Side != (st.route == "side") {
@@ -622,19 +610,19 @@ routes:
   - {name: complex, when: {class: complex}, to: b}
   - {name: default, to: a}
 `)
-	pol := policy.New(cfg, policy.WithSessions(policy.NewSessions(100, time.Minute, nil)))
+	pol := routing.New(cfg, routing.WithSessions(routing.NewSessions(100, time.Minute, nil)))
 	for _, tc := range []struct {
 		name string
-		req  policy.Request
+		req  routing.Request
 		why  []string
 	}{
-		{"no tools, short budget", policy.Request{Model: "auto", Session: "s", MaxTokens: 1024}, []string{"tools 0 == 0", "max_tokens 1024 <= 4096"}},
-		{"small model", policy.Request{Model: "claude-haiku-4-5", Session: "s", Tools: 3}, []string{`model "claude-haiku-4-5" is the client's small model (models: "*-haiku-*")`}},
-		{"fingerprint", policy.Request{Model: "auto", Session: "s", Tools: 2, System: "You are a title generator. Answer"}, []string{`system prompt contains "title generator"`}},
+		{"no tools, short budget", routing.Request{Model: "auto", Session: "s", MaxTokens: 1024}, []string{"tools 0 == 0", "max_tokens 1024 <= 4096"}},
+		{"small model", routing.Request{Model: "claude-haiku-4-5", Session: "s", Tools: 3}, []string{`model "claude-haiku-4-5" is the client's small model (models: "*-haiku-*")`}},
+		{"fingerprint", routing.Request{Model: "auto", Session: "s", Tools: 2, System: "You are a title generator. Answer"}, []string{`system prompt contains "title generator"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := pol.Decide(&tc.req, label("complex").classify, true)
-			if diff := cmp.Diff(tc.why, d.Why); diff != "" || d.Route != "side" || d.Session != policy.SessionSide {
+			if diff := cmp.Diff(tc.why, d.Why); diff != "" || d.Route != "side" || d.Session != routing.SessionSide {
 				t.Errorf("decision %+v; why (-want +got):\n%s", d, diff)
 			}
 			if want := `route "side" is a side route: the request is routed on its own and the session keeps no decision`; d.SessionReason != want {
@@ -643,14 +631,14 @@ routes:
 		})
 	}
 	// No max_tokens is no bound: not a short answer budget.
-	d := pol.Decide(&policy.Request{Model: "auto", Session: "s"}, label("simple").classify, true)
+	d := pol.Decide(&routing.Request{Model: "auto", Session: "s"}, label("simple").classify, true)
 	if d.Route != "default" || d.Skipped[0].Reason != "none of any matched (max_tokens unset not <= 4096; model \"auto\" is not a small model; system prompt (0 bytes) contains none of system_contains)" {
 		t.Errorf("no max_tokens: %+v", d)
 	}
-	if d.Session != policy.SessionNew {
+	if d.Session != routing.SessionNew {
 		t.Errorf("explained first decision: session %q, want new", d.Session)
 	}
-	if d := pol.Decide(&policy.Request{Model: "auto", Session: "s"}, label("complex").classify, true); d.Session != policy.SessionNew {
+	if d := pol.Decide(&routing.Request{Model: "auto", Session: "s"}, label("complex").classify, true); d.Session != routing.SessionNew {
 		t.Errorf("explain stored a decision: the next one is %q", d.Session)
 	}
 }
@@ -665,18 +653,18 @@ routes:
   - {name: complex, when: {class: complex}, to: b}
   - {name: default, to: a}
 `)
-	pol := policy.New(cfg, policy.WithSessions(policy.NewSessions(100, time.Minute, nil)))
-	pol.Decide(&policy.Request{Session: "s"}, label("complex").classify, false)
+	pol := routing.New(cfg, routing.WithSessions(routing.NewSessions(100, time.Minute, nil)))
+	pol.Decide(&routing.Request{Session: "s"}, label("complex").classify, false)
 	for _, tc := range []struct {
 		name string
-		req  policy.Request
+		req  routing.Request
 		want string
 	}{
-		{"nothing above", policy.Request{Session: "s"}, `the session keeps route "complex": no route above it matched`},
-		{"sticky false above", policy.Request{Session: "s", Header: headers("X-Experiment", "b")}, `the session keeps route "complex": route "experiment" matched, but it is sticky: false`},
+		{"nothing above", routing.Request{Session: "s"}, `the session keeps route "complex": no route above it matched`},
+		{"sticky false above", routing.Request{Session: "s", Header: headers("X-Experiment", "b")}, `the session keeps route "complex": route "experiment" matched, but it is sticky: false`},
 	} {
 		d := pol.Decide(&tc.req, label("simple").classify, true)
-		if d.Route != "complex" || d.Session != policy.SessionKept || d.SessionReason != tc.want || d.Why != nil {
+		if d.Route != "complex" || d.Session != routing.SessionKept || d.SessionReason != tc.want || d.Why != nil {
 			t.Errorf("%s: %+v, want reason %q", tc.name, d, tc.want)
 		}
 	}
