@@ -2,10 +2,10 @@ package routing
 
 import (
 	"github.com/switchyard/switchyard/policy"
-	"github.com/switchyard/switchyard/policy/internal/share"
+	"github.com/switchyard/switchyard/policy/routing/internal/share"
 )
 
-// The share controller (control.share) lives in policy/internal/share;
+// The share controller (control.share) lives in policy/routing/internal/share;
 // these are its names in routing's API.
 type (
 	// Controller holds one pool's share of policy-routed requests at a

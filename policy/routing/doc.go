@@ -13,8 +13,8 @@
 // one pool's share of policy-routed requests held at a target by moving
 // the routes' auto score bounds).
 //
-// routing imports package policy (the config types it compiles) and the
-// session store and share controller under policy/internal, and no other
-// Switchyard package. Loading, defaults and validation stay in policy;
-// routing assumes a config that Load validated.
+// routing imports package policy (the config types it compiles) and its
+// own session store and share controller (policy/routing/internal), and
+// no other Switchyard package. Loading, defaults and validation stay in
+// policy; routing assumes a config that Load validated.
 package routing

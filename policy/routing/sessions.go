@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/switchyard/switchyard/policy/internal/sessions"
+	"github.com/switchyard/switchyard/policy/routing/internal/sessions"
 )
 
 // Sessions keeps the routing decision of each session for a TTL, so an
