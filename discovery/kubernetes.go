@@ -13,12 +13,12 @@ import (
 	"sync"
 	"time"
 
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -60,7 +60,11 @@ func (noReadyEndpoints) Error() string {
 func (noReadyEndpoints) Is(target error) bool { return target == ErrNoRecords }
 
 // Kubernetes follows a Service's discovery.k8s.io/v1 EndpointSlices (those
-// labelled kubernetes.io/service-name=SERVICE) with a client-go informer.
+// labelled kubernetes.io/service-name=SERVICE) with a client-go informer
+// over the dynamic client. The slices are read as unstructured objects,
+// not as k8s.io/api's types: those link core/v1 with them, which cost the
+// stripped binary 3.3 MB and a gateway's idle RSS 0.7-1.0 MB, Kubernetes
+// discovery in use or not.
 // It is a Lookup (one List, for a discovery's first set) and a Watcher
 // (the informer, for every change after). The set in use is the ready
 // endpoints that are not terminating; when there is none, the serving
@@ -69,7 +73,7 @@ func (noReadyEndpoints) Is(target error) bool { return target == ErrNoRecords }
 type Kubernetes struct {
 	o         KubernetesOptions
 	namespace string
-	client    *rest.RESTClient
+	slices    dynamic.ResourceInterface
 	// err is why no client could be made (no kubeconfig, not in a pod):
 	// every lookup and the watch report it.
 	err error
@@ -85,13 +89,19 @@ func NewKubernetes(o KubernetesOptions) *Kubernetes {
 		k.err = err
 	} else {
 		cfg.UserAgent = "switchyard"
-		k.client, k.err = sliceClient(cfg)
 	}
 	if k.namespace == "" {
 		k.namespace = ns
 	}
 	if k.namespace == "" {
 		k.namespace = "default"
+	}
+	if k.err == nil {
+		var dyn *dynamic.DynamicClient
+		dyn, k.err = dynamic.NewForConfig(cfg)
+		if k.err == nil {
+			k.slices = dyn.Resource(endpointSlices).Namespace(k.namespace)
+		}
 	}
 	return k
 }
@@ -133,8 +143,13 @@ func (k *Kubernetes) noEndpoints() error {
 	return fmt.Errorf("service %q (port %s): %w", k.Name(), port, ErrNoReadyEndpoints)
 }
 
+// endpointSlices is the resource the source lists and watches.
+var endpointSlices = schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}
+
+// selector selects the Service's slices by the label their controller
+// sets (discovery.k8s.io/v1's LabelServiceName).
 func (k *Kubernetes) selector() string {
-	return discoveryv1.LabelServiceName + "=" + k.o.Service
+	return "kubernetes.io/service-name=" + k.o.Service
 }
 
 // Lookup lists the Service's EndpointSlices once and returns the set in
@@ -143,11 +158,11 @@ func (k *Kubernetes) Lookup(ctx context.Context, _, _ string, _ int) ([]string, 
 	if k.err != nil {
 		return nil, -1, k.err
 	}
-	list, err := k.list(ctx, metav1.ListOptions{LabelSelector: k.selector()})
+	list, err := k.slices.List(ctx, metav1.ListOptions{LabelSelector: k.selector()})
 	if err != nil {
 		return nil, -1, fmt.Errorf("listing the EndpointSlices of %s: %w", k.Name(), err)
 	}
-	eps := make([]*discoveryv1.EndpointSlice, len(list.Items))
+	eps := make([]*unstructured.Unstructured, len(list.Items))
 	for i := range list.Items {
 		eps[i] = &list.Items[i]
 	}
@@ -182,9 +197,9 @@ func (k *Kubernetes) Watch(ctx context.Context, update func(addrs []string, err 
 			return
 		}
 		objs := inf.GetStore().List()
-		eps := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+		eps := make([]*unstructured.Unstructured, 0, len(objs))
 		for _, o := range objs {
-			if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+			if s, ok := o.(*unstructured.Unstructured); ok {
 				eps = append(eps, s)
 			}
 		}
@@ -203,11 +218,11 @@ func (k *Kubernetes) Watch(ctx context.Context, update func(addrs []string, err 
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = k.selector()
-			return k.list(ctx, o)
+			return k.slices.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = k.selector()
-			w, err := k.watch(ctx, o)
+			w, err := k.slices.Watch(ctx, o)
 			switch {
 			case err == nil:
 				// The API server answers again: the set is the store's
@@ -221,7 +236,7 @@ func (k *Kubernetes) Watch(ctx context.Context, update func(addrs []string, err 
 			return w, err
 		},
 	}
-	inf = cache.NewSharedIndexInformerWithOptions(lw, &discoveryv1.EndpointSlice{}, cache.SharedIndexInformerOptions{
+	inf = cache.NewSharedIndexInformerWithOptions(lw, &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{
 		ObjectDescription: "EndpointSlices of " + k.Name()})
 	// The handler replaces client-go's default one, which logs every
 	// retry: the discovery logs once per change instead.
@@ -254,81 +269,35 @@ func (k *Kubernetes) Watch(ctx context.Context, update func(addrs []string, err 
 	<-done
 }
 
-// sliceScheme knows discovery.k8s.io/v1 and the meta types its list and
-// watch answers carry, nothing else. client-go's generated clients use
-// kubernetes/scheme, which registers every API group: linking it (through
-// kubernetes.Clientset or the typed DiscoveryV1 client) made the binary
-// 80.6 MB and a gateway's idle RSS 36.5 MB, Kubernetes discovery in use
-// or not (issue 40). It is built on first use, so that a gateway without
-// Kubernetes discovery does not build it at start.
-var sliceScheme = sync.OnceValue(func() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := discoveryv1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
-	return s
-})
-
-// sliceParams encodes ListOptions as query parameters (built on first use).
-var sliceParams = sync.OnceValue(func() runtime.ParameterCodec { return runtime.NewParameterCodec(sliceScheme()) })
-
-// sliceClient is a REST client for discovery.k8s.io/v1, configured as
-// client-go's generated DiscoveryV1 client configures its own.
-func sliceClient(cfg *rest.Config) (*rest.RESTClient, error) {
-	c := *cfg
-	c.GroupVersion = &discoveryv1.SchemeGroupVersion
-	c.APIPath = "/apis"
-	c.NegotiatedSerializer = rest.CodecFactoryForGeneratedClient(sliceScheme(), serializer.NewCodecFactory(sliceScheme())).WithoutConversion()
-	return rest.RESTClientFor(&c)
-}
-
-// list and watch are the generated client's EndpointSlices List and Watch
-// (protobuf preferred, as there).
-func (k *Kubernetes) list(ctx context.Context, o metav1.ListOptions) (*discoveryv1.EndpointSliceList, error) {
-	list := &discoveryv1.EndpointSliceList{}
-	err := k.request(o).Do(ctx).Into(list)
-	return list, err
-}
-
-func (k *Kubernetes) watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-	o.Watch = true
-	return k.request(o).Watch(ctx)
-}
-
-func (k *Kubernetes) request(o metav1.ListOptions) *rest.Request {
-	var timeout time.Duration
-	if o.TimeoutSeconds != nil {
-		timeout = time.Duration(*o.TimeoutSeconds) * time.Second
-	}
-	return k.client.Get().UseProtobufAsDefault().Namespace(k.namespace).Resource("endpointslices").
-		VersionedParams(&o, sliceParams()).Timeout(timeout)
-}
-
 // addresses returns the set in use from a Service's EndpointSlices: the
 // HOST:PORT of each ready, not terminating endpoint on the port (or, with
 // none, of each serving terminating one), sorted, without duplicates (an
 // endpoint may show in two slices while the controller moves it). Slices
 // of FQDN addresses, other protocols and unparsable addresses are skipped.
-func (k *Kubernetes) addresses(eps []*discoveryv1.EndpointSlice) []string {
+func (k *Kubernetes) addresses(eps []*unstructured.Unstructured) []string {
 	var ready, serving []string
 	for _, s := range eps {
-		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
+		typ, _, _ := unstructured.NestedString(s.Object, "addressType")
+		if typ != "IPv4" && typ != "IPv6" {
 			continue
 		}
-		port, ok := k.port(s.Ports)
+		ports, _, _ := unstructured.NestedFieldNoCopy(s.Object, "ports")
+		port, ok := k.port(ports)
 		if !ok {
 			continue
 		}
-		for _, ep := range s.Endpoints {
-			c := ep.Conditions
-			isReady := c.Ready == nil || *c.Ready
-			isServing := isReady
-			if c.Serving != nil {
-				isServing = *c.Serving
+		endpoints, _, _ := unstructured.NestedFieldNoCopy(s.Object, "endpoints")
+		list, _ := endpoints.([]any)
+		for _, e := range list {
+			ep, ok := e.(map[string]any)
+			if !ok {
+				continue
 			}
-			terminating := c.Terminating != nil && *c.Terminating
-			for _, a := range ep.Addresses {
+			isReady := condition(ep, "ready", true)
+			isServing := condition(ep, "serving", isReady)
+			terminating := condition(ep, "terminating", false)
+			addrs, _, _ := unstructured.NestedStringSlice(ep, "addresses")
+			for _, a := range addrs {
 				ip, err := netip.ParseAddr(a)
 				if err != nil || ip.Zone() != "" {
 					continue
@@ -350,18 +319,38 @@ func (k *Kubernetes) addresses(eps []*discoveryv1.EndpointSlice) []string {
 	return slices.Compact(slices.Sorted(slices.Values(set)))
 }
 
-// port returns the number of the slice's port the options select (TCP).
-func (k *Kubernetes) port(ports []discoveryv1.EndpointPort) (int, bool) {
-	for _, p := range ports {
-		if p.Port == nil || *p.Port < 1 || *p.Port > 65535 || p.Protocol != nil && *p.Protocol != "TCP" {
+// condition is an endpoint's condition, or unset when it is not a boolean
+// (an unknown state: the API's own default for ready and serving).
+func condition(ep map[string]any, name string, unset bool) bool {
+	v, found, err := unstructured.NestedBool(ep, "conditions", name)
+	if !found || err != nil {
+		return unset
+	}
+	return v
+}
+
+// port returns the number of the slice's port the options select (TCP; a
+// port without a protocol is TCP).
+func (k *Kubernetes) port(ports any) (int, bool) {
+	list, _ := ports.([]any)
+	for _, p := range list {
+		m, ok := p.(map[string]any)
+		if !ok {
 			continue
 		}
-		name := ""
-		if p.Name != nil {
-			name = *p.Name
+		n, found, err := unstructured.NestedInt64(m, "port")
+		if !found || err != nil || n < 1 || n > 65535 {
+			continue
 		}
-		if k.o.PortName != "" && name == k.o.PortName || k.o.PortName == "" && int(*p.Port) == k.o.PortNumber {
-			return int(*p.Port), true
+		if proto, found, err := unstructured.NestedString(m, "protocol"); err != nil || found && proto != "TCP" {
+			continue
+		}
+		name, _, err := unstructured.NestedString(m, "name")
+		if err != nil {
+			continue
+		}
+		if k.o.PortName != "" && name == k.o.PortName || k.o.PortName == "" && int(n) == k.o.PortNumber {
+			return int(n), true
 		}
 	}
 	return 0, false

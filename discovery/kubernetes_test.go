@@ -104,6 +104,37 @@ func TestKubernetesAddresses(t *testing.T) {
 	}
 }
 
+// TestKubernetesMalformedSlices: what the API server sends is read as
+// JSON, so a field of another type than EndpointSlice's (from a broken
+// server or proxy) skips that slice, port or endpoint, never panics.
+func TestKubernetesMalformedSlices(t *testing.T) {
+	o := discovery.KubernetesOptions{Service: "vllm", PortName: "http"}
+	good := map[string]any{"addressType": "IPv4",
+		"ports":     []any{map[string]any{"name": "http", "port": int64(8000)}},
+		"endpoints": []any{map[string]any{"addresses": []any{"192.0.2.1"}}}}
+	bad := []map[string]any{
+		{"addressType": 4, "ports": good["ports"], "endpoints": good["endpoints"]},
+		{"addressType": "IPv4", "ports": "http", "endpoints": good["endpoints"]},
+		{"addressType": "IPv4", "ports": []any{"http", map[string]any{"name": "http", "port": "8000"}}, "endpoints": good["endpoints"]},
+		{"addressType": "IPv4", "ports": []any{map[string]any{"name": 1, "port": int64(8000)}}, "endpoints": good["endpoints"]},
+		{"addressType": "IPv4", "ports": []any{map[string]any{"name": "http", "port": int64(8000), "protocol": 6}}, "endpoints": good["endpoints"]},
+		{"addressType": "IPv4", "ports": good["ports"], "endpoints": map[string]any{"addresses": []any{"192.0.2.9"}}},
+		{"addressType": "IPv4", "ports": good["ports"], "endpoints": []any{"192.0.2.9", map[string]any{"addresses": "192.0.2.9"},
+			map[string]any{"addresses": []any{"192.0.2.9", 7}}}},
+		{},
+	}
+	if got := discovery.KubernetesAddressesOf(o, append(bad, good)...); !cmp.Equal(got, []string{"192.0.2.1:8000"}) {
+		t.Errorf("addresses = %v, want only the well-formed slice's 192.0.2.1:8000", got)
+	}
+	// A condition that is not a boolean is unknown: ready and serving
+	// default to true, terminating to false.
+	odd := map[string]any{"addressType": "IPv4", "ports": good["ports"], "endpoints": []any{map[string]any{
+		"addresses": []any{"192.0.2.2"}, "conditions": map[string]any{"ready": "no", "terminating": "yes"}}}}
+	if got := discovery.KubernetesAddressesOf(o, odd); !cmp.Equal(got, []string{"192.0.2.2:8000"}) {
+		t.Errorf("addresses = %v, want 192.0.2.2:8000", got)
+	}
+}
+
 // TestKubernetesNoClient: a source that cannot make a client says why in
 // every lookup and in its watch, and names the Service with its namespace.
 func TestKubernetesNoClient(t *testing.T) {
