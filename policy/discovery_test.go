@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/internal/policytest"
 )
 
 // TestDiscoveryBad maps every testdata/discovery/*.bad.yaml to the exact
@@ -68,7 +69,7 @@ func TestDiscoveryBad(t *testing.T) {
 		covered[tc.name] = true
 		t.Run(tc.name, func(t *testing.T) {
 			path := "../testdata/discovery/" + tc.name + ".bad.yaml"
-			cfg, err := policy.LoadFile(path, testLoadOptions)
+			cfg, err := policy.LoadFile(path, policytest.LoadOptions)
 			if err == nil {
 				t.Fatalf("LoadFile(%s) = %+v, want errors", path, cfg)
 			}

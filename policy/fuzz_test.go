@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/internal/policytest"
 	"github.com/switchyard/switchyard/policy/routing"
 )
 
@@ -26,7 +27,7 @@ func FuzzLoad(f *testing.F) {
 		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := policy.Load("fuzz.yaml", data, testLoadOptions)
+		cfg, err := policy.Load("fuzz.yaml", data, policytest.LoadOptions)
 		if err != nil {
 			var es policy.Errors
 			if !errors.As(err, &es) || len(es) == 0 {

@@ -11,21 +11,9 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/internal/policytest"
 	"github.com/switchyard/switchyard/policy/routing"
 )
-
-// testEnv is the environment key_env and api_key_env read in tests.
-var testEnv = map[string]string{
-	"SWITCHYARD_KEY_AGENTS": "sk-agents",
-	"SWITCHYARD_KEY_CI":     "sk-ci",
-	"VLLM_KEY":              "sk-vllm",
-}
-
-var testLoadOptions = policy.LoadOptions{
-	Balancers:   []string{"round_robin", "least_outstanding", "p2c", "kv_aware", "affinity"},
-	Classifiers: []string{"model", "heuristic"},
-	Getenv:      func(k string) string { return testEnv[k] },
-}
 
 // badFixtures maps every testdata/*.bad.yaml to the exact problems the
 // loader reports, in file order.
@@ -339,7 +327,7 @@ func TestLoadBad(t *testing.T) {
 		covered[tc.name] = true
 		t.Run(tc.name, func(t *testing.T) {
 			path := "../testdata/" + tc.name + ".bad.yaml"
-			cfg, err := policy.LoadFile(path, testLoadOptions)
+			cfg, err := policy.LoadFile(path, policytest.LoadOptions)
 			if err == nil {
 				t.Fatalf("LoadFile(%s) = %+v, want errors", path, cfg)
 			}
@@ -380,7 +368,7 @@ func TestLoadGood(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			cfg, err := policy.LoadFile(f, testLoadOptions)
+			cfg, err := policy.LoadFile(f, policytest.LoadOptions)
 			if err != nil {
 				t.Fatalf("LoadFile(%s):\n%v", f, err)
 			}
@@ -574,19 +562,9 @@ func TestLoadFull(t *testing.T) {
 
 func loadFile(t *testing.T, path string) *policy.Config {
 	t.Helper()
-	cfg, err := policy.LoadFile(path, testLoadOptions)
+	cfg, err := policy.LoadFile(path, policytest.LoadOptions)
 	if err != nil {
 		t.Fatalf("LoadFile(%s):\n%v", path, err)
-	}
-	return cfg
-}
-
-// load decodes an inline config, failing the test on any problem.
-func load(t testing.TB, yaml string) *policy.Config {
-	t.Helper()
-	cfg, err := policy.Load("inline.yaml", []byte(yaml), testLoadOptions)
-	if err != nil {
-		t.Fatalf("Load:\n%v\nconfig:\n%s", err, yaml)
 	}
 	return cfg
 }
@@ -605,7 +583,7 @@ routes:
   - name: default
     to: p
 `)
-	reg := testLoadOptions
+	reg := policytest.LoadOptions
 	reg.Getenv = func(string) string { return "" }
 	_, err := policy.Load("env.yaml", src, reg)
 	var es policy.Errors
@@ -628,7 +606,7 @@ func TestRenderRoundTrip(t *testing.T) {
 	files, _ := filepath.Glob("../testdata/*.good.yaml")
 	examples, _ := filepath.Glob("../examples/policies/*.yaml")
 	files = append(files, examples...)
-	reg := testLoadOptions
+	reg := policytest.LoadOptions
 	reg.Getenv = func(k string) string { return "secret-value-of-" + k } // one value per variable: keys must differ
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
@@ -667,7 +645,7 @@ pools:
 routes:
   - {name: d, to: p}
 `
-	reg := testLoadOptions
+	reg := policytest.LoadOptions
 	reg.Getenv = func(k string) string {
 		return map[string]string{"TOK": "REPLACE-ME-with-a-long-random-token", "KEY": "replace-me"}[k]
 	}
@@ -682,7 +660,7 @@ routes:
 func TestCredentialsRedacted(t *testing.T) {
 	for _, u := range []string{"http://admin:hunter2@10.0.0.5:8000", "http://admin:hunter2@[bad", "ftp://u:hunter2@h"} {
 		src := "version: 1\npools:\n  p: {model: m, replicas: [{name: r, url: \"" + u + "\"}]}\nroutes:\n  - {name: d, to: p}\n"
-		_, err := policy.Load("p.yaml", []byte(src), testLoadOptions)
+		_, err := policy.Load("p.yaml", []byte(src), policytest.LoadOptions)
 		if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "p.yaml:3:") {
 			t.Errorf("%s: %v", u, err)
 		}
@@ -729,19 +707,19 @@ func TestLoadExplicitZero(t *testing.T) {
 // least base_ejection; given, it is what the file says (and checked).
 func TestLoadDerivedDefaults(t *testing.T) {
 	src := "version: 1\npools:\n  p: {model: m, outlier: {base_ejection: 5m}, replicas: [{url: \"http://127.0.0.1:1\"}]}\nroutes:\n  - {name: d, to: p}\n"
-	cfg := load(t, src)
+	cfg := policytest.Load(t, src)
 	if got := cfg.Pools.Get("p").Outlier.MaxEjection.Std(); got != 5*time.Minute {
 		t.Errorf("max_ejection = %v, want base_ejection's 5m", got)
 	}
 	src = strings.Replace(src, "base_ejection: 5m", "base_ejection: 5m, max_ejection: 2m", 1)
-	if _, err := policy.Load("p.yaml", []byte(src), testLoadOptions); err == nil || !strings.Contains(err.Error(), "p.yaml:3:27: pool \"p\": outlier.base_ejection 5m0s is longer than max_ejection 2m0s") {
+	if _, err := policy.Load("p.yaml", []byte(src), policytest.LoadOptions); err == nil || !strings.Contains(err.Error(), "p.yaml:3:27: pool \"p\": outlier.base_ejection 5m0s is longer than max_ejection 2m0s") {
 		t.Errorf("explicit max_ejection under base_ejection: %v", err)
 	}
 }
 
 // TestLoadModelsEmpty: models: [] is no extra names, not the default auto.
 func TestLoadModelsEmpty(t *testing.T) {
-	cfg := load(t, "version: 1\nmodels: []\npools:\n  p: {model: m, replicas: [{url: \"http://127.0.0.1:1\"}]}\nroutes:\n  - {name: d, to: p}\n")
+	cfg := policytest.Load(t, "version: 1\nmodels: []\npools:\n  p: {model: m, replicas: [{url: \"http://127.0.0.1:1\"}]}\nroutes:\n  - {name: d, to: p}\n")
 	if len(cfg.Models) != 0 {
 		t.Errorf("models = %+v, want none", cfg.Models)
 	}
@@ -763,7 +741,7 @@ routes:
   - {name: d, to: p}
 `
 	env := map[string]string{"TOK": "REPLACE-ME", "SHORT": "0123456789", "PLACEHOLDER": "replace-me-now"}
-	reg := testLoadOptions
+	reg := policytest.LoadOptions
 	reg.Getenv = func(k string) string { return env[k] }
 	_, err := policy.Load("s.yaml", []byte(src), reg)
 	want := []string{
@@ -790,7 +768,7 @@ routes:
 // TestWithListen: the listener override returns a copy and leaves the
 // loaded config as it was.
 func TestWithListen(t *testing.T) {
-	cfg := load(t, "version: 1\npools:\n  p: {model: m, replicas: [{url: \"http://127.0.0.1:1\"}]}\nroutes:\n  - {name: d, to: p}\n")
+	cfg := policytest.Load(t, "version: 1\npools:\n  p: {model: m, replicas: [{url: \"http://127.0.0.1:1\"}]}\nroutes:\n  - {name: d, to: p}\n")
 	got := cfg.WithListen("127.0.0.1:1", "")
 	if got.Server.Listen != "127.0.0.1:1" || got.Server.AdminListen != policy.DefaultAdminListen {
 		t.Errorf("WithListen = %s, %s", got.Server.Listen, got.Server.AdminListen)
@@ -815,7 +793,7 @@ routes:
     to: b
   - name: split
     split: {a: 0x10, b: 1_000}
-`), testLoadOptions)
+`), policytest.LoadOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -833,7 +811,7 @@ routes:
 // TestAnchorsAcrossSections: aliases resolve anchors of other sections,
 // and merge keys fill what a mapping does not set itself.
 func TestAnchorsAcrossSections(t *testing.T) {
-	cfg, err := policy.LoadFile("../testdata/anchors.good.yaml", testLoadOptions)
+	cfg, err := policy.LoadFile("../testdata/anchors.good.yaml", policytest.LoadOptions)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/switchyard/switchyard/policy/internal/policytest"
 	"github.com/switchyard/switchyard/policy/routing"
 )
 
@@ -32,7 +33,7 @@ func BenchmarkDecide20Rules(b *testing.B) {
 		fmt.Fprintf(&yaml, "  - {name: r%02d, when: %s, to: %c}\n", i, conds[i%len(conds)], 'a'+i%3)
 	}
 	yaml.WriteString("  - {name: default, to: a, fallback: [b]}\n")
-	cfg := load(b, yaml.String())
+	cfg := policytest.Load(b, yaml.String())
 	pol := routing.New(cfg)
 	req := &routing.Request{
 		Model:        "auto",

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/policy/internal/policytest"
 	"github.com/switchyard/switchyard/policy/routing"
 )
 
@@ -103,7 +104,7 @@ func settled(r []float64, target, tol float64) int {
 // pool's share at 0.25 ± 0.02 once the controller has converged, with no
 // oscillation: after it settles, the share stays in the band.
 func TestShareController(t *testing.T) {
-	cfg := load(t, controlYAML)
+	cfg := policytest.Load(t, controlYAML)
 	clk := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	sc := routing.ControlOptionsFor(cfg.Control.Share)
 	sc.Now = clk.Now
@@ -144,7 +145,7 @@ func TestShareController(t *testing.T) {
 // near what keeps it at the utilization goal (0.8 × 40 / 200 = 0.16), and
 // when the load drops to 50 requests/s it rises (0.64).
 func TestShareControllerCapacity(t *testing.T) {
-	cfg := load(t, strings.Replace(header, "model: org/a\n", "model: org/a\n    max_inflight: 8\n", 1)+`control:
+	cfg := policytest.Load(t, strings.Replace(header, "model: org/a\n", "model: org/a\n    max_inflight: 8\n", 1)+`control:
   share: {pool: a, target: capacity, window: 1m}
 routes:
   - name: hard
@@ -192,7 +193,7 @@ routes:
 // TestControllerSurvivesReload: a policy rebuilt with the same controller
 // keeps its threshold.
 func TestControllerSurvivesReload(t *testing.T) {
-	cfg := load(t, controlYAML)
+	cfg := policytest.Load(t, controlYAML)
 	clk := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	sc := routing.ControlOptionsFor(cfg.Control.Share)
 	sc.Now = clk.Now
@@ -200,7 +201,7 @@ func TestControllerSurvivesReload(t *testing.T) {
 	pol := routing.New(cfg, routing.WithController(ctrl))
 	mixRun(pol, clk, rand.New(rand.NewPCG(5, 6)), 0.6, 5*time.Minute, 100)
 	before := ctrl.Threshold()
-	again := routing.New(load(t, controlYAML), routing.WithController(ctrl))
+	again := routing.New(policytest.Load(t, controlYAML), routing.WithController(ctrl))
 	if again.Controller().Threshold() != before || before == 0.5 {
 		t.Errorf("threshold %v after the rebuild, want %v (moved from 0.5)", again.Controller().Threshold(), before)
 	}
@@ -210,7 +211,7 @@ func TestControllerSurvivesReload(t *testing.T) {
 // observation, the threshold, and a decision observation (with the tick
 // when due).
 func BenchmarkControllerDecide(b *testing.B) {
-	cfg := load(b, controlYAML)
+	cfg := policytest.Load(b, controlYAML)
 	ctrl := routing.NewController(routing.ControlOptionsFor(cfg.Control.Share))
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -228,7 +229,7 @@ func BenchmarkControllerDecide(b *testing.B) {
 // TestControllerSheds1: scores of exactly 1 (a classifier without
 // logprobs gives its label 1) can be kept out: the threshold goes above 1.
 func TestControllerSheds1(t *testing.T) {
-	cfg := load(t, controlYAML)
+	cfg := policytest.Load(t, controlYAML)
 	clk := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	o := routing.ControlOptionsFor(cfg.Control.Share)
 	o.Target, o.Now = 0.05, clk.Now
@@ -248,7 +249,7 @@ func TestControllerSheds1(t *testing.T) {
 // share of requests at the target: it steers the sessions that have not
 // moved up yet.
 func TestShareControllerSessions(t *testing.T) {
-	cfg := load(t, header+`control:
+	cfg := policytest.Load(t, header+`control:
   share: {pool: a, target: 0.25, window: 2m}
 session: {header: X-Session-Id, ttl: 1m}
 routes:

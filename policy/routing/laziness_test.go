@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/internal/policytest"
 	"github.com/switchyard/switchyard/policy/routing"
 )
 
@@ -27,7 +28,7 @@ routes:
     to: b
   - name: default
     to: a
-`), testLoadOptions)
+`), policytest.LoadOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,15 +49,8 @@ routes:
 // TestStickyDecisionDroppedWhenPoolIsGone: a session store that outlives a
 // reload never hands back a decision naming a pool the new config lacks.
 func TestStickyDecisionDroppedWhenPoolIsGone(t *testing.T) {
-	load := func(text string) *policy.Config {
-		cfg, err := policy.Load("s.yaml", []byte(text), testLoadOptions)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg
-	}
 	sessions := routing.NewSessions(10, time.Hour, nil)
-	old := routing.New(load(`
+	old := routing.New(policytest.Load(t, `
 version: 1
 pools:
   a: {model: a, replicas: [{name: a1, url: "http://127.0.0.1:1"}]}
@@ -68,7 +62,7 @@ routes:
 	if d := old.Decide(req, nil, false); d.Pools[0] != "a" {
 		t.Fatalf("pools %v", d.Pools)
 	}
-	cur := routing.New(load(`
+	cur := routing.New(policytest.Load(t, `
 version: 1
 pools:
   b: {model: b, replicas: [{name: b1, url: "http://127.0.0.1:2"}]}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/switchyard/switchyard/policy"
+	"github.com/switchyard/switchyard/policy/internal/policytest"
 	"github.com/switchyard/switchyard/policy/routing"
 )
 
@@ -112,7 +113,7 @@ func TestDecideConditions(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := load(t, header+`routes:
+			cfg := policytest.Load(t, header+`routes:
   - {name: rule, when: `+tc.when+`, to: a}
   - {name: default, to: b}
 `)
@@ -136,7 +137,7 @@ func TestDecideConditions(t *testing.T) {
 }
 
 func TestDecideFirstMatchWins(t *testing.T) {
-	cfg := load(t, header+`routes:
+	cfg := policytest.Load(t, header+`routes:
   - {name: tools, when: {tools: {gte: 4}}, to: a}
   - {name: stream, when: {stream: true}, to: b}
   - {name: also-tools, when: {tools: {gte: 1}}, to: c}
@@ -166,7 +167,7 @@ func TestDecideFirstMatchWins(t *testing.T) {
 }
 
 func TestDecideClassifierIsLazy(t *testing.T) {
-	pol := routing.New(load(t, header+`routes:
+	pol := routing.New(policytest.Load(t, header+`routes:
   - {name: stream, when: {stream: true}, to: a}
   - {name: tools-complex, when: {tools: {gte: 4}, class: complex}, to: b}
   - {name: complex, when: {class: complex}, to: b}
@@ -211,7 +212,7 @@ func TestDecideClassifierIsLazy(t *testing.T) {
 
 	// A rule failing on a cheap condition never calls the classifier, even
 	// when the decision ends without any class rule being reached.
-	pol = routing.New(load(t, header+`routes:
+	pol = routing.New(policytest.Load(t, header+`routes:
   - {name: r, when: {model: agent, score: {complex: {gte: 0.5}}}, to: b}
   - {name: default, to: a}
 `))
@@ -222,7 +223,7 @@ func TestDecideClassifierIsLazy(t *testing.T) {
 }
 
 func TestDecideSplitWeights(t *testing.T) {
-	cfg := load(t, header+`routes:
+	cfg := policytest.Load(t, header+`routes:
   - {name: experiment, split: {a: 25, b: 75}}
 `)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -252,7 +253,7 @@ func TestDecideSplitWeights(t *testing.T) {
 }
 
 func TestDecidePools(t *testing.T) {
-	cfg := load(t, header+`routes:
+	cfg := policytest.Load(t, header+`routes:
   - name: spill
     when: {stream: true}
     to: a
@@ -294,7 +295,7 @@ func TestDecidePools(t *testing.T) {
 }
 
 func TestDecideExplain(t *testing.T) {
-	pol := routing.New(load(t, header+`routes:
+	pol := routing.New(policytest.Load(t, header+`routes:
   - {name: stream, when: {stream: true}, to: a}
   - {name: tools, when: {tools: {gte: 4}}, to: b}
   - {name: complex, when: {class: complex}, to: b}
@@ -343,7 +344,7 @@ type seq struct{ n uint64 }
 func (s *seq) next() uint64 { s.n++; return s.n - 1 }
 
 func TestDecideSticky(t *testing.T) {
-	cfg := load(t, header+`session: {header: X-Session-Id, ttl: 1m}
+	cfg := policytest.Load(t, header+`session: {header: X-Session-Id, ttl: 1m}
 routes:
   - name: experiment
     when: {header: {X-Experiment: b}}
@@ -467,7 +468,7 @@ routes:
 
 	t.Run("kept route gone after reload", func(t *testing.T) {
 		sessions := routing.NewSessions(100, time.Minute, clk.Now)
-		old := routing.New(load(t, header+"routes:\n  - {name: old, to: c}\n"), routing.WithSessions(sessions))
+		old := routing.New(policytest.Load(t, header+"routes:\n  - {name: old, to: c}\n"), routing.WithSessions(sessions))
 		old.Decide(&routing.Request{Session: "s1"}, simple, false)
 		pol := routing.New(cfg, routing.WithSessions(sessions), routing.WithRand((&seq{}).next))
 		if d := pol.Decide(&routing.Request{Session: "s1"}, simple, false); d.Sticky || d.Route != "default" {
@@ -479,7 +480,7 @@ routes:
 // TestDecideConcurrent gives the race detector concurrent decisions sharing
 // one session store.
 func TestDecideConcurrent(t *testing.T) {
-	cfg := load(t, header+`session: {ttl: 1m}
+	cfg := policytest.Load(t, header+`session: {ttl: 1m}
 routes:
   - {name: complex, when: {class: complex}, split: {b: 1, c: 1}}
   - {name: default, split: {a: 1, b: 1}}
@@ -505,7 +506,7 @@ routes:
 // copies, so a change to the Config after New (which nothing should make)
 // cannot change what the Policy decides.
 func TestPolicyKeepsNothingOfConfig(t *testing.T) {
-	cfg := load(t, `version: 1
+	cfg := policytest.Load(t, `version: 1
 pools:
   a: {model: a, replicas: [{name: a1, url: "http://127.0.0.1:1"}]}
   b: {model: b, replicas: [{name: b1, url: "http://127.0.0.1:2"}]}
@@ -530,7 +531,7 @@ routes:
 // below it; side routes are routed on their own and neither read nor
 // change what is kept; sticky: false routes never move a session.
 func TestDecideSessionMovesUp(t *testing.T) {
-	cfg := load(t, header+`models:
+	cfg := policytest.Load(t, header+`models:
   - {name: auto, route: policy}
   - {name: "*-haiku-*", route: policy, small: true}
 session: {header: X-Session-Id, ttl: 1m}
@@ -598,7 +599,7 @@ routes:
 // request, which conditions held, and what the session store would do,
 // and stores nothing.
 func TestDecideExplainsSession(t *testing.T) {
-	cfg := load(t, header+`models:
+	cfg := policytest.Load(t, header+`models:
   - {name: auto, route: policy}
   - {name: "*-haiku-*", route: policy, small: true}
 session: {header: X-Session-Id, ttl: 1m}
@@ -646,7 +647,7 @@ routes:
 // TestDecideExplainsKept: explaining a request of a session with a kept
 // decision says why the session keeps it.
 func TestDecideExplainsKept(t *testing.T) {
-	cfg := load(t, header+`session: {header: X-Session-Id, ttl: 1m}
+	cfg := policytest.Load(t, header+`session: {header: X-Session-Id, ttl: 1m}
 routes:
   - {name: experiment, when: {header: {X-Experiment: b}}, to: c, sticky: false}
   - {name: tools, when: {tools: {gte: 4}}, to: c}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard/switchyard/policy/internal/policytest"
 	"github.com/switchyard/switchyard/policy/routing"
 )
 
@@ -24,7 +25,7 @@ const trajectoryRoutes = `routes:
 // TestDecideTrajectory: a failed tool result and a repeated identical call
 // each take the complex route with no classifier call; explain says why.
 func TestDecideTrajectory(t *testing.T) {
-	cfg := load(t, header+`models:
+	cfg := policytest.Load(t, header+`models:
   - {name: auto, route: policy}
   - {name: "*-haiku-*", route: policy, small: true}
 `+trajectoryRoutes)
@@ -52,7 +53,7 @@ func TestDecideTrajectory(t *testing.T) {
 		})
 	}
 	// tool_error: false holds for a turn without a failure.
-	neg := load(t, header+`models: [{name: auto, route: policy}]
+	neg := policytest.Load(t, header+`models: [{name: auto, route: policy}]
 routes:
   - {name: calm, when: {tool_error: false, repeated_call: false}, to: a}
   - {name: default, to: b}
@@ -76,7 +77,7 @@ func TestDecideSessionMovesDown(t *testing.T) {
 			if moveDown != "" {
 				sess = "session: {header: X-Session-Id, ttl: 1m, move_down: " + moveDown + "}\n"
 			}
-			cfg := load(t, header+"models: [{name: auto, route: policy}, {name: \"*-haiku-*\", route: policy, small: true}]\n"+sess+trajectoryRoutes)
+			cfg := policytest.Load(t, header+"models: [{name: auto, route: policy}, {name: \"*-haiku-*\", route: policy, small: true}]\n"+sess+trajectoryRoutes)
 			clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 			pol := routing.New(cfg, routing.WithSessions(routing.NewSessions(100, time.Minute, clk.Now)))
 			instr := routing.Request{Model: "auto", Session: "s", Tools: 5, Turn: routing.TurnInstruction}
@@ -118,7 +119,7 @@ func TestDecideSessionMovesDown(t *testing.T) {
 // TestDecideExplainsMoves: explain says why a session moved down, or why a
 // tool-loop turn could not move it.
 func TestDecideExplainsMoves(t *testing.T) {
-	cfg := load(t, header+"models: [{name: auto, route: policy}, {name: \"*-haiku-*\", route: policy, small: true}]\nsession: {header: X-Session-Id, ttl: 1m}\n"+trajectoryRoutes)
+	cfg := policytest.Load(t, header+"models: [{name: auto, route: policy}, {name: \"*-haiku-*\", route: policy, small: true}]\nsession: {header: X-Session-Id, ttl: 1m}\n"+trajectoryRoutes)
 	pol := routing.New(cfg, routing.WithSessions(routing.NewSessions(100, time.Minute, nil)))
 	pol.Decide(&routing.Request{Model: "auto", Session: "s", Tools: 5, Turn: routing.TurnToolResult, ToolError: "exit code 2"}, label("simple").classify, false)
 	d := pol.Decide(&routing.Request{Model: "auto", Session: "s", Tools: 5, Turn: routing.TurnToolResult}, label("simple").classify, true)
