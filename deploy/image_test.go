@@ -443,7 +443,7 @@ func TestStaticBuild(t *testing.T) {
 			t.Errorf("%s imports shared libraries %v (%v): it is not static", bin, libs, err)
 		}
 	}
-	// Issue 40's bound on the binary, far above what it is (26 MB).
+	// Issue 40's bound on the binary, far above what it is (22 MB).
 	if st, err := os.Stat(bin); err != nil {
 		t.Error(err)
 	} else if st.Size() > 50<<20 {
