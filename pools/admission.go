@@ -176,10 +176,9 @@ func (e *Endpoint) admit(max int64) bool {
 }
 
 // admitFor admits req on e within max as admit does; a fair or priority
-// request only if its tenant is still within what it may hold (checked
-// by candidates before), checked, admitted and counted in one step under
-// e.holds.mu: requests of one tenant arriving at once cannot all pass
-// the check before any counts.
+// request only if its tenant is still within what it may hold, checked,
+// admitted and counted in one step under e.holds.mu: requests of one
+// tenant arriving at once cannot all pass the check before any counts.
 func (e *Endpoint) admitFor(req *Request, max int64, reserve time.Duration) bool {
 	if !req.Fair && !req.Priority {
 		return e.admit(max)
@@ -188,7 +187,7 @@ func (e *Endpoint) admitFor(req *Request, max int64, reserve time.Duration) bool
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
-	case req.Fair && reserve > 0 && e.overShareLocked(req, max),
+	case req.Fair && reserve > 0 && e.overShare(req, max),
 		req.Priority && h.priorityFull(req.Tenant, max),
 		!e.admit(max):
 		return false
@@ -399,10 +398,6 @@ func (e *Endpoint) release() {
 // A request with Fair counts against its tenant's share (share.go) until
 // ReleaseFor.
 func (p *Pool) Acquire(ctx context.Context, req *Request, exclude func(*Replica) bool) (*Replica, error) {
-	return p.acquire(ctx, req, exclude)
-}
-
-func (p *Pool) acquire(ctx context.Context, req *Request, exclude func(*Replica) bool) (*Replica, error) {
 	changed := p.reg.changes()
 	r, full := p.tryAcquire(req, exclude)
 	if r != nil {

@@ -32,6 +32,8 @@ func (p *Pool) Tenants() int {
 // OverShare reports whether req's tenant, asking for one of r's slots,
 // is held back by the others' reserves (share.go; tests and benchmarks).
 func (p *Pool) OverShare(r *Replica, req *Request) bool {
+	r.holds.mu.Lock()
+	defer r.holds.mu.Unlock()
 	return r.overShare(req, p.capFor(req))
 }
 

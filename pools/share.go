@@ -441,15 +441,8 @@ const scanWaiters = 256
 // slot of e (of cap) at once: its tenant holds its share already and
 // what would be left does not cover what the other tenants in play are
 // owed of their reserves. For a replica with no queue (the queue's own
-// waiters are judged by dispatch).
+// waiters are judged by dispatch). e.holds.mu is held.
 func (e *Endpoint) overShare(req *Request, cap int64) bool {
-	e.holds.mu.Lock()
-	defer e.holds.mu.Unlock()
-	return e.overShareLocked(req, cap)
-}
-
-// overShareLocked is overShare with e.holds.mu held.
-func (e *Endpoint) overShareLocked(req *Request, cap int64) bool {
 	if cap <= 0 {
 		return false
 	}
