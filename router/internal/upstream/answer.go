@@ -34,10 +34,11 @@ func NewAnswers(limit, small, total int64) *Answers {
 // It never holds more than Limit bytes: a declared answer is read into
 // one buffer of its size, an undeclared one into a buffer that doubles up
 // to an eighth of the bound (reserving the bound once past Small) and
-// then into one of the bound; an answer
-// declared over the bound is refused before a byte is read. release gives back the answer's reservation: call it once the
-// answer has been passed on (it is never nil). A read that waits for the
-// budget returns ctx.Err() when ctx ends first.
+// then into one of the bound; an answer declared over the bound is
+// refused before a byte is read. release gives back the answer's
+// reservation: call it once the answer has been passed on (it is never
+// nil). A read that waits for the budget returns ctx.Err() when ctx ends
+// first.
 func (a *Answers) Read(ctx context.Context, body io.Reader, length int64) (answer []byte, release func(), err error) {
 	release = func() {}
 	if length > a.Limit {
